@@ -1,0 +1,83 @@
+"""The one exception tree of the project.
+
+Every error the agent can meet at run time belongs to one of four families, and each family has one
+safe reaction that the agent loop applies:
+
+* ``ConfigError``: refuse to start, naming the field.
+* ``ImdsError``: no fresh document this cycle; keep the last known drain state, approve nothing.
+* ``StoreError``: the cluster view is unknown this cycle; keep drained, approve nothing.
+* ``ActionError``: a drain or recover action failed; no acknowledgement (drain) or retry (recover).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActionError",
+    "ConfigError",
+    "CoordinatorError",
+    "ImdsBadRequest",
+    "ImdsError",
+    "ImdsUnavailable",
+    "InvalidName",
+    "MalformedDocument",
+    "StoreError",
+    "StoreUnavailable",
+    "StoreUnknownOutcome",
+]
+
+
+class CoordinatorError(Exception):
+    """Base of every error raised on purpose by this package."""
+
+
+class ConfigError(CoordinatorError):
+    """The configuration is invalid; the message names the offending field."""
+
+
+class InvalidName(CoordinatorError, ValueError):
+    """A VM name or event id is unsafe to use in a ZooKeeper path or a log line."""
+
+
+class ImdsError(CoordinatorError):
+    """Base of errors talking to the Instance Metadata Service."""
+
+
+class ImdsUnavailable(ImdsError):
+    """Transient: timeout, connection error, 410, 429 or 5xx, after the client's own retries."""
+
+    def __init__(self, message: str, *, outcome: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+class ImdsBadRequest(ImdsError):
+    """IMDS answered 400 (or another 4xx): our request is wrong. A bug, never retried in a hot loop."""
+
+    def __init__(self, message: str, *, status: int, body: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class MalformedDocument(ImdsError):
+    """IMDS answered 200 with a body that is not a valid Scheduled Events document."""
+
+    def __init__(self, message: str, *, content: str) -> None:
+        super().__init__(message)
+        self.content = content
+
+
+class StoreError(CoordinatorError):
+    """Base of coordination-store errors."""
+
+
+class StoreUnavailable(StoreError):
+    """A read failed or timed out: the cluster view is unknown."""
+
+
+class StoreUnknownOutcome(StoreError):
+    """A write failed or timed out: it may or may not have been applied. Treat as not done."""
+
+
+class ActionError(CoordinatorError):
+    """A drain or recover action failed or timed out."""

@@ -1,0 +1,160 @@
+"""The coordination-store contract shared by the ZooKeeper and in-memory implementations.
+
+Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``)::
+
+    /members/{vm}               ephemeral   one per live agent: {"vm", "started_at", "version", "admin"}
+    /leader                     ephemeral   held by the leader: {"vm", "since"}
+    /events/{EVENT_ID}          persistent  the event as first seen: {"event_id", "event_type", "resources",
+                                            "not_before", "published_by", "published_at", "done_at"}
+    /events/{EVENT_ID}/acks/{vm} persistent  {"vm", "at"}: the VM has drained for this event
+    /events/{EVENT_ID}/approval persistent  {"by", "at", "as_leader"}: written once, before the POST
+
+VM names are stored lower case and event ids upper case (see ``coordinator.names``); both are validated
+before they reach a path.
+
+Every method is bounded by the store's operation timeout. Results follow a three-way contract:
+
+* reads return a value or raise ``StoreUnavailable`` (the view is unknown: keep drained, approve nothing);
+* writes return a ``WriteResult`` (DONE, EXISTS: another writer got there first, MISSING: the node it
+  belongs under is gone) or raise ``StoreUnknownOutcome`` (the write may or may not have happened: the
+  caller assumes the unsafe half did not, i.e. no approval, and retries next cycle).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+__all__ = [
+    "Approval",
+    "ApprovalOutcome",
+    "ApprovalResult",
+    "ClusterView",
+    "ConnectionState",
+    "EventRecord",
+    "Store",
+    "WriteResult",
+]
+
+
+class WriteResult(Enum):
+    DONE = "done"
+    EXISTS = "exists"
+    MISSING = "missing"
+
+
+class ConnectionState(Enum):
+    """CONNECTED is the only state in which an agent may approve.
+
+    SUSPENDED means "maybe not leader any more" (the session may be expiring); LOST means the session
+    and every ephemeral node of it are gone.
+    """
+
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class Approval:
+    by: str
+    at: float
+    as_leader: bool
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """What the cluster knows about one event. ``acks`` maps VM name to the time it acknowledged."""
+
+    event_id: str
+    event_type: str
+    resources: tuple[str, ...]
+    not_before: float | None
+    published_by: str
+    published_at: float
+    acks: Mapping[str, float] = field(default_factory=dict)
+    approval: Approval | None = None
+    done_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """One consistent-enough read of the store, taken once per cycle and never mutated."""
+
+    members: frozenset[str]
+    leader: str | None
+    i_am_leader: bool
+    records: Mapping[str, EventRecord]
+    connection: ConnectionState
+
+
+class ApprovalOutcome(Enum):
+    APPROVED = "approved"  # the approval record exists (written now or before): POST may proceed
+    REFUSED = "refused"  # a re-check failed; ``reason`` on the result says which
+
+
+@dataclass(frozen=True)
+class ApprovalResult:
+    outcome: ApprovalOutcome
+    reason: str = ""
+    record: Approval | None = None
+
+
+class Store(Protocol):
+    """The coordination store as the agent uses it. Implementations must be thread-safe for
+    ``connection_state`` and ``set_wakeup``; every other method is called from the agent loop only."""
+
+    def start(self) -> None:
+        """Connect (bounded by the operation timeout). Raises ``StoreUnavailable`` on failure."""
+
+    def stop(self) -> None:
+        """Close the session (ephemeral nodes vanish). Never raises."""
+
+    @property
+    def connection_state(self) -> ConnectionState: ...
+
+    def set_wakeup(self, callback: Callable[[], None]) -> None:
+        """Register a callback invoked (from a store thread, never blocking) whenever something the
+        agent reads may have changed: membership, leader, events, acks, approvals, connection state."""
+
+    def join(self, vm: str, info: Mapping[str, object]) -> WriteResult:
+        """Make sure this agent's ephemeral member node exists and belongs to the current session.
+
+        DONE: created now; EXISTS: already ours. A node left by an older session of the same VM is
+        replaced. Raises ``StoreUnknownOutcome``."""
+
+    def campaign(self, vm: str) -> bool:
+        """Try, without blocking, to hold leadership. True if this session holds ``/leader`` now.
+        Raises ``StoreUnavailable``."""
+
+    def read_view(self, vm: str) -> ClusterView:
+        """Read members, leader and every event record with its acks and approval.
+        Raises ``StoreUnavailable``."""
+
+    def publish_event(self, record: EventRecord) -> WriteResult:
+        """Create the event record if absent (EXISTS if another agent published it first)."""
+
+    def acknowledge(self, event_id: str, vm: str, at: float) -> WriteResult:
+        """Create ``acks/{vm}`` under the event. EXISTS if present, MISSING if the record is gone."""
+
+    def withdraw_ack(self, event_id: str, vm: str) -> WriteResult:
+        """Delete ``acks/{vm}``. DONE if deleted, MISSING if it was not there."""
+
+    def approve(
+        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float
+    ) -> ApprovalResult:
+        """Re-confirm, then record the approval once. The last gate before the POST to IMDS.
+
+        In order: the connection is CONNECTED; a synced read shows that this session owns
+        ``/leader`` (``as_leader``) or ``/members/{vm}``; every VM of ``required`` has an ack; then
+        ``approval`` is created (or found, written by anyone: approval is idempotent). Any failed
+        check returns REFUSED with the reason. Raises ``StoreUnknownOutcome`` when it cannot tell."""
+
+    def mark_done(self, event_id: str, at: float) -> WriteResult:
+        """Set ``done_at`` on the record (EXISTS if already set, MISSING if no record)."""
+
+    def purge_done(self, older_than: float) -> int:
+        """Delete records (with their children) whose ``done_at`` is older than ``older_than``.
+        Returns how many were deleted."""

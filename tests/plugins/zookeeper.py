@@ -1,0 +1,1 @@
+"""ZooKeeper fixtures (see coordinator.localzk)."""
