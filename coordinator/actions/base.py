@@ -1,0 +1,75 @@
+"""The action protocol.
+
+An action makes one side of the VM stop or resume serving: the load-balancer probe, an HAProxy
+server, a command hook, a webhook. ``drain`` and ``recover`` are called from the executor thread,
+never from the agent loop; both must be idempotent (a restart may repeat either) and raise
+``ActionError`` on failure. A failed drain means no acknowledgement; a failed recover is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from coordinator.errors import ActionError
+from coordinator.models import ScheduledEvent
+
+__all__ = ["Action", "ActionContext", "DryRunAction", "run_drain", "run_recover"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ActionContext:
+    vm: str
+    events: tuple[ScheduledEvent, ...]  # the events that hold the VM (empty on recovery)
+
+    @property
+    def event_ids(self) -> str:
+        return ",".join(e.event_id for e in self.events) or "-"
+
+
+class Action(Protocol):
+    name: str
+
+    def drain(self, ctx: ActionContext) -> None: ...
+
+    def recover(self, ctx: ActionContext) -> None: ...
+
+
+class DryRunAction:
+    """Wraps an action and reports what it would do instead of doing it (observe-only mode)."""
+
+    def __init__(self, inner: Action) -> None:
+        self._inner = inner
+        self.name = inner.name
+
+    def drain(self, ctx: ActionContext) -> None:
+        log.info("dry-run: would drain %s via %s for %s", ctx.vm, self.name, ctx.event_ids)
+
+    def recover(self, ctx: ActionContext) -> None:
+        log.info("dry-run: would recover %s via %s", ctx.vm, self.name)
+
+
+def _run(actions: Sequence[Action], ctx: ActionContext, verb: str) -> None:
+    for action in actions:
+        try:
+            getattr(action, verb)(ctx)
+        except ActionError:
+            raise
+        except Exception as exc:  # an action's own bug must not kill the executor
+            log.exception("action %s %s raised unexpectedly (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids)
+            raise ActionError(f"{action.name} {verb} failed: {exc!r}") from exc
+        log.info("%s %s done (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids)
+
+
+def run_drain(actions: Sequence[Action], ctx: ActionContext) -> None:
+    """Run every action's drain in order; stop at the first failure (raises ``ActionError``)."""
+    _run(actions, ctx, "drain")
+
+
+def run_recover(actions: Sequence[Action], ctx: ActionContext) -> None:
+    """Run every action's recover in reverse order; stop at the first failure."""
+    _run(list(reversed(actions)), ctx, "recover")

@@ -1,0 +1,363 @@
+"""The agent loop: one thread, one cycle at a time.
+
+Each cycle:
+1. observe: read the IMDS document and the cluster view (join, campaign, read), each failure-bounded;
+2. decide: ``coordinator.decide.decide`` (pure);
+3. act: start drain/recover jobs on the executor, write to the store, POST approvals;
+4. describe the cycle in one log line (INFO when it did something or its blockers changed).
+
+Other threads (ZooKeeper watches, connection listeners, signal handlers) only call ``wake``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from coordinator import __version__
+from coordinator.actions.base import Action, ActionContext, run_drain, run_recover
+from coordinator.decide import LocalState, Phase, Plan, Policy, Snapshot, decide
+from coordinator.errors import (
+    ImdsBadRequest,
+    ImdsError,
+    ImdsUnavailable,
+    InvalidName,
+    MalformedDocument,
+    StoreError,
+)
+from coordinator.executor import JobExecutor
+from coordinator.metrics import Metrics
+from coordinator.models import Document
+from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Store, WriteResult
+
+__all__ = ["Agent", "Clock", "Imds", "SystemClock"]
+
+log = logging.getLogger(__name__)
+
+
+class Imds(Protocol):
+    def get_document(self) -> Document: ...
+
+    def approve(self, event_ids: Sequence[str]) -> None: ...
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+@dataclass
+class _Status:
+    plan: Plan | None = None
+    snapshot: Snapshot | None = None
+    description: str = "starting"
+    cycles: int = 0
+
+
+class Agent:
+    PURGE_EVERY = 300.0  # seconds between purges of old done records (leader only)
+    MIN_CYCLE_GAP = 0.2  # a burst of watch wake-ups never makes more than 5 cycles per second
+
+    def __init__(
+        self,
+        *,
+        vm: str,
+        imds: Imds,
+        store: Store,
+        actions: Sequence[Action],
+        policy: Policy,
+        metrics: Metrics,
+        poll_interval: float = 1.0,
+        clock: Clock | None = None,
+        executor: JobExecutor | None = None,
+        member_info: dict[str, object] | None = None,
+    ) -> None:
+        self.vm = vm
+        self._imds = imds
+        self._store = store
+        self._actions = list(actions)
+        self._policy = policy
+        self._metrics = metrics
+        self._poll_interval = poll_interval
+        self._clock = clock or SystemClock()
+        self._executor = executor or JobExecutor()
+        self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
+        self._wake = threading.Event()
+        self._local = LocalState(phase=Phase.UNKNOWN, phase_since=self._clock.monotonic())
+        self._last_document: Document | None = None
+        self._status = _Status()
+        self._status_lock = threading.Lock()
+        self._last_purge = float("-inf")
+        self._last_described = ""
+        self._drain_started: float | None = None
+        store.set_wakeup(self.wake)
+
+    # -- threads other than the loop call only these -------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def status(self) -> dict[str, Any]:
+        with self._status_lock:
+            st = self._status
+            local = self._local
+        return _status_dict(self.vm, local, st)
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Run cycles until ``stop`` is set. Never raises: a bug in a cycle is logged and counted."""
+        self._member_info["started_at"] = self._clock.now()
+        while not stop.is_set():
+            started = self._clock.monotonic()
+            try:
+                self.cycle()
+            except Exception:
+                self._metrics.errors.labels("bug").inc()
+                log.exception("cycle failed unexpectedly; the VM stays as it is (vm=%s)", self.vm)
+            self._metrics.cycle_seconds.observe(self._clock.monotonic() - started)
+            stop.wait(max(self.MIN_CYCLE_GAP - (self._clock.monotonic() - started), 0))
+            remaining = self._poll_interval - (self._clock.monotonic() - started)
+            if remaining > 0:
+                self._wake.wait(remaining)
+            self._wake.clear()
+
+    def cycle(self) -> Plan:
+        """One observe-decide-act cycle. Returns the plan it carried out."""
+        snap = self._observe()
+        local = self._job_status(self._local)
+        plan = decide(snap, local, self._policy)
+        self._local = self._act(snap, local, plan)
+        self._report(snap, plan)
+        return plan
+
+    # -- observe -----------------------------------------------------------------------------------
+
+    def _observe(self) -> Snapshot:
+        document: Document | None = None
+        try:
+            document = self._imds.get_document()
+        except MalformedDocument as exc:
+            self._metrics.documents_invalid.inc()
+            self._metrics.errors.labels("imds").inc()
+            log.warning("IMDS document ignored (vm=%s): %s; content: %s", self.vm, exc, exc.content)
+        except ImdsBadRequest as exc:
+            self._metrics.errors.labels("imds").inc()
+            log.error("IMDS refused our request (a bug; vm=%s): %s %s", self.vm, exc, exc.body[:500])
+        except ImdsUnavailable as exc:
+            self._metrics.errors.labels("imds").inc()
+            log.warning("IMDS unavailable (vm=%s, %s): %s", self.vm, exc.outcome, exc)
+        except ImdsError as exc:
+            self._metrics.errors.labels("imds").inc()
+            log.warning("IMDS error (vm=%s): %s", self.vm, exc)
+        if document is not None:
+            self._last_document = document
+            self._metrics.document_incarnation.set(document.document_incarnation)
+            self._metrics.set_events(Counter((e.event_type, e.event_status) for e in document.events))
+
+        cluster: ClusterView | None = None
+        try:
+            self._store.join(self.vm, self._member_info)
+            self._store.campaign(self.vm)
+            cluster = self._store.read_view(self.vm)
+        except (StoreError, InvalidName) as exc:
+            self._metrics.errors.labels("store").inc()
+            log.warning("cluster view unavailable (vm=%s): %s", self.vm, exc)
+        self._metrics.set_connection(self._store.connection_state)
+        if cluster is not None:
+            self._metrics.is_leader.set(1 if cluster.i_am_leader else 0)
+            self._metrics.members.set(len(cluster.members))
+        else:
+            self._metrics.is_leader.set(0)
+        return Snapshot(
+            me=self.vm,
+            now=self._clock.now(),
+            mono=self._clock.monotonic(),
+            document=document,
+            last_document=self._last_document,
+            cluster=cluster,
+        )
+
+    def _job_status(self, local: LocalState) -> LocalState:
+        job = self._executor.current
+        if not local.job_running or job is None or job.running:
+            return local
+        error = job.error
+        if error is not None:
+            self._metrics.errors.labels("action").inc()
+            log.error("%s failed (vm=%s): %s", job.kind, self.vm, error)
+        return replace(local, job_running=False, job_failed=error is not None)
+
+    # -- act ---------------------------------------------------------------------------------------
+
+    def _act(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
+        if plan.start_drain:
+            holding = tuple(e for e in (snap.last_document.events if snap.last_document else ()) if e.names(self.vm))
+            ctx = ActionContext(self.vm, holding)
+            self._executor.submit("drain", lambda: run_drain(self._actions, ctx))
+            self._drain_started = snap.mono
+            log.info("draining (vm=%s events=%s)", self.vm, ctx.event_ids)
+        if plan.start_recover:
+            ctx = ActionContext(self.vm, ())
+            self._executor.submit("recover", lambda: run_recover(self._actions, ctx))
+            log.info("recovering (vm=%s)", self.vm)
+        if plan.next_phase is not None:
+            if plan.next_phase is Phase.DRAINED and self._drain_started is not None:
+                self._metrics.drain_seconds.observe(snap.mono - self._drain_started)
+            local = replace(
+                local,
+                phase=plan.next_phase,
+                phase_since=snap.mono,
+                job_running=plan.start_drain or plan.start_recover,
+                job_failed=False,
+            )
+            self._metrics.set_phase(plan.next_phase)
+        if snap.cluster is not None:
+            local = self._write(snap, local, plan)
+        return local
+
+    def _write(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
+        store = self._store
+        try:
+            for record in plan.publish:
+                store.publish_event(record)
+            for key in plan.ack:
+                if store.acknowledge(key, self.vm, snap.now) is WriteResult.DONE:
+                    self._metrics.acks.inc()
+                    log.info("acknowledged (vm=%s event=%s)", self.vm, key)
+            for key in plan.withdraw:
+                store.withdraw_ack(key, self.vm)
+            for key in plan.mark_done:
+                store.mark_done(key, snap.now)
+            if plan.purge_before is not None and snap.mono - self._last_purge >= self.PURGE_EVERY:
+                self._last_purge = snap.mono
+                purged = store.purge_done(plan.purge_before)
+                if purged:
+                    log.info("purged %d finished event records (vm=%s)", purged, self.vm)
+        except (StoreError, InvalidName) as exc:
+            self._metrics.errors.labels("store").inc()
+            log.warning("store write failed, retried next cycle (vm=%s): %s", self.vm, exc)
+            return local
+        if plan.approve:
+            local = self._approve(snap, local, plan)
+        return local
+
+    def _approve(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
+        confirmed: list[str] = []
+        for intent in plan.approve:
+            if self._store.connection_state is not ConnectionState.CONNECTED:
+                break
+            try:
+                result = self._store.approve(
+                    intent.key, self.vm, intent.required, as_leader=intent.as_leader, at=snap.now
+                )
+            except StoreError as exc:
+                self._metrics.approvals.labels("unknown").inc()
+                log.warning("approval not confirmed (vm=%s event=%s): %s", self.vm, intent.event_id, exc)
+                continue
+            if result.outcome is ApprovalOutcome.REFUSED:
+                self._metrics.approvals.labels("refused").inc()
+                log.info("approval refused by re-check (vm=%s event=%s): %s", self.vm, intent.event_id, result.reason)
+                continue
+            confirmed.append(intent.event_id)
+        # The last gate: a session that was lost while confirming never POSTs.
+        if not confirmed or self._store.connection_state is not ConnectionState.CONNECTED:
+            return local
+        try:
+            self._imds.approve(confirmed)
+        except ImdsError as exc:
+            self._metrics.approvals.labels("failed").inc()
+            self._metrics.errors.labels("imds").inc()
+            log.warning("approval POST failed, retried next cycle (vm=%s events=%s): %s", self.vm, confirmed, exc)
+            return local
+        for intent in plan.approve:
+            if intent.event_id in confirmed:
+                self._metrics.approvals.labels("posted").inc()
+                record = snap.cluster.records.get(intent.key) if snap.cluster else None
+                if record is not None:
+                    self._metrics.approval_latency.observe(max(snap.now - record.published_at, 0.0))
+        log.info("approved (vm=%s events=%s)", self.vm, ",".join(confirmed))
+        return replace(local, posted=local.posted | frozenset(confirmed))
+
+    # -- report ------------------------------------------------------------------------------------
+
+    def _report(self, snap: Snapshot, plan: Plan) -> None:
+        description = plan.describe()
+        if plan.acts or description != self._last_described:
+            incarnation = snap.document.document_incarnation if snap.document else None
+            log.info("cycle (vm=%s phase=%s incarnation=%s): %s", self.vm, self._local.phase.value,
+                     incarnation, description)
+        else:
+            log.debug("cycle (vm=%s): %s", self.vm, description)
+        for problem in plan.invalid:
+            if problem not in self._last_described:
+                log.warning("cannot coordinate (vm=%s): %s", self.vm, problem)
+        self._last_described = description + "".join(plan.invalid)
+        with self._status_lock:
+            self._status = _Status(plan=plan, snapshot=snap, description=description,
+                                   cycles=self._status.cycles + 1)
+
+
+def _status_dict(vm: str, local: LocalState, st: _Status) -> dict[str, Any]:
+    snap, plan = st.snapshot, st.plan
+    out: dict[str, Any] = {
+        "vm": vm,
+        "phase": local.phase.value,
+        "cycles": st.cycles,
+        "last_cycle": st.description,
+        "approved_by_me": sorted(local.posted),
+    }
+    if snap is None or plan is None:
+        return out
+    cluster = snap.cluster
+    out["imds"] = {
+        "fresh": snap.document is not None,
+        "incarnation": snap.last_document.document_incarnation if snap.last_document else None,
+    }
+    out["cluster"] = None if cluster is None else {
+        "connection": cluster.connection.value,
+        "leader": cluster.leader,
+        "i_am_leader": cluster.i_am_leader,
+        "members": sorted(cluster.members),
+    }
+    events = []
+    for event in snap.last_document.events if snap.last_document else ():
+        key = event.event_id.upper()
+        record = cluster.records.get(key) if cluster else None
+        events.append({
+            "event_id": event.event_id,
+            "type": event.event_type,
+            "status": event.event_status,
+            "resources": list(event.resources),
+            "not_before": event.not_before.isoformat() if event.not_before else None,
+            "approver": plan.approvers.get(key),
+            "acks": sorted(record.acks) if record else [],
+            "approved_by": record.approval.by if record and record.approval else None,
+            "waiting_for": list(plan.blocked.get(key, ())),
+        })
+    out["events"] = events
+    return out
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` passes (used by the demo and tests)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -1,0 +1,130 @@
+"""The ``coordinator`` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from coordinator import __version__
+
+__all__ = ["main"]
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from coordinator.config import load_settings
+    from coordinator.errors import ConfigError
+    from coordinator.logsetup import configure_logging
+    from coordinator.runtime import run_agent
+
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.logging.level, settings.logging.format)
+    return run_agent(settings, dry_run=args.dry_run)
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from coordinator.config import load_settings, redacted
+    from coordinator.errors import ConfigError
+
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(redacted(settings), indent=2))
+    print(f"coordinator: {args.config}: configuration is valid", file=sys.stderr)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import httpx
+
+    try:
+        response = httpx.get(args.url.rstrip("/") + "/status", timeout=5, trust_env=False)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        print(f"coordinator: cannot read {args.url}/status: {exc}", file=sys.stderr)
+        return 1
+    status = response.json()
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    cluster = status.get("cluster") or {}
+    print(f"vm {status.get('vm')}: {status.get('phase')}  (last cycle: {status.get('last_cycle')})")
+    if cluster:
+        print(f"zookeeper: {cluster['connection']}  leader: {cluster['leader']}  members: {', '.join(cluster['members'])}")
+    else:
+        print("zookeeper: cluster view unavailable")
+    imds = status.get("imds") or {}
+    print(f"imds: incarnation {imds.get('incarnation')}  fresh: {imds.get('fresh')}")
+    for event in status.get("events", []):
+        print(f"- {event['event_id']} {event['type']} {event['status']} on {', '.join(event['resources'])}")
+        print(f"    approver {event['approver']}  acks {', '.join(event['acks']) or '-'}  "
+              f"approved by {event['approved_by'] or '-'}")
+        for reason in event["waiting_for"]:
+            print(f"    waiting: {reason}")
+    return 0
+
+
+def _cmd_imds_sim(args: argparse.Namespace) -> int:
+    from coordinator.sim.cli import run
+
+    return run(args)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from coordinator.demo import run
+
+    return run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="coordinator",
+        description="Coordinated drain and approval of Azure Scheduled Events across a VM group.",
+    )
+    parser.add_argument("--version", action="version", version=f"coordinator {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run one agent (one per VM)", description="Run the agent of this VM.")
+    run.add_argument("--config", type=Path, required=True, help="YAML configuration file")
+    run.add_argument("--dry-run", action="store_true",
+                     help="observe only: decide and log, but drain nothing, write nothing, approve nothing")
+    run.set_defaults(func=_cmd_run)
+
+    check = sub.add_parser("check-config", help="validate a configuration file and print it with defaults",
+                           description="Validate a configuration file; exit 2 naming the bad field.")
+    check.add_argument("--config", type=Path, required=True)
+    check.set_defaults(func=_cmd_check_config)
+
+    status = sub.add_parser("status", help="show an agent's view: phase, leader, events, acks, blockers",
+                            description="Read an agent's /status endpoint and print it.")
+    status.add_argument("--url", default="http://127.0.0.1:9110", help="the agent's admin address")
+    status.add_argument("--json", action="store_true", help="print the raw JSON")
+    status.set_defaults(func=_cmd_status)
+
+    from coordinator.sim.cli import add_arguments as sim_arguments
+
+    sim = sub.add_parser("imds-sim", help="run the Azure IMDS simulator for several VMs",
+                         description="Serve Scheduled Events for several simulated VMs (one port each).")
+    sim_arguments(sim)
+    sim.set_defaults(func=_cmd_imds_sim)
+
+    from coordinator.demo import add_arguments as demo_arguments
+
+    demo = sub.add_parser("demo", help="run a local group (ZooKeeper, simulator, 3 agents) through one event",
+                          description="Start ZooKeeper, the simulator and three agents; drain and approve a Freeze.")
+    demo_arguments(demo)
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))

@@ -1,0 +1,99 @@
+"""Observe-only mode: one wrapper per side-effect adapter, no ``if dry_run`` anywhere else.
+
+A dry-run agent reads IMDS and ZooKeeper, decides exactly as a real one would, and logs what it would
+do. It is invisible to the cluster: it does not join (so it is never anyone's approver and never
+blocks anyone), writes nothing, POSTs nothing, and its actions only log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
+
+from coordinator.models import Document
+from coordinator.store.base import (
+    ApprovalOutcome,
+    ApprovalResult,
+    ClusterView,
+    ConnectionState,
+    EventRecord,
+    Store,
+    WriteResult,
+)
+
+__all__ = ["DryRunImds", "DryRunStore"]
+
+log = logging.getLogger(__name__)
+
+
+class DryRunImds:
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def get_document(self) -> Document:
+        return self._inner.get_document()  # type: ignore[attr-defined, no-any-return]
+
+    def approve(self, event_ids: Sequence[str]) -> None:
+        log.info("dry-run: would POST StartRequests for %s", ",".join(event_ids))
+
+
+class DryRunStore:
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+        self._would_ack: dict[str, tuple[str, float]] = {}  # event id -> (vm, at): shown in read_view
+
+    def start(self) -> None:
+        self._inner.start()
+
+    def stop(self) -> None:
+        self._inner.stop()
+
+    @property
+    def connection_state(self) -> ConnectionState:
+        return self._inner.connection_state
+
+    def set_wakeup(self, callback: Callable[[], None]) -> None:
+        self._inner.set_wakeup(callback)
+
+    def join(self, vm: str, info: Mapping[str, object]) -> WriteResult:
+        return WriteResult.EXISTS
+
+    def campaign(self, vm: str) -> bool:
+        return False
+
+    def read_view(self, vm: str) -> ClusterView:
+        view = self._inner.read_view(vm)
+        # Pretend to be a member, and to have acknowledged what it would have, so that the decisions
+        # logged are the ones this VM's agent would make.
+        records = dict(view.records)
+        for key, (who, at) in self._would_ack.items():
+            if key in records:
+                records[key] = replace(records[key], acks={**records[key].acks, who: at})
+        return ClusterView(view.members | {vm}, view.leader, False, records, view.connection)
+
+    def publish_event(self, record: EventRecord) -> WriteResult:
+        log.info("dry-run: would publish event %s", record.event_id)
+        return WriteResult.DONE
+
+    def acknowledge(self, event_id: str, vm: str, at: float) -> WriteResult:
+        log.info("dry-run: would acknowledge event %s for %s", event_id, vm)
+        self._would_ack[event_id] = (vm, at)
+        return WriteResult.DONE
+
+    def withdraw_ack(self, event_id: str, vm: str) -> WriteResult:
+        log.info("dry-run: would withdraw the ack of %s for event %s", vm, event_id)
+        self._would_ack.pop(event_id, None)
+        return WriteResult.DONE
+
+    def approve(
+        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float
+    ) -> ApprovalResult:
+        log.info("dry-run: would approve event %s (required acks: %s)", event_id, ",".join(required))
+        return ApprovalResult(ApprovalOutcome.REFUSED, "dry-run")
+
+    def mark_done(self, event_id: str, at: float) -> WriteResult:
+        return WriteResult.DONE
+
+    def purge_done(self, older_than: float) -> int:
+        return 0

@@ -1,0 +1,120 @@
+"""HTTP surface: the load-balancer probe and the admin endpoints, on stdlib threading servers.
+
+Handlers only read: the probe flag, the metrics registry, the last status snapshot. They never
+block on the agent loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from coordinator.actions.probe import ProbeState
+
+__all__ = ["HttpSurface", "split_host_port"]
+
+log = logging.getLogger(__name__)
+
+
+def split_host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class HttpSurface:
+    """Two listeners: ``probe`` (what the load balancer polls) and ``admin`` (/metrics, /status, /livez)."""
+
+    def __init__(
+        self,
+        *,
+        probe_listen: str,
+        probe_path: str,
+        admin_listen: str,
+        probe: ProbeState,
+        registry: CollectorRegistry,
+        status: Callable[[], dict[str, Any]],
+    ) -> None:
+        self._probe = probe
+        self._probe_path = probe_path
+        self._registry = registry
+        self._status = status
+        self._servers = [
+            _Server(split_host_port(probe_listen), self._handler(self._probe_routes)),
+            _Server(split_host_port(admin_listen), self._handler(self._admin_routes)),
+        ]
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def probe_address(self) -> tuple[str, int]:
+        host, port = self._servers[0].server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def admin_address(self) -> tuple[str, int]:
+        host, port = self._servers[1].server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        for server in self._servers:
+            thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+
+    def _probe_routes(self, path: str) -> tuple[int, str, bytes]:
+        if path != self._probe_path:
+            return 404, "text/plain", b"not found\n"
+        if self._probe.serving:
+            return 200, "text/plain", b"serving\n"
+        return 503, "text/plain", b"draining\n"
+
+    def _admin_routes(self, path: str) -> tuple[int, str, bytes]:
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self._registry)
+        if path == "/status":
+            body = json.dumps(self._status(), indent=2, sort_keys=True).encode()
+            return 200, "application/json", body + b"\n"
+        if path == "/livez":
+            return 200, "text/plain", b"ok\n"
+        if path == self._probe_path:
+            return self._probe_routes(path)
+        return 404, "text/plain", b"not found\n"
+
+    @staticmethod
+    def _handler(routes: Callable[[str], tuple[int, str, bytes]]) -> type[BaseHTTPRequestHandler]:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                try:
+                    status, ctype, body = routes(self.path.split("?", 1)[0])
+                except Exception:
+                    log.exception("HTTP handler failed for %s", self.path)
+                    status, ctype, body = 500, "text/plain", b"internal error\n"
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_HEAD = do_GET
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return  # probes arrive every few seconds; access logs would drown the agent's own
+
+        return Handler

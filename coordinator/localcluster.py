@@ -1,0 +1,243 @@
+"""A whole group on one machine: ZooKeeper, the IMDS simulator and N agents, each its own process.
+
+Used by ``coordinator demo`` and by the end-to-end tests. Every process is started here, its PID
+recorded, and only those PIDs are stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from coordinator.localzk import LocalZooKeeper
+from coordinator.sim.client import SimControl
+
+__all__ = ["AgentProcess", "LocalCluster", "free_port"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@dataclass
+class AgentProcess:
+    vm: str
+    config_path: Path
+    log_path: Path
+    probe_url: str
+    admin_url: str
+    proc: subprocess.Popen[bytes] | None = None
+    _http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=2.0, trust_env=False))
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def probe(self) -> int | None:
+        """The health probe's HTTP status, or None if the agent does not answer."""
+        try:
+            return self._http.get(self.probe_url).status_code
+        except httpx.HTTPError:
+            return None
+
+    def status(self) -> dict[str, Any] | None:
+        try:
+            response = self._http.get(self.admin_url + "/status")
+        except httpx.HTTPError:
+            return None
+        return response.json() if response.status_code == 200 else None
+
+    def metrics(self) -> str:
+        return self._http.get(self.admin_url + "/metrics").text
+
+
+class LocalCluster:
+    """Start with ``start()``; ``stop()`` ends every process this object started."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        vms: Sequence[str] = ("vm0", "vm1", "vm2"),
+        *,
+        cluster: str = "demo",
+        drain_wait: float = 2.0,
+        poll_interval: float = 0.5,
+        session_timeout: float = 6.0,
+        approver: str = "first-resource",
+        started_for: float = 3.0,
+        zk_hosts: str | None = None,
+        extra_config: dict[str, Any] | None = None,
+    ) -> None:
+        self.workdir = workdir
+        self.vms = list(vms)
+        self.cluster = cluster
+        self._drain_wait = drain_wait
+        self._poll_interval = poll_interval
+        self._session_timeout = session_timeout
+        self._approver = approver
+        self._started_for = started_for
+        self._extra = extra_config or {}
+        self.zk: LocalZooKeeper | None = None
+        self.zk_hosts = zk_hosts
+        self.sim_proc: subprocess.Popen[bytes] | None = None
+        self.sim: SimControl | None = None
+        self.imds_urls: dict[str, str] = {}
+        self.agents: dict[str, AgentProcess] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self, on_step: Callable[[str], None] = lambda _: None) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            if self.zk_hosts is None:
+                on_step("starting ZooKeeper")
+                self.zk = LocalZooKeeper(self.workdir / "zookeeper")
+                self.zk.start()
+                self.zk_hosts = self.zk.hosts
+            on_step(f"ZooKeeper serving on {self.zk_hosts}; starting the IMDS simulator")
+            self._start_simulator()
+            for vm in self.vms:
+                on_step(f"starting the agent of {vm}")
+                self.start_agent(vm)
+            self.wait_members(len(self.vms))
+            on_step(f"{len(self.vms)} agents joined")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_simulator(self) -> None:
+        ready = self.workdir / "imds-sim.ready.json"
+        ready.unlink(missing_ok=True)
+        log = open(self.workdir / "imds-sim.log", "ab")  # noqa: SIM115 - owned by the child
+        self.sim_proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator.sim", "--vms", ",".join(self.vms), "--base-port", "0",
+             "--control", "127.0.0.1:0", "--ready-file", str(ready), "--started-for", str(self._started_for)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        _wait(lambda: ready.exists() or self.sim_proc is None or self.sim_proc.poll() is not None, 30,
+              "the IMDS simulator")
+        if not ready.exists():
+            raise RuntimeError(f"the IMDS simulator exited; see {self.workdir / 'imds-sim.log'}")
+        info = json.loads(ready.read_text())
+        self.imds_urls = dict(info["vms"])
+        self.sim = SimControl(info["control"])
+
+    def agent_config(self, vm: str, probe_port: int, admin_port: int) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "cluster": self.cluster,
+            "vm_name": vm,
+            "imds": {"url": self.imds_urls[vm], "poll_interval": self._poll_interval,
+                     "first_request_timeout": 10, "request_timeout": 2},
+            "zookeeper": {"hosts": self.zk_hosts, "session_timeout": self._session_timeout,
+                          "operation_timeout": 2},
+            "policy": {"approver": self._approver},
+            "drain": {"wait_seconds": self._drain_wait},
+            "probe": {"listen": f"127.0.0.1:{probe_port}", "path": "/health"},
+            "http": {"listen": f"127.0.0.1:{admin_port}"},
+        }
+        for section, values in self._extra.items():
+            if isinstance(values, dict):
+                config.setdefault(section, {}).update(values)
+            else:
+                config[section] = values
+        return config
+
+    def start_agent(self, vm: str, *, extra_args: Sequence[str] = ()) -> AgentProcess:
+        existing = self.agents.get(vm)
+        if existing is None:
+            probe_port, admin_port = free_port(), free_port()
+            config_path = self.workdir / f"agent-{vm}.yaml"
+            config_path.write_text(yaml.safe_dump(self.agent_config(vm, probe_port, admin_port)))
+            existing = AgentProcess(
+                vm=vm, config_path=config_path, log_path=self.workdir / f"agent-{vm}.log",
+                probe_url=f"http://127.0.0.1:{probe_port}/health", admin_url=f"http://127.0.0.1:{admin_port}",
+            )
+            self.agents[vm] = existing
+        log = open(existing.log_path, "ab")  # noqa: SIM115 - owned by the child
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")}
+        existing.proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "run", "--config", str(existing.config_path), *extra_args],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        )
+        _wait(lambda: existing.status() is not None or not existing.alive(), 30, f"the agent of {vm}")
+        if not existing.alive():
+            raise RuntimeError(f"the agent of {vm} exited; see {existing.log_path}")
+        return existing
+
+    def stop_agent(self, vm: str, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
+        agent = self.agents[vm]
+        if agent.proc is None or agent.proc.poll() is not None:
+            return
+        agent.proc.send_signal(sig)
+        try:
+            agent.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            agent.proc.kill()
+            agent.proc.wait(5)
+
+    def stop(self) -> None:
+        for vm in list(self.agents):
+            agent = self.agents[vm]
+            if agent.proc is not None and agent.proc.poll() is None:
+                agent.proc.send_signal(signal.SIGCONT)  # a paused agent cannot act on SIGTERM
+            self.stop_agent(vm)
+        if self.sim_proc is not None and self.sim_proc.poll() is None:
+            self.sim_proc.terminate()
+            try:
+                self.sim_proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.sim_proc.kill()
+                self.sim_proc.wait(5)
+        if self.zk is not None:
+            self.zk.stop()
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- observation -------------------------------------------------------------------------------
+
+    def statuses(self) -> dict[str, dict[str, Any] | None]:
+        return {vm: agent.status() for vm, agent in self.agents.items()}
+
+    def wait_members(self, n: int, timeout: float = 30) -> None:
+        def joined() -> bool:
+            for agent in self.agents.values():
+                st = agent.status() if agent.alive() else None
+                if st and st.get("cluster") and len(st["cluster"]["members"]) >= n:
+                    return True
+            return False
+
+        _wait(joined, timeout, f"{n} agents to join")
+
+    def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        _wait(predicate, timeout, what)

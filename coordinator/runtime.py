@@ -1,0 +1,132 @@
+"""Wiring: settings -> adapters -> agent, and the process lifecycle of ``coordinator run``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from types import FrameType
+
+from prometheus_client import CollectorRegistry
+
+from coordinator import __version__
+from coordinator.actions import Action, DryRunAction, ProbeAction, ProbeState
+from coordinator.agent import Agent
+from coordinator.config import Settings, redacted
+from coordinator.decide import Policy
+from coordinator.dryrun import DryRunImds, DryRunStore
+from coordinator.errors import ImdsError, InvalidName
+from coordinator.httpserver import HttpSurface
+from coordinator.imds import ImdsClient
+from coordinator.metrics import Metrics
+from coordinator.names import normalize_vm_name
+from coordinator.store.base import Store
+from coordinator.store.zookeeper import ZooKeeperStore
+
+__all__ = ["run_agent"]
+
+log = logging.getLogger(__name__)
+
+
+def _learn_vm_name(imds: ImdsClient, stop: threading.Event, retry: float) -> str | None:
+    """Ask IMDS for this VM's name as ``Resources`` spells it, until it answers or ``stop`` is set."""
+    while not stop.is_set():
+        try:
+            compute = imds.get_instance_compute()
+            return normalize_vm_name(compute.resources_name)
+        except (ImdsError, InvalidName) as exc:
+            log.warning("cannot learn this VM's name from IMDS yet (set vm_name to override): %s", exc)
+        stop.wait(retry)
+    return None
+
+
+def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
+    """Run one agent until SIGTERM or SIGINT. Returns the process exit code."""
+    stop = threading.Event()
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    imds = ImdsClient(
+        base_url=settings.imds.url,
+        api_version=settings.imds.api_version,
+        request_timeout=settings.imds.request_timeout,
+        first_request_timeout=settings.imds.first_request_timeout,
+        max_attempts=settings.imds.max_attempts,
+        max_requests_per_second=settings.imds.max_requests_per_second,
+        on_request=lambda method, outcome: metrics.imds_requests.labels(method, outcome).inc(),
+    )
+    agent: Agent | None = None
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s received: stopping", signal.Signals(signum).name)
+        stop.set()
+        if agent is not None:
+            agent.wake()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    log.info("coordinator %s starting%s; effective configuration: %s", __version__,
+             " in DRY-RUN mode (observe only)" if dry_run else "", json.dumps(redacted(settings)))
+    probe = ProbeState()
+    agent_ref: list[Agent] = []
+    http = HttpSurface(
+        probe_listen=settings.probe.listen,
+        probe_path=settings.probe.path,
+        admin_listen=settings.http.listen,
+        probe=probe,
+        registry=registry,
+        status=lambda: agent_ref[0].status() if agent_ref else {"phase": "starting"},
+    )
+    http.start()
+    log.info("health probe on %s%s (503 until the first document clears this VM); admin on %s",
+             settings.probe.listen, settings.probe.path, settings.http.listen)
+    vm = settings.vm_name or _learn_vm_name(imds, stop, settings.imds.poll_interval * 5)
+    if vm is None:
+        http.stop()
+        return 0
+    store: Store = ZooKeeperStore(
+        hosts=settings.zookeeper.hosts,
+        root=settings.zookeeper.root,
+        cluster=settings.cluster,
+        session_timeout=settings.zookeeper.session_timeout,
+        operation_timeout=settings.zookeeper.operation_timeout,
+    )
+    actions: list[Action] = [ProbeAction(probe)]
+    adapters_imds: object = imds
+    if dry_run:
+        store = DryRunStore(store)
+        actions = [DryRunAction(a) for a in actions]
+        adapters_imds = DryRunImds(imds)
+    agent = Agent(
+        vm=vm,
+        imds=adapters_imds,  # type: ignore[arg-type]
+        store=store,
+        actions=actions,
+        policy=Policy(
+            approver=settings.policy.approver,
+            drain_wait=settings.drain.wait_seconds,
+            done_retention=settings.done_retention_seconds,
+        ),
+        metrics=metrics,
+        poll_interval=settings.imds.poll_interval,
+        member_info={"admin": settings.http.listen},
+    )
+    agent_ref.append(agent)
+    # Connecting is retried in the background by kazoo; the loop runs (and keeps the VM on the safe
+    # side) whether or not ZooKeeper is reachable yet.
+    try:
+        store.start()
+    except Exception as exc:
+        log.warning("ZooKeeper not reachable at start (%s): %s; retrying in the background",
+                    settings.zookeeper.hosts, exc)
+    log.info("agent for %s in cluster %s running (approver mode %s)", vm, settings.cluster,
+             settings.policy.approver.value)
+    try:
+        agent.run(stop)
+    finally:
+        store.stop()
+        imds.close()
+        http.stop()
+        log.info("stopped")
+    return 0
