@@ -87,6 +87,7 @@ class Agent:
         member_info: dict[str, object] | None = None,
     ) -> None:
         self.vm = vm
+        self._wake = threading.Event()
         self._imds = imds
         self._store = store
         self._actions = list(actions)
@@ -94,9 +95,8 @@ class Agent:
         self._metrics = metrics
         self._poll_interval = poll_interval
         self._clock = clock or SystemClock()
-        self._executor = executor or JobExecutor()
+        self._executor = executor or JobExecutor(on_done=self.wake)
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
-        self._wake = threading.Event()
         self._local = LocalState(phase=Phase.UNKNOWN, phase_since=self._clock.monotonic())
         self._last_document: Document | None = None
         self._status = _Status()

@@ -32,12 +32,16 @@ class Job:
 
 
 class JobExecutor:
-    def __init__(self) -> None:
+    def __init__(self, on_done: Callable[[], None] = lambda: None) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="actions")
+        self._on_done = on_done
         self.current: Job | None = None
 
     def submit(self, kind: str, fn: Callable[[], None]) -> Job:
-        self.current = Job(kind, self._pool.submit(fn))
+        """Queue ``fn``; ``on_done`` (which must not block) is called when it finishes, however."""
+        future = self._pool.submit(fn)
+        future.add_done_callback(lambda _: self._on_done())
+        self.current = Job(kind, future)
         return self.current
 
     def shutdown(self, wait: bool = True) -> None:

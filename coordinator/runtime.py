@@ -34,7 +34,7 @@ def _learn_vm_name(imds: ImdsClient, stop: threading.Event, retry: float) -> str
     while not stop.is_set():
         try:
             compute = imds.get_instance_compute()
-            return normalize_vm_name(compute.resources_name)
+            return normalize_vm_name(compute.scheduled_events_name)
         except (ImdsError, InvalidName) as exc:
             log.warning("cannot learn this VM's name from IMDS yet (set vm_name to override): %s", exc)
         stop.wait(retry)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Install everything the demo and the tests use, on a fresh Debian machine (as root, or with sudo):
+# Java and ZooKeeper, HAProxy and socat, and a virtualenv (.venv) holding the project with its
+# test dependencies. Safe to run again: it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+[ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+[ -f /usr/share/java/netty-codec.jar ] || need_apt+=(libnetty-java)
+command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
+command -v socat >/dev/null 2>&1 || need_apt+=(socat)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "setup: installing ${need_apt[*]} with apt-get"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+PYTHON="${PYTHON:-python3}"
+"$PYTHON" - <<'PY'
+import sys
+if sys.version_info < (3, 11):
+    sys.exit(f"setup: Python 3.11 or newer is required, found {sys.version.split()[0]}")
+PY
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+if [ ! -f "$stamp" ]; then
+    echo "setup: installing the project and its test dependencies into .venv"
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+    rm -f .venv/.installed-* && touch "$stamp"
+fi
+echo "setup: ready (java: $(command -v java), zookeeper: /usr/share/java/zookeeper.jar, haproxy: $(command -v haproxy))"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install what is missing, then run lint, type checks and the whole test suite. Tests start their
+# own ZooKeeper servers, simulator and agents on loopback and stop exactly the processes they started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+echo "test: ruff"
+.venv/bin/ruff check coordinator tests
+echo "test: mypy --strict"
+.venv/bin/mypy
+echo "test: pytest"
+exec .venv/bin/pytest -p no:cacheprovider "$@"
