@@ -171,6 +171,10 @@ class Agent:
 
         cluster: ClusterView | None = None
         try:
+            if self._store.connection_state is ConnectionState.LOST:
+                # Level-triggered like the rest: (re)connect when there is no connection. A no-op
+                # while the client reconnects by itself; a new attempt after a failed first start.
+                self._store.start()
             self._store.join(self.vm, self._member_info)
             self._store.campaign(self.vm)
             cluster = self._store.read_view(self.vm)

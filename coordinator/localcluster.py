@@ -112,7 +112,7 @@ class LocalCluster:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    def start(self, on_step: Callable[[str], None] = lambda _: None) -> None:
+    def start(self, on_step: Callable[[str], None] = lambda _: None, *, wait_joined: bool = True) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             if self.zk_hosts is None:
@@ -125,8 +125,9 @@ class LocalCluster:
             for vm in self.vms:
                 on_step(f"starting the agent of {vm}")
                 self.start_agent(vm)
-            self.wait_members(len(self.vms))
-            on_step(f"{len(self.vms)} agents joined")
+            if wait_joined:
+                self.wait_members(len(self.vms))
+                on_step(f"{len(self.vms)} agents joined")
         except BaseException:
             self.stop()
             raise

@@ -113,13 +113,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         member_info={"admin": settings.http.listen},
     )
     agent_ref.append(agent)
-    # Connecting is retried in the background by kazoo; the loop runs (and keeps the VM on the safe
-    # side) whether or not ZooKeeper is reachable yet.
-    try:
-        store.start()
-    except Exception as exc:
-        log.warning("ZooKeeper not reachable at start (%s): %s; retrying in the background",
-                    settings.zookeeper.hosts, exc)
+    # The loop connects (and reconnects) by itself and keeps the VM on the safe side whether or not
+    # ZooKeeper is reachable yet.
     log.info("agent for %s in cluster %s running (approver mode %s)", vm, settings.cluster,
              settings.policy.approver.value)
     try:
