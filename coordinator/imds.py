@@ -1,0 +1,548 @@
+"""Synchronous client for the Azure Instance Metadata Service (IMDS): Scheduled Events and compute metadata.
+
+What IMDS requires, and how this client honours it (see Microsoft's Scheduled Events and IMDS pages):
+
+* every request carries ``Metadata: true`` and exactly one ``api-version`` query parameter;
+* IMDS must never be reached through a proxy: the underlying ``httpx.Client`` ignores proxy
+  environment variables and system proxy settings (``trust_env=False``) and never follows redirects;
+* the rate limit is 5 requests per second per VM, shared by every IMDS user on the VM: one client
+  instance never sends more than ``max_requests_per_second`` requests in any one-second window,
+  retries included, and waits (through the injected ``sleep``) when it would;
+* the first Scheduled Events request enables the service and may take up to 2 minutes to answer:
+  until the endpoint has answered 200 once, requests to it use ``first_request_timeout``;
+* 410, 429 and 5xx, timeouts and connection errors are transient and retried; a 400 means the request
+  is wrong (a bug), so it is never retried in a hot loop.
+
+Every public method is synchronous and thread-safe; it blocks for at most the sum of its attempts'
+timeouts, the back-off delays between them and any wait imposed by the rate limit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Annotated, Any, Final, Self, TypeVar
+
+import httpx
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from coordinator.errors import ImdsBadRequest, ImdsUnavailable, MalformedDocument
+from coordinator.models import Document, parse_document
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "OUTCOMES",
+    "ImdsClient",
+    "InstanceCompute",
+    "parse_instance_compute",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL: Final = "http://169.254.169.254"
+
+#: Every value ``on_request`` can receive as its outcome (pre-declare metric label values with it).
+OUTCOMES: Final[tuple[str, ...]] = (
+    "ok",
+    "bad_request",
+    "not_found",
+    "gone",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "connection_error",
+    "malformed",
+    "other",
+)
+
+_SCHEDULED_EVENTS_PATH: Final = "/metadata/scheduledevents"
+_COMPUTE_PATH: Final = "/metadata/instance/compute"
+_RETRYABLE: Final = frozenset({"gone", "rate_limited", "server_error", "timeout", "connection_error"})
+_BODY_LIMIT: Final = 2000
+
+_T = TypeVar("_T")
+
+
+# --- instance compute metadata ---------------------------------------------------------------------------
+
+
+def _text(value: object) -> str:
+    # IMDS serves these fields as strings ("0", "") but hand-made mocks write numbers or null.
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"expected a string, got {type(value).__name__}")
+    return str(value)
+
+
+_Text = Annotated[str, BeforeValidator(_text)]
+
+
+class InstanceCompute(BaseModel):
+    """The parts of ``/metadata/instance/compute`` the agent needs. Absent or null fields are ``""``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    # validation/serialization aliases (not ``alias``) keep the Python names in the typed constructor.
+    name: _Text = ""
+    vm_scale_set_name: _Text = Field(
+        default="", validation_alias="vmScaleSetName", serialization_alias="vmScaleSetName"
+    )
+    platform_fault_domain: _Text = Field(
+        default="", validation_alias="platformFaultDomain", serialization_alias="platformFaultDomain"
+    )
+    platform_update_domain: _Text = Field(
+        default="", validation_alias="platformUpdateDomain", serialization_alias="platformUpdateDomain"
+    )
+    zone: _Text = ""
+
+    @property
+    def is_scale_set_instance(self) -> bool:
+        return self.vm_scale_set_name != ""
+
+    @property
+    def scheduled_events_name(self) -> str:
+        """This VM's name as Scheduled Events lists it in ``Resources``.
+
+        For a scale-set instance IMDS ``name`` is already ``{scaleSetName}_{instanceId}`` (e.g.
+        ``aks-nodepool1-21922338-vmss_47``, not the guest host name); for availability-set and standalone
+        VMs it is the VM name. Either way it is ``name`` as served; ``""`` if IMDS did not say.
+        Compare it case-insensitively (``ScheduledEvent.names``).
+        """
+        return self.name
+
+
+def parse_instance_compute(raw: bytes | str | object) -> InstanceCompute:
+    """Parse a compute metadata document from bytes, text or decoded JSON.
+
+    Raises ``MalformedDocument`` (with the content, truncated) if it is not a JSON object or a known
+    field has a wrong type. Never raises anything else.
+    """
+    content = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    if isinstance(content, str):
+        try:
+            data = json.loads(content)
+        except (ValueError, RecursionError) as exc:
+            raise MalformedDocument(
+                f"compute metadata is not JSON: {exc}", content=content[:_BODY_LIMIT]
+            ) from None
+    else:
+        data = content
+    if not isinstance(data, dict):
+        raise MalformedDocument(
+            f"compute metadata is not a JSON object but {type(data).__name__}",
+            content=repr(data)[:_BODY_LIMIT],
+        )
+    try:
+        return InstanceCompute.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()[:5]
+        )
+        raise MalformedDocument(
+            f"invalid compute metadata: {problems}", content=repr(data)[:_BODY_LIMIT]
+        ) from None
+
+
+# --- rate limit ------------------------------------------------------------------------------------------
+
+
+class _SlidingWindowLimiter:
+    """At most ``capacity`` sends in any window of ``window`` seconds, by reserving send times.
+
+    Reservation (instead of sleep-and-recheck) keeps callers in order and never spins, even with a
+    ``sleep`` that does not advance the clock. For an integer rate r the guarantee is exactly "at most
+    r requests in any one-second window"; a fractional rate is rounded down (2.5/s allows 2 per second)
+    and a rate below 1/s allows one request per ``1/rate`` seconds.
+    """
+
+    def __init__(self, rate: float, clock: Callable[[], float]) -> None:
+        self._capacity = max(1, math.floor(rate))
+        self._window = max(1.0, self._capacity / rate)
+        self._clock = clock
+        self._slots: deque[float] = deque(maxlen=self._capacity)
+        self._lock = threading.Lock()
+
+    def reserve(self) -> float:
+        """Reserve the next send time; return how long the caller must wait before sending."""
+        with self._lock:
+            now = self._clock()
+            at = now
+            if self._slots:
+                at = max(at, self._slots[-1])
+            if len(self._slots) == self._capacity:
+                at = max(at, self._slots[0] + self._window)
+            self._slots.append(at)
+            return at - now
+
+
+# --- the client ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Cooldown:
+    until: float
+    delay: float
+    status: int
+    body: str
+
+
+class ImdsClient:
+    """Talks to IMDS; one instance per process, shared by every thread.
+
+    Error contract, for every method:
+
+    * ``ImdsUnavailable(outcome=...)``: transient trouble (timeout, connection error, 410, 429, 5xx)
+      persisted through ``max_attempts`` attempts of this call; or IMDS gave an unexpected status (3xx
+      (redirects are never followed), 1xx, a 2xx other than 200) which is not retried, outcome
+      ``"other"``. ``outcome`` is the last attempt's outcome (one of ``OUTCOMES``).
+    * ``ImdsBadRequest(status=, body=)``: IMDS answered 400 or another 4xx except 410/429; our request
+      is wrong. Never retried. It arms a cool-down for that operation (``bad_request_cooldown`` seconds,
+      doubling on each new 4xx up to ``bad_request_cooldown_max``, reset by a 200): calls within it raise
+      ``ImdsBadRequest`` again at once, without sending anything. Operations are kept apart so that an
+      approval IMDS refuses cannot stop the polling of the document.
+    * ``MalformedDocument``: IMDS answered 200 with a body that does not parse. Not retried.
+
+    Retries happen inside one call: full-jitter exponential back-off, attempt ``n`` waits a uniform
+    random time in ``[0, min(backoff_max, backoff_base * 2**(n-1))]``, or, when the answer carries
+    ``Retry-After`` in seconds, exactly that (capped at ``backoff_max``; the HTTP-date form is ignored).
+    IMDS documents retrying 410 for up to 70 s in all: a call gives up sooner and the caller's next
+    poll is the next retry.
+
+    Timing: each attempt is bounded by ``request_timeout``, or, until the Scheduled Events endpoint has
+    answered 200 once, by ``first_request_timeout`` (the first request enables the service). Connecting
+    is always bounded by ``request_timeout``. Worst case per call with the defaults: 3 x 10 s plus at most
+    1.5 s of back-off once warm; 3 x 120 s plus back-off before.
+
+    ``on_request(method, outcome)`` is called after every HTTP attempt (not for calls refused by the
+    cool-down) on the calling thread; it must be quick and must not raise.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_version: str = "2020-07-01",
+        compute_api_version: str = "2021-02-01",
+        request_timeout: float = 10.0,
+        first_request_timeout: float = 120.0,
+        max_attempts: int = 3,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        max_requests_per_second: float = 5.0,
+        bad_request_cooldown: float = 5.0,
+        bad_request_cooldown_max: float = 300.0,
+        transport: httpx.BaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        on_request: Callable[[str, str], None] | None = None,
+    ) -> None:
+        url = httpx.URL(base_url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"base_url must be an http(s) URL with a host, got {base_url!r}")
+        for field, version in (("api_version", api_version), ("compute_api_version", compute_api_version)):
+            if not version:
+                raise ValueError(f"{field} must not be empty")
+        for field, value in (
+            ("request_timeout", request_timeout),
+            ("first_request_timeout", first_request_timeout),
+            ("max_requests_per_second", max_requests_per_second),
+            ("bad_request_cooldown", bad_request_cooldown),
+        ):
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"{field} must be a positive number, got {value!r}")
+        for field, value in (("backoff_base", backoff_base), ("backoff_max", backoff_max)):
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{field} must be a non-negative number, got {value!r}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts!r}")
+        if bad_request_cooldown_max < bad_request_cooldown:
+            raise ValueError("bad_request_cooldown_max must not be below bad_request_cooldown")
+
+        self._api_version = api_version
+        self._compute_api_version = compute_api_version
+        self._request_timeout = float(request_timeout)
+        self._first_request_timeout = float(first_request_timeout)
+        self._max_attempts = max_attempts
+        self._backoff_base = float(backoff_base)
+        self._backoff_max = float(backoff_max)
+        self._cooldown_initial = float(bad_request_cooldown)
+        self._cooldown_max = float(bad_request_cooldown_max)
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng if rng is not None else random.Random()
+        self._on_request = on_request
+        self._limiter = _SlidingWindowLimiter(max_requests_per_second, clock)
+        self._lock = threading.Lock()
+        self._warm = False
+        self._cooldowns: dict[str, _Cooldown] = {}
+        # An explicit transport also keeps httpx from mounting proxies found in the environment; both
+        # that and trust_env=False are needed to be sure IMDS is never reached through a proxy.
+        self._client = httpx.Client(
+            base_url=url,
+            headers={"Metadata": "true"},
+            timeout=httpx.Timeout(self._request_timeout),
+            follow_redirects=False,
+            trust_env=False,
+            transport=transport if transport is not None else httpx.HTTPTransport(trust_env=False),
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection pool (and the transport). Idempotent."""
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- public operations -------------------------------------------------------------------------------
+
+    def get_document(self) -> Document:
+        """GET the Scheduled Events document.
+
+        Returns the parsed ``Document``. Raises ``ImdsUnavailable``, ``ImdsBadRequest`` or
+        ``MalformedDocument`` as described on the class; retries transient failures within the call.
+        """
+        return self._call(
+            "GET",
+            _SCHEDULED_EVENTS_PATH,
+            self._api_version,
+            cooldown_key="GET scheduledevents",
+            scheduled_events=True,
+            parse=lambda response: parse_document(response.content),
+        )
+
+    def approve(self, event_ids: Sequence[str]) -> None:
+        """Approve events: POST ``{"StartRequests": [{"EventId": id}, ...]}`` to the Scheduled Events URL.
+
+        Ids are sent exactly as given, in order, all in one request; an empty sequence sends nothing.
+        Success is a 200, which IMDS also answers for an id already approved (by this or another VM),
+        so retrying is safe and transient failures are retried like ``get_document``. An approval
+        releases the event for every VM in its ``Resources``. Raises ``ImdsUnavailable`` or
+        ``ImdsBadRequest`` (the cool-down is kept per set of ids), and ``TypeError`` if ``event_ids`` is
+        a plain string or holds a non-string.
+        """
+        if isinstance(event_ids, str | bytes):
+            raise TypeError("event_ids must be a sequence of event ids, not a single string")
+        ids = list(event_ids)
+        for event_id in ids:
+            if not isinstance(event_id, str):
+                raise TypeError(f"event id must be a string, got {type(event_id).__name__}")
+        if not ids:
+            return
+        self._call(
+            "POST",
+            _SCHEDULED_EVENTS_PATH,
+            self._api_version,
+            cooldown_key="POST scheduledevents " + ",".join(sorted(set(ids))),
+            scheduled_events=True,
+            parse=lambda response: None,
+            json_body={"StartRequests": [{"EventId": event_id} for event_id in ids]},
+        )
+
+    def get_instance_compute(self) -> InstanceCompute:
+        """GET ``/metadata/instance/compute``: this VM's name, scale set, fault/update domain and zone.
+
+        Raises ``MalformedDocument``, ``ImdsUnavailable`` or ``ImdsBadRequest`` as for the document.
+        Always uses ``request_timeout`` (the slow first answer concerns Scheduled Events only).
+        """
+        return self._call(
+            "GET",
+            _COMPUTE_PATH,
+            self._compute_api_version,
+            cooldown_key="GET compute",
+            scheduled_events=False,
+            parse=lambda response: parse_instance_compute(response.content),
+        )
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        api_version: str,
+        *,
+        cooldown_key: str,
+        scheduled_events: bool,
+        parse: Callable[[httpx.Response], _T],
+        json_body: dict[str, Any] | None = None,
+    ) -> _T:
+        label = f"{method} {path}"
+        self._refuse_during_cooldown(cooldown_key, label)
+        outcome = "other"
+        detail = ""
+        for attempt in range(1, self._max_attempts + 1):
+            wait = self._limiter.reserve()
+            if wait > 0:
+                self._sleep(wait)
+            retry_after: float | None = None
+            try:
+                response = self._client.request(
+                    method,
+                    path,
+                    params={"api-version": api_version},
+                    json=json_body,
+                    timeout=self._timeout(scheduled_events),
+                )
+            except httpx.TimeoutException as exc:
+                outcome, detail = "timeout", f"{type(exc).__name__}: {exc}"
+                self._report(method, outcome)
+            except httpx.RequestError as exc:
+                outcome, detail = "connection_error", f"{type(exc).__name__}: {exc}"
+                self._report(method, outcome)
+            else:
+                status = response.status_code
+                outcome = _outcome_for_status(status)
+                if outcome == "ok":
+                    self._succeeded(cooldown_key, scheduled_events)
+                    try:
+                        result = parse(response)
+                    except MalformedDocument:
+                        self._report(method, "malformed")
+                        raise
+                    self._report(method, "ok")
+                    return result
+                self._report(method, outcome)
+                body = response.text[:_BODY_LIMIT]
+                if 400 <= status < 500 and outcome not in _RETRYABLE:
+                    cooldown = self._arm_cooldown(cooldown_key, status, body)
+                    logger.error(
+                        "IMDS answered %d to %s: this is a bug in the request, not retried for %.0f s; "
+                        "body: %s",
+                        status,
+                        label,
+                        cooldown,
+                        body,
+                    )
+                    raise ImdsBadRequest(
+                        f"IMDS answered {status} to {label}: {body}", status=status, body=body
+                    )
+                if outcome not in _RETRYABLE:
+                    where = response.headers.get("Location")
+                    raise ImdsUnavailable(
+                        f"IMDS answered unexpected status {status} to {label}"
+                        + (f" (redirect to {where!r}, not followed)" if where else ""),
+                        outcome=outcome,
+                    )
+                retry_after = _retry_after(response)
+                detail = f"HTTP {status}"
+            if attempt == self._max_attempts:
+                break
+            delay = self._backoff(attempt, retry_after)
+            logger.debug(
+                "IMDS %s attempt %d/%d failed (%s); retrying in %.2f s",
+                label,
+                attempt,
+                self._max_attempts,
+                detail,
+                delay,
+            )
+            if delay > 0:
+                self._sleep(delay)
+        raise ImdsUnavailable(
+            f"IMDS {label} failed after {self._max_attempts} attempt(s); last: {detail}", outcome=outcome
+        )
+
+    def _timeout(self, scheduled_events: bool) -> httpx.Timeout:
+        with self._lock:
+            cold = scheduled_events and not self._warm
+        total = self._first_request_timeout if cold else self._request_timeout
+        return httpx.Timeout(total, connect=min(total, self._request_timeout))
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self._backoff_max)
+        cap = min(self._backoff_max, self._backoff_base * 2.0 ** min(attempt - 1, 64))
+        return self._rng.uniform(0.0, cap)
+
+    def _report(self, method: str, outcome: str) -> None:
+        if self._on_request is not None:
+            self._on_request(method, outcome)
+
+    def _succeeded(self, cooldown_key: str, scheduled_events: bool) -> None:
+        with self._lock:
+            if scheduled_events:
+                self._warm = True
+            self._cooldowns.pop(cooldown_key, None)
+
+    def _refuse_during_cooldown(self, cooldown_key: str, label: str) -> None:
+        with self._lock:
+            entry = self._cooldowns.get(cooldown_key)
+            now = self._clock()
+            if entry is None or now >= entry.until:
+                return
+            remaining = entry.until - now
+        raise ImdsBadRequest(
+            f"IMDS answered {entry.status} to {label} earlier; not sent again for {remaining:.1f} s "
+            f"(cool-down): {entry.body}",
+            status=entry.status,
+            body=entry.body,
+        )
+
+    def _arm_cooldown(self, cooldown_key: str, status: int, body: str) -> float:
+        """Start (or lengthen) the cool-down of one operation; return its length in seconds."""
+        with self._lock:
+            now = self._clock()
+            # Forget cool-downs idle for longer than the longest one: keeps the table small (approvals
+            # are keyed by id set) and lets a 4xx long after the last one start again from the bottom.
+            for key in [k for k, e in self._cooldowns.items() if now - e.until > self._cooldown_max]:
+                del self._cooldowns[key]
+            previous = self._cooldowns.get(cooldown_key)
+            delay = (
+                self._cooldown_initial
+                if previous is None
+                else min(self._cooldown_max, max(self._cooldown_initial, previous.delay * 2))
+            )
+            self._cooldowns[cooldown_key] = _Cooldown(
+                until=now + delay, delay=delay, status=status, body=body
+            )
+            return delay
+
+
+def _outcome_for_status(status: int) -> str:
+    if status == 200:
+        return "ok"
+    if status == 400:
+        return "bad_request"
+    if status == 404:
+        return "not_found"
+    if status == 410:
+        return "gone"
+    if status == 429:
+        return "rate_limited"
+    if 500 <= status < 600:
+        return "server_error"
+    return "other"
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds, or None if absent or in HTTP-date form (no wall clock here)."""
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return seconds

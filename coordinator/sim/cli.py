@@ -1,0 +1,355 @@
+"""``coordinator imds-sim``: run the IMDS simulator until SIGTERM or SIGINT.
+
+Exit status: 0 after a clean shutdown, 1 if a port cannot be bound, 2 for invalid arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from coordinator.errors import InvalidName
+from coordinator.names import normalize_vm_name
+from coordinator.sim.server import DEFAULT_RATE_LIMIT, SimulatorServer
+from coordinator.sim.state import InvalidRequest, SimulatedGroup, VmInfo
+
+__all__ = ["add_arguments", "run"]
+
+log = logging.getLogger("coordinator.sim")
+
+_DEFAULT_VMS = ("vm0", "vm1", "vm2")
+
+
+def _vm_name(text: str) -> str:
+    try:
+        normalize_vm_name(text)
+    except InvalidName as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host, _port(port_text)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} out of range 0-65535")
+    return port
+
+
+def _vm_binding(text: str) -> tuple[str, tuple[str, int]]:
+    name, sep, address = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected NAME=HOST:PORT, got {text!r}")
+    return _vm_name(name), _address(address)
+
+
+def _vm_list(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected a comma-separated list of VM names")
+    return [_vm_name(name) for name in names]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the simulator's options to ``parser``."""
+    vms = parser.add_argument_group("VMs (default: --vms vm0,vm1,vm2)")
+    vms.add_argument(
+        "--vm",
+        action="append",
+        type=_vm_binding,
+        default=[],
+        metavar="NAME=HOST:PORT",
+        help="a VM and the address of its IMDS (repeatable; port 0 picks a free port)",
+    )
+    vms.add_argument(
+        "--vms",
+        type=_vm_list,
+        metavar="NAME,NAME,...",
+        help="VMs served on --host at consecutive ports from --base-port",
+    )
+    vms.add_argument("--host", default="127.0.0.1", help="address for --vms (default: %(default)s)")
+    vms.add_argument(
+        "--base-port",
+        type=_port,
+        default=18100,
+        metavar="N",
+        help="first port for --vms; 0 picks a free port for each VM (default: %(default)s)",
+    )
+    vms.add_argument(
+        "--scale-set", default="", metavar="NAME", help="vmScaleSetName of every VM (default: none)"
+    )
+    vms.add_argument(
+        "--fault-domains",
+        type=_positive_int,
+        default=2,
+        metavar="N",
+        help="VM i is in platform fault domain i %% N (default: %(default)s)",
+    )
+    vms.add_argument(
+        "--update-domains",
+        type=_positive_int,
+        default=5,
+        metavar="N",
+        help="VM i is in platform update domain i %% N (default: %(default)s)",
+    )
+    vms.add_argument(
+        "--zones", default="", metavar="Z,Z,...", help="zones given to the VMs in turn (default: none)"
+    )
+    parser.add_argument(
+        "--control",
+        type=_address,
+        default=("127.0.0.1", 18099),
+        metavar="HOST:PORT",
+        help="address of the control API; port 0 picks a free port (default: 127.0.0.1:18099)",
+    )
+    parser.add_argument(
+        "--ready-file",
+        type=Path,
+        metavar="PATH",
+        help='once listening, write {"control": URL, "vms": {NAME: URL}} to PATH (atomically)',
+    )
+    parser.add_argument(
+        "--approval-delay",
+        type=_seconds,
+        default=0.0,
+        metavar="S",
+        help="seconds from the first approval to Started (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--started-for",
+        type=_seconds,
+        default=5.0,
+        metavar="S",
+        help="default seconds an event stays Started before removal, at least its DurationInSeconds "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rate-limit",
+        type=_non_negative_int,
+        default=DEFAULT_RATE_LIMIT,
+        metavar="N",
+        help="requests per second per VM before 429; 0 disables (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--unknown-approval-status",
+        type=int,
+        choices=(200, 400, 404),
+        default=200,
+        help="answer to an approval naming an unknown event id (undocumented in IMDS; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        default="INFO",
+        help="DEBUG also logs every request (default: %(default)s)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the simulator described by ``args`` until SIGTERM or SIGINT; returns the exit status."""
+    _setup_logging(args.log_level)
+    try:
+        addresses = _vm_addresses(args)
+    except ValueError as exc:
+        print(f"coordinator imds-sim: error: {exc}", file=sys.stderr)
+        return 2
+    zones = [z.strip() for z in args.zones.split(",") if z.strip()]
+    infos = [
+        VmInfo(
+            name=name,
+            scale_set_name=args.scale_set,
+            fault_domain=index % args.fault_domains,
+            update_domain=index % args.update_domains,
+            zone=zones[index % len(zones)] if zones else "",
+        )
+        for index, name in enumerate(addresses)
+    ]
+    try:
+        group = SimulatedGroup(
+            infos,
+            approval_delay=args.approval_delay,
+            started_for=args.started_for,
+            unknown_approval_status=args.unknown_approval_status,
+            on_record=_log_entry,
+        )
+    except InvalidRequest as exc:
+        print(f"coordinator imds-sim: error: {exc}", file=sys.stderr)
+        return 2
+    server = SimulatorServer(group, addresses, args.control, rate_limit=args.rate_limit)
+    try:
+        server.start()
+    except OSError as exc:
+        print(f"coordinator imds-sim: error: cannot listen: {exc}", file=sys.stderr)
+        return 1
+
+    stop = threading.Event()
+    previous = _install_signal_handlers(stop)
+    try:
+        urls = server.urls
+        if args.ready_file is not None:
+            _write_atomically(args.ready_file, {"control": server.control_url, "vms": urls})
+        log.info(
+            "IMDS simulator ready: control %s, %s",
+            server.control_url,
+            ", ".join(f"{vm} {url}" for vm, url in urls.items()),
+        )
+        while not stop.wait(0.5):
+            pass
+        log.info("IMDS simulator stopping")
+    finally:
+        server.stop()
+        _restore_signal_handlers(previous)
+        if args.ready_file is not None:
+            args.ready_file.unlink(missing_ok=True)
+    return 0
+
+
+def _vm_addresses(args: argparse.Namespace) -> dict[str, tuple[str, int]]:
+    addresses: dict[str, tuple[str, int]] = {}
+    seen: set[str] = set()
+
+    def add(name: str, address: tuple[str, int]) -> None:
+        if name.lower() in seen:
+            raise ValueError(f"VM {name!r} is given twice")
+        seen.add(name.lower())
+        addresses[name] = address
+
+    for name, address in args.vm:
+        add(name, address)
+    names = args.vms if args.vms is not None else ([] if args.vm else list(_DEFAULT_VMS))
+    for index, name in enumerate(names):
+        port = 0 if args.base_port == 0 else args.base_port + index
+        if port > 65535:
+            raise ValueError(f"--base-port {args.base_port} leaves no port for VM {name!r}")
+        add(name, (args.host, port))
+    fixed = [a for a in addresses.values() if a[1] != 0]
+    if len(set(fixed)) != len(fixed):
+        raise ValueError("two VMs share one HOST:PORT")
+    if args.control[1] != 0 and args.control in fixed:
+        raise ValueError("the control address is also a VM's address")
+    return addresses
+
+
+def _write_atomically(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _install_signal_handlers(stop: threading.Event) -> dict[int, Any]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.signal(signum, handler)
+    return previous
+
+
+def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("coordinator.sim").setLevel(level)
+
+
+def _log_entry(entry: dict[str, Any]) -> None:
+    kind = entry["kind"]
+    if kind == "transition":
+        log.info(
+            "event %s %s %s -> %s (%s) resources=%s incarnation=%d",
+            entry["event_id"],
+            entry["event_type"],
+            entry["from"] or "-",
+            entry["to"] or "removed",
+            entry["reason"],
+            ",".join(entry["resources"]),
+            entry["incarnation"],
+        )
+    elif kind == "approval":
+        log.info(
+            "approval from vm %s for %s: %s (status %d)",
+            entry["vm"],
+            ",".join(entry["event_ids"]) or "-",
+            entry.get("error") or entry["results"],
+            entry["status"],
+        )
+    elif kind == "fault":
+        log.info(
+            "fault %s served to vm %s on %s (remaining %s)",
+            entry["fault"],
+            entry["vm"],
+            entry["method"],
+            "until cleared" if entry["remaining"] is None else entry["remaining"],
+        )
+    else:
+        log.debug(
+            "vm %s %s %s?%s -> %s",
+            entry["vm"],
+            entry["method"],
+            entry["path"],
+            entry["query"],
+            entry["status"],
+        )

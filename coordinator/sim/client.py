@@ -1,0 +1,153 @@
+"""``SimControl``: a small client for the simulator's control API, for tests and the demo."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import httpx
+
+__all__ = ["SimControl", "SimControlError"]
+
+T = TypeVar("T")
+
+
+class SimControlError(Exception):
+    """The control API answered with an error status; ``status`` and ``body`` say which."""
+
+    def __init__(self, message: str, *, status: int, body: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class SimControl:
+    """Client of one simulator's control API (``http://host:port``).
+
+    Every method raises ``SimControlError`` for an error answer and ``httpx.HTTPError`` when the
+    simulator cannot be reached. Proxy settings of the environment are ignored.
+    """
+
+    def __init__(
+        self, control_url: str, *, timeout: float = 5.0, transport: httpx.BaseTransport | None = None
+    ):
+        self.url = control_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, trust_env=False, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> SimControl:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def healthz(self) -> dict[str, Any]:
+        return self._call("GET", "/healthz")
+
+    def schedule(self, event_type: str, resources: Sequence[str], **fields: Any) -> dict[str, Any]:
+        """Create an event; ``fields`` as in ``SimulatedGroup.schedule``. Returns the event's view."""
+        return self._call(
+            "POST", "/events", json={"event_type": event_type, "resources": list(resources), **fields}
+        )
+
+    def cancel(self, event_id: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/events/{event_id}")
+
+    def events(self) -> dict[str, Any]:
+        """``{"incarnation": N, "approval_delay": S, "events": [view, ...]}``."""
+        return self._call("GET", "/events")
+
+    def event(self, event_id: str) -> dict[str, Any] | None:
+        """The view of one current event, or None if it is gone."""
+        try:
+            return self._call("GET", f"/events/{event_id}")
+        except SimControlError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def document(self, vm: str, api_version: str | None = None) -> dict[str, Any]:
+        """What ``vm`` would be served, without counting against its rate limit or logging a request."""
+        params = {"api-version": api_version} if api_version else None
+        return self._call("GET", f"/document/{vm}", params=params)
+
+    def log(self, since: int = 0, kind: str | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"since": since}
+        if kind is not None:
+            params["kind"] = kind
+        entries: list[dict[str, Any]] = self._call("GET", "/log", params=params)["entries"]
+        return entries
+
+    def add_fault(
+        self,
+        kind: str,
+        vm: str | None = None,
+        count: int | None = 1,
+        *,
+        status: int | None = None,
+        seconds: float | None = None,
+        methods: Sequence[str] = ("GET",),
+    ) -> list[dict[str, Any]]:
+        body: dict[str, Any] = {"kind": kind, "vm": vm, "count": count, "methods": list(methods)}
+        if status is not None:
+            body["status"] = status
+        if seconds is not None:
+            body["seconds"] = seconds
+        queued: list[dict[str, Any]] = self._call("POST", "/faults", json=body)["queued"]
+        return queued
+
+    def faults(self) -> list[dict[str, Any]]:
+        faults: list[dict[str, Any]] = self._call("GET", "/faults")["faults"]
+        return faults
+
+    def clear_faults(self, vm: str | None = None) -> int:
+        params = {"vm": vm} if vm else None
+        cleared: int = self._call("DELETE", "/faults", params=params)["cleared"]
+        return cleared
+
+    def wait_for(
+        self,
+        predicate: Callable[[SimControl], T | None],
+        timeout: float = 10.0,
+        interval: float = 0.05,
+        message: str = "condition",
+    ) -> T:
+        """Call ``predicate(self)`` until it returns something truthy; return that value.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate(self)
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{message} not met within {timeout:g} s")
+            time.sleep(interval)
+
+    def wait_for_transition(
+        self, event_id: str, to: str | None, timeout: float = 10.0, since: int = 0
+    ) -> dict[str, Any]:
+        """Wait for the log entry of ``event_id`` reaching ``to`` (None: removed); return it."""
+
+        def found(control: SimControl) -> dict[str, Any] | None:
+            for entry in control.log(since=since, kind="transition"):
+                if entry["event_id"] == event_id and entry["to"] == to:
+                    return entry
+            return None
+
+        return self.wait_for(found, timeout, message=f"event {event_id} reaching {to or 'removed'}")
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = self._http.request(method, path, **kwargs)
+        if response.is_error:
+            raise SimControlError(
+                f"{method} {path}: {response.status_code} {response.text[:500]}",
+                status=response.status_code,
+                body=response.text,
+            )
+        data: dict[str, Any] = response.json()
+        return data

@@ -1,0 +1,474 @@
+"""HTTP front of the simulator: one IMDS port per VM, plus a control port.
+
+Real IMDS knows which VM asks because each VM reaches it from its own NIC. On one test machine every
+agent talks to loopback, so the simulator gives each VM its own listening port: whatever reaches
+port P is a request from the VM bound to P. The agent sends exactly what it would send to
+169.254.169.254, nothing more.
+
+VM ports answer what IMDS answers:
+
+* ``GET /metadata/scheduledevents?api-version=V`` and ``POST`` of the same URL with
+  ``{"StartRequests": [{"EventId": "..."}]}``;
+* ``GET /metadata/instance/compute?api-version=V`` and ``GET /metadata/instance?api-version=V``.
+
+Request rules, checked in this order: the per-VM rate limit (429), ``X-Forwarded-For`` (400), the
+``Metadata: true`` header (400), the path (404), the method (405), duplicate query parameters (400),
+the api-version (400). Queued faults are served after these checks, to requests that passed them.
+
+The control port speaks JSON; see ``docs/simulator.md`` for every endpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from coordinator.sim.state import (
+    INSTANCE_API_VERSIONS,
+    SCHEDULED_EVENTS_API_VERSIONS,
+    Clock,
+    InvalidRequest,
+    RateLimiter,
+    SimulatedGroup,
+    UnknownEvent,
+    UnknownVm,
+)
+
+__all__ = ["DEFAULT_RATE_LIMIT", "SimulatorServer", "format_url"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RATE_LIMIT = 5
+_SCHEDULED_EVENTS = "/metadata/scheduledevents"
+_COMPUTE = "/metadata/instance/compute"
+_INSTANCE = "/metadata/instance"
+_MAX_BODY = 64 * 1024
+_HEADER_ERROR = "Bad request. Required metadata header not specified"
+_SCHEDULE_FIELDS = frozenset(
+    {
+        "event_type",
+        "resources",
+        "not_before_in",
+        "duration_in_seconds",
+        "started_for",
+        "description",
+        "source",
+        "event_id",
+        "status",
+        "resource_type",
+    }
+)
+_FAULT_FIELDS = frozenset({"vm", "kind", "count", "status", "seconds", "methods"})
+
+
+def format_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        owner: SimulatorServer,
+        vm: str | None = None,
+    ) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.owner = owner
+        self.vm = vm
+        super().__init__(address, handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Idle keep-alive connections are closed after this many seconds, freeing their thread.
+    timeout = 30
+    server: _Server
+
+    def version_string(self) -> str:
+        return "IMDS-simulator"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _read_body(self) -> bytes | None:
+        """The request body, or None if it is too large or its length unreadable (connection closed)."""
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            return b""
+        try:
+            length = int(length_text)
+        except ValueError:
+            length = -1
+        if length < 0 or length > _MAX_BODY:
+            self.close_connection = True
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        content_type: str = "application/json; charset=utf-8",
+        extra: Mapping[str, str] | None = None,
+    ) -> int:
+        self.send_response(status)
+        if body:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+        return status
+
+    def _send_json(self, status: int, data: object, extra: Mapping[str, str] | None = None) -> int:
+        return self._send(status, json.dumps(data, separators=(",", ":")).encode(), extra=extra)
+
+
+class _VmHandler(_Handler):
+    """One VM's IMDS. Every request is logged as a ``request`` entry after it is answered."""
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def __getattr__(self, name: str) -> Callable[[], None]:
+        # Any other method (PUT, DELETE, PATCH, HEAD, OPTIONS, made-up ones) gets the same
+        # treatment as GET/POST so that it is checked and answered 405, not 501.
+        if name.startswith("do_") and name[3:].isalpha():
+            method = name[3:]
+            return lambda: self._handle(method)
+        raise AttributeError(name)
+
+    def _handle(self, method: str) -> None:
+        owner = self.server.owner
+        group = owner.group
+        vm = self.server.vm
+        assert vm is not None
+        split = urlsplit(self.path)
+        status: int | None = None
+        try:
+            status = self._dispatch(method, split.path, split.query)
+        finally:
+            group.record("request", vm=vm, method=method, path=split.path, query=split.query, status=status)
+
+    def _dispatch(self, method: str, path: str, query: str) -> int | None:
+        owner = self.server.owner
+        group = owner.group
+        vm = self.server.vm
+        assert vm is not None
+        body = self._read_body()
+        if body is None:
+            return self._send_json(400, {"error": "Bad request. Request body too large"})
+        if not owner.limiter(vm).admit():
+            return self._send_json(429, {"error": "Too many requests"})
+        if "X-Forwarded-For" in self.headers:
+            return self._send_json(
+                400, {"error": "Bad request. Requests with X-Forwarded-For header are not allowed"}
+            )
+        if (self.headers.get("Metadata") or "").strip().lower() != "true":
+            return self._send_json(400, {"error": _HEADER_ERROR})
+        versions: tuple[str, ...]
+        allowed: tuple[str, ...]
+        if path == _SCHEDULED_EVENTS:
+            versions, allowed = SCHEDULED_EVENTS_API_VERSIONS, ("GET", "POST")
+        elif path in (_COMPUTE, _INSTANCE):
+            versions, allowed = INSTANCE_API_VERSIONS, ("GET",)
+        else:
+            return self._send_json(404, {"error": "Not found"})
+        if method not in allowed:
+            return self._send_json(405, {"error": "Method not allowed"}, extra={"Allow": ", ".join(allowed)})
+        params = parse_qsl(query, keep_blank_values=True)
+        seen: set[str] = set()
+        for key, _ in params:
+            if key.lower() in seen:
+                return self._send_json(400, {"error": f"Bad request. Duplicate query parameter {key!r}"})
+            seen.add(key.lower())
+        api_version = next((v for k, v in params if k.lower() == "api-version"), None)
+        if api_version is None or api_version not in versions:
+            what = "was not specified" if api_version is None else "is invalid"
+            return self._send_json(
+                400,
+                {
+                    "error": f"Bad request. api-version {what} in the request. "
+                    "For more information refer to aka.ms/azureimds",
+                    "newest-versions": list(reversed(versions[-3:])),
+                },
+            )
+        if path == _COMPUTE:
+            return self._send_json(200, group.compute(vm))
+        if path == _INSTANCE:
+            return self._send_json(200, {"compute": group.compute(vm)})
+
+        fault = group.take_fault(vm, method, path)
+        if fault is not None:
+            if fault.kind == "status":
+                assert fault.status is not None
+                return self._send_json(fault.status, {"error": f"Simulated fault {fault.status}"})
+            if fault.kind == "malformed":
+                return self._send(200, b'{"DocumentIncarnation": 7, "Events": [{"EventId": ')
+            if fault.kind == "drop":
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                return None
+            if fault.kind == "delay" and fault.seconds and owner.stopping.wait(fault.seconds):
+                self.close_connection = True
+                return None
+        if method == "GET":
+            return self._send_json(200, group.document(vm, api_version))
+        return self._approve(vm, body)
+
+    def _approve(self, vm: str, body: bytes) -> int:
+        group = self.server.owner.group
+        ids, problem = _parse_start_requests(body)
+        if problem is not None:
+            group.reject_approval(vm, problem)
+            return self._send_json(400, {"error": f"Bad request. {problem}"})
+        results = group.approve(vm, ids)
+        status = group.approval_status(results)
+        if status == 200:
+            return self._send(200)
+        unknown = [i for i, r in results.items() if r == "unknown"]
+        return self._send_json(status, {"error": f"Unknown EventId: {', '.join(unknown)}"})
+
+
+def _parse_start_requests(body: bytes) -> tuple[list[str], str | None]:
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return [], "the body is not JSON"
+    if not isinstance(data, dict) or not isinstance(data.get("StartRequests"), list):
+        return [], "the body has no StartRequests list"
+    incarnation = data.get("DocumentIncarnation")
+    if incarnation is not None and (isinstance(incarnation, bool) or not isinstance(incarnation, int)):
+        return [], "DocumentIncarnation must be an integer"
+    ids = []
+    for item in data["StartRequests"]:
+        if not isinstance(item, dict) or not isinstance(item.get("EventId"), str) or not item["EventId"]:
+            return [], "every StartRequests entry needs an EventId string"
+        ids.append(item["EventId"])
+    return ids, None
+
+
+class _ControlHandler(_Handler):
+    """The JSON control API used by tests and the demo."""
+
+    def do_GET(self) -> None:
+        self._control("GET")
+
+    def do_POST(self) -> None:
+        self._control("POST")
+
+    def do_DELETE(self) -> None:
+        self._control("DELETE")
+
+    def _control(self, method: str) -> None:
+        split = urlsplit(self.path)
+        parts = [p for p in split.path.split("/") if p]
+        try:
+            query = dict(parse_qsl(split.query))
+            body = self._read_body()
+            if body is None:
+                raise InvalidRequest("body too large")
+            route = self._route(method, parts)
+            if route is None:
+                self._send_json(404, {"error": f"no such endpoint: {method} {split.path}"})
+                return
+            status, data = route(query, body)
+            self._send_json(status, data)
+        except InvalidRequest as exc:
+            self._send_json(400, {"error": str(exc)})
+        except (UnknownEvent, UnknownVm) as exc:
+            self._send_json(404, {"error": str(exc)})
+        except Exception:
+            log.exception("bug in control handler for %s %s", method, self.path)
+            self._send_json(500, {"error": "internal error, see the simulator's log"})
+
+    def _route(
+        self, method: str, parts: list[str]
+    ) -> Callable[[dict[str, str], bytes], tuple[int, Any]] | None:
+        owner = self.server.owner
+        group = owner.group
+        match method, parts:
+            case "GET", ["healthz"]:
+                return lambda q, b: (200, owner.health())
+            case "GET", ["events"]:
+                return lambda q, b: (200, group.events())
+            case "POST", ["events"]:
+                return lambda q, b: (201, group.schedule(**_json_object(b, _SCHEDULE_FIELDS, {"event_type"})))
+            case "GET", ["events", event_id]:
+                return lambda q, b: (200, group.event(event_id))
+            case "DELETE", ["events", event_id]:
+                return lambda q, b: (200, group.cancel(event_id))
+            case "GET", ["log"]:
+                return lambda q, b: (200, _log_view(group, q))
+            case "GET", ["faults"]:
+                return lambda q, b: (200, {"faults": group.faults()})
+            case "POST", ["faults"]:
+                return lambda q, b: (
+                    201,
+                    {"queued": group.add_fault(**_json_object(b, _FAULT_FIELDS, {"kind"}))},
+                )
+            case "DELETE", ["faults"]:
+                return lambda q, b: (200, {"cleared": group.clear_faults(q.get("vm"))})
+            case "GET", ["document", vm]:
+                return lambda q, b: (200, group.document(vm, q.get("api-version")))
+        return None
+
+
+def _log_view(group: SimulatedGroup, query: Mapping[str, str]) -> dict[str, Any]:
+    try:
+        since = int(query.get("since", "0"))
+    except ValueError:
+        raise InvalidRequest("since must be an integer") from None
+    return {"entries": group.log(since=since, kind=query.get("kind")), "last_seq": group.last_seq}
+
+
+def _json_object(body: bytes, allowed: frozenset[str], required: set[str]) -> dict[str, Any]:
+    try:
+        data = json.loads(body.decode("utf-8") or "null")
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidRequest("the body is not JSON") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise InvalidRequest(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    missing = sorted(required - set(data))
+    if missing:
+        raise InvalidRequest(f"missing field(s) {', '.join(missing)}")
+    if "methods" in data and isinstance(data["methods"], list):
+        data["methods"] = tuple(data["methods"])
+    return data
+
+
+class SimulatorServer:
+    """Serves ``group`` over HTTP: one port per VM, one control port, and a ticker thread.
+
+    ``vm_addresses`` maps each VM of the group to ``(host, port)``; port 0 picks a free port.
+    ``start`` binds every socket (raising ``OSError`` if one cannot be bound, after closing the
+    others) and returns once all of them are listening; ``stop`` shuts everything down and is
+    idempotent. ``rate_limit`` requests per second per VM (0 disables the limit).
+    """
+
+    def __init__(
+        self,
+        group: SimulatedGroup,
+        vm_addresses: Mapping[str, tuple[str, int]],
+        control_address: tuple[str, int] = ("127.0.0.1", 0),
+        *,
+        rate_limit: int = DEFAULT_RATE_LIMIT,
+        tick_interval: float = 0.05,
+        monotonic: Clock = time.monotonic,
+    ) -> None:
+        names = {info.name for info in group.vms}
+        resolved = {group.vm(name).name: address for name, address in vm_addresses.items()}
+        if set(resolved) != names:
+            raise ValueError(f"vm_addresses must cover exactly the group's VMs: {sorted(names)}")
+        self.group = group
+        self._vm_addresses = resolved
+        self._control_address = control_address
+        self._limiters = {name: RateLimiter(rate_limit, clock=monotonic) for name in names}
+        self._tick_interval = tick_interval
+        self.stopping = threading.Event()
+        self._servers: dict[str | None, _Server] = {}
+        self._threads: list[threading.Thread] = []
+        self._started = False
+
+    def limiter(self, vm: str) -> RateLimiter:
+        return self._limiters[vm]
+
+    @property
+    def urls(self) -> dict[str, str]:
+        """Base URL of each VM's IMDS (``http://host:port``), once started."""
+        return {
+            vm: format_url(*self._bound(server)) for vm, server in self._servers.items() if vm is not None
+        }
+
+    @property
+    def control_url(self) -> str:
+        return format_url(*self._bound(self._servers[None]))
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "vms": self.urls, "incarnation": self.group.incarnation}
+
+    def start(self) -> None:
+        if self._started:
+            raise RuntimeError("already started")
+        try:
+            for vm, address in self._vm_addresses.items():
+                self._servers[vm] = _Server(address, _VmHandler, self, vm)
+            self._servers[None] = _Server(self._control_address, _ControlHandler, self)
+        except OSError:
+            for server in self._servers.values():
+                server.server_close()
+            self._servers.clear()
+            raise
+        self._started = True
+        for name, server in self._servers.items():
+            thread = threading.Thread(
+                target=server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name=f"imds-sim-{name or 'control'}",
+                daemon=True,
+            )
+            thread.start()
+            self._threads.append(thread)
+        ticker = threading.Thread(target=self._tick_loop, name="imds-sim-ticker", daemon=True)
+        ticker.start()
+        self._threads.append(ticker)
+
+    def stop(self) -> None:
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        # shutdown() waits for the serve_forever loop to notice; do all servers at once.
+        stoppers = [
+            threading.Thread(target=server.shutdown, daemon=True) for server in self._servers.values()
+        ]
+        for stopper in stoppers:
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join(timeout=5)
+        for server in self._servers.values():
+            server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> SimulatorServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _tick_loop(self) -> None:
+        while not self.stopping.wait(self._tick_interval):
+            try:
+                self.group.tick()
+            except Exception:
+                log.exception("bug in the simulator's ticker")
+
+    @staticmethod
+    def _bound(server: _Server) -> tuple[str, int]:
+        host, port = server.server_address[:2]
+        return str(host), int(port)
