@@ -58,7 +58,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     cluster = status.get("cluster") or {}
     print(f"vm {status.get('vm')}: {status.get('phase')}  (last cycle: {status.get('last_cycle')})")
     if cluster:
-        print(f"zookeeper: {cluster['connection']}  leader: {cluster['leader']}  members: {', '.join(cluster['members'])}")
+        members = ", ".join(cluster["members"])
+        print(f"zookeeper: {cluster['connection']}  leader: {cluster['leader']}  members: {members}")
     else:
         print("zookeeper: cluster view unavailable")
     imds = status.get("imds") or {}

@@ -74,7 +74,7 @@ class ZooKeeperConfig(_Section):
     @field_validator("root")
     @classmethod
     def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or value != "/" and value.endswith("/") or "//" in value:
+        if not value.startswith("/") or (value != "/" and value.endswith("/")) or "//" in value:
             raise ValueError("must be an absolute ZooKeeper path such as /azure-maintenance")
         return value
 

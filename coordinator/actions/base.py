@@ -60,7 +60,9 @@ def _run(actions: Sequence[Action], ctx: ActionContext, verb: str) -> None:
         except ActionError:
             raise
         except Exception as exc:  # an action's own bug must not kill the executor
-            log.exception("action %s %s raised unexpectedly (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids)
+            log.exception(
+                "action %s %s raised unexpectedly (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids
+            )
             raise ActionError(f"{action.name} {verb} failed: {exc!r}") from exc
         log.info("%s %s done (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids)
 

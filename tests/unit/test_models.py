@@ -50,7 +50,8 @@ def test_every_fixture_parses_and_round_trips(path: Path) -> None:
 
 
 def test_live_migration_sequence_keeps_the_event_id() -> None:
-    docs = [parse_document(json.dumps(d)) for d in _documents(SCENARIOS / "field/docs-live-migration-freeze.sequence.json")]
+    path = SCENARIOS / "field/docs-live-migration-freeze.sequence.json"
+    docs = [parse_document(json.dumps(d)) for d in _documents(path)]
     assert [d.document_incarnation for d in docs] == [1, 2, 3, 4]
     assert docs[1].events[0].event_id == docs[2].events[0].event_id
     assert docs[1].events[0].is_scheduled and docs[2].events[0].is_started
