@@ -93,6 +93,7 @@ class LocalCluster:
         started_for: float = 3.0,
         zk_hosts: str | None = None,
         extra_config: dict[str, Any] | None = None,
+        sim_args: Sequence[str] = (),
     ) -> None:
         self.workdir = workdir
         self.vms = list(vms)
@@ -103,6 +104,7 @@ class LocalCluster:
         self._approver = approver
         self._started_for = started_for
         self._extra = extra_config or {}
+        self._sim_args = list(sim_args)
         self.zk: LocalZooKeeper | None = None
         self.zk_hosts = zk_hosts
         self.sim_proc: subprocess.Popen[bytes] | None = None
@@ -138,7 +140,8 @@ class LocalCluster:
         log = open(self.workdir / "imds-sim.log", "ab")  # noqa: SIM115 - owned by the child
         self.sim_proc = subprocess.Popen(
             [sys.executable, "-m", "coordinator.sim", "--vms", ",".join(self.vms), "--base-port", "0",
-             "--control", "127.0.0.1:0", "--ready-file", str(ready), "--started-for", str(self._started_for)],
+             "--control", "127.0.0.1:0", "--ready-file", str(ready), "--started-for", str(self._started_for),
+             *self._sim_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         _wait(lambda: ready.exists() or self.sim_proc is None or self.sim_proc.poll() is not None, 30,
@@ -150,6 +153,7 @@ class LocalCluster:
         self.sim = SimControl(info["control"])
 
     def agent_config(self, vm: str, probe_port: int, admin_port: int) -> dict[str, Any]:
+        """The configuration written for ``vm``'s agent; ``extra_config`` sections are merged in."""
         config: dict[str, Any] = {
             "cluster": self.cluster,
             "vm_name": vm,
