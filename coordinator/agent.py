@@ -103,7 +103,6 @@ class Agent:
         self._status_lock = threading.Lock()
         self._last_purge = float("-inf")
         self._last_described = ""
-        self._drain_started: float | None = None
         store.set_wakeup(self.wake)
 
     # -- threads other than the loop call only these -------------------------------------------
@@ -213,23 +212,24 @@ class Agent:
             holding = tuple(e for e in (snap.last_document.events if snap.last_document else ()) if e.names(self.vm))
             ctx = ActionContext(self.vm, holding)
             self._executor.submit("drain", lambda: run_drain(self._actions, ctx))
-            self._drain_started = snap.mono
             log.info("draining (vm=%s events=%s)", self.vm, ctx.event_ids)
         if plan.start_recover:
             ctx = ActionContext(self.vm, ())
             self._executor.submit("recover", lambda: run_recover(self._actions, ctx))
             log.info("recovering (vm=%s)", self.vm)
         if plan.next_phase is not None:
-            if plan.next_phase is Phase.DRAINED and self._drain_started is not None:
-                self._metrics.drain_seconds.observe(snap.mono - self._drain_started)
             local = replace(
                 local,
                 phase=plan.next_phase,
                 phase_since=snap.mono,
+                drain_started=snap.mono if plan.start_drain else local.drain_started,
                 job_running=plan.start_drain or plan.start_recover,
                 job_failed=False,
             )
             self._metrics.set_phase(plan.next_phase)
+        # Drained for an event means drained until it is gone: remembered across cycles, whatever the
+        # budget or ZooKeeper say later.
+        local = replace(local, draining_for=frozenset(plan.holding))
         if snap.cluster is not None:
             local = self._write(snap, local, plan)
         return local
@@ -239,9 +239,13 @@ class Agent:
         try:
             for record in plan.publish:
                 store.publish_event(record)
+            for key in plan.admit:
+                if store.admit(key, self.vm, snap.now) is WriteResult.DONE:
+                    log.info("admitted into the maintenance budget (vm=%s event=%s)", self.vm, key)
             for key in plan.ack:
                 if store.acknowledge(key, self.vm, snap.now) is WriteResult.DONE:
                     self._metrics.acks.inc()
+                    self._metrics.drain_seconds.observe(snap.mono - local.drain_started)
                     log.info("acknowledged (vm=%s event=%s)", self.vm, key)
             for key in plan.withdraw:
                 store.withdraw_ack(key, self.vm)

@@ -21,11 +21,13 @@ from coordinator.errors import ConfigError, InvalidName
 from coordinator.names import normalize_vm_name
 
 __all__ = [
+    "ApprovalRule",
     "ApproverMode",
     "DrainConfig",
     "HttpConfig",
     "ImdsConfig",
     "LoggingConfig",
+    "PeersPolicy",
     "PolicyConfig",
     "ProbeConfig",
     "Settings",
@@ -91,21 +93,116 @@ class ApproverMode(StrEnum):
     LEADER = "leader"
 
 
+class ApprovalRule(StrEnum):
+    AFTER_DRAIN = "after-drain"  # approve once every named VM has drained and acknowledged
+    IMMEDIATELY = "immediately"  # approve at once, nobody drains (short, harmless impacts)
+    NEVER = "never"  # never approve: the VMs drain and the event starts at NotBefore
+
+
+_EVENT_KEYS = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", "User")
+
+
+class PeersPolicy(StrEnum):
+    BLOCK = "block"  # a VM named in Resources that runs no agent blocks early approval
+    IGNORE = "ignore"  # ... is not waited for
+
+
 class PolicyConfig(_Section):
     approver: ApproverMode = Field(
         ApproverMode.FIRST_RESOURCE,
         description="first-resource: the first live agent named in Resources, else the leader; "
         "leader: always the leader",
     )
+    approval: dict[str, ApprovalRule] = Field(
+        default_factory=dict,
+        description="Rule per event type (Freeze, Reboot, Redeploy, Preempt, Terminate) and for "
+        "user-initiated events (key User, which wins over the type); default after-drain",
+    )
+    freeze_immediately_below_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="Approve a Freeze at once, without draining, when 0 <= DurationInSeconds < this",
+    )
+    unknown_peers: PeersPolicy = Field(
+        PeersPolicy.BLOCK, description="A VM in Resources that has never run an agent: block or ignore"
+    )
+    max_events_in_maintenance: int | None = Field(
+        1, ge=1, description="Disruption budget: events drained or in maintenance at once (null: no limit)"
+    )
+    max_vms_in_maintenance: int | None = Field(
+        None, ge=1, description="Disruption budget: VMs drained or in maintenance at once (null: no limit)"
+    )
+    keep_one_serving: bool = Field(
+        True, description="Never admit an event that would leave no live member serving"
+    )
+    recovery_grace_seconds: float = Field(
+        600.0, ge=0, description="How long a finished event's ack from a VM whose agent is down still "
+        "holds the budget (the VM may still be rebooting)",
+    )
+    terminate_together: bool = Field(True, description="Approve Terminate events sharing one NotBefore together")
+
+    @field_validator("approval")
+    @classmethod
+    def _approval_keys(cls, value: dict[str, ApprovalRule]) -> dict[str, ApprovalRule]:
+        unknown = sorted(set(value) - set(_EVENT_KEYS))
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(unknown)}; expected some of {', '.join(_EVENT_KEYS)}")
+        return value
 
 
 class DrainConfig(_Section):
-    wait_seconds: float = Field(
-        35.0,
+    probe_interval_seconds: float = Field(15.0, ge=1, description="The load balancer's probe interval")
+    probe_threshold: int = Field(2, ge=1, description="Consecutive failed probes before the LB stops new flows")
+    grace_seconds: float = Field(5.0, ge=0, description="Extra time for connections to close")
+    wait_seconds: float | None = Field(
+        None,
         ge=0,
-        description="Time between failing the health probe and acknowledging: probe interval x "
-        "threshold (Azure defaults 15 s x 2) plus a grace for connections to close",
+        description="Time between failing the probe and acknowledging; default probe_interval_seconds x "
+        "probe_threshold + grace_seconds (35 s with Azure's defaults)",
     )
+    wait_seconds_by_type: dict[str, float] = Field(
+        default_factory=lambda: {"Preempt": 5.0},
+        description="Per event type override of wait_seconds (Preempt has only 30 s of notice)",
+    )
+    latest_start_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="An event not admitted by the budget (or held by lead_time_seconds) still starts "
+        "draining this long before its NotBefore",
+    )
+    lead_time_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="Start draining no earlier than this before NotBefore (for events announced days ahead); "
+        "null: as soon as the event is admitted",
+    )
+
+    @field_validator("wait_seconds_by_type")
+    @classmethod
+    def _types(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(_EVENT_KEYS[:-1]))
+        if unknown:
+            raise ValueError(f"unknown event type(s) {', '.join(unknown)}")
+        if any(v < 0 for v in value.values()):
+            raise ValueError("waits must be >= 0")
+        return value
+
+    @property
+    def effective_wait(self) -> float:
+        if self.wait_seconds is not None:
+            return self.wait_seconds
+        return self.probe_interval_seconds * self.probe_threshold + self.grace_seconds
+
+    @model_validator(mode="after")
+    def _lead(self) -> DrainConfig:
+        if self.latest_start_seconds < self.effective_wait:
+            raise ValueError(
+                f"latest_start_seconds ({self.latest_start_seconds}) must be at least the drain wait "
+                f"({self.effective_wait}), or a late drain cannot finish before NotBefore"
+            )
+        if self.lead_time_seconds is not None and self.lead_time_seconds < self.latest_start_seconds:
+            raise ValueError("lead_time_seconds must be at least latest_start_seconds")
+        return self
 
 
 class ProbeConfig(_Section):

@@ -8,28 +8,40 @@ a duplicate document or a new leader need no special code.
 The safety rules live here and nowhere else:
 
 * An event is approved only by its approver, only while Scheduled in a document read *this* cycle,
-  only when it is of a known type, names at least one VM, and every VM it names has acknowledged, and
-  only while the ZooKeeper connection is CONNECTED. The store re-checks the acks and this agent's
-  ownership of its member or leader node with a synced read right before the POST (see
-  ``Store.approve``).
-* A VM named by any event in the document (any status, any type, valid id or not) is drained. A VM is
-  put back only when a document read *this* cycle names it in no event; a failed read keeps it as it
-  is. A fresh process starts in ``UNKNOWN`` and fails the health probe until such a document is read.
+  only when it is of a known type, names at least one VM, its rule allows it, the disruption budget
+  admitted it, every VM it names has acknowledged (unless its rule is ``immediately``), and only while
+  the ZooKeeper connection is CONNECTED. The store re-checks the acks and this agent's ownership of its
+  member or leader node with a synced read right before the POST (see ``Store.approve``).
+* A VM drains for an event that names it when the event is Started (it is being hit), when the
+  budget admitted it (or there is no budget), or at the latest ``latest_start`` before NotBefore,
+  whatever the budget and ZooKeeper say. Once draining for an event it stays drained until that event
+  is gone from a document read this cycle; a failed read changes nothing. A fresh process starts in
+  ``UNKNOWN`` and fails the health probe until such a document clears it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from coordinator.config import ApproverMode
+from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
 from coordinator.errors import InvalidName
-from coordinator.models import Document, ScheduledEvent
+from coordinator.models import Document, EventSource, EventType, ScheduledEvent
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord
 
-__all__ = ["ApprovalIntent", "LocalState", "Phase", "Plan", "Policy", "Snapshot", "choose_approver", "decide"]
+__all__ = [
+    "ApprovalIntent",
+    "LocalState",
+    "Phase",
+    "Plan",
+    "Policy",
+    "Snapshot",
+    "choose_approver",
+    "decide",
+    "rule_for",
+]
 
 
 class Phase(StrEnum):
@@ -37,8 +49,8 @@ class Phase(StrEnum):
 
     UNKNOWN = "unknown"  # just started: no document read yet that clears the VM
     SERVING = "serving"
-    DRAINING = "draining"  # drain actions running, or waiting out drain.wait_seconds
-    DRAINED = "drained"  # drained and waited: acknowledgements may be written
+    DRAINING = "draining"  # drain actions running
+    DRAINED = "drained"  # drain actions done; acks follow once each event's drain wait is over
     RECOVERING = "recovering"  # recover actions running
 
 
@@ -46,8 +58,10 @@ class Phase(StrEnum):
 class LocalState:
     phase: Phase = Phase.UNKNOWN
     phase_since: float = 0.0  # monotonic time the phase began
+    drain_started: float = 0.0  # monotonic time the current drain began
     job_running: bool = False  # the executor is still running this phase's actions
     job_failed: bool = False  # the last drain/recover job of this phase failed
+    draining_for: frozenset[str] = frozenset()  # ids of the events this VM is drained for
     posted: frozenset[str] = frozenset()  # event ids this process has POSTed successfully
 
 
@@ -64,9 +78,44 @@ class Snapshot:
 @dataclass(frozen=True)
 class Policy:
     approver: ApproverMode = ApproverMode.FIRST_RESOURCE
+    approval: Mapping[str, ApprovalRule] = field(default_factory=dict)
+    freeze_immediately_below: float | None = None
+    unknown_peers: PeersPolicy = PeersPolicy.BLOCK
     drain_wait: float = 35.0
+    drain_wait_by_type: Mapping[str, float] = field(default_factory=dict)
+    latest_start: float = 120.0
+    lead_time: float | None = None
+    max_events: int | None = 1
+    max_vms: int | None = None
+    keep_one_serving: bool = True
+    recovery_grace: float = 600.0
+    terminate_together: bool = True
     recover_retry: float = 5.0
     done_retention: float = 7 * 24 * 3600.0
+
+    @property
+    def budgeted(self) -> bool:
+        return self.max_events is not None or self.max_vms is not None
+
+    def wait_for(self, event: ScheduledEvent) -> float:
+        return self.drain_wait_by_type.get(event.event_type, self.drain_wait)
+
+
+def rule_for(event: ScheduledEvent, policy: Policy) -> ApprovalRule:
+    """The approval rule of an event: ``User`` wins over the type; unknown types are never approved."""
+    if not event.is_known_type:
+        return ApprovalRule.NEVER
+    if event.event_source == EventSource.USER and "User" in policy.approval:
+        return policy.approval["User"]
+    duration = event.duration_in_seconds
+    if (
+        event.event_type == EventType.FREEZE
+        and policy.freeze_immediately_below is not None
+        and duration is not None
+        and 0 <= duration < policy.freeze_immediately_below
+    ):
+        return ApprovalRule.IMMEDIATELY
+    return policy.approval.get(event.event_type, ApprovalRule.AFTER_DRAIN)
 
 
 @dataclass(frozen=True)
@@ -83,6 +132,7 @@ class Plan:
     start_drain: bool = False
     start_recover: bool = False
     publish: tuple[EventRecord, ...] = ()
+    admit: tuple[str, ...] = ()
     ack: tuple[str, ...] = ()
     withdraw: tuple[str, ...] = ()
     approve: tuple[ApprovalIntent, ...] = ()
@@ -101,6 +151,7 @@ class Plan:
             or self.start_drain
             or self.start_recover
             or self.publish
+            or self.admit
             or self.ack
             or self.withdraw
             or self.approve
@@ -115,16 +166,11 @@ class Plan:
             parts.append("recover")
         if self.next_phase and not (self.start_drain or self.start_recover):
             parts.append(f"-> {self.next_phase.value}")
-        if self.publish:
-            parts.append("publish " + ",".join(r.event_id for r in self.publish))
-        if self.ack:
-            parts.append("ack " + ",".join(self.ack))
-        if self.withdraw:
-            parts.append("withdraw ack " + ",".join(self.withdraw))
-        if self.approve:
-            parts.append("approve " + ",".join(i.event_id for i in self.approve))
-        if self.mark_done:
-            parts.append("done " + ",".join(self.mark_done))
+        for label, items in (("publish", [r.event_id for r in self.publish]), ("admit", self.admit),
+                             ("ack", self.ack), ("withdraw ack", self.withdraw),
+                             ("approve", [i.event_id for i in self.approve]), ("done", self.mark_done)):
+            if items:
+                parts.append(f"{label} {','.join(items)}")
         for key, reasons in sorted(self.blocked.items()):
             parts.append(f"{key} waits: {'; '.join(reasons)}")
         return "; ".join(parts) if parts else "nothing to do"
@@ -146,29 +192,69 @@ def choose_approver(
     return cluster.leader, True
 
 
-def _resources(event: ScheduledEvent) -> tuple[tuple[str, ...], list[str]]:
-    names: list[str] = []
+@dataclass(frozen=True)
+class _Event:
+    """One event of the document with everything derived from it once."""
+
+    event: ScheduledEvent
+    key: str | None  # None: the id is not safe to use in ZooKeeper
+    resources: tuple[str, ...]  # valid names, normalized, in document order
+    bad_names: tuple[str, ...]
+    rule: ApprovalRule
+
+
+def _parse(event: ScheduledEvent, policy: Policy) -> tuple[_Event, list[str]]:
     problems: list[str] = []
+    try:
+        key: str | None = normalize_event_id(event.event_id)
+    except InvalidName as exc:
+        key = None
+        problems.append(str(exc))
+    names: list[str] = []
+    bad: list[str] = []
     for raw in event.resources:
         try:
             name = normalize_vm_name(raw)
         except InvalidName as exc:
-            problems.append(str(exc))
+            bad.append(raw)
+            problems.append(f"event {key or event.event_id[:40]!r}: {exc}")
             continue
         if name not in names:
             names.append(name)
-    return tuple(names), problems
+    return _Event(event, key, tuple(names), tuple(bad), rule_for(event, policy)), problems
 
 
-def _record(event: ScheduledEvent, key: str, resources: tuple[str, ...], snap: Snapshot) -> EventRecord:
+def _record(ev: _Event, snap: Snapshot) -> EventRecord:
+    assert ev.key is not None
     return EventRecord(
-        event_id=key,
-        event_type=event.event_type,
-        resources=resources,
-        not_before=event.not_before.timestamp() if event.not_before else None,
+        event_id=ev.key,
+        event_type=ev.event.event_type,
+        resources=ev.resources,
+        not_before=ev.event.not_before.timestamp() if ev.event.not_before else None,
         published_by=snap.me,
         published_at=snap.now,
     )
+
+
+def _drains(ev: _Event, snap: Snapshot, local: LocalState, policy: Policy) -> bool:
+    """Whether this VM, named by ``ev``, must be drained for it now."""
+    event = ev.event
+    if event.event_id in local.draining_for:
+        return True  # never put back while the event is present
+    if ev.rule is ApprovalRule.IMMEDIATELY and ev.key is not None:
+        return False  # a short impact approved at once: draining would cost more than it saves
+    if not event.is_scheduled or ev.key is None or event.not_before is None:
+        return True  # being hit now, or cannot be coordinated: the safe side
+    not_before = event.not_before.timestamp()
+    if snap.now >= not_before - policy.latest_start:
+        return True  # no more waiting, whatever the budget or ZooKeeper say
+    if policy.budgeted:
+        record = snap.cluster.records.get(ev.key) if snap.cluster else None
+        if record is None or record.admitted_at is None:
+            return False  # not admitted (or unknown): drain late rather than break the budget
+    if policy.lead_time is not None:
+        return snap.now >= not_before - policy.lead_time
+    return True
 
 
 def _local(snap: Snapshot, local: LocalState, policy: Policy, holding: bool) -> tuple[Phase | None, bool, bool]:
@@ -177,8 +263,7 @@ def _local(snap: Snapshot, local: LocalState, policy: Policy, holding: bool) -> 
     if holding:
         if phase in (Phase.UNKNOWN, Phase.SERVING, Phase.RECOVERING):
             return Phase.DRAINING, True, False
-        waited = snap.mono - local.phase_since >= policy.drain_wait
-        if phase is Phase.DRAINING and not local.job_running and not local.job_failed and waited:
+        if phase is Phase.DRAINING and not local.job_running and not local.job_failed:
             return Phase.DRAINED, False, False
         return None, False, False
     if snap.document is None:
@@ -194,114 +279,201 @@ def _local(snap: Snapshot, local: LocalState, policy: Policy, holding: bool) -> 
     return None, False, False
 
 
+def _in_flight(
+    events: Mapping[str, _Event], cluster: ClusterView, now: float, policy: Policy
+) -> dict[str, frozenset[str]]:
+    """Events that hold budget, with their VMs: admitted, Started or drained-for and still present, or
+    gone but with VMs that have not recovered yet (an ack whose agent is down counts only for
+    ``recovery_grace`` after the event ended: it may be rebooting, or may never come back)."""
+    flight: dict[str, frozenset[str]] = {}
+    for key, record in cluster.records.items():
+        ev = events.get(key)
+        if ev is not None:
+            if record.admitted_at is not None or not ev.event.is_scheduled or record.acks:
+                flight[key] = frozenset(ev.resources)
+            continue
+        pending = {
+            vm for vm in record.acks
+            if vm in cluster.members or (record.done_at is not None and now - record.done_at < policy.recovery_grace)
+        }
+        if pending:
+            flight[key] = frozenset(pending)
+    return flight
+
+
+def _admissions(
+    events: Mapping[str, _Event], cluster: ClusterView, now: float, policy: Policy
+) -> tuple[list[str], dict[str, str]]:
+    """The leader's admissions, first come (by NotBefore, then id) first served; why others wait."""
+    flight = _in_flight(events, cluster, now, policy)
+    waiting = sorted(
+        (ev for key, ev in events.items()
+         if ev.event.is_scheduled and ev.rule is not ApprovalRule.IMMEDIATELY and ev.resources
+         and key in cluster.records and cluster.records[key].admitted_at is None and key not in flight),
+        key=lambda ev: (ev.event.not_before.timestamp() if ev.event.not_before else float("inf"), ev.key or ""),
+    )
+    admit: list[str] = []
+    why: dict[str, str] = {}
+    for ev in waiting:
+        assert ev.key is not None
+        busy = frozenset().union(*flight.values()) if flight else frozenset()
+        reason = ""
+        if policy.max_events is not None and len(flight) >= policy.max_events:
+            reason = f"maintenance budget: {len(flight)} event(s) in maintenance ({', '.join(sorted(flight))})"
+        elif policy.max_vms is not None and flight and len(busy | set(ev.resources)) > policy.max_vms:
+            reason = f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}"
+        elif policy.keep_one_serving and cluster.members and not (cluster.members - busy - set(ev.resources)):
+            reason = "it would leave no VM serving"
+        if reason:
+            # First come, first served: nothing behind a waiting event jumps ahead of it.
+            for rest in waiting[waiting.index(ev):]:
+                why[rest.key or ""] = reason
+            break
+        admit.append(ev.key)
+        flight[ev.key] = frozenset(ev.resources)
+    return admit, why
+
+
 def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     doc = snap.document
     basis = doc if doc is not None else snap.last_document
-    events = basis.events if basis is not None else ()
-    holding_events = [e for e in events if e.names(snap.me)]
-    next_phase, start_drain, start_recover = _local(snap, local, policy, bool(holding_events))
+    parsed: list[_Event] = []
+    invalid: list[str] = []
+    for event in basis.events if basis is not None else ():
+        ev, problems = _parse(event, policy)
+        parsed.append(ev)
+        invalid.extend(problems)
+    by_key = {ev.key: ev for ev in parsed if ev.key is not None}
+
+    holding = [ev for ev in parsed if ev.event.names(snap.me) and _drains(ev, snap, local, policy)]
+    next_phase, start_drain, start_recover = _local(snap, local, policy, bool(holding))
     phase_after = next_phase or local.phase
+    drain_started = snap.mono if start_drain else local.drain_started
 
     cluster = snap.cluster
     publish: list[EventRecord] = []
+    admit: list[str] = []
     ack: list[str] = []
     withdraw: list[str] = []
-    approve: list[ApprovalIntent] = []
     mark_done: list[str] = []
     approvers: dict[str, str] = {}
     blocked: dict[str, tuple[str, ...]] = {}
-    invalid: list[str] = []
-    present: set[str] = set()
+    ready: dict[str, ApprovalIntent | None] = {}  # approvable events (None: approvable by someone else)
 
-    for event in events:
-        try:
-            key = normalize_event_id(event.event_id)
-        except InvalidName as exc:
-            invalid.append(str(exc))
-            continue
-        present.add(key)
-        resources, bad_names = _resources(event)
-        if bad_names:
-            invalid.extend(f"event {key}: {p}" for p in bad_names)
-        if cluster is None:
-            continue
-        record = cluster.records.get(key)
-        published_now = False
-        if record is None and doc is not None:
-            publish.append(_record(event, key, resources, snap))
-            published_now = True
-        mine = event.names(snap.me)
-        if mine and phase_after is Phase.DRAINED and (published_now or (record and snap.me not in record.acks)):
-            ack.append(key)
-        if doc is None or not event.is_scheduled:
-            continue
-        approver, as_leader = choose_approver(resources, cluster, policy.approver)
-        approvers[key] = approver or ""
-        reasons = _approval_blockers(event, resources, bad_names, record, published_now, ack, snap, cluster)
-        if approver is None:
-            reasons += ("no live agent named in Resources and no leader",)
-        if approver != snap.me or event.event_id in local.posted:
-            if reasons:
-                blocked[key] = reasons
-            continue
-        if reasons:
-            blocked[key] = reasons
-            continue
-        approve.append(ApprovalIntent(event.event_id, key, resources, as_leader))
-
-    if cluster is not None and doc is not None:
-        for key, record in cluster.records.items():
-            if key in present:
+    if cluster is not None:
+        wait_slot: dict[str, str] = {}
+        if doc is not None and policy.budgeted and cluster.i_am_leader:
+            admit, wait_slot = _admissions(by_key, cluster, snap.now, policy)
+        for ev in holding:
+            if ev.key is None or phase_after is not Phase.DRAINED:
                 continue
-            if snap.me in record.acks:
-                withdraw.append(key)
-            if cluster.i_am_leader and record.done_at is None:
-                mark_done.append(key)
+            record = cluster.records.get(ev.key)
+            if snap.mono - drain_started >= policy.wait_for(ev.event) and (
+                record is None or snap.me not in record.acks
+            ):
+                ack.append(ev.key)
+        for ev in parsed:
+            if ev.key is None:
+                continue
+            record = cluster.records.get(ev.key)
+            if record is None and doc is not None:
+                publish.append(_record(ev, snap))
+            if doc is None or not ev.event.is_scheduled:
+                continue
+            approver, as_leader = choose_approver(ev.resources, cluster, policy.approver)
+            approvers[ev.key] = approver or ""
+            reasons = _approval_blockers(ev, record, ev.key in admit, ack, snap, cluster, policy)
+            if ev.key in wait_slot and reasons:
+                reasons = (wait_slot[ev.key], *[r for r in reasons if not r.startswith("not admitted")])
+            if approver is None:
+                reasons += ("no live agent named in Resources and no leader",)
+            if reasons:
+                blocked[ev.key] = reasons
+                continue
+            mine = approver == snap.me and ev.event.event_id not in local.posted
+            required = ev.resources if ev.rule is ApprovalRule.AFTER_DRAIN else ()
+            required = tuple(vm for vm in required if _waited_for(vm, cluster, policy))
+            ready[ev.key] = ApprovalIntent(ev.event.event_id, ev.key, required, as_leader) if mine else None
+        if policy.terminate_together:
+            _hold_terminate_batches(by_key, ready, blocked)
+        if doc is not None:
+            for key, record in cluster.records.items():
+                if key in by_key:
+                    continue
+                if snap.me in record.acks and phase_after is Phase.SERVING:
+                    withdraw.append(key)  # recovered and serving: the budget slot is free again
+                if cluster.i_am_leader and record.done_at is None:
+                    mark_done.append(key)
 
     return Plan(
         next_phase=next_phase,
         start_drain=start_drain,
         start_recover=start_recover,
         publish=tuple(publish),
+        admit=tuple(admit),
         ack=tuple(ack),
         withdraw=tuple(withdraw),
-        approve=tuple(approve),
+        approve=tuple(intent for intent in ready.values() if intent is not None),
         mark_done=tuple(mark_done),
         purge_before=(snap.now - policy.done_retention) if cluster and cluster.i_am_leader else None,
-        holding=tuple(e.event_id for e in holding_events),
+        holding=tuple(ev.event.event_id for ev in holding),
         approvers=approvers,
         blocked=blocked,
         invalid=tuple(invalid),
     )
 
 
+def _waited_for(vm: str, cluster: ClusterView, policy: Policy) -> bool:
+    """Whether ``vm``'s ack is required: always, unless it has never run an agent and policy ignores it."""
+    return policy.unknown_peers is PeersPolicy.BLOCK or vm in cluster.known
+
+
 def _approval_blockers(
-    event: ScheduledEvent,
-    resources: tuple[str, ...],
-    bad_names: list[str],
+    ev: _Event,
     record: EventRecord | None,
-    published_now: bool,
-    acking_now: list[str],
+    admitting_now: bool,
+    acking_now: Iterable[str],
     snap: Snapshot,
     cluster: ClusterView,
+    policy: Policy,
 ) -> tuple[str, ...]:
-    """Why an approver may not approve this Scheduled event now (empty: it may)."""
+    """Why this Scheduled event may not be approved now (empty: it may, by its approver)."""
+    event = ev.event
     if not event.is_known_type:
         return (f"unknown event type {event.event_type!r} is never approved early",)
-    if bad_names:
+    if ev.rule is ApprovalRule.NEVER:
+        return (f"policy: {event.event_type} events are never approved early",)
+    if ev.bad_names:
         return ("Resources holds a name that is not a valid VM name",)
-    if not resources:
+    if not ev.resources:
         return ("Resources is empty: nobody known to drain",)
-    if record is None and not published_now:
-        return ("event record not readable",)
-    acks = record.acks if record is not None else {}
-    reasons = []
-    for vm in resources:
-        if vm in acks:
-            continue
-        if vm == snap.me and normalize_event_id(event.event_id) in acking_now:
-            continue  # acknowledged in this very cycle; Store.approve re-checks before the POST
-        reasons.append(f"{vm} runs no agent" if vm not in cluster.members else f"{vm} has not drained")
+    if record is None:
+        return ("event record not published yet",)
+    reasons: list[str] = []
+    if ev.rule is ApprovalRule.AFTER_DRAIN:
+        if policy.budgeted and record.admitted_at is None and not admitting_now:
+            reasons.append("not admitted by the maintenance budget yet")
+        acking = set(acking_now)
+        for vm in ev.resources:
+            if vm in record.acks or (vm == snap.me and ev.key in acking) or not _waited_for(vm, cluster, policy):
+                continue  # an ack written this very cycle is re-checked by Store.approve before the POST
+            reasons.append(f"{vm} runs no agent" if vm not in cluster.members else f"{vm} has not drained")
     if cluster.connection is not ConnectionState.CONNECTED:
         reasons.append(f"ZooKeeper connection {cluster.connection.value}")
     return tuple(reasons)
+
+
+def _hold_terminate_batches(
+    events: Mapping[str, _Event], ready: dict[str, ApprovalIntent | None], blocked: dict[str, tuple[str, ...]]
+) -> None:
+    """Deletes sharing one NotBefore proceed together in Azure: approve none until all may be approved."""
+    batches: dict[float, list[str]] = {}
+    for key, ev in events.items():
+        if ev.event.event_type == EventType.TERMINATE and ev.event.is_scheduled and ev.event.not_before:
+            batches.setdefault(ev.event.not_before.timestamp(), []).append(key)
+    for keys in batches.values():
+        if len(keys) > 1 and not all(k in ready for k in keys):
+            for key in keys:
+                if key in ready:
+                    del ready[key]
+                    blocked[key] = ("waiting for the other deletes that share its NotBefore",)

@@ -70,7 +70,7 @@ class DryRunStore:
         for key, (who, at) in self._would_ack.items():
             if key in records:
                 records[key] = replace(records[key], acks={**records[key].acks, who: at})
-        return ClusterView(view.members | {vm}, view.leader, False, records, view.connection)
+        return ClusterView(view.members | {vm}, view.leader, False, records, view.connection, view.known | {vm})
 
     def publish_event(self, record: EventRecord) -> WriteResult:
         log.info("dry-run: would publish event %s", record.event_id)
@@ -91,6 +91,9 @@ class DryRunStore:
     ) -> ApprovalResult:
         log.info("dry-run: would approve event %s (required acks: %s)", event_id, ",".join(required))
         return ApprovalResult(ApprovalOutcome.REFUSED, "dry-run")
+
+    def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
+        return WriteResult.DONE
 
     def mark_done(self, event_id: str, at: float) -> WriteResult:
         return WriteResult.DONE

@@ -24,7 +24,7 @@ from coordinator.names import normalize_vm_name
 from coordinator.store.base import Store
 from coordinator.store.zookeeper import ZooKeeperStore
 
-__all__ = ["run_agent"]
+__all__ = ["policy_from", "run_agent"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,26 @@ def _learn_vm_name(imds: ImdsClient, stop: threading.Event, retry: float) -> str
             log.warning("cannot learn this VM's name from IMDS yet (set vm_name to override): %s", exc)
         stop.wait(retry)
     return None
+
+
+def policy_from(settings: Settings) -> Policy:
+    p, d = settings.policy, settings.drain
+    return Policy(
+        approver=p.approver,
+        approval=dict(p.approval),
+        freeze_immediately_below=p.freeze_immediately_below_seconds,
+        unknown_peers=p.unknown_peers,
+        drain_wait=d.effective_wait,
+        drain_wait_by_type=dict(d.wait_seconds_by_type),
+        latest_start=d.latest_start_seconds,
+        lead_time=d.lead_time_seconds,
+        max_events=p.max_events_in_maintenance,
+        max_vms=p.max_vms_in_maintenance,
+        keep_one_serving=p.keep_one_serving,
+        recovery_grace=p.recovery_grace_seconds,
+        terminate_together=p.terminate_together,
+        done_retention=settings.done_retention_seconds,
+    )
 
 
 def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
@@ -103,11 +123,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         imds=adapters_imds,  # type: ignore[arg-type]
         store=store,
         actions=actions,
-        policy=Policy(
-            approver=settings.policy.approver,
-            drain_wait=settings.drain.wait_seconds,
-            done_retention=settings.done_retention_seconds,
-        ),
+        policy=policy_from(settings),
         metrics=metrics,
         poll_interval=settings.imds.poll_interval,
         member_info={"admin": settings.http.listen},

@@ -3,10 +3,13 @@
 Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``)::
 
     /members/{vm}               ephemeral   one per live agent: {"vm", "started_at", "version", "admin"}
+    /registry/{vm}              persistent  every VM that has ever run an agent here: {"vm", "first_seen"}
     /leader                     ephemeral   held by the leader: {"vm", "since"}
     /events/{EVENT_ID}          persistent  the event as first seen: {"event_id", "event_type", "resources",
                                             "not_before", "published_by", "published_at", "done_at"}
     /events/{EVENT_ID}/acks/{vm} persistent  {"vm", "at"}: the VM has drained for this event
+    /events/{EVENT_ID}/admitted persistent  {"by", "at"}: the leader admitted the event into the
+                                            disruption budget (written once)
     /events/{EVENT_ID}/approval persistent  {"by", "at", "as_leader"}: written once, before the POST
 
 VM names are stored lower case and event ids upper case (see ``coordinator.names``); both are validated
@@ -77,6 +80,7 @@ class EventRecord:
     acks: Mapping[str, float] = field(default_factory=dict)
     approval: Approval | None = None
     done_at: float | None = None
+    admitted_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ class ClusterView:
     i_am_leader: bool
     records: Mapping[str, EventRecord]
     connection: ConnectionState
+    known: frozenset[str] = frozenset()  # every VM that has ever joined (the registry)
 
 
 class ApprovalOutcome(Enum):
@@ -120,7 +125,8 @@ class Store(Protocol):
         agent reads may have changed: membership, leader, events, acks, approvals, connection state."""
 
     def join(self, vm: str, info: Mapping[str, object]) -> WriteResult:
-        """Make sure this agent's ephemeral member node exists and belongs to the current session.
+        """Make sure this agent's ephemeral member node exists and belongs to the current session, and
+        that ``/registry/{vm}`` exists.
 
         DONE: created now; EXISTS: already ours. A node left by an older session of the same VM is
         replaced. Raises ``StoreUnknownOutcome``."""
@@ -151,6 +157,10 @@ class Store(Protocol):
         ``/leader`` (``as_leader``) or ``/members/{vm}``; every VM of ``required`` has an ack; then
         ``approval`` is created (or found, written by anyone: approval is idempotent). Any failed
         check returns REFUSED with the reason. Raises ``StoreUnknownOutcome`` when it cannot tell."""
+
+    def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
+        """Create ``admitted`` under the event (EXISTS if present, MISSING if the record is gone).
+        Only the leader calls it; admission is never revoked."""
 
     def mark_done(self, event_id: str, at: float) -> WriteResult:
         """Set ``done_at`` on the record (EXISTS if already set, MISSING if no record)."""

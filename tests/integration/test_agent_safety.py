@@ -87,7 +87,7 @@ def store_factory(zk_hosts: str) -> Iterator[Any]:
 def make_agent(vm: str, imds: FakeImds, store: Any, mode: ApproverMode = ApproverMode.LEADER) -> tuple[Agent, Metrics]:
     metrics = Metrics(CollectorRegistry())
     agent = Agent(vm=vm, imds=imds, store=store, actions=[ProbeAction(ProbeState())],
-                  policy=Policy(approver=mode, drain_wait=0.0), metrics=metrics, poll_interval=0.1)
+                  policy=Policy(approver=mode, drain_wait=0.0, max_events=None), metrics=metrics, poll_interval=0.1)
     return agent, metrics
 
 

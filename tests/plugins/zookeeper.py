@@ -16,6 +16,7 @@ Helpers: ``expire_session`` (real, server-side expiry), ``wait_until`` (poll a c
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
 import shutil
@@ -33,6 +34,7 @@ from coordinator.store.zookeeper import ZooKeeperStore
 __all__ = ["expire_session", "wait_until"]
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 TICK_TIME_MS = 500
 MAX_SESSION_TIMEOUT_MS = 60_000
@@ -61,7 +63,8 @@ def _start(data_dir: Path) -> LocalZooKeeper:
     try:
         server.start(timeout=30)
     except RuntimeError as exc:
-        _unavailable(f"the server did not start: {exc}")
+        # java and the jars are there: a server that does not start is a failure, never a skip.
+        pytest.fail(f"ZooKeeper did not start: {exc}", pytrace=False)
     return server
 
 
@@ -96,7 +99,7 @@ def zk_chroot(zk_hosts: str, request: pytest.FixtureRequest) -> Iterator[str]:
         client.start(timeout=5.0)
         client.delete(root, recursive=True)
     except Exception as exc:  # cleanup only: a leftover path under /tests harms nobody
-        print(f"could not remove {root}: {exc!r}")
+        log.warning("could not remove %s: %r", root, exc)
     finally:
         client.stop()
         client.close()
@@ -129,7 +132,7 @@ def zk_ensemble(tmp_path: Path) -> Iterator[LocalEnsemble]:
     try:
         ensemble.start(timeout=30)
     except RuntimeError as exc:
-        _unavailable(f"the ensemble did not start: {exc}")
+        pytest.fail(f"the ZooKeeper ensemble did not start: {exc}", pytrace=False)
     try:
         yield ensemble
     finally:

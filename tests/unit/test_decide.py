@@ -42,7 +42,7 @@ def snap(me: str, document: Document | None, cluster: ClusterView | None, *, las
 
 SERVING = LocalState(phase=Phase.SERVING, phase_since=0.0)
 DRAINED = LocalState(phase=Phase.DRAINED, phase_since=0.0)
-POLICY = Policy(drain_wait=10.0)
+POLICY = Policy(drain_wait=10.0, max_events=None)  # no disruption budget: see the budget tables below
 
 ALL3 = ("vm0", "vm1", "vm2")
 
@@ -96,7 +96,7 @@ def test_approval_table(me: str, members: tuple[str, ...], acks: tuple[str, ...]
 
 def test_approver_that_has_not_finished_draining_does_not_approve() -> None:
     d = doc(event(["vm0", "vm1"]))
-    draining = LocalState(phase=Phase.DRAINING, phase_since=99.0)
+    draining = LocalState(phase=Phase.DRAINING, phase_since=99.0, drain_started=99.0, job_running=True)
     plan = decide(snap("vm0", d, view(ALL3, (record(("vm0", "vm1"), ("vm1",)),))), draining, POLICY)
     assert plan.approve == ()
     assert plan.ack == ()
@@ -116,7 +116,7 @@ def test_leader_approves_when_no_named_vm_runs_an_agent_but_only_with_every_ack(
 def test_leader_mode_only_leader_approves() -> None:
     d = doc(event(["vm0", "vm1"]))
     rec = record(("vm0", "vm1"), ("vm0", "vm1"))
-    policy = Policy(approver=ApproverMode.LEADER, drain_wait=10.0)
+    policy = Policy(approver=ApproverMode.LEADER, drain_wait=10.0, max_events=None)
     assert decide(snap("vm0", d, view(ALL3, (rec,), leader="vm2")), DRAINED, policy).approve == ()
     plan = decide(snap("vm2", d, view(ALL3, (rec,), leader="vm2", me="vm2")), SERVING, policy)
     assert [(i.event_id, i.as_leader) for i in plan.approve] == [(EID, True)]
@@ -187,7 +187,7 @@ DRAIN_TABLE = [
     (Phase.SERVING, False, False, 50, True, True, Phase.DRAINING, True, False),
     (Phase.SERVING, False, False, 50, False, True, None, False, False),
     (Phase.DRAINING, True, False, 50, True, True, None, False, False),  # actions still running
-    (Phase.DRAINING, False, False, 5, True, True, None, False, False),  # drain wait not over
+    (Phase.DRAINING, False, False, 5, True, True, Phase.DRAINED, False, False),  # actions done
     (Phase.DRAINING, False, True, 50, True, True, None, False, False),  # drain failed: no ack, ever
     (Phase.DRAINING, False, False, 10, True, True, Phase.DRAINED, False, False),
     (Phase.DRAINED, False, False, 50, True, False, None, False, False),  # stale doc still names us
@@ -213,15 +213,31 @@ def test_drain_table(phase: Phase, running: bool, failed: bool, age: float, name
     assert (plan.next_phase, plan.start_drain, plan.start_recover) == (next_phase, drain, recover)
 
 
-def test_drained_vm_acks_publishes_and_withdraws_when_gone() -> None:
+def test_drained_vm_acks_publishes_and_withdraws_once_serving_again() -> None:
     d = doc(event(["vm0", "vm1"]))
     first = decide(snap("vm0", d, view(ALL3)), DRAINED, POLICY)
     assert [r.event_id for r in first.publish] == [EID]
     assert first.publish[0].resources == ("vm0", "vm1")
     assert first.ack == (EID,)
-    gone = decide(snap("vm0", doc(), view(ALL3, (record(("vm0", "vm1"), ("vm0",)),))), DRAINED, POLICY)
-    assert gone.withdraw == (EID,)
+    cluster = view(ALL3, (record(("vm0", "vm1"), ("vm0",)),))
+    gone = decide(snap("vm0", doc(), cluster), DRAINED, POLICY)
     assert gone.start_recover
+    assert gone.withdraw == ()  # the ack holds the budget until the VM serves again
+    recovered = LocalState(phase=Phase.RECOVERING, phase_since=99.0)
+    back = decide(snap("vm0", doc(), cluster), recovered, POLICY)
+    assert back.next_phase is Phase.SERVING
+    assert back.withdraw == (EID,)
+
+
+def test_ack_waits_for_the_drain_wait_of_the_event_type() -> None:
+    policy = Policy(drain_wait=30.0, drain_wait_by_type={"Preempt": 2.0}, max_events=None)
+    drained = LocalState(phase=Phase.DRAINED, phase_since=95.0, drain_started=95.0)  # 5 s ago
+    freeze = decide(snap("vm0", doc(event(["vm0"])), view(ALL3, (record(("vm0",)),))), drained, policy)
+    assert freeze.ack == ()
+    assert freeze.blocked[EID] == ("vm0 has not drained",)
+    preempt = decide(snap("vm0", doc(event(["vm0"], etype="Preempt")), view(ALL3, (record(("vm0",)),))),
+                     drained, policy)
+    assert preempt.ack == (EID,)
 
 
 def test_vm_not_named_never_drains_nor_acks() -> None:

@@ -1,0 +1,386 @@
+"""An in-process coordination store with the same contract as the ZooKeeper one.
+
+A ``MemoryCluster`` plays the ensemble: it holds the members, the leader and the event records, and
+several ``MemoryStore`` instances (one per simulated agent) attach to it, each with its own session.
+Ephemeral nodes (member, leader) belong to a session and vanish with it.
+
+Test controls on ``MemoryStore``:
+
+* ``expire_session()``: the session ends (its ephemeral nodes vanish), the state goes LOST, then a new
+  session starts and the state goes CONNECTED, as kazoo does after a server-side expiry;
+* ``suspend()`` / ``resume()``: the connection is SUSPENDED (the session and its nodes stay): reads raise
+  ``StoreUnavailable``, writes raise ``StoreUnknownOutcome`` and ``approve`` refuses.
+
+Wakeup callbacks are called after the cluster lock is released, from the thread that made the change.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
+
+from coordinator.errors import StoreUnavailable, StoreUnknownOutcome
+from coordinator.names import normalize_event_id, normalize_vm_name
+from coordinator.store.base import (
+    Approval,
+    ApprovalOutcome,
+    ApprovalResult,
+    ClusterView,
+    ConnectionState,
+    EventRecord,
+    WriteResult,
+)
+
+__all__ = ["MemoryCluster", "MemoryStore"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Member:
+    session: int
+    info: dict[str, object]
+
+
+@dataclass
+class _Leader:
+    vm: str
+    session: int
+    since: float
+
+
+@dataclass
+class _Event:
+    record: EventRecord  # without acks, approval and admission
+    acks: dict[str, float] = field(default_factory=dict)
+    approval: Approval | None = None
+    admitted: tuple[str, float] | None = None  # (by, at)
+
+
+class MemoryCluster:
+    """The shared state that ``MemoryStore`` instances attach to: one per simulated VM group."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._sessions = itertools.count(1)
+        self.members: dict[str, _Member] = {}
+        self.registry: dict[str, float] = {}  # VM name -> first seen
+        self.leader: _Leader | None = None
+        self.events: dict[str, _Event] = {}
+        self._stores: list[MemoryStore] = []
+
+    def new_session(self) -> int:
+        with self.lock:
+            return next(self._sessions)
+
+    def attach(self, store: MemoryStore) -> None:
+        with self.lock:
+            if store not in self._stores:
+                self._stores.append(store)
+
+    def detach(self, store: MemoryStore) -> None:
+        with self.lock:
+            if store in self._stores:
+                self._stores.remove(store)
+
+    def drop_session(self, session: int) -> None:
+        """Delete the ephemeral nodes of ``session`` (call with the lock held)."""
+        for vm in [vm for vm, member in self.members.items() if member.session == session]:
+            del self.members[vm]
+        if self.leader is not None and self.leader.session == session:
+            self.leader = None
+
+    def changed(self) -> None:
+        """Wake every attached store up. Call without holding the lock."""
+        with self.lock:
+            stores = list(self._stores)
+        for store in stores:
+            store.notify()
+
+    # Convenience for tests.
+    @property
+    def member_names(self) -> frozenset[str]:
+        with self.lock:
+            return frozenset(self.members)
+
+    @property
+    def leader_name(self) -> str | None:
+        with self.lock:
+            return self.leader.vm if self.leader is not None else None
+
+
+class MemoryStore:
+    """``Store`` backed by a ``MemoryCluster``. Thread-safe."""
+
+    def __init__(self, cluster: MemoryCluster, *, clock: Callable[[], float] = time.time) -> None:
+        self._cluster = cluster
+        self._clock = clock
+        self._session: int | None = None
+        self._state = ConnectionState.LOST
+        self._wakeup: Callable[[], None] | None = None
+        self._wakeup_lock = threading.Lock()
+
+    # -- life cycle, signalling, test controls --------------------------------------------------------
+
+    @property
+    def cluster(self) -> MemoryCluster:
+        return self._cluster
+
+    @property
+    def session_id(self) -> int | None:
+        return self._session if self._state is ConnectionState.CONNECTED else None
+
+    def start(self) -> None:
+        with self._cluster.lock:
+            if self._session is not None:
+                return
+            self._session = self._cluster.new_session()
+            self._cluster.attach(self)
+        self._set_state(ConnectionState.CONNECTED)
+
+    def stop(self) -> None:
+        with self._cluster.lock:
+            session, self._session = self._session, None
+            if session is None:
+                return
+            self._cluster.drop_session(session)
+            self._state = ConnectionState.LOST
+            self._cluster.detach(self)
+        self._cluster.changed()
+
+    def expire_session(self) -> None:
+        """End the session (its ephemeral nodes vanish): LOST, then CONNECTED with a new session."""
+        with self._cluster.lock:
+            if self._session is None:
+                raise RuntimeError("the store is not started")
+            self._cluster.drop_session(self._session)
+            self._session = None
+        self._set_state(ConnectionState.LOST)
+        self._cluster.changed()
+        with self._cluster.lock:
+            self._session = self._cluster.new_session()
+        self._set_state(ConnectionState.CONNECTED)
+
+    def suspend(self) -> None:
+        """Lose the connection but keep the session: SUSPENDED."""
+        if self._session is None:
+            raise RuntimeError("the store is not started")
+        self._set_state(ConnectionState.SUSPENDED)
+
+    def resume(self) -> None:
+        """Reconnect to the same session after ``suspend``: CONNECTED."""
+        if self._session is None:
+            raise RuntimeError("the store is not started")
+        self._set_state(ConnectionState.CONNECTED)
+
+    @property
+    def connection_state(self) -> ConnectionState:
+        return self._state
+
+    def set_wakeup(self, callback: Callable[[], None]) -> None:
+        with self._wakeup_lock:
+            self._wakeup = callback
+
+    def notify(self) -> None:
+        with self._wakeup_lock:
+            callback = self._wakeup
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # the writer's thread is not the callback's: report, do not propagate
+                log.exception("wakeup callback failed")
+
+    def _set_state(self, state: ConnectionState) -> None:
+        self._state = state
+        self.notify()
+
+    def _session_for(self, *, write: bool) -> int:
+        session = self._session
+        if session is None or self._state is not ConnectionState.CONNECTED:
+            state = self._state.value if session is not None else "not started"
+            if write:
+                raise StoreUnknownOutcome(f"store connection {state}: write not attempted")
+            raise StoreUnavailable(f"store connection {state}")
+        return session
+
+    # -- membership and leadership --------------------------------------------------------------------
+
+    def join(self, vm: str, info: Mapping[str, object]) -> WriteResult:
+        vm = normalize_vm_name(vm)
+        with self._cluster.lock:
+            session = self._session_for(write=True)
+            changed = vm not in self._cluster.registry
+            self._cluster.registry.setdefault(vm, self._clock())
+            member = self._cluster.members.get(vm)
+            if member is not None and member.session == session:
+                result = WriteResult.EXISTS
+            else:
+                self._cluster.members[vm] = _Member(session, {**info, "vm": vm})
+                result, changed = WriteResult.DONE, True
+        if changed:
+            self._cluster.changed()
+        return result
+
+    def campaign(self, vm: str) -> bool:
+        vm = normalize_vm_name(vm)
+        with self._cluster.lock:
+            session = self._session_for(write=False)
+            leader = self._cluster.leader
+            if leader is not None:
+                return leader.session == session
+            self._cluster.leader = _Leader(vm, session, self._clock())
+        self._cluster.changed()
+        return True
+
+    # -- reads ----------------------------------------------------------------------------------------
+
+    def read_view(self, vm: str) -> ClusterView:
+        vm = normalize_vm_name(vm)
+        with self._cluster.lock:
+            session = self._session_for(write=False)
+            leader = self._cluster.leader
+            records = {
+                event_id: replace(
+                    event.record,
+                    acks=dict(event.acks),
+                    approval=event.approval,
+                    admitted_at=event.admitted[1] if event.admitted is not None else None,
+                )
+                for event_id, event in self._cluster.events.items()
+            }
+            return ClusterView(
+                members=frozenset(self._cluster.members),
+                leader=leader.vm if leader is not None else None,
+                i_am_leader=leader is not None and leader.session == session and leader.vm == vm,
+                records=records,
+                connection=self._state,
+                known=frozenset(self._cluster.registry),
+            )
+
+    # -- writes ---------------------------------------------------------------------------------------
+
+    def publish_event(self, record: EventRecord) -> WriteResult:
+        event_id = normalize_event_id(record.event_id)
+        published_by = normalize_vm_name(record.published_by)
+        with self._cluster.lock:
+            self._session_for(write=True)
+            if event_id in self._cluster.events:
+                return WriteResult.EXISTS
+            self._cluster.events[event_id] = _Event(
+                replace(record, event_id=event_id, published_by=published_by, acks={}, approval=None, admitted_at=None)
+            )
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def acknowledge(self, event_id: str, vm: str, at: float) -> WriteResult:
+        event_id = normalize_event_id(event_id)
+        vm = normalize_vm_name(vm)
+        with self._cluster.lock:
+            self._session_for(write=True)
+            event = self._cluster.events.get(event_id)
+            if event is None:
+                return WriteResult.MISSING
+            if vm in event.acks:
+                return WriteResult.EXISTS
+            event.acks[vm] = at
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def withdraw_ack(self, event_id: str, vm: str) -> WriteResult:
+        event_id = normalize_event_id(event_id)
+        vm = normalize_vm_name(vm)
+        with self._cluster.lock:
+            self._session_for(write=True)
+            event = self._cluster.events.get(event_id)
+            if event is None or vm not in event.acks:
+                return WriteResult.MISSING
+            del event.acks[vm]
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def approve(
+        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float
+    ) -> ApprovalResult:
+        event_id = normalize_event_id(event_id)
+        vm = normalize_vm_name(vm)
+        needed = {normalize_vm_name(name) for name in required}
+        with self._cluster.lock:
+            try:
+                session = self._session_for(write=True)
+            except StoreUnknownOutcome as exc:
+                return ApprovalResult(ApprovalOutcome.REFUSED, reason=str(exc))
+            if as_leader:
+                leader = self._cluster.leader
+                if leader is None:
+                    return _refused("/leader does not exist: this agent is not the leader")
+                if leader.session != session:
+                    return _refused(f"/leader belongs to session {leader.session}, not ours ({session})")
+                if leader.vm != vm:
+                    return _refused(f"/leader is held by this session for {leader.vm!r}, not {vm!r}")
+            else:
+                member = self._cluster.members.get(vm)
+                if member is None:
+                    return _refused(f"/members/{vm} does not exist: this agent is not a member")
+                if member.session != session:
+                    return _refused(f"/members/{vm} belongs to session {member.session}, not ours ({session})")
+            event = self._cluster.events.get(event_id)
+            if event is None:
+                return _refused(f"event {event_id} has no record in the store")
+            missing = sorted(needed - set(event.acks))
+            if missing:
+                return _refused(f"event {event_id}: no ack yet from {', '.join(missing)}")
+            if event.approval is not None:
+                return ApprovalResult(ApprovalOutcome.APPROVED, reason="approved before", record=event.approval)
+            event.approval = Approval(by=vm, at=at, as_leader=as_leader)
+            result = ApprovalResult(ApprovalOutcome.APPROVED, record=event.approval)
+        self._cluster.changed()
+        return result
+
+    def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
+        event_id = normalize_event_id(event_id)
+        vm = normalize_vm_name(vm)
+        with self._cluster.lock:
+            self._session_for(write=True)
+            event = self._cluster.events.get(event_id)
+            if event is None:
+                return WriteResult.MISSING
+            if event.admitted is not None:
+                return WriteResult.EXISTS
+            event.admitted = (vm, at)
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def mark_done(self, event_id: str, at: float) -> WriteResult:
+        event_id = normalize_event_id(event_id)
+        with self._cluster.lock:
+            self._session_for(write=True)
+            event = self._cluster.events.get(event_id)
+            if event is None:
+                return WriteResult.MISSING
+            if event.record.done_at is not None:
+                return WriteResult.EXISTS
+            event.record = replace(event.record, done_at=at)
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def purge_done(self, older_than: float) -> int:
+        with self._cluster.lock:
+            self._session_for(write=True)
+            doomed = [
+                event_id
+                for event_id, event in self._cluster.events.items()
+                if event.record.done_at is not None and event.record.done_at < older_than
+            ]
+            for event_id in doomed:
+                del self._cluster.events[event_id]
+        if doomed:
+            self._cluster.changed()
+        return len(doomed)
+
+
+def _refused(reason: str) -> ApprovalResult:
+    return ApprovalResult(ApprovalOutcome.REFUSED, reason=reason)

@@ -1,0 +1,6 @@
+from kazoo.interfaces import IHandler
+
+class KazooTimeoutError(Exception): ...
+
+class SequentialThreadingHandler(IHandler):
+    def __init__(self) -> None: ...

@@ -1,0 +1,401 @@
+"""The ``Store`` contract (coordinator.store.base), run against every implementation.
+
+``memory`` runs in-process; ``zookeeper`` runs against the real server of the test session, each test in
+its own root path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from coordinator.errors import InvalidName, StoreUnavailable, StoreUnknownOutcome
+from coordinator.store.base import (
+    ApprovalOutcome,
+    ClusterView,
+    ConnectionState,
+    EventRecord,
+    Store,
+    WriteResult,
+)
+from coordinator.store.memory import MemoryCluster, MemoryStore
+from coordinator.store.zookeeper import ZooKeeperStore
+from tests.plugins.zookeeper import expire_session, wait_until
+
+EVENT = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
+T0 = 1_700_000_000.0
+
+
+def record(event_id: str = EVENT, *, by: str = "vm-a", resources: tuple[str, ...] = ("vm-a", "vm-b")) -> EventRecord:
+    return EventRecord(
+        event_id=event_id,
+        event_type="Reboot",
+        resources=resources,
+        not_before=T0 + 900,
+        published_by=by,
+        published_at=T0,
+    )
+
+
+@dataclass
+class Harness:
+    kind: str
+    make: Callable[..., Store]
+    expire: Callable[[Store], None]
+
+
+@pytest.fixture(params=["memory", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    stores: list[Store] = []
+
+    if request.param == "memory":
+        clusters: dict[str, MemoryCluster] = {}
+
+        def make(cluster: str = "alpha") -> Store:
+            store = MemoryStore(clusters.setdefault(cluster, MemoryCluster()), clock=lambda: T0)
+            store.start()
+            stores.append(store)
+            return store
+
+        def expire(store: Store) -> None:
+            assert isinstance(store, MemoryStore)
+            store.expire_session()
+
+    else:
+        hosts: str = request.getfixturevalue("zk_hosts")
+        root: str = request.getfixturevalue("zk_chroot")
+
+        def make(cluster: str = "alpha") -> Store:
+            store = ZooKeeperStore(hosts, root, cluster, session_timeout=4.0, operation_timeout=3.0, clock=lambda: T0)
+            store.start()
+            stores.append(store)
+            return store
+
+        def expire(store: Store) -> None:
+            assert isinstance(store, ZooKeeperStore)
+            expire_session(store)
+            wait_until(lambda: store.connection_state is ConnectionState.CONNECTED, message="reconnected")
+
+    try:
+        yield Harness(request.param, make, expire)
+    finally:
+        for store in stores:
+            store.stop()
+
+
+def test_publish_once_second_publisher_finds_it(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    assert a.publish_event(record(by="vm-a")) is WriteResult.DONE
+    assert b.publish_event(record(by="vm-b")) is WriteResult.EXISTS
+
+    stored = b.read_view("vm-b").records[EVENT]
+    assert stored.published_by == "vm-a"
+    assert stored.event_type == "Reboot"
+    assert stored.resources == ("vm-a", "vm-b")
+    assert stored.not_before == T0 + 900
+    assert stored.published_at == T0
+    assert stored.acks == {}
+    assert stored.approval is None
+    assert stored.done_at is None
+
+
+def test_event_ids_are_stored_upper_case_and_vm_names_lower_case(harness: Harness) -> None:
+    a = harness.make()
+    assert a.publish_event(record(EVENT.lower(), by="VM-A")) is WriteResult.DONE
+    assert a.publish_event(record(EVENT)) is WriteResult.EXISTS
+    assert a.acknowledge(EVENT.lower(), "VM-B", T0) is WriteResult.DONE
+    assert a.join("VM-A", {}) is WriteResult.DONE
+
+    view = a.read_view("vm-a")
+    assert set(view.records) == {EVENT}
+    assert view.records[EVENT].published_by == "vm-a"
+    assert view.records[EVENT].acks == {"vm-b": T0}
+    assert view.members == {"vm-a"}
+
+
+def test_acknowledge_and_withdraw(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    assert a.acknowledge(EVENT, "vm-a", T0) is WriteResult.MISSING  # no record yet
+    a.publish_event(record())
+
+    assert a.acknowledge(EVENT, "vm-a", T0 + 1) is WriteResult.DONE
+    assert a.acknowledge(EVENT, "vm-a", T0 + 2) is WriteResult.EXISTS
+    assert b.acknowledge(EVENT, "vm-b", T0 + 3) is WriteResult.DONE
+    assert a.read_view("vm-a").records[EVENT].acks == {"vm-a": T0 + 1, "vm-b": T0 + 3}
+
+    assert b.withdraw_ack(EVENT, "vm-b") is WriteResult.DONE
+    assert b.withdraw_ack(EVENT, "vm-b") is WriteResult.MISSING
+    assert a.read_view("vm-a").records[EVENT].acks == {"vm-a": T0 + 1}
+
+
+def test_approval_is_written_once_and_found_by_a_second_approver(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    a.join("vm-a", {})
+    b.join("vm-b", {})
+    assert a.campaign("vm-a") is True
+    a.publish_event(record())
+    a.acknowledge(EVENT, "vm-a", T0)
+    b.acknowledge(EVENT, "vm-b", T0)
+
+    first = a.approve(EVENT, "vm-a", ["vm-a", "VM-B"], as_leader=True, at=T0 + 10)
+    assert first.outcome is ApprovalOutcome.APPROVED, first.reason
+    assert first.record is not None
+    assert (first.record.by, first.record.at, first.record.as_leader) == ("vm-a", T0 + 10, True)
+
+    second = b.approve(EVENT, "vm-b", ["vm-a", "vm-b"], as_leader=False, at=T0 + 20)
+    assert second.outcome is ApprovalOutcome.APPROVED, second.reason
+    assert second.record == first.record
+
+    assert b.read_view("vm-b").records[EVENT].approval == first.record
+
+
+def test_approve_refused_while_acks_are_missing(harness: Harness) -> None:
+    a = harness.make()
+    a.join("vm-a", {})
+    assert a.campaign("vm-a")
+    a.publish_event(record(resources=("vm-a", "vm-b", "vm-c")))
+    a.acknowledge(EVENT, "vm-a", T0)
+    a.acknowledge(EVENT, "vm-c", T0)
+
+    result = a.approve(EVENT, "vm-a", ["vm-a", "vm-b", "vm-c"], as_leader=True, at=T0)
+    assert result.outcome is ApprovalOutcome.REFUSED
+    assert "vm-b" in result.reason
+    assert "vm-c" not in result.reason
+    assert result.record is None
+    assert a.read_view("vm-a").records[EVENT].approval is None
+
+
+def test_approve_refused_without_a_record(harness: Harness) -> None:
+    a = harness.make()
+    a.join("vm-a", {})
+    a.campaign("vm-a")
+    result = a.approve(EVENT, "vm-a", [], as_leader=True, at=T0)
+    assert result.outcome is ApprovalOutcome.REFUSED
+    assert EVENT in result.reason
+
+
+def test_approve_refused_when_not_the_leader(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    a.join("vm-a", {})
+    b.join("vm-b", {})
+    assert b.campaign("vm-b") is True
+    assert a.campaign("vm-a") is False
+    a.publish_event(record())
+    a.acknowledge(EVENT, "vm-a", T0)
+    a.acknowledge(EVENT, "vm-b", T0)
+
+    result = a.approve(EVENT, "vm-a", ["vm-a", "vm-b"], as_leader=True, at=T0)
+    assert result.outcome is ApprovalOutcome.REFUSED
+    assert "leader" in result.reason
+    assert a.read_view("vm-a").records[EVENT].approval is None
+
+
+def test_approve_refused_when_the_member_node_is_not_ours(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    a.publish_event(record(resources=("vm-a",)))
+    a.acknowledge(EVENT, "vm-a", T0)
+
+    never_joined = a.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0)
+    assert never_joined.outcome is ApprovalOutcome.REFUSED
+    assert "members/vm-a" in never_joined.reason
+
+    b.join("vm-a", {})  # another session holds the member node of vm-a
+    other_session = a.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0)
+    assert other_session.outcome is ApprovalOutcome.REFUSED
+    assert "members/vm-a" in other_session.reason
+    assert a.read_view("vm-a").records[EVENT].approval is None
+
+
+def test_mark_done_and_purge_done(harness: Harness) -> None:
+    a = harness.make()
+    other = "D2D3B1F4-0000-4000-8000-000000000001"
+    assert a.mark_done(EVENT, T0) is WriteResult.MISSING
+    a.publish_event(record())
+    a.publish_event(record(other))
+    a.acknowledge(EVENT, "vm-a", T0)
+    a.acknowledge(EVENT, "vm-b", T0)
+    a.join("vm-a", {})
+    a.approve(EVENT, "vm-a", ["vm-a", "vm-b"], as_leader=False, at=T0)
+
+    assert a.mark_done(EVENT, T0 + 100) is WriteResult.DONE
+    assert a.mark_done(EVENT, T0 + 200) is WriteResult.EXISTS
+    done = a.read_view("vm-a").records[EVENT]
+    assert done.done_at == T0 + 100
+    assert done.approval is not None  # marking done keeps the rest of the record
+    assert done.acks == {"vm-a": T0, "vm-b": T0}
+
+    assert a.purge_done(older_than=T0 + 100) == 0  # not older
+    assert a.purge_done(older_than=T0 + 101) == 1
+    assert a.purge_done(older_than=T0 + 101) == 0
+    assert set(a.read_view("vm-a").records) == {other}  # the record not done is kept
+
+
+def test_admission_is_written_once(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    assert a.admit(EVENT, "vm-a", T0) is WriteResult.MISSING  # no record yet
+    a.publish_event(record())
+    assert a.read_view("vm-a").records[EVENT].admitted_at is None
+
+    assert a.admit(EVENT, "vm-a", T0 + 1) is WriteResult.DONE
+    assert b.admit(EVENT, "vm-b", T0 + 2) is WriteResult.EXISTS
+    assert b.read_view("vm-b").records[EVENT].admitted_at == T0 + 1
+
+    a.mark_done(EVENT, T0 + 3)
+    assert a.read_view("vm-a").records[EVENT].admitted_at == T0 + 1  # kept when done
+    assert a.purge_done(T0 + 4) == 1  # and purged with the record
+    assert a.read_view("vm-a").records == {}
+    with pytest.raises(InvalidName):
+        a.admit("../x", "vm-a", T0)
+
+
+def test_registry_remembers_every_vm_that_ever_joined(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    assert a.read_view("vm-a").known == frozenset()
+    a.join("VM-A", {})
+    b.join("vm-b", {})
+    assert a.read_view("vm-a").known == {"vm-a", "vm-b"}
+
+    b.stop()
+
+    def b_left() -> ClusterView | None:
+        view = a.read_view("vm-a")
+        return view if view.members == {"vm-a"} else None
+
+    view = wait_until(b_left, message="b to leave")
+    assert view is not None
+    assert view.known == {"vm-a", "vm-b"}  # persistent: b is known though not a member
+
+    harness.expire(a)
+    assert a.join("vm-a", {}) is WriteResult.DONE  # the registry entry already exists: still DONE
+    assert a.read_view("vm-a").known == {"vm-a", "vm-b"}
+
+
+def test_read_view_content(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    assert a.join("vm-a", {"started_at": T0, "version": "0.1.0", "admin": "http://vm-a:9100"}) is WriteResult.DONE
+    assert a.join("vm-a", {}) is WriteResult.EXISTS
+    assert b.join("vm-b", {}) is WriteResult.DONE
+    assert a.campaign("vm-a") is True
+    assert a.campaign("vm-a") is True  # still ours
+    a.publish_event(record())
+    b.acknowledge(EVENT, "vm-b", T0 + 5)
+
+    view_a = a.read_view("vm-a")
+    view_b = b.read_view("vm-b")
+    for view in (view_a, view_b):
+        assert view.members == {"vm-a", "vm-b"}
+        assert view.leader == "vm-a"
+        assert view.connection is ConnectionState.CONNECTED
+        assert set(view.records) == {EVENT}
+        assert view.records[EVENT].acks == {"vm-b": T0 + 5}
+    assert view_a.i_am_leader is True
+    assert view_b.i_am_leader is False
+
+
+def test_invalid_names_are_refused(harness: Harness) -> None:
+    a = harness.make()
+    a.publish_event(record())
+    with pytest.raises(InvalidName):
+        a.join("../vm-a", {})
+    with pytest.raises(InvalidName):
+        a.campaign("vm a")
+    with pytest.raises(InvalidName):
+        a.read_view("")
+    with pytest.raises(InvalidName):
+        a.publish_event(dataclasses.replace(record(), event_id="../../leader"))
+    with pytest.raises(InvalidName):
+        a.publish_event(record(by="vm/a"))
+    with pytest.raises(InvalidName):
+        a.acknowledge("A/B", "vm-a", T0)
+    with pytest.raises(InvalidName):
+        a.acknowledge(EVENT, "vm-a/../x", T0)
+    with pytest.raises(InvalidName):
+        a.withdraw_ack(EVENT, "..")
+    with pytest.raises(InvalidName):
+        a.approve(EVENT, "vm-a", ["vm-b/x"], as_leader=False, at=T0)
+    with pytest.raises(InvalidName):
+        a.mark_done("..", T0)
+    view = a.read_view("vm-a")
+    assert set(view.records) == {EVENT}
+    assert view.members == frozenset()
+    assert view.leader is None
+
+
+def test_clusters_are_isolated(harness: Harness) -> None:
+    alpha, beta = harness.make("alpha"), harness.make("beta")
+    alpha.join("vm-a", {})
+    beta.join("vm-a", {})  # same VM name, other cluster: no conflict
+    assert alpha.campaign("vm-a") is True
+    assert beta.campaign("vm-a") is True
+    alpha.publish_event(record())
+    alpha.acknowledge(EVENT, "vm-a", T0)
+
+    view = beta.read_view("vm-a")
+    assert view.records == {}
+    assert view.members == {"vm-a"}
+    assert view.i_am_leader is True
+    assert beta.acknowledge(EVENT, "vm-a", T0) is WriteResult.MISSING
+    assert beta.publish_event(record()) is WriteResult.DONE  # its own copy
+    assert alpha.read_view("vm-a").records[EVENT].acks == {"vm-a": T0}
+    assert beta.read_view("vm-a").records[EVENT].acks == {}
+
+
+def test_session_loss_drops_ephemerals_and_join_recreates(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    a.join("vm-a", {})
+    b.join("vm-b", {})
+    assert a.campaign("vm-a") is True
+    a.publish_event(record())
+    a.acknowledge(EVENT, "vm-a", T0)
+
+    harness.expire(a)
+
+    def ephemerals_gone() -> ClusterView | None:
+        view = b.read_view("vm-b")
+        return view if view.members == {"vm-b"} and view.leader is None else None
+
+    view = wait_until(ephemerals_gone, message="vm-a's member and leader nodes to vanish")
+    assert view is not None
+    assert view.records[EVENT].acks == {"vm-a": T0}  # persistent nodes survive the session
+    assert a.read_view("vm-a").i_am_leader is False
+    assert a.join("vm-a", {}) is WriteResult.DONE
+    assert a.join("vm-a", {}) is WriteResult.EXISTS
+    assert b.campaign("vm-b") is True
+    assert a.campaign("vm-a") is False
+    assert b.read_view("vm-b").members == {"vm-a", "vm-b"}
+
+
+def test_memory_store_suspend_and_resume() -> None:
+    """The in-memory test control; the ZooKeeper store is suspended for real in test_zookeeper_store.py."""
+    a = MemoryStore(MemoryCluster(), clock=lambda: T0)
+    a.start()
+    a.join("vm-a", {})
+    a.campaign("vm-a")
+    a.publish_event(record(resources=("vm-a",)))
+    a.acknowledge(EVENT, "vm-a", T0)
+    wakeups: list[ConnectionState] = []
+    a.set_wakeup(lambda: wakeups.append(a.connection_state))
+
+    a.suspend()
+    assert a.connection_state is ConnectionState.SUSPENDED
+    result = a.approve(EVENT, "vm-a", ["vm-a"], as_leader=True, at=T0)
+    assert result.outcome is ApprovalOutcome.REFUSED
+    assert "suspended" in result.reason
+    with pytest.raises(StoreUnavailable):
+        a.read_view("vm-a")
+    with pytest.raises(StoreUnavailable):
+        a.campaign("vm-a")
+    with pytest.raises(StoreUnknownOutcome):
+        a.acknowledge(EVENT, "vm-b", T0)
+
+    a.resume()
+    assert wakeups == [ConnectionState.SUSPENDED, ConnectionState.CONNECTED]
+    assert a.read_view("vm-a").i_am_leader is True  # the session survived the suspension
+    assert a.approve(EVENT, "vm-a", ["vm-a"], as_leader=True, at=T0).outcome is ApprovalOutcome.APPROVED
+    a.stop()
+    assert a.connection_state in (ConnectionState.LOST,)
+    with pytest.raises(StoreUnavailable):
+        a.read_view("vm-a")

@@ -1,0 +1,228 @@
+"""Policy rules as decision tables: approval rules, disruption budget, lead time, Terminate batches,
+peers that run no agent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coordinator.config import ApprovalRule, PeersPolicy
+from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide, rule_for
+from coordinator.models import Document, parse_document
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord
+
+NOW = 1_700_000_000.0
+A = "AAAAAAAA-0000-0000-0000-000000000001"
+B = "BBBBBBBB-0000-0000-0000-000000000002"
+C = "CCCCCCCC-0000-0000-0000-000000000003"
+ALL4 = frozenset({"vm0", "vm1", "vm2", "vm3"})
+SERVING = LocalState(phase=Phase.SERVING)
+DRAINED = LocalState(phase=Phase.DRAINED)
+
+
+def ev(eid: str, resources: list[str], *, etype: str = "Reboot", status: str = "Scheduled", in_s: float = 900,
+       source: str = "Platform", duration: int | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"EventId": eid, "EventType": etype, "EventStatus": status, "Resources": resources,
+                            "EventSource": source, "NotBefore": "" if status == "Started" else _rfc(NOW + in_s)}
+    if duration is not None:
+        body["DurationInSeconds"] = duration
+    return body
+
+
+def _rfc(t: float) -> str:
+    from datetime import UTC, datetime
+
+    from coordinator.models import format_not_before
+
+    return format_not_before(datetime.fromtimestamp(t, UTC))
+
+
+def doc(*events: dict[str, Any]) -> Document:
+    return parse_document({"DocumentIncarnation": 7, "Events": list(events)})
+
+
+def rec(eid: str, resources: tuple[str, ...], acks: tuple[str, ...] = (), *, admitted: bool = False,
+        done_at: float | None = None) -> EventRecord:
+    return EventRecord(eid, "Reboot", resources, None, "vm0", NOW - 60, {a: NOW - 30 for a in acks},
+                       None, done_at, NOW - 50 if admitted else None)
+
+
+def view(*records: EventRecord, me: str = "vm3", leader: str = "vm3", members: frozenset[str] = ALL4,
+         known: frozenset[str] | None = None) -> ClusterView:
+    return ClusterView(members, leader, me == leader, {r.event_id: r for r in records}, ConnectionState.CONNECTED,
+                       members if known is None else known)
+
+
+def run(me: str, document: Document, cluster: ClusterView | None, policy: Policy,
+        local: LocalState = SERVING) -> Any:
+    return decide(Snapshot(me, NOW, 100.0, document, document, cluster), local, policy)
+
+
+# --- approval rules -------------------------------------------------------------------------------------
+
+RULES = [
+    # event, policy, expected rule
+    (ev(A, ["vm0"], etype="Freeze", duration=5), Policy(), ApprovalRule.AFTER_DRAIN),
+    (ev(A, ["vm0"], etype="Freeze", duration=5), Policy(freeze_immediately_below=10), ApprovalRule.IMMEDIATELY),
+    (ev(A, ["vm0"], etype="Freeze", duration=30), Policy(freeze_immediately_below=10), ApprovalRule.AFTER_DRAIN),
+    (ev(A, ["vm0"], etype="Freeze", duration=-1), Policy(freeze_immediately_below=10), ApprovalRule.AFTER_DRAIN),
+    (ev(A, ["vm0"], etype="Freeze"), Policy(freeze_immediately_below=10), ApprovalRule.AFTER_DRAIN),
+    (ev(A, ["vm0"], etype="Redeploy"), Policy(approval={"Redeploy": ApprovalRule.NEVER}), ApprovalRule.NEVER),
+    (ev(A, ["vm0"], source="User"), Policy(approval={"Reboot": ApprovalRule.NEVER,
+                                                     "User": ApprovalRule.AFTER_DRAIN}), ApprovalRule.AFTER_DRAIN),
+    (ev(A, ["vm0"], source="User"), Policy(approval={"Reboot": ApprovalRule.NEVER}), ApprovalRule.NEVER),
+    (ev(A, ["vm0"], etype="Hibernate"), Policy(approval={"Reboot": ApprovalRule.IMMEDIATELY}), ApprovalRule.NEVER),
+]
+
+
+@pytest.mark.parametrize(("event", "policy", "expected"), RULES)
+def test_rule_for(event: dict[str, Any], policy: Policy, expected: ApprovalRule) -> None:
+    assert rule_for(doc(event).events[0], policy) is expected
+
+
+def test_immediately_approves_without_drain_or_acks() -> None:
+    policy = Policy(freeze_immediately_below=10, max_events=None)
+    d = doc(ev(A, ["vm0", "vm1"], etype="Freeze", duration=5))
+    plan = run("vm0", d, view(rec(A, ("vm0", "vm1"))), policy)
+    assert not plan.start_drain
+    assert [(i.event_id, i.required) for i in plan.approve] == [(A, ())]
+
+
+def test_never_drains_but_never_approves() -> None:
+    policy = Policy(approval={"Reboot": ApprovalRule.NEVER}, max_events=None)
+    d = doc(ev(A, ["vm0"]))
+    plan = run("vm0", d, view(rec(A, ("vm0",), ("vm0",))), policy, DRAINED)
+    assert plan.approve == ()
+    assert plan.blocked[A] == ("policy: Reboot events are never approved early",)
+    assert run("vm0", d, view(rec(A, ("vm0",))), policy).start_drain
+
+
+# --- disruption budget ----------------------------------------------------------------------------------
+
+BUDGET = Policy(max_events=1, latest_start=120)
+
+
+def test_leader_admits_first_come_first_served_and_holds_the_rest() -> None:
+    d = doc(ev(A, ["vm0"], in_s=900), ev(B, ["vm1"], in_s=600))  # B's NotBefore is earlier
+    plan = run("vm3", d, view(rec(A, ("vm0",)), rec(B, ("vm1",))), BUDGET)
+    assert plan.admit == (B,)
+    assert plan.blocked[A][0].startswith("maintenance budget: 1 event(s) in maintenance")
+
+
+def test_only_the_leader_admits() -> None:
+    d = doc(ev(A, ["vm0"]))
+    assert run("vm1", d, view(rec(A, ("vm0",)), me="vm1"), BUDGET).admit == ()
+
+
+def test_not_admitted_event_does_not_drain_until_its_latest_start() -> None:
+    far = doc(ev(A, ["vm0"], in_s=900))
+    assert not run("vm0", far, view(rec(A, ("vm0",)), me="vm0"), BUDGET).start_drain
+    near = doc(ev(A, ["vm0"], in_s=100))  # within latest_start: drains, budget or not
+    assert run("vm0", near, view(rec(A, ("vm0",)), me="vm0"), BUDGET).start_drain
+    assert run("vm0", far, view(rec(A, ("vm0",), admitted=True), me="vm0"), BUDGET).start_drain
+
+
+def test_without_zookeeper_a_far_event_waits_and_a_near_one_drains() -> None:
+    assert not run("vm0", doc(ev(A, ["vm0"], in_s=900)), None, BUDGET).start_drain
+    assert run("vm0", doc(ev(A, ["vm0"], in_s=60)), None, BUDGET).start_drain
+
+
+def test_not_admitted_event_is_not_approved_even_with_every_ack() -> None:
+    d = doc(ev(A, ["vm0"]), ev(B, ["vm1"]))
+    cluster = view(rec(A, ("vm0",), admitted=True), rec(B, ("vm1",), ("vm1",)), me="vm1", leader="vm3")
+    plan = run("vm1", d, cluster, BUDGET, DRAINED)
+    assert plan.approve == ()
+    assert "not admitted by the maintenance budget yet" in plan.blocked[B]
+
+
+def test_budget_frees_only_when_the_previous_vms_serve_again() -> None:
+    d = doc(ev(B, ["vm1"]))
+    still_drained = view(rec(A, ("vm0",), ("vm0",), admitted=True, done_at=NOW - 5), rec(B, ("vm1",)))
+    assert run("vm3", d, still_drained, BUDGET).admit == ()
+    recovered = view(rec(A, ("vm0",), (), admitted=True, done_at=NOW - 5), rec(B, ("vm1",)))
+    assert run("vm3", d, recovered, BUDGET).admit == (B,)
+
+
+def test_ack_of_a_vm_whose_agent_is_gone_holds_the_budget_only_for_the_recovery_grace() -> None:
+    d = doc(ev(B, ["vm1"]))
+    members = frozenset({"vm1", "vm2", "vm3"})  # vm0 is rebooting, or gone for good
+    recent = view(rec(A, ("vm0",), ("vm0",), admitted=True, done_at=NOW - 60), rec(B, ("vm1",)), members=members)
+    assert run("vm3", d, recent, BUDGET).admit == ()
+    old = view(rec(A, ("vm0",), ("vm0",), admitted=True, done_at=NOW - 601), rec(B, ("vm1",)), members=members)
+    assert run("vm3", d, old, BUDGET).admit == (B,)
+
+
+def test_started_event_holds_the_budget() -> None:
+    d = doc(ev(A, ["vm0"], status="Started"), ev(B, ["vm1"]))
+    assert run("vm3", d, view(rec(A, ("vm0",)), rec(B, ("vm1",))), BUDGET).admit == ()
+
+
+def test_vm_budget_counts_vms_not_events() -> None:
+    policy = Policy(max_events=None, max_vms=2)
+    d = doc(ev(A, ["vm0"]), ev(B, ["vm1"]), ev(C, ["vm2", "vm3"]))
+    plan = run("vm3", d, view(rec(A, ("vm0",)), rec(B, ("vm1",)), rec(C, ("vm2", "vm3"))), policy)
+    assert plan.admit == (A, B)
+    assert "at most 2" in plan.blocked[C][0]
+
+
+def test_an_event_larger_than_the_vm_budget_is_admitted_alone() -> None:
+    policy = Policy(max_events=None, max_vms=1, keep_one_serving=False)
+    d = doc(ev(A, ["vm0", "vm1"]))
+    assert run("vm3", d, view(rec(A, ("vm0", "vm1"))), policy).admit == (A,)
+
+
+def test_never_the_last_serving_vm() -> None:
+    members = frozenset({"vm0", "vm1"})
+    d = doc(ev(A, ["vm0", "vm1"]))
+    plan = run("vm1", d, view(rec(A, ("vm0", "vm1")), me="vm1", leader="vm1", members=members), BUDGET)
+    assert plan.admit == ()
+    assert plan.blocked[A][0] == "it would leave no VM serving"
+
+
+def test_once_drained_a_vm_stays_drained_for_that_event() -> None:
+    far = doc(ev(A, ["vm0"], in_s=900))
+    local = LocalState(phase=Phase.DRAINED, draining_for=frozenset({A}))
+    plan = run("vm0", far, None, BUDGET, local)  # ZooKeeper gone, admission unknown
+    assert plan.holding == (A,)
+    assert plan.next_phase is None and not plan.start_recover
+
+
+# --- lead time --------------------------------------------------------------------------------------------
+
+def test_lead_time_holds_a_far_future_event() -> None:
+    policy = Policy(max_events=None, lead_time=3600, latest_start=120)
+    days_ahead = doc(ev(A, ["vm0"], in_s=3 * 86400))
+    assert not run("vm0", days_ahead, view(rec(A, ("vm0",)), me="vm0"), policy).start_drain
+    within = doc(ev(A, ["vm0"], in_s=3000))
+    assert run("vm0", within, view(rec(A, ("vm0",)), me="vm0"), policy).start_drain
+
+
+# --- Terminate batches ------------------------------------------------------------------------------------
+
+def test_terminates_sharing_a_not_before_are_approved_together() -> None:
+    policy = Policy(max_events=None)
+    d = doc(ev(A, ["vm0"], etype="Terminate", in_s=300), ev(B, ["vm1"], etype="Terminate", in_s=300))
+    one_acked = view(rec(A, ("vm0",), ("vm0",)), rec(B, ("vm1",)), me="vm0")
+    plan = run("vm0", d, one_acked, policy, DRAINED)
+    assert plan.approve == ()
+    assert plan.blocked[A] == ("waiting for the other deletes that share its NotBefore",)
+    both = view(rec(A, ("vm0",), ("vm0",)), rec(B, ("vm1",), ("vm1",)), me="vm0")
+    assert [i.event_id for i in run("vm0", d, both, policy, DRAINED).approve] == [A]
+    apart = doc(ev(A, ["vm0"], etype="Terminate", in_s=300), ev(B, ["vm1"], etype="Terminate", in_s=400))
+    assert [i.event_id for i in run("vm0", apart, one_acked, policy, DRAINED).approve] == [A]
+
+
+# --- peers that run no agent --------------------------------------------------------------------------------
+
+def test_unknown_peers_ignore_skips_vms_that_never_ran_an_agent_but_not_down_ones() -> None:
+    policy = Policy(max_events=None, unknown_peers=PeersPolicy.IGNORE)
+    d = doc(ev(A, ["vm0", "db-7"]))
+    members = frozenset({"vm0", "vm1", "vm2", "vm3"})
+    never = view(rec(A, ("vm0", "db-7"), ("vm0",)), me="vm0", members=members, known=members)
+    plan = run("vm0", d, never, policy, DRAINED)
+    assert [(i.event_id, i.required) for i in plan.approve] == [(A, ("vm0",))]
+    down = view(rec(A, ("vm0", "db-7"), ("vm0",)), me="vm0", members=members, known=members | {"db-7"})
+    assert run("vm0", d, down, policy, DRAINED).blocked[A] == ("db-7 runs no agent",)
+    blocking = Policy(max_events=None)
+    assert run("vm0", d, never, blocking, DRAINED).blocked[A] == ("db-7 runs no agent",)
