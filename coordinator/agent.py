@@ -33,6 +33,7 @@ from coordinator.errors import (
 from coordinator.executor import JobExecutor
 from coordinator.metrics import Metrics
 from coordinator.models import Document
+from coordinator.state import PersistedState, StateFile
 from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Store, WriteResult
 
 __all__ = ["Agent", "Clock", "Imds", "SystemClock"]
@@ -85,6 +86,7 @@ class Agent:
         clock: Clock | None = None,
         executor: JobExecutor | None = None,
         member_info: dict[str, object] | None = None,
+        state_file: StateFile | None = None,
     ) -> None:
         self.vm = vm
         self._wake = threading.Event()
@@ -97,12 +99,26 @@ class Agent:
         self._clock = clock or SystemClock()
         self._executor = executor or JobExecutor(on_done=self.wake)
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
-        self._local = LocalState(phase=Phase.UNKNOWN, phase_since=self._clock.monotonic())
+        self._state_file = state_file or StateFile(None)
+        saved = self._state_file.load()
+        # After a restart: still drained for what it was drained for, and a full recovery (every
+        # action's recover) unless it was serving when it stopped.
+        self._full_recovery_at_start = saved is None or not saved.was_serving
+        self._saved = saved
+        self._local = LocalState(
+            phase=Phase.UNKNOWN,
+            phase_since=self._clock.monotonic(),
+            draining_for=saved.draining_for if saved else frozenset(),
+        )
+        if saved is not None and not saved.was_serving:
+            log.info("restarted while %s for %s: staying drained until IMDS no longer names this VM (vm=%s)",
+                     saved.phase, ",".join(sorted(saved.draining_for)) or "-", vm)
         self._last_document: Document | None = None
         self._status = _Status()
         self._status_lock = threading.Lock()
         self._last_purge = float("-inf")
         self._last_described = ""
+        self._action_error: str | None = None
         store.set_wakeup(self.wake)
 
     # -- threads other than the loop call only these -------------------------------------------
@@ -114,7 +130,9 @@ class Agent:
         with self._status_lock:
             st = self._status
             local = self._local
-        return _status_dict(self.vm, local, st)
+        status = _status_dict(self.vm, local, st)
+        status["action_error"] = self._action_error
+        return status
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -141,6 +159,7 @@ class Agent:
         local = self._job_status(self._local)
         plan = decide(snap, local, self._policy)
         self._local = self._act(snap, local, plan)
+        self._persist(snap)
         self._report(snap, plan)
         return plan
 
@@ -202,7 +221,12 @@ class Agent:
         error = job.error
         if error is not None:
             self._metrics.errors.labels("action").inc()
-            log.error("%s failed (vm=%s): %s", job.kind, self.vm, error)
+            self._action_error = f"{job.kind} failed: {error}"
+            log.error("%s failed (vm=%s): %s%s", job.kind, self.vm, error,
+                      "; no acknowledgement: the event will start at NotBefore" if job.kind == "drain" else
+                      "; retried")
+        else:
+            self._action_error = None
         return replace(local, job_running=False, job_failed=error is not None)
 
     # -- act ---------------------------------------------------------------------------------------
@@ -215,8 +239,10 @@ class Agent:
             log.info("draining (vm=%s events=%s)", self.vm, ctx.event_ids)
         if plan.start_recover:
             ctx = ActionContext(self.vm, ())
-            self._executor.submit("recover", lambda: run_recover(self._actions, ctx))
-            log.info("recovering (vm=%s)", self.vm)
+            full = local.phase is not Phase.UNKNOWN or self._full_recovery_at_start
+            actions = self._actions if full else [a for a in self._actions if getattr(a, "always_recover", False)]
+            self._executor.submit("recover", lambda: run_recover(actions, ctx))
+            log.info("recovering (vm=%s actions=%s)", self.vm, ",".join(a.name for a in actions) or "-")
         if plan.next_phase is not None:
             local = replace(
                 local,
@@ -300,6 +326,22 @@ class Agent:
                     self._metrics.approval_latency.observe(max(snap.now - record.published_at, 0.0))
         log.info("approved (vm=%s events=%s)", self.vm, ",".join(confirmed))
         return replace(local, posted=local.posted | frozenset(confirmed))
+
+    def _persist(self, snap: Snapshot) -> None:
+        local = self._local
+        if local.phase is Phase.UNKNOWN:
+            return  # nothing learned yet: keep what the previous run saved
+        saved = self._saved
+        if saved is not None and saved.phase == local.phase.value and saved.draining_for == local.draining_for:
+            return
+        state = PersistedState(local.phase.value, local.draining_for, snap.now)
+        try:
+            self._state_file.save(state)
+        except OSError as exc:
+            self._metrics.errors.labels("state").inc()
+            log.error("cannot save the drain state to %s (vm=%s): %s", self._state_file.path, self.vm, exc)
+            return
+        self._saved = state
 
     # -- report ------------------------------------------------------------------------------------
 

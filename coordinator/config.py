@@ -12,11 +12,12 @@ import os
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from coordinator.actions.connections import probe_wait_seconds
 from coordinator.errors import ConfigError, InvalidName
 from coordinator.names import normalize_vm_name
 
@@ -191,7 +192,7 @@ class DrainConfig(_Section):
     def effective_wait(self) -> float:
         if self.wait_seconds is not None:
             return self.wait_seconds
-        return self.probe_interval_seconds * self.probe_threshold + self.grace_seconds
+        return probe_wait_seconds(self.probe_interval_seconds, self.probe_threshold, self.grace_seconds)
 
     @model_validator(mode="after")
     def _lead(self) -> DrainConfig:
@@ -203,6 +204,65 @@ class DrainConfig(_Section):
         if self.lead_time_seconds is not None and self.lead_time_seconds < self.latest_start_seconds:
             raise ValueError("lead_time_seconds must be at least latest_start_seconds")
         return self
+
+
+class HAProxyActionConfig(_Section):
+    type: Literal["haproxy"]
+    runtime: str = Field(description="Runtime API: a UNIX socket path, or host:port for a TCP socket")
+    backend: str
+    server: str
+    drain_timeout_seconds: float = Field(120.0, gt=0, description="Longest wait for sessions to end")
+    maint: bool = Field(False, description="After draining, put the server in maint (health checks stop)")
+    fail_on_timeout: bool = Field(False, description="Sessions still open at the deadline fail the drain")
+    timeout_seconds: float = Field(5.0, gt=0, description="Per runtime-API command")
+
+
+class CommandActionConfig(_Section):
+    type: Literal["command"]
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    drain: list[str] | None = Field(None, description="argv run when draining (never through a shell)")
+    recover: list[str] | None = Field(None, description="argv run when recovering")
+    timeout_seconds: float = Field(60.0, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _some_argv(self) -> CommandActionConfig:
+        if not self.drain and not self.recover:
+            raise ValueError("a command action needs a drain or a recover argv (a non-empty list)")
+        return self
+
+
+_BOTH_PHASES: list[Literal["drain", "recover"]] = ["drain", "recover"]
+
+
+class WebhookActionConfig(_Section):
+    type: Literal["webhook"]
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    url: str = Field(pattern=r"^https?://")
+    on: list[Literal["drain", "recover"]] = Field(default_factory=lambda: _BOTH_PHASES.copy())
+    body: dict[str, Any] | None = Field(None, description="JSON body template: {vm} {phase} {event_ids} {event_types}")
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_seconds: float = Field(10.0, gt=0)
+    retries: int = Field(2, ge=0, le=10)
+
+
+class ConnectionsActionConfig(_Section):
+    type: Literal["connections"]
+    ports: list[int] = Field(min_length=1)
+    deadline_seconds: float = Field(300.0, gt=0, description="Longest wait for connections to close")
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, value: list[int]) -> list[int]:
+        if any(not 0 < p < 65536 for p in value):
+            raise ValueError("ports must be between 1 and 65535")
+        return value
+
+
+ActionConfig = Annotated[
+    HAProxyActionConfig | CommandActionConfig | WebhookActionConfig | ConnectionsActionConfig,
+    Field(discriminator="type"),
+]
 
 
 class ProbeConfig(_Section):
@@ -235,6 +295,14 @@ class Settings(_Section):
     probe: ProbeConfig = ProbeConfig()
     http: HttpConfig = HttpConfig()
     logging: LoggingConfig = LoggingConfig()
+    actions: list[ActionConfig] = Field(
+        default_factory=list,
+        description="Drain actions after the health probe, in order; recovery runs them in reverse",
+    )
+    state_file: Path | None = Field(
+        Path("/var/lib/coordinator/state.json"),
+        description="Where the drain state survives restarts and reboots (null: not kept)",
+    )
     done_retention_seconds: float = Field(7 * 24 * 3600.0, ge=0)
 
     @field_validator("cluster")
@@ -263,6 +331,9 @@ class Settings(_Section):
                 "zookeeper.session_timeout must be at least 3 x imds.poll_interval "
                 f"({self.zookeeper.session_timeout} < 3 x {self.imds.poll_interval})"
             )
+        names = [a.name for a in self.actions if isinstance(a, CommandActionConfig | WebhookActionConfig)]
+        if len(names) != len(set(names)):
+            raise ValueError("actions: two actions share a name")
         if self.zookeeper.operation_timeout >= self.zookeeper.session_timeout:
             raise ValueError("zookeeper.operation_timeout must be shorter than zookeeper.session_timeout")
         return self

@@ -94,6 +94,7 @@ class LocalCluster:
         zk_hosts: str | None = None,
         extra_config: dict[str, Any] | None = None,
         sim_args: Sequence[str] = (),
+        per_vm_config: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.workdir = workdir
         self.vms = list(vms)
@@ -105,6 +106,7 @@ class LocalCluster:
         self._started_for = started_for
         self._extra = extra_config or {}
         self._sim_args = list(sim_args)
+        self._per_vm = per_vm_config or {}
         self.zk: LocalZooKeeper | None = None
         self.zk_hosts = zk_hosts
         self.sim_proc: subprocess.Popen[bytes] | None = None
@@ -153,7 +155,8 @@ class LocalCluster:
         self.sim = SimControl(info["control"])
 
     def agent_config(self, vm: str, probe_port: int, admin_port: int) -> dict[str, Any]:
-        """The configuration written for ``vm``'s agent; ``extra_config`` sections are merged in."""
+        """The configuration written for ``vm``'s agent; ``extra_config`` and then ``per_vm_config[vm]``
+        sections are merged in."""
         config: dict[str, Any] = {
             "cluster": self.cluster,
             "vm_name": vm,
@@ -165,12 +168,14 @@ class LocalCluster:
             "drain": {"wait_seconds": self._drain_wait},
             "probe": {"listen": f"127.0.0.1:{probe_port}", "path": "/health"},
             "http": {"listen": f"127.0.0.1:{admin_port}"},
+            "state_file": str(self.workdir / f"state-{vm}.json"),
         }
-        for section, values in self._extra.items():
-            if isinstance(values, dict):
-                config.setdefault(section, {}).update(values)
-            else:
-                config[section] = values
+        for extra in (self._extra, self._per_vm.get(vm, {})):
+            for section, values in extra.items():
+                if isinstance(values, dict):
+                    config.setdefault(section, {}).update(values)
+                else:
+                    config[section] = values
         return config
 
     def start_agent(self, vm: str, *, extra_args: Sequence[str] = ()) -> AgentProcess:

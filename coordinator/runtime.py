@@ -12,8 +12,18 @@ from prometheus_client import CollectorRegistry
 
 from coordinator import __version__
 from coordinator.actions import Action, DryRunAction, ProbeAction, ProbeState
+from coordinator.actions.command import CommandHook
+from coordinator.actions.connections import ConnectionsDrainedWait
+from coordinator.actions.haproxy import HAProxyAction, HAProxyRuntime
+from coordinator.actions.webhook import WebhookAction
 from coordinator.agent import Agent
-from coordinator.config import Settings, redacted
+from coordinator.config import (
+    CommandActionConfig,
+    HAProxyActionConfig,
+    Settings,
+    WebhookActionConfig,
+    redacted,
+)
 from coordinator.decide import Policy
 from coordinator.dryrun import DryRunImds, DryRunStore
 from coordinator.errors import ImdsError, InvalidName
@@ -21,10 +31,11 @@ from coordinator.httpserver import HttpSurface
 from coordinator.imds import ImdsClient
 from coordinator.metrics import Metrics
 from coordinator.names import normalize_vm_name
+from coordinator.state import StateFile
 from coordinator.store.base import Store
 from coordinator.store.zookeeper import ZooKeeperStore
 
-__all__ = ["policy_from", "run_agent"]
+__all__ = ["build_actions", "policy_from", "run_agent"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +50,26 @@ def _learn_vm_name(imds: ImdsClient, stop: threading.Event, retry: float) -> str
             log.warning("cannot learn this VM's name from IMDS yet (set vm_name to override): %s", exc)
         stop.wait(retry)
     return None
+
+
+def build_actions(settings: Settings) -> list[Action]:
+    """The configured actions after the health probe, in order."""
+    actions: list[Action] = []
+    for item in settings.actions:
+        if isinstance(item, HAProxyActionConfig):
+            actions.append(HAProxyAction(
+                HAProxyRuntime(item.runtime, timeout=item.timeout_seconds), item.backend, item.server,
+                drain_timeout=item.drain_timeout_seconds, use_maint=item.maint, fail_on_timeout=item.fail_on_timeout,
+            ))
+        elif isinstance(item, CommandActionConfig):
+            actions.append(CommandHook(item.name, drain_argv=item.drain, recover_argv=item.recover,
+                                       timeout=item.timeout_seconds, env=item.env))
+        elif isinstance(item, WebhookActionConfig):
+            actions.append(WebhookAction(item.name, url=item.url, on=set(item.on), body_template=item.body,
+                                         headers=item.headers, timeout=item.timeout_seconds, retries=item.retries))
+        else:
+            actions.append(ConnectionsDrainedWait(item.ports, deadline=item.deadline_seconds))
+    return actions
 
 
 def policy_from(settings: Settings) -> Policy:
@@ -112,7 +143,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         session_timeout=settings.zookeeper.session_timeout,
         operation_timeout=settings.zookeeper.operation_timeout,
     )
-    actions: list[Action] = [ProbeAction(probe)]
+    actions: list[Action] = [ProbeAction(probe), *build_actions(settings)]
     adapters_imds: object = imds
     if dry_run:
         store = DryRunStore(store)
@@ -127,6 +158,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         metrics=metrics,
         poll_interval=settings.imds.poll_interval,
         member_info={"admin": settings.http.listen},
+        state_file=StateFile(settings.state_file),
     )
     agent_ref.append(agent)
     # The loop connects (and reconnects) by itself and keeps the VM on the safe side whether or not

@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.plugins.zookeeper",
     "tests.plugins.simulator",
+    "tests.plugins.haproxy",
 ]

@@ -34,6 +34,7 @@ class ProbeState:
 
 class ProbeAction:
     name = "probe"
+    always_recover = True  # cheap and idempotent: also run when a restart found the VM serving
 
     def __init__(self, state: ProbeState) -> None:
         self._state = state

@@ -1,0 +1,125 @@
+"""End to end for the drain layer and the policy: a failing hook, the disruption budget, restarts
+with persisted state, and HAProxy driven by the agents."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from coordinator.localcluster import LocalCluster
+from tests.e2e.observer import Observer
+from tests.e2e.test_faults import approvals, assert_acked_before_approval, gone, transitions, waiting_for
+from tests.plugins.haproxy import RunningHAProxy
+
+pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
+
+
+@pytest.fixture
+def group(tmp_path: Path, zk_hosts: str) -> Iterator[Callable[..., LocalCluster]]:
+    started: list[LocalCluster] = []
+
+    def make(**options: Any) -> LocalCluster:
+        params: dict[str, Any] = {"drain_wait": 1.0, "poll_interval": 0.3, "started_for": 2.0}
+        params.update(options)
+        cluster = LocalCluster(tmp_path / f"g{len(started)}", cluster=f"p{uuid.uuid4().hex[:8]}", zk_hosts=zk_hosts,
+                               **params)
+        started.append(cluster)
+        cluster.start()
+        cluster.wait(lambda: all(a.probe() == 200 for a in cluster.agents.values()), 30, "every VM serving")
+        return cluster
+
+    yield make
+    for cluster in started:
+        cluster.stop()
+
+
+def test_failing_drain_hook_means_no_ack_and_the_event_waits_for_not_before(group: Callable[..., LocalCluster]) -> None:
+    fail_on_vm1 = [sys.executable, "-c", "import os, sys; sys.exit(3 if os.environ['COORDINATOR_VM'] == 'vm1' else 0)"]
+    cluster = group(extra_config={"actions": [{"type": "command", "name": "checkpoint", "drain": fail_on_vm1,
+                                               "timeout_seconds": 10}]})
+    assert cluster.sim is not None
+    event_id = cluster.sim.schedule("Reboot", ["vm0", "vm1"], not_before_in=8)["event_id"]
+    def failure_shown() -> bool:
+        return "exited with status 3" in ((cluster.agents["vm1"].status() or {}).get("action_error") or "")
+
+    cluster.wait(failure_shown, 10, "vm1's drain failure to show in its status")
+    assert 'coordinator_errors_total{stage="action"} 1.0' in cluster.agents["vm1"].metrics()
+    assert waiting_for(cluster, "vm0", "vm1 has not drained")
+    cluster.wait(lambda: gone(cluster, event_id), 30, "the event to start at NotBefore and end")
+    assert approvals(cluster, event_id) == []
+    assert ("Scheduled", "Started", "not_before") in transitions(cluster, event_id)
+    cluster.wait(lambda: all(a.probe() == 200 for a in cluster.agents.values()), 15, "every VM serving again")
+
+
+def test_budget_holds_the_second_event_until_the_first_recovered(group: Callable[..., LocalCluster]) -> None:
+    cluster = group(drain_wait=1.0, extra_config={"drain": {"latest_start_seconds": 5}})
+    assert cluster.sim is not None
+    with Observer(cluster) as observer:
+        first = cluster.sim.schedule("Reboot", ["vm0"], not_before_in=300)["event_id"]
+        second = cluster.sim.schedule("Reboot", ["vm1"], not_before_in=400)["event_id"]
+        cluster.wait(lambda: gone(cluster, first) and gone(cluster, second), 60, "both events to run in turn")
+    first_end = next(e["t"] for e in cluster.sim.log(kind="transition") if e["event_id"] == first and e["to"] is None)
+    assert_acked_before_approval(observer, cluster, first, {"vm0"})
+    posted = assert_acked_before_approval(observer, cluster, second, {"vm1"})
+    vm0_back = min(t for t, code in observer.seen.probes["vm0"] if code == 200 and t > first_end)
+    vm1_drained = min(t for t, code in observer.seen.probes["vm1"] if code == 503)
+    # vm1 did not even start draining before vm0 served again; its event was approved after that.
+    assert vm1_drained > vm0_back - 0.2  # probe samples are 0.1 s apart
+    assert posted["t"] > vm0_back - 0.2
+    assert observer.seen.probe_codes("vm2") == {200}
+
+
+def test_restart_with_persisted_state_stays_drained_then_recovers(group: Callable[..., LocalCluster]) -> None:
+    cluster = group(drain_wait=60.0)  # vm1 never finishes its drain wait: the event stays Scheduled
+    assert cluster.sim is not None
+    event_id = cluster.sim.schedule("Redeploy", ["vm1"], not_before_in=600)["event_id"]
+    cluster.wait(lambda: cluster.agents["vm1"].probe() == 503, 10, "vm1 to drain")
+    state = json.loads((cluster.workdir / "state-vm1.json").read_text())
+    assert state["phase"] in ("draining", "drained") and state["draining_for"] == [event_id]
+    cluster.stop_agent("vm1", signal.SIGKILL)
+    cluster.start_agent("vm1")
+
+    def decided() -> bool:
+        status = cluster.agents["vm1"].status() or {}
+        return bool((status.get("imds") or {}).get("fresh")) and status.get("phase") in ("draining", "drained")
+
+    # The restarted agent has read a fresh document naming its VM: it is drained, never serving.
+    cluster.wait(decided, 10, "the restarted agent to read IMDS and stay drained")
+    assert cluster.agents["vm1"].probe() == 503
+    cluster.sim.cancel(event_id)
+    cluster.wait(lambda: cluster.agents["vm1"].probe() == 200, 10, "vm1 to serve once the event is cancelled")
+    cluster.wait(lambda: json.loads((cluster.workdir / "state-vm1.json").read_text())["phase"] == "serving", 5,
+                 "the serving state to be saved")
+
+
+def test_haproxy_stops_routing_to_drained_vms_and_takes_them_back(
+    group: Callable[..., LocalCluster], haproxy: RunningHAProxy
+) -> None:
+    # HAProxy's two servers stand for vm0 and vm1; each agent drains its own server through the runtime API.
+    served_by = {"vm0": haproxy.servers[0], "vm1": haproxy.servers[1]}
+    per_vm = {vm: {"actions": [{"type": "haproxy", "runtime": str(haproxy.socket_path), "backend": haproxy.backend,
+                                "server": server, "drain_timeout_seconds": 5}]} for vm, server in served_by.items()}
+    cluster = group(per_vm_config=per_vm)
+    assert cluster.sim is not None
+
+    def answered(n: int = 20) -> set[str]:
+        with httpx.Client(timeout=2, trust_env=False) as client:
+            return {client.get(haproxy.frontend_url).text.strip() for _ in range(n)}
+
+    cluster.wait(lambda: answered() == set(served_by.values()), 10, "HAProxy to route to both servers")
+    event_id = cluster.sim.schedule("Freeze", ["vm0"], not_before_in=600)["event_id"]
+    cluster.wait(lambda: haproxy.status(served_by["vm0"]).startswith(("DRAIN", "MAINT")), 10,
+                 "vm0's agent to drain its HAProxy server")
+    assert answered() == {served_by["vm1"]}
+    cluster.wait(lambda: gone(cluster, event_id), 30, "the Freeze to be approved, start and end")
+    cluster.wait(lambda: answered() == set(served_by.values()), 10, "HAProxy to route to vm0 again")
+    assert [a["vm"] for a in approvals(cluster, event_id)] == ["vm0"]
+    assert haproxy.status(served_by["vm0"]).startswith("UP")
