@@ -53,11 +53,13 @@ def _host_port(value: str) -> str:
 
 class ImdsConfig(_Section):
     url: str = Field("http://169.254.169.254", description="IMDS base URL (the simulator's per-VM URL in tests)")
-    api_version: str = "2020-07-01"
+    api_version: str = Field(
+        "2020-07-01", description="Scheduled Events api-version (2020-07-01 adds DurationInSeconds)"
+    )
     poll_interval: float = Field(1.0, gt=0, le=30, description="Seconds between polls; Microsoft advises 1 s")
-    request_timeout: float = Field(10.0, gt=0)
+    request_timeout: float = Field(10.0, gt=0, description="Timeout of each IMDS request after the first success")
     first_request_timeout: float = Field(120.0, gt=0, description="The first call may take up to 2 minutes")
-    max_attempts: int = Field(3, ge=1, le=10)
+    max_attempts: int = Field(3, ge=1, le=10, description="Attempts per call on timeouts, 410, 429 and 5xx")
     max_requests_per_second: float = Field(5.0, gt=0, le=5.0, description="IMDS allows 5/s per VM in all")
 
     @field_validator("url")
@@ -69,10 +71,12 @@ class ImdsConfig(_Section):
 
 
 class ZooKeeperConfig(_Section):
-    hosts: str = "127.0.0.1:2181"
+    hosts: str = Field("127.0.0.1:2181", description="Ensemble as host:port,host:port (no chroot)")
     root: str = Field("/azure-maintenance", description="Chroot base; the cluster name is appended")
-    session_timeout: float = Field(30.0, ge=4, le=600)
-    operation_timeout: float = Field(5.0, gt=0, le=60)
+    session_timeout: float = Field(
+        30.0, ge=4, le=600, description="An agent silent this long loses membership and leadership"
+    )
+    operation_timeout: float = Field(5.0, gt=0, le=60, description="Bound on every ZooKeeper call")
 
     @field_validator("root")
     @classmethod
@@ -133,11 +137,11 @@ class PolicyConfig(_Section):
     max_vms_in_maintenance: int | None = Field(
         None, ge=1, description="Disruption budget: VMs drained or in maintenance at once (null: no limit)"
     )
-    keep_one_serving: bool = Field(
-        True, description="Never admit an event that would leave no live member serving"
-    )
+    keep_one_serving: bool = Field(True, description="Never admit an event that would leave no live member serving")
     recovery_grace_seconds: float = Field(
-        600.0, ge=0, description="How long a finished event's ack from a VM whose agent is down still "
+        600.0,
+        ge=0,
+        description="How long a finished event's ack from a VM whose agent is down still "
         "holds the budget (the VM may still be rebooting)",
     )
     terminate_together: bool = Field(True, description="Approve Terminate events sharing one NotBefore together")
@@ -198,19 +202,19 @@ class DrainConfig(_Section):
     def _lead(self) -> DrainConfig:
         if self.latest_start_seconds < self.effective_wait:
             raise ValueError(
-                f"latest_start_seconds ({self.latest_start_seconds}) must be at least the drain wait "
+                f"drain.latest_start_seconds ({self.latest_start_seconds}) must be at least the drain wait "
                 f"({self.effective_wait}), or a late drain cannot finish before NotBefore"
             )
         if self.lead_time_seconds is not None and self.lead_time_seconds < self.latest_start_seconds:
-            raise ValueError("lead_time_seconds must be at least latest_start_seconds")
+            raise ValueError("drain.lead_time_seconds must be at least drain.latest_start_seconds")
         return self
 
 
 class HAProxyActionConfig(_Section):
     type: Literal["haproxy"]
     runtime: str = Field(description="Runtime API: a UNIX socket path, or host:port for a TCP socket")
-    backend: str
-    server: str
+    backend: str = Field(description="HAProxy backend of this VM's server")
+    server: str = Field(description="This VM's server in that backend")
     drain_timeout_seconds: float = Field(120.0, gt=0, description="Longest wait for sessions to end")
     maint: bool = Field(False, description="After draining, put the server in maint (health checks stop)")
     fail_on_timeout: bool = Field(False, description="Sessions still open at the deadline fail the drain")
@@ -219,11 +223,11 @@ class HAProxyActionConfig(_Section):
 
 class CommandActionConfig(_Section):
     type: Literal["command"]
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$", description="Name in logs and errors")
     drain: list[str] | None = Field(None, description="argv run when draining (never through a shell)")
     recover: list[str] | None = Field(None, description="argv run when recovering")
-    timeout_seconds: float = Field(60.0, gt=0)
-    env: dict[str, str] = Field(default_factory=dict)
+    timeout_seconds: float = Field(60.0, gt=0, description="The process group is killed after this")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables")
 
     @model_validator(mode="after")
     def _some_argv(self) -> CommandActionConfig:
@@ -237,18 +241,20 @@ _BOTH_PHASES: list[Literal["drain", "recover"]] = ["drain", "recover"]
 
 class WebhookActionConfig(_Section):
     type: Literal["webhook"]
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")
-    url: str = Field(pattern=r"^https?://")
-    on: list[Literal["drain", "recover"]] = Field(default_factory=lambda: _BOTH_PHASES.copy())
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$", description="Name in logs and errors")
+    url: str = Field(pattern=r"^https?://", description="Where to POST")
+    phases: list[Literal["drain", "recover"]] = Field(
+        default_factory=lambda: _BOTH_PHASES.copy(), description="Phases that call the webhook"
+    )
     body: dict[str, Any] | None = Field(None, description="JSON body template: {vm} {phase} {event_ids} {event_types}")
-    headers: dict[str, str] = Field(default_factory=dict)
-    timeout_seconds: float = Field(10.0, gt=0)
-    retries: int = Field(2, ge=0, le=10)
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (never logged)")
+    timeout_seconds: float = Field(10.0, gt=0, description="Per attempt")
+    retries: int = Field(2, ge=0, le=10, description="Retries on connection errors, timeouts, 429 and 5xx")
 
 
 class ConnectionsActionConfig(_Section):
     type: Literal["connections"]
-    ports: list[int] = Field(min_length=1)
+    ports: list[int] = Field(min_length=1, description="Local ports whose established connections must end")
     deadline_seconds: float = Field(300.0, gt=0, description="Longest wait for connections to close")
 
     @field_validator("ports")
@@ -267,7 +273,7 @@ ActionConfig = Annotated[
 
 class ProbeConfig(_Section):
     listen: str = Field("0.0.0.0:8090", description="Address the load balancer probes")
-    path: str = "/health"
+    path: str = Field("/health", description="HTTP path of the health probe")
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: _host_port(v)))
 
@@ -279,8 +285,10 @@ class HttpConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    format: Literal["text", "json"] = "text"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level")
+    format: Literal["text", "json"] = Field(
+        "text", description="text for people, json (one object per line) for shippers"
+    )
 
 
 class Settings(_Section):
@@ -303,7 +311,9 @@ class Settings(_Section):
         Path("/var/lib/coordinator/state.json"),
         description="Where the drain state survives restarts and reboots (null: not kept)",
     )
-    done_retention_seconds: float = Field(7 * 24 * 3600.0, ge=0)
+    done_retention_seconds: float = Field(
+        7 * 24 * 3600.0, ge=0, description="How long the leader keeps records of finished events"
+    )
 
     @field_validator("cluster")
     @classmethod
@@ -333,7 +343,7 @@ class Settings(_Section):
             )
         names = [a.name for a in self.actions if isinstance(a, CommandActionConfig | WebhookActionConfig)]
         if len(names) != len(set(names)):
-            raise ValueError("actions: two actions share a name")
+            raise ValueError("actions: two actions share a name: " + ", ".join(sorted(names)))
         if self.zookeeper.operation_timeout >= self.zookeeper.session_timeout:
             raise ValueError("zookeeper.operation_timeout must be shorter than zookeeper.session_timeout")
         return self
@@ -377,9 +387,10 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     except ValidationError as exc:
         lines = []
         for error in exc.errors():
-            loc = ".".join(str(p) for p in error["loc"]) or "(top level)"
+            loc = ".".join(str(p) for p in error["loc"])
             message = error["msg"].removeprefix("Value error, ")
-            lines.append(f"{loc}: {message}")
+            # Cross-field checks name their fields themselves, from the top.
+            lines.append(message if not loc or message.startswith(loc + ".") else f"{loc}: {message}")
         where = f"{path}: " if path else ""
         raise ConfigError(where + "invalid configuration:\n  " + "\n  ".join(lines)) from None
 

@@ -65,7 +65,7 @@ def build_actions(settings: Settings) -> list[Action]:
             actions.append(CommandHook(item.name, drain_argv=item.drain, recover_argv=item.recover,
                                        timeout=item.timeout_seconds, env=item.env))
         elif isinstance(item, WebhookActionConfig):
-            actions.append(WebhookAction(item.name, url=item.url, on=set(item.on), body_template=item.body,
+            actions.append(WebhookAction(item.name, url=item.url, on=set(item.phases), body_template=item.body,
                                          headers=item.headers, timeout=item.timeout_seconds, retries=item.retries))
         else:
             actions.append(ConnectionsDrainedWait(item.ports, deadline=item.deadline_seconds))

@@ -1,0 +1,160 @@
+"""Configuration: defaults, environment overrides, and every invalid example rejected naming the field."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from coordinator.config import Settings, load_settings
+from coordinator.errors import ConfigError
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+def write(tmp_path: Path, data: Any) -> Path:
+    path = tmp_path / "agent.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def test_minimal_file_gets_the_documented_defaults(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, {"cluster": "web"}), environ={})
+    assert settings.imds.poll_interval == 1.0
+    assert settings.drain.effective_wait == 35.0  # 15 s x 2 + 5 s
+    assert settings.policy.max_events_in_maintenance == 1
+    assert settings.zookeeper.root == "/azure-maintenance"
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    env = {
+        "COORDINATOR__ZOOKEEPER__HOSTS": "zk1:2181,zk2:2181",
+        "COORDINATOR__DRAIN__WAIT_SECONDS": "45",
+        "COORDINATOR__POLICY__KEEP_ONE_SERVING": "false",
+        "UNRELATED": "x",
+    }
+    settings = load_settings(write(tmp_path, {"cluster": "web", "drain": {"wait_seconds": 10}}), environ=env)
+    assert settings.zookeeper.hosts == "zk1:2181,zk2:2181"
+    assert settings.drain.wait_seconds == 45
+    assert settings.policy.keep_one_serving is False
+
+
+def test_documented_example_is_valid(tmp_path: Path) -> None:
+    text = (ROOT / "docs/configuration.md").read_text()
+    example = re.search(r"## A complete example\n\n```yaml\n(.*?)```", text, re.S)
+    assert example is not None
+    settings = load_settings(write(tmp_path, example.group(1)), environ={})
+    assert [a.type for a in settings.actions] == ["haproxy", "connections", "command", "webhook"]
+    assert load_settings(ROOT / "deploy/coordinator.example.yaml", environ={}).cluster == "web-frontend"
+
+
+INVALID = [
+    # (configuration, the field the message must name)
+    ({}, "cluster"),
+    ({"cluster": "a/b"}, "cluster"),
+    ({"cluster": "web", "vm_name": "../etc"}, "vm_name"),
+    ({"cluster": "web", "imds": {"url": "https://169.254.169.254"}}, "imds.url"),
+    ({"cluster": "web", "imds": {"poll_interval": 0}}, "imds.poll_interval"),
+    ({"cluster": "web", "imds": {"max_requests_per_second": 10}}, "imds.max_requests_per_second"),
+    ({"cluster": "web", "zookeeper": {"hosts": "zk1"}}, "zookeeper.hosts"),
+    ({"cluster": "web", "zookeeper": {"root": "relative"}}, "zookeeper.root"),
+    ({"cluster": "web", "zookeeper": {"session_timeout": 2}}, "zookeeper.session_timeout"),
+    ({"cluster": "web", "zookeeper": {"session_timeout": 5, "operation_timeout": 6}}, "zookeeper.operation_timeout"),
+    (
+        {"cluster": "web", "imds": {"poll_interval": 5}, "zookeeper": {"session_timeout": 10}},
+        "zookeeper.session_timeout",
+    ),
+    ({"cluster": "web", "policy": {"approver": "anyone"}}, "policy.approver"),
+    ({"cluster": "web", "policy": {"approval": {"Hibernate": "never"}}}, "policy.approval"),
+    ({"cluster": "web", "policy": {"approval": {"Freeze": "sometimes"}}}, "policy.approval.Freeze"),
+    ({"cluster": "web", "policy": {"max_events_in_maintenance": 0}}, "policy.max_events_in_maintenance"),
+    ({"cluster": "web", "policy": {"unknown_peers": "maybe"}}, "policy.unknown_peers"),
+    ({"cluster": "web", "drain": {"probe_threshold": 0}}, "drain.probe_threshold"),
+    ({"cluster": "web", "drain": {"wait_seconds": 200}}, "drain.latest_start_seconds"),
+    ({"cluster": "web", "drain": {"lead_time_seconds": 60}}, "drain.lead_time_seconds"),
+    ({"cluster": "web", "drain": {"wait_seconds_by_type": {"Nap": 1}}}, "drain.wait_seconds_by_type"),
+    ({"cluster": "web", "probe": {"listen": "8090"}}, "probe.listen"),
+    ({"cluster": "web", "http": {"listen": "localhost:99999"}}, "http.listen"),
+    ({"cluster": "web", "logging": {"format": "xml"}}, "logging.format"),
+    ({"cluster": "web", "zookeper": {}}, "zookeper"),
+    ({"cluster": "web", "actions": [{"type": "ssh"}]}, "actions.0"),
+    (
+        {"cluster": "web", "actions": [{"type": "haproxy", "runtime": "/s", "server": "web0"}]},
+        "actions.0.haproxy.backend",
+    ),
+    ({"cluster": "web", "actions": [{"type": "command", "name": "x"}]}, "actions.0.command"),
+    ({"cluster": "web", "actions": [{"type": "command", "name": "a b", "drain": ["x"]}]}, "actions.0.command.name"),
+    ({"cluster": "web", "actions": [{"type": "webhook", "name": "w", "url": "ftp://x"}]}, "actions.0.webhook.url"),
+    (
+        {"cluster": "web", "actions": [{"type": "webhook", "name": "w", "url": "http://x", "phases": ["start"]}]},
+        "actions.0.webhook.phases.0",
+    ),
+    ({"cluster": "web", "actions": [{"type": "connections", "ports": [70000]}]}, "actions.0.connections.ports"),
+    (
+        {
+            "cluster": "web",
+            "actions": [
+                {"type": "command", "name": "a", "drain": ["x"]},
+                {"type": "command", "name": "a", "drain": ["y"]},
+            ],
+        },
+        "actions",
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "field"), INVALID, ids=[f for _, f in INVALID])
+def test_invalid_configuration_names_the_field(tmp_path: Path, data: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, data), environ={})
+    assert re.search(rf"(^|\n  ){re.escape(field)}\b", str(info.value)), str(info.value)
+
+
+@pytest.mark.parametrize("text", ["cluster: [unclosed", "- just\n- a list\n"])
+def test_broken_yaml_is_reported(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError, match=r"agent\.yaml"):
+        load_settings(write(tmp_path, text), environ={})
+
+
+def test_missing_file_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "absent.yaml", environ={})
+
+
+def test_check_config_command(tmp_path: Path) -> None:
+    bad = write(tmp_path, {"cluster": "web", "zookeeper": {"session_timeout": 2}})
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator", "check-config", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "zookeeper.session_timeout" in result.stderr
+    good = write(tmp_path, {"cluster": "web"})
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator", "check-config", "--config", str(good)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"effective_wait"' not in result.stdout and '"cluster": "web"' in result.stdout
+
+
+def test_configuration_doc_lists_every_option_as_the_code_defines_it() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from config_reference import tables
+    finally:
+        sys.path.pop(0)
+    text = (ROOT / "docs/configuration.md").read_text()
+    documented = text.split("<!-- options:begin -->\n", 1)[1].split("<!-- options:end -->", 1)[0]
+    assert documented == tables(), "docs/configuration.md is stale: regenerate with scripts/config_reference.py"
+    for name in Settings.model_fields:
+        assert f"`{name}" in documented
