@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +29,7 @@ from typing import NoReturn
 import httpx
 import pytest
 
+from coordinator.localhaproxy import BackendTarget, LocalHAProxy
 from tests.plugins.zookeeper import wait_until
 
 __all__ = ["BACKEND", "SERVERS", "BackendServer", "RunningHAProxy", "haproxy"]
@@ -39,42 +38,10 @@ BACKEND = "be_app"
 SERVERS = ("web0", "web1")
 SLOW_REQUEST_LIMIT = 30.0  # a held /slow request answers by itself after this long, whatever the test does
 
-_CONFIG = """\
-global
-    stats socket {socket} mode 600 level admin
-    stats socket ipv4@127.0.0.1:{stats_port} level admin
-    stats timeout 10s
-
-defaults
-    mode http
-    timeout connect 2s
-    timeout client 60s
-    timeout server 60s
-    timeout http-request 5s
-
-frontend fe_app
-    bind 127.0.0.1:{frontend_port}
-    default_backend {backend}
-
-backend {backend}
-    balance roundrobin
-    option httpchk GET /health
-    default-server inter 500ms fall 2 rise 2
-{servers}
-"""
-
-
 def _unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI"):
         pytest.fail(f"HAProxy is required in CI: {reason}", pytrace=False)
     pytest.skip(f"HAProxy not available: {reason}")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -150,38 +117,49 @@ class BackendServer:
 
 @dataclass
 class RunningHAProxy:
-    """What the ``haproxy`` fixture yields."""
+    """What the ``haproxy`` fixture yields: the launcher's view plus the test's backend servers."""
 
-    pid: int
-    socket_path: Path
-    stats_address: str  # host:port of the TCP runtime socket
-    frontend_url: str
-    config_path: Path
-    log_path: Path
+    proxy: LocalHAProxy
+    backends: dict[str, BackendServer] = field(default_factory=dict)
     backend: str = BACKEND
     servers: tuple[str, ...] = SERVERS
-    backends: dict[str, BackendServer] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        assert self.proxy.pid is not None
+        return self.proxy.pid
+
+    @property
+    def socket_path(self) -> Path:
+        return self.proxy.socket_path
+
+    @property
+    def stats_address(self) -> str:
+        """host:port of the TCP runtime socket."""
+        return self.proxy.stats_address
+
+    @property
+    def frontend_url(self) -> str:
+        return self.proxy.frontend_url
+
+    @property
+    def config_path(self) -> Path:
+        return self.proxy.config_path
+
+    @property
+    def log_path(self) -> Path:
+        return self.proxy.log_path
 
     def command(self, line: str, timeout: float = 5.0) -> str:
         """One runtime API command over the UNIX socket, independent of the code under test."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(str(self.socket_path))
-            sock.sendall(line.encode() + b"\n")
-            chunks = []
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
-        return b"".join(chunks).decode()
+        return self.proxy.command(line, timeout)
 
     def status(self, server: str) -> str:
         """The ``status`` column of ``show stat`` for ``server`` (UP, DOWN, DRAIN, MAINT...)."""
-        lines = self.command(f"show stat {self.backend} 4 -1").splitlines()
-        header = lines[0].lstrip("# ").split(",")
-        for line in lines[1:]:
-            row = dict(zip(header, line.split(","), strict=False))
-            if row.get("svname") == server:
-                return row["status"]
-        raise AssertionError(f"{server} not in show stat: {lines}")
+        status = self.proxy.status(server)
+        if not status:
+            raise AssertionError(f"{server} not in show stat")
+        return status
 
     def request(self, path: str = "/", timeout: float = 5.0) -> str:
         """One request through the frontend on a fresh connection; returns the server that answered."""
@@ -196,17 +174,7 @@ class RunningHAProxy:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def _check_config(config_path: Path) -> None:
-    checked = subprocess.run(
-        ["haproxy", "-c", "-f", str(config_path)], capture_output=True, text=True, timeout=30, check=False
-    )
-    if checked.returncode != 0:
-        pytest.fail(f"haproxy -c rejected the test configuration:\n{checked.stdout}{checked.stderr}")
-
-
-def _ready(instance: RunningHAProxy, proc: subprocess.Popen[bytes]) -> bool:
-    if proc.poll() is not None:
-        return True  # exited: the caller looks at the exit status
+def _ready(instance: RunningHAProxy) -> bool:
     try:
         if any(instance.status(server) != "UP" for server in instance.servers):
             return False
@@ -216,66 +184,6 @@ def _ready(instance: RunningHAProxy, proc: subprocess.Popen[bytes]) -> bool:
     return True
 
 
-def _start_haproxy(
-    directory: Path, backends: dict[str, BackendServer]
-) -> tuple[RunningHAProxy, subprocess.Popen[bytes]]:
-    socket_path = directory / "admin.sock"
-    config_path = directory / "haproxy.cfg"
-    log_path = directory / "haproxy.log"
-    last_log = ""
-    for _attempt in range(3):  # a free port can be taken between choosing it and HAProxy binding it
-        frontend_port, stats_port = _free_port(), _free_port()
-        servers = "\n".join(f"    server {name} 127.0.0.1:{backend.port} check" for name, backend in backends.items())
-        config_path.write_text(
-            _CONFIG.format(
-                socket=socket_path,
-                stats_port=stats_port,
-                frontend_port=frontend_port,
-                backend=BACKEND,
-                servers=servers,
-            )
-        )
-        _check_config(config_path)
-        with log_path.open("wb") as log_file:
-            proc = subprocess.Popen(
-                ["haproxy", "-db", "-f", str(config_path)], stdout=log_file, stderr=subprocess.STDOUT
-            )
-        instance = RunningHAProxy(
-            pid=proc.pid,
-            socket_path=socket_path,
-            stats_address=f"127.0.0.1:{stats_port}",
-            frontend_url=f"http://127.0.0.1:{frontend_port}",
-            config_path=config_path,
-            log_path=log_path,
-            backends=backends,
-        )
-        try:
-            wait_until(
-                lambda i=instance, p=proc: _ready(i, p),  # type: ignore[misc]
-                timeout=15,
-                message="HAProxy up with both servers UP",
-            )
-        except BaseException:
-            _stop(proc)
-            raise
-        if proc.poll() is None:
-            return instance, proc
-        last_log = instance.log()
-        if "cannot bind" not in last_log.lower():
-            break
-    pytest.fail(f"haproxy exited during start-up:\n{last_log}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()  # SIGTERM to exactly the PID we started
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
 @pytest.fixture
 def haproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHAProxy]:
     if shutil.which("haproxy") is None:
@@ -283,18 +191,25 @@ def haproxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHAProxy
     # A short directory: UNIX socket paths are limited to 107 bytes.
     directory = tmp_path_factory.mktemp("haproxy")
     backends = {name: BackendServer(name) for name in SERVERS}
-    proc: subprocess.Popen[bytes] | None = None
+    proxy: LocalHAProxy | None = None
     try:
         for backend in backends.values():
             backend.start()
         started = time.monotonic()
-        instance, proc = _start_haproxy(directory, backends)
-        print(f"haproxy pid {proc.pid} ready in {time.monotonic() - started:.2f}s")
+        proxy = LocalHAProxy(directory, {name: BackendTarget(b.port) for name, b in backends.items()},
+                             backend=BACKEND)
+        try:
+            proxy.start()
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
+        instance = RunningHAProxy(proxy, backends)
+        wait_until(lambda: _ready(instance), timeout=15, message="HAProxy up with both servers UP")
+        print(f"haproxy pid {proxy.pid} ready in {time.monotonic() - started:.2f}s")
         yield instance
     finally:
         for backend in backends.values():
             backend.release.set()
-        if proc is not None:
-            _stop(proc)
+        if proxy is not None:
+            proxy.stop()
         for backend in backends.values():
             backend.stop()
