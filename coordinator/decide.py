@@ -457,7 +457,7 @@ def _approval_blockers(
         for vm in ev.resources:
             if vm in record.acks or (vm == snap.me and ev.key in acking) or not _waited_for(vm, cluster, policy):
                 continue  # an ack written this very cycle is re-checked by Store.approve before the POST
-            reasons.append(f"{vm} runs no agent" if vm not in cluster.members else f"{vm} has not drained")
+            reasons.append(f"{vm} runs no agent" if vm not in cluster.members else f"{vm} has not acknowledged")
     if cluster.connection is not ConnectionState.CONNECTED:
         reasons.append(f"ZooKeeper connection {cluster.connection.value}")
     return tuple(reasons)

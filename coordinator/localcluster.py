@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,16 +20,11 @@ from typing import Any
 import httpx
 import yaml
 
+from coordinator.localhaproxy import BackendTarget, LocalHAProxy, free_port
 from coordinator.localzk import LocalZooKeeper
 from coordinator.sim.client import SimControl
 
 __all__ = ["AgentProcess", "LocalCluster", "free_port"]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -95,6 +89,7 @@ class LocalCluster:
         extra_config: dict[str, Any] | None = None,
         sim_args: Sequence[str] = (),
         per_vm_config: dict[str, dict[str, Any]] | None = None,
+        with_haproxy: bool = False,
     ) -> None:
         self.workdir = workdir
         self.vms = list(vms)
@@ -107,6 +102,10 @@ class LocalCluster:
         self._extra = extra_config or {}
         self._sim_args = list(sim_args)
         self._per_vm = per_vm_config or {}
+        self._with_haproxy = with_haproxy
+        self.haproxy: LocalHAProxy | None = None
+        self.apps: dict[str, subprocess.Popen[bytes]] = {}
+        self._ports: dict[str, tuple[int, int]] = {}  # vm -> (probe port, admin port)
         self.zk: LocalZooKeeper | None = None
         self.zk_hosts = zk_hosts
         self.sim_proc: subprocess.Popen[bytes] | None = None
@@ -126,6 +125,10 @@ class LocalCluster:
                 self.zk_hosts = self.zk.hosts
             on_step(f"ZooKeeper serving on {self.zk_hosts}; starting the IMDS simulator")
             self._start_simulator()
+            self._ports = {vm: (free_port(), free_port()) for vm in self.vms}
+            if self._with_haproxy:
+                on_step("starting one app server per VM and HAProxy in front of them")
+                self._start_haproxy()
             for vm in self.vms:
                 on_step(f"starting the agent of {vm}")
                 self.start_agent(vm)
@@ -154,6 +157,26 @@ class LocalCluster:
         self.imds_urls = dict(info["vms"])
         self.sim = SimControl(info["control"])
 
+    def _start_haproxy(self) -> None:
+        """One app process per VM, and HAProxy routing to them; HAProxy's health check of each server
+        is that VM's agent probe, as an Azure Load Balancer's would be, and each agent also drains its
+        own server through the runtime API."""
+        targets = {}
+        for vm in self.vms:
+            port = free_port()
+            log = open(self.workdir / f"app-{vm}.log", "ab")  # noqa: SIM115 - owned by the child
+            self.apps[vm] = subprocess.Popen(
+                [sys.executable, "-m", "coordinator.localapp", "--name", vm, "--port", str(port)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
+            targets[vm] = BackendTarget(port, check_port=self._ports[vm][0])
+        self.haproxy = LocalHAProxy(self.workdir / "haproxy", targets, server_timeout="5s")
+        self.haproxy.start()
+        for vm in self.vms:
+            action = {"type": "haproxy", "runtime": str(self.haproxy.socket_path), "backend": self.haproxy.backend,
+                      "server": vm, "drain_timeout_seconds": 10}
+            self._per_vm.setdefault(vm, {}).setdefault("actions", []).append(action)
+
     def agent_config(self, vm: str, probe_port: int, admin_port: int) -> dict[str, Any]:
         """The configuration written for ``vm``'s agent; ``extra_config`` and then ``per_vm_config[vm]``
         sections are merged in."""
@@ -181,7 +204,7 @@ class LocalCluster:
     def start_agent(self, vm: str, *, extra_args: Sequence[str] = ()) -> AgentProcess:
         existing = self.agents.get(vm)
         if existing is None:
-            probe_port, admin_port = free_port(), free_port()
+            probe_port, admin_port = self._ports.get(vm) or (free_port(), free_port())
             config_path = self.workdir / f"agent-{vm}.yaml"
             config_path.write_text(yaml.safe_dump(self.agent_config(vm, probe_port, admin_port)))
             existing = AgentProcess(
@@ -224,6 +247,17 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 self.sim_proc.kill()
                 self.sim_proc.wait(5)
+        if self.haproxy is not None:
+            self.haproxy.stop()
+        for app in self.apps.values():
+            if app.poll() is None:
+                app.send_signal(signal.SIGCONT)
+                app.terminate()
+                try:
+                    app.wait(5)
+                except subprocess.TimeoutExpired:
+                    app.kill()
+                    app.wait(5)
         if self.zk is not None:
             self.zk.stop()
 

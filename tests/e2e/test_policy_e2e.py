@@ -52,7 +52,7 @@ def test_failing_drain_hook_means_no_ack_and_the_event_waits_for_not_before(grou
 
     cluster.wait(failure_shown, 10, "vm1's drain failure to show in its status")
     assert 'coordinator_errors_total{stage="action"} 1.0' in cluster.agents["vm1"].metrics()
-    assert waiting_for(cluster, "vm0", "vm1 has not drained")
+    assert waiting_for(cluster, "vm0", "vm1 has not acknowledged")
     cluster.wait(lambda: gone(cluster, event_id), 30, "the event to start at NotBefore and end")
     assert approvals(cluster, event_id) == []
     assert ("Scheduled", "Started", "not_before") in transitions(cluster, event_id)

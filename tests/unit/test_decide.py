@@ -70,8 +70,8 @@ def test_choose_approver(resources: tuple[str, ...], members: tuple[str, ...], l
 APPROVAL_TABLE = [
     # me, members, acks, connection, expected approve?, expected blocker fragment
     ("vm0", ALL3, ("vm0", "vm1"), ConnectionState.CONNECTED, True, None),
-    ("vm0", ALL3, ("vm0",), ConnectionState.CONNECTED, False, "vm1 has not drained"),
-    ("vm0", ALL3, (), ConnectionState.CONNECTED, False, "vm1 has not drained"),  # vm0 acks this cycle
+    ("vm0", ALL3, ("vm0",), ConnectionState.CONNECTED, False, "vm1 has not acknowledged"),
+    ("vm0", ALL3, (), ConnectionState.CONNECTED, False, "vm1 has not acknowledged"),  # vm0 acks this cycle
     ("vm0", ("vm0", "vm2"), ("vm0",), ConnectionState.CONNECTED, False, "vm1 runs no agent"),
     ("vm0", ALL3, ("vm0", "vm1"), ConnectionState.SUSPENDED, False, "ZooKeeper connection suspended"),
     ("vm1", ALL3, ("vm0", "vm1"), ConnectionState.CONNECTED, False, None),  # vm0 is the approver, not vm1
@@ -100,7 +100,7 @@ def test_approver_that_has_not_finished_draining_does_not_approve() -> None:
     plan = decide(snap("vm0", d, view(ALL3, (record(("vm0", "vm1"), ("vm1",)),))), draining, POLICY)
     assert plan.approve == ()
     assert plan.ack == ()
-    assert plan.blocked[EID] == ("vm0 has not drained",)
+    assert plan.blocked[EID] == ("vm0 has not acknowledged",)
 
 
 def test_leader_approves_when_no_named_vm_runs_an_agent_but_only_with_every_ack() -> None:
@@ -234,7 +234,7 @@ def test_ack_waits_for_the_drain_wait_of_the_event_type() -> None:
     drained = LocalState(phase=Phase.DRAINED, phase_since=95.0, drain_started=95.0)  # 5 s ago
     freeze = decide(snap("vm0", doc(event(["vm0"])), view(ALL3, (record(("vm0",)),))), drained, policy)
     assert freeze.ack == ()
-    assert freeze.blocked[EID] == ("vm0 has not drained",)
+    assert freeze.blocked[EID] == ("vm0 has not acknowledged",)
     preempt = decide(snap("vm0", doc(event(["vm0"], etype="Preempt")), view(ALL3, (record(("vm0",)),))),
                      drained, policy)
     assert preempt.ack == (EID,)

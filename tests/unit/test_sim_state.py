@@ -8,6 +8,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
+import re
+import signal
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator.errors import MalformedDocument
 from coordinator.models import format_not_before, parse_document
 from coordinator.sim import (
     MINIMUM_NOTICE,
@@ -25,6 +29,14 @@ from coordinator.sim import (
     UnknownEvent,
     UnknownVm,
     VmInfo,
+)
+from coordinator.sim.state import (
+    DEFAULT_DESCRIPTIONS,
+    DEFAULT_IMPACT_SECONDS,
+    WRONG_TYPE_FIELDS,
+    ScaledClock,
+    mutate_document,
+    parse_replay,
 )
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "imds-scenarios"
@@ -571,13 +583,14 @@ def test_log_entries_are_ordered_timestamped_and_json(group: SimulatedGroup, clo
     group.approve("vm1", [eid])
     entries = group.log()
     assert [e["seq"] for e in entries] == list(range(1, len(entries) + 1))
-    assert [e["kind"] for e in entries] == ["transition", "request", "approval", "transition"]
-    assert [e["t"] for e in entries] == [T0, T0 + 1, T0 + 2, T0 + 2]
+    assert [e["kind"] for e in entries] == ["transition", "request", "approval", "transition", "impact"]
+    assert [e["t"] for e in entries] == [T0, T0 + 1, T0 + 2, T0 + 2, T0 + 2]
+    assert [e["sim_t"] for e in entries] == [e["t"] for e in entries]  # one clock: the same time
     assert json.loads(json.dumps(entries)) == entries
     assert group.log(since=2) == entries[2:]
-    assert group.log(since=2, kind="transition") == entries[3:]
+    assert group.log(since=2, kind="transition") == entries[3:4]
     assert group.log(since=99) == []
-    assert group.last_seq == 4
+    assert group.last_seq == 5
 
 
 def test_log_entries_cannot_be_changed_through_returned_copies(group: SimulatedGroup) -> None:
@@ -591,7 +604,8 @@ def test_on_record_sees_every_entry(clock: FakeClock) -> None:
     group = SimulatedGroup(["vm0"], clock=clock, on_record=seen.append)
     eid = group.schedule("Freeze", ["vm0"])["event_id"]
     group.approve("vm0", [eid])
-    assert [e["seq"] for e in seen] == [1, 2, 3]
+    assert [e["seq"] for e in seen] == [1, 2, 3, 4]
+    assert [e["kind"] for e in seen] == ["transition", "approval", "transition", "impact"]
 
 
 # -- properties ------------------------------------------------------------------------------------
@@ -638,3 +652,621 @@ def test_any_sequence_keeps_the_invariants(ops: list[tuple[Any, ...]]) -> None:
     assert [e["seq"] for e in entries] == list(range(1, len(entries) + 1))
     assert group.incarnation == 1 + len(group.log(kind="transition"))
     assert all(a["t"] <= b["t"] for a, b in itertools.pairwise(entries))
+
+
+# -- time scale ------------------------------------------------------------------------------------
+
+
+class FakeSignals:
+    """Records signals instead of sending them; ``dead`` PIDs raise ProcessLookupError."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str]] = []
+        self.dead: set[int] = set()
+
+    def __call__(self, pid: int, signum: int) -> None:
+        if pid in self.dead:
+            raise ProcessLookupError(pid)
+        self.sent.append((pid, signal.Signals(signum).name))
+
+
+@pytest.fixture
+def signals() -> FakeSignals:
+    return FakeSignals()
+
+
+def test_scaled_clock_runs_faster_from_its_start() -> None:
+    real = FakeClock(50.0)
+    scaled = ScaledClock(60, start=T0, monotonic=real)
+    assert scaled() == T0
+    real.advance(1.5)
+    assert scaled() == T0 + 90
+    assert scaled.real_seconds(900) == 15
+    with pytest.raises(InvalidRequest):
+        ScaledClock(0)
+
+
+def test_time_scale_keeps_not_before_in_the_simulated_clock() -> None:
+    """A 15-minute notice lasts 15 real seconds at scale 60; NotBefore is shown in simulated time."""
+    real = FakeClock(50.0)
+    wall = FakeClock(T0)
+    scaled = ScaledClock(60, start=T0, monotonic=real)
+    group = SimulatedGroup(["vm0"], clock=scaled, wall_clock=wall, time_scale=60)
+    eid = group.schedule("Freeze", ["vm0"])["event_id"]
+    assert group.document("vm0")["Events"][0]["NotBefore"] == rfc1123(T0 + 900)
+    assert group.real_seconds(900) == 15
+    real.advance(14.9)
+    wall.advance(14.9)
+    assert statuses(group) == {eid: "Scheduled"}
+    real.advance(0.1)
+    wall.advance(0.1)
+    assert statuses(group) == {eid: "Started"}
+    started = group.log(kind="transition")[-1]
+    assert started["reason"] == "not_before"
+    assert started["sim_t"] == pytest.approx(T0 + 900)
+    assert started["t"] == pytest.approx(T0 + 15)  # the wall clock, comparable with other observers
+
+
+def test_not_before_can_be_rendered_in_real_time_for_clients_that_compare_it() -> None:
+    real = FakeClock(50.0)
+    wall = FakeClock(T0)
+    group = SimulatedGroup(
+        ["vm0"],
+        clock=ScaledClock(60, start=T0, monotonic=real),
+        wall_clock=wall,
+        time_scale=60,
+        not_before_clock="real",
+    )
+    real.advance(10)
+    wall.advance(10)  # the simulated clock is now 600 s ahead of the wall clock
+    event = group.schedule("Freeze", ["vm0"])
+    assert event["not_before"] == T0 + 600 + 900  # the model keeps simulated time
+    assert event["not_before_text"] == rfc1123(T0 + 10 + 15)  # served: when it will really start
+    assert group.document("vm0")["Events"][0]["NotBefore"] == rfc1123(T0 + 10 + 15)
+    with pytest.raises(InvalidRequest):
+        SimulatedGroup(["vm0"], not_before_clock="lunar")
+
+
+def test_terminate_notice_is_configurable_within_five_to_fifteen_minutes(clock: FakeClock) -> None:
+    group = SimulatedGroup(["vm0"], clock=clock, terminate_notice=600)
+    assert group.schedule("Terminate", ["vm0"])["not_before"] == T0 + 600
+    for notice in (299, 901):
+        with pytest.raises(InvalidRequest, match="terminate_notice"):
+            SimulatedGroup(["vm0"], clock=clock, terminate_notice=notice)
+
+
+def test_events_can_share_one_not_before(group: SimulatedGroup, clock: FakeClock) -> None:
+    a = group.schedule("Terminate", ["vm0"], not_before_at=T0 + 300.2)
+    clock.advance(0.7)
+    b = group.schedule("Terminate", ["vm1"], not_before_at=a["not_before"])
+    assert a["not_before"] == b["not_before"] == T0 + 301
+    with pytest.raises(InvalidRequest, match="not both"):
+        group.schedule("Terminate", ["vm0"], not_before_in=5, not_before_at=T0 + 300)
+
+
+def test_predicted_hardware_failure_can_be_announced_days_ahead(group: SimulatedGroup) -> None:
+    event = group.schedule("Redeploy", ["vm0"], not_before_in=7 * 86400)
+    assert group.document("vm0")["Events"][0]["NotBefore"] == rfc1123(T0 + 7 * 86400)
+    assert event["status"] == "Scheduled"
+
+
+def test_served_formats_match_real_documents(group: SimulatedGroup) -> None:
+    group.schedule("Freeze", ["vm0"], duration_in_seconds=5)
+    started = group.schedule("Reboot", ["vm1"], status="Started")
+    events = {e["EventStatus"]: e for e in group.document("vm0")["Events"]}
+    guid = re.compile(r"[0-9A-F]{8}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{12}")
+    assert all(guid.fullmatch(e["EventId"]) for e in events.values())
+    rfc = re.compile(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT")
+    assert rfc.fullmatch(events["Scheduled"]["NotBefore"])
+    assert events["Started"]["NotBefore"] == ""
+    assert events["Started"]["EventId"] == started["event_id"]
+
+
+# -- impacts on the VMs ----------------------------------------------------------------------------
+
+
+def impact_group(clock: FakeClock, signals: FakeSignals, **options: Any) -> SimulatedGroup:
+    group = SimulatedGroup(["vm0", "vm1", "vm2"], clock=clock, signal_sender=signals, **options)
+    group.register_pids("vm0", [1001, 1002])
+    group.register_pids("vm1", [1003])
+    return group
+
+
+def test_freeze_pauses_the_registered_pids_of_the_named_vms_for_its_duration(
+    clock: FakeClock, signals: FakeSignals
+) -> None:
+    group = impact_group(clock, signals)
+    eid = group.schedule("Freeze", ["vm0"], duration_in_seconds=5, started_for=30)["event_id"]
+    assert signals.sent == []  # nothing happens while Scheduled
+    group.approve("vm0", [eid])
+    assert signals.sent == [(1001, "SIGSTOP"), (1002, "SIGSTOP")]  # vm1's PID is not touched
+    [impact] = group.log(kind="impact")
+    assert (impact["impact"], impact["seconds"], impact["vms"], impact["reason"]) == ("freeze", 5.0, ["vm0"], "started")
+    clock.advance(4.9)
+    group.tick()
+    assert len(signals.sent) == 2
+    assert set(group.paused()) == {1001, 1002}
+    clock.advance(0.1)
+    group.tick()
+    assert signals.sent[2:] == [(1001, "SIGCONT"), (1002, "SIGCONT")]
+    assert group.paused() == {}
+    entries = group.log(kind="signal")
+    assert [(e["vm"], e["pid"], e["signal"], e["reason"], e["result"]) for e in entries] == [
+        ("vm0", 1001, "SIGSTOP", "freeze", "sent"),
+        ("vm0", 1002, "SIGSTOP", "freeze", "sent"),
+        ("vm0", 1001, "SIGCONT", "impact_over", "sent"),
+        ("vm0", 1002, "SIGCONT", "impact_over", "sent"),
+    ]
+    assert statuses(group) == {eid: "Started"}  # the pause ended; the event is still there
+
+
+def test_freeze_impact_is_scaled_with_the_clock(signals: FakeSignals) -> None:
+    real = FakeClock(0.0)
+    group = SimulatedGroup(["vm0"], clock=ScaledClock(10, start=T0, monotonic=real), time_scale=10,
+                           signal_sender=signals)
+    group.register_pids("vm0", [4242])
+    group.schedule("Freeze", ["vm0"], duration_in_seconds=30, status="Started")
+    real.advance(2.9)
+    group.tick()
+    assert signals.sent == [(4242, "SIGSTOP")]
+    real.advance(0.1)
+    group.tick()
+    assert signals.sent == [(4242, "SIGSTOP"), (4242, "SIGCONT")]
+
+
+def test_reboot_kills_the_registered_pids_and_forgets_them(clock: FakeClock, signals: FakeSignals) -> None:
+    group = impact_group(clock, signals)
+    eid = group.schedule("Reboot", ["vm1", "vm9"])["event_id"]
+    group.approve("vm1", [eid])
+    assert signals.sent == [(1003, "SIGKILL")]
+    assert group.pids("vm1") == []  # a killed PID may be reused: never signalled again
+    assert group.pids("vm0") == [1001, 1002]
+
+
+@pytest.mark.parametrize("event_type", ["Redeploy", "Preempt", "Terminate"])
+def test_other_disruptive_types_kill_too(clock: FakeClock, signals: FakeSignals, event_type: str) -> None:
+    group = impact_group(clock, signals)
+    group.schedule(event_type, ["vm1"], status="Started")
+    assert signals.sent == [(1003, "SIGKILL")]
+
+
+def test_hardware_failure_hits_at_once(clock: FakeClock, signals: FakeSignals) -> None:
+    group = impact_group(clock, signals)
+    group.schedule("Reboot", ["vm0"], status="Started")
+    assert signals.sent == [(1001, "SIGKILL"), (1002, "SIGKILL")]
+    assert group.log(kind="impact")[0]["reason"] == "started"
+
+
+def test_reboot_that_turns_out_to_be_a_freeze(clock: FakeClock, signals: FakeSignals) -> None:
+    group = impact_group(clock, signals)
+    eid = group.schedule("Reboot", ["vm1"], impact="freeze", impact_seconds=3)["event_id"]
+    group.approve("vm1", [eid])
+    [served] = group.document("vm1")["Events"]
+    assert (served["EventType"], served["EventStatus"]) == ("Reboot", "Started")
+    assert signals.sent == [(1003, "SIGSTOP")]
+    clock.advance(3)
+    group.tick()
+    assert signals.sent == [(1003, "SIGSTOP"), (1003, "SIGCONT")]
+    assert group.pids("vm1") == [1003]
+
+
+def test_freeze_of_zero_seconds_and_impact_none_signal_nothing(clock: FakeClock, signals: FakeSignals) -> None:
+    group = impact_group(clock, signals)
+    group.schedule("Freeze", ["vm0"], duration_in_seconds=0, status="Started")
+    group.schedule("Reboot", ["vm1"], impact="none", status="Started")
+    assert signals.sent == []
+    assert [e["impact"] for e in group.log(kind="impact")] == ["freeze", "none"]
+
+
+def test_unknown_duration_freezes_for_the_typical_impact(clock: FakeClock, signals: FakeSignals) -> None:
+    group = impact_group(clock, signals)
+    event = group.schedule("Freeze", ["vm1"], status="Started")
+    assert event["impact_seconds"] == DEFAULT_IMPACT_SECONDS == 7
+    clock.advance(7)
+    group.tick()
+    assert signals.sent == [(1003, "SIGSTOP"), (1003, "SIGCONT")]
+
+
+def test_second_impact_while_started_keeps_the_event_and_may_pause_again(
+    clock: FakeClock, signals: FakeSignals
+) -> None:
+    group = impact_group(clock, signals)
+    eid = group.schedule("Freeze", ["vm1"], duration_in_seconds=2, started_for=60)["event_id"]
+    with pytest.raises(InvalidRequest, match="Started"):
+        group.impact(eid)
+    group.approve("vm1", [eid])
+    clock.advance(2)
+    group.tick()
+    incarnation = group.incarnation
+    logged = group.impact(eid)  # logged only
+    assert (logged["reason"], logged["impact"]) == ("second", "none")
+    assert signals.sent == [(1003, "SIGSTOP"), (1003, "SIGCONT")]
+    group.impact(eid, seconds=1, pause=True)
+    assert signals.sent[-1] == (1003, "SIGSTOP")
+    clock.advance(1)
+    group.tick()
+    assert signals.sent[-1] == (1003, "SIGCONT")
+    assert statuses(group) == {eid: "Started"}
+    assert group.incarnation == incarnation  # the Events array did not change
+    with pytest.raises(UnknownEvent):
+        group.impact("NOPE")
+
+
+def test_overlapping_pauses_continue_once_at_the_later_end(clock: FakeClock, signals: FakeSignals) -> None:
+    group = impact_group(clock, signals)
+    a = group.schedule("Freeze", ["vm1"], duration_in_seconds=5, status="Started", started_for=60)["event_id"]
+    clock.advance(1)
+    group.impact(a, seconds=10, pause=True)
+    clock.advance(5)
+    group.tick()
+    assert signals.sent == [(1003, "SIGSTOP")]
+    clock.advance(6)
+    group.tick()
+    assert signals.sent == [(1003, "SIGSTOP"), (1003, "SIGCONT")]
+
+
+def test_a_vanished_process_is_reported_and_forgotten(clock: FakeClock, signals: FakeSignals) -> None:
+    group = impact_group(clock, signals)
+    signals.dead.add(1002)
+    group.schedule("Freeze", ["vm0"], duration_in_seconds=5, status="Started")
+    results = {(e["pid"], e["result"]) for e in group.log(kind="signal")}
+    assert results == {(1001, "sent"), (1002, "no such process")}
+    assert group.pids("vm0") == [1001]
+    assert set(group.paused()) == {1001}
+
+
+def test_release_paused_continues_everything_it_paused(clock: FakeClock, signals: FakeSignals) -> None:
+    group = impact_group(clock, signals)
+    group.schedule("Freeze", ["vm0", "vm1"], duration_in_seconds=60, status="Started")
+    assert group.release_paused() == 3
+    assert [s for _, s in signals.sent] == ["SIGSTOP"] * 3 + ["SIGCONT"] * 3
+    assert group.paused() == {}
+
+
+@pytest.mark.parametrize("pids", [[1], [0], [-5], ["123"], [True], "123", [os.getpid()]])
+def test_only_plausible_foreign_pids_can_be_registered(group: SimulatedGroup, pids: Any) -> None:
+    with pytest.raises(InvalidRequest):
+        group.register_pids("vm0", pids)
+    assert group.pids("vm0") == []
+
+
+def test_registering_replaces_the_pids_of_a_vm(group: SimulatedGroup) -> None:
+    group.register_pids("vm0", [1234, 1234, 5678])
+    assert group.register_pids("VM0", [999]) == {"vm": "vm0", "pids": [999]}
+    assert [e["pids"] for e in group.log(kind="pids")] == [[1234, 5678], [999]]
+    with pytest.raises(UnknownVm):
+        group.register_pids("vm9", [1234])
+
+
+# -- Terminate batch rule --------------------------------------------------------------------------
+
+
+def test_approved_terminate_waits_while_another_delete_is_pending(group: SimulatedGroup, clock: FakeClock) -> None:
+    a = group.schedule("Terminate", ["vm0"])["event_id"]
+    b = group.schedule("Terminate", ["vm1"], not_before_at=T0 + 300)["event_id"]
+    group.approve("vm0", [a])
+    assert statuses(group) == {a: "Scheduled", b: "Scheduled"}
+    [hold] = group.log(kind="hold")
+    assert (hold["event_id"], hold["held_by"], hold["rule"]) == (a, [b], "terminate_pending")
+    assert group.event(a)["held_by"] == [b]
+    clock.advance(10)
+    group.approve("vm1", [b])
+    assert statuses(group) == {a: "Started", b: "Started"}
+    started = [e for e in group.log(kind="transition") if e["to"] == "Started"]
+    assert [(e["event_id"], e["reason"], e["t"]) for e in started] == [
+        (a, "approved", T0 + 10),
+        (b, "approved", T0 + 10),
+    ]
+    assert len(group.log(kind="hold")) == 1
+
+
+def test_deletes_sharing_a_not_before_start_together_at_not_before(group: SimulatedGroup, clock: FakeClock) -> None:
+    a = group.schedule("Terminate", ["vm0"], not_before_in=300)["event_id"]
+    b = group.schedule("Terminate", ["vm1"], not_before_in=300)["event_id"]
+    group.approve("vm0", [a])
+    clock.advance(299)
+    assert statuses(group) == {a: "Scheduled", b: "Scheduled"}
+    clock.advance(1)
+    assert statuses(group) == {a: "Started", b: "Started"}
+    assert {e["reason"] for e in group.log(kind="transition") if e["to"] == "Started"} == {"not_before"}
+
+
+def test_cancelled_delete_releases_the_held_one(group: SimulatedGroup) -> None:
+    a = group.schedule("Terminate", ["vm0"])["event_id"]
+    b = group.schedule("Terminate", ["vm1"])["event_id"]
+    group.approve("vm0", [a])
+    group.cancel(b)
+    assert statuses(group) == {a: "Started"}
+
+
+def test_the_batch_rule_concerns_deletes_only(group: SimulatedGroup) -> None:
+    group.schedule("Terminate", ["vm1"])
+    freeze = group.schedule("Freeze", ["vm0"])["event_id"]
+    group.approve("vm0", [freeze])
+    assert group.event(freeze)["status"] == "Started"
+    assert group.log(kind="hold") == []
+
+
+# -- back-to-back events across fault domains ------------------------------------------------------
+
+
+def test_rollout_schedules_one_event_per_fault_domain_each_after_the_previous(clock: FakeClock) -> None:
+    infos = [VmInfo("vm0", fault_domain=0), VmInfo("vm1", fault_domain=1), VmInfo("vm2", fault_domain=0)]
+    group = SimulatedGroup(infos, clock=clock, started_for=5)
+    rollout = group.rollout("Freeze", duration_in_seconds=2, not_before_in=600)
+    assert rollout["groups"] == [["vm0", "vm2"], ["vm1"]]
+    first = rollout["event"]
+    assert (first["resources"], first["not_before"], first["rollout"]) == (["vm0", "vm2"], T0 + 600, 1)
+    group.approve("vm0", [first["event_id"]])
+    clock.advance(4.9)
+    assert [e["resources"] for e in group.events()["events"]] == [["vm0", "vm2"]]
+    clock.advance(0.1)
+    [second] = group.events()["events"]  # created as soon as the first is gone
+    assert second["resources"] == ["vm1"]
+    assert second["not_before"] == T0 + 5 + 600
+    assert second["created_at"] == T0 + 5
+    clock.advance(600)
+    group.tick()
+    clock.advance(5)
+    assert group.events()["events"] == []
+    assert group.rollouts()[0]["done"] is True
+    kinds = [(e["resources"], e["from"], e["to"]) for e in group.log(kind="transition")]
+    assert kinds == [
+        (["vm0", "vm2"], None, "Scheduled"),
+        (["vm0", "vm2"], "Scheduled", "Started"),
+        (["vm0", "vm2"], "Started", None),
+        (["vm1"], None, "Scheduled"),
+        (["vm1"], "Scheduled", "Started"),
+        (["vm1"], "Started", None),
+    ]
+
+
+def test_rollout_groups_gap_and_cancellation(group: SimulatedGroup, clock: FakeClock) -> None:
+    rollout = group.rollout("Reboot", groups=[["vm2"], ["vm0", "vm1"]], gap=30)
+    group.cancel(rollout["event"]["event_id"])  # a cancelled step is followed too
+    clock.advance(29)
+    assert group.events()["events"] == []
+    clock.advance(1)
+    [second] = group.events()["events"]
+    assert second["resources"] == ["vm0", "vm1"]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"groups": []},
+        {"groups": [[]]},
+        {"groups": "vm0"},
+        {"resources": ["vm0"]},
+        {"event_id": "X"},
+        {"gap": -1},
+        {"duration_in_seconds": "5"},
+    ],
+)
+def test_rollout_refuses_malformed_input(group: SimulatedGroup, kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidRequest):
+        group.rollout("Freeze", **kwargs)
+    assert group.incarnation == 1
+
+
+# -- who sees what ---------------------------------------------------------------------------------
+
+
+def test_gpu_events_are_delivered_to_the_named_vms_only(group: SimulatedGroup) -> None:
+    own = group.schedule("Freeze", ["VM1"], deliver_to_named_only=True)["event_id"]
+    shared = group.schedule("Freeze", ["vm2"])["event_id"]
+    assert statuses(group, "vm1") == {own: "Scheduled", shared: "Scheduled"}
+    assert statuses(group, "vm0") == {shared: "Scheduled"}
+    assert statuses(group, "vm2") == {shared: "Scheduled"}
+
+
+def test_user_initiated_events_wait_for_approval_like_platform_ones(group: SimulatedGroup, clock: FakeClock) -> None:
+    eid = group.schedule("Reboot", ["vm0"], source="User")["event_id"]
+    [served] = group.document("vm0")["Events"]
+    assert served["EventSource"] == "User"
+    assert served["Description"] == DEFAULT_DESCRIPTIONS["Reboot"]
+    clock.advance(100)
+    assert statuses(group) == {eid: "Scheduled"}
+    group.approve("vm0", [eid])
+    assert statuses(group) == {eid: "Started"}
+
+
+def test_one_document_holds_several_events_with_several_resources(group: SimulatedGroup) -> None:
+    group.schedule("Freeze", ["vm0", "vm1"])
+    group.schedule("Redeploy", ["vm2"])
+    document = parse_document(json.dumps(group.document("vm2")))
+    assert [e.resources for e in document.events] == [("vm0", "vm1"), ("vm2",)]
+
+
+# -- the service of a VM: first call, idle reset, incarnation --------------------------------------
+
+
+def test_first_request_enables_the_service_and_is_held(clock: FakeClock) -> None:
+    group = SimulatedGroup(["vm0", "vm1"], clock=clock, first_call_delay=120)
+    assert group.begin_request("vm0") == 120
+    assert group.begin_request("vm0") == 0
+    assert group.begin_request("vm1") == 120  # per VM
+    assert [(e["vm"], e["action"], e["delay"]) for e in group.log(kind="service")] == [
+        ("vm0", "enabled", 120),
+        ("vm1", "enabled", 120),
+    ]
+
+
+def test_idle_service_switches_off_and_restarts_the_incarnation_low(clock: FakeClock) -> None:
+    group = SimulatedGroup(["vm0", "vm1"], clock=clock, idle_reset_after=86400, first_call_delay=60)
+    eid = group.schedule("Freeze", ["vm0"], not_before_in=7 * 86400)["event_id"]
+    group.schedule("Freeze", ["vm1"], not_before_in=7 * 86400)
+    assert group.begin_request("vm0") == 60
+    group.begin_request("vm1")
+    assert group.document("vm0")["DocumentIncarnation"] == 3
+    clock.advance(86399)
+    assert group.begin_request("vm1") == 0  # vm1 keeps polling
+    clock.advance(60 + 1)
+    assert group.begin_request("vm0") == 60  # enabled again, slow again
+    document = group.document("vm0")
+    assert document["DocumentIncarnation"] == 1
+    assert [e["EventId"] for e in document["Events"]] == [eid, document["Events"][1]["EventId"]]  # same events
+    assert group.document("vm1")["DocumentIncarnation"] == 3
+    [reset] = [e for e in group.log(kind="service") if e["action"] == "reset"]
+    assert (reset["vm"], reset["served_incarnation"]) == ("vm0", 1)
+    group.cancel(eid)
+    assert group.document("vm0")["DocumentIncarnation"] == 2  # grows from there
+    assert group.incarnation == 4  # the group's own counter is untouched
+
+
+def test_skipped_and_reset_incarnations(group: SimulatedGroup) -> None:
+    group.schedule("Freeze", ["vm0"])
+    assert group.document("vm1")["DocumentIncarnation"] == 2
+    [entry] = group.skip_incarnation("vm1", by=2)
+    assert (entry["action"], entry["served"]) == ("skip", 4)
+    assert group.document("vm1")["DocumentIncarnation"] == 4
+    assert group.document("vm0")["DocumentIncarnation"] == 2
+    entries = group.reset_incarnation()
+    assert [e["served"] for e in entries] == [1, 1, 1]
+    assert {group.served_incarnation(vm) for vm in ("vm0", "vm1", "vm2")} == {1}
+    with pytest.raises(InvalidRequest):
+        group.skip_incarnation("vm0", by=0)
+
+
+# -- more faults -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", WRONG_TYPE_FIELDS)
+def test_wrong_type_documents_are_refused_by_the_agents_model(group: SimulatedGroup, field: str) -> None:
+    group.schedule("Freeze", ["vm0", "vm1"], duration_in_seconds=5)
+    document = group.document("vm0")
+    mutated = mutate_document(document, field)
+    assert mutated != document
+    assert parse_document(json.dumps(document)).events  # the original is fine
+    with pytest.raises(MalformedDocument):
+        parse_document(json.dumps(mutated))
+
+
+def test_wrong_type_fault_is_queued_with_its_field(group: SimulatedGroup) -> None:
+    [queued] = group.add_fault("wrong_type", vm="vm0", field="Resources")
+    assert queued["field"] == "Resources"
+    assert group.add_fault("wrong_type", vm="vm1")[0]["field"] == "DocumentIncarnation"
+    fault = group.take_fault("vm0", "GET")
+    assert fault is not None and fault.field == "Resources"
+    assert group.log(kind="fault")[-1]["field"] == "Resources"
+    with pytest.raises(InvalidRequest):
+        group.add_fault("wrong_type", field="Description")
+    with pytest.raises(InvalidRequest):
+        group.add_fault("status", status=500, field="Events")
+
+
+def test_refuse_happens_at_once_through_the_handler(group: SimulatedGroup) -> None:
+    refused: list[tuple[str, float]] = []
+    group.set_refuse_handler(lambda vm, seconds: refused.append((vm, seconds)))
+    views = group.add_fault("refuse", vm="vm1", seconds=2)
+    assert refused == [("vm1", 2.0)]
+    assert views[0]["remaining"] == 0
+    assert group.faults() == []  # not queued
+    assert group.log(kind="fault")[-1]["fault"] == "refuse"
+    group.add_fault("refuse", seconds=1)
+    assert [vm for vm, _ in refused[1:]] == ["vm0", "vm1", "vm2"]
+    with pytest.raises(InvalidRequest):
+        group.add_fault("refuse", vm="vm0")
+
+
+# -- replay ----------------------------------------------------------------------------------------
+
+
+def test_parse_replay_recognises_sequences_documents_and_timelines() -> None:
+    sequence = (SCENARIOS / "field" / "docs-live-migration-freeze.sequence.json").read_text()
+    kind, items = parse_replay(sequence)
+    assert (kind, len(items)) == ("documents", 4)
+    single = (SCENARIOS / "azure-scheduledevents-manager" / "events.json").read_text()
+    kind, items = parse_replay(single)
+    assert (kind, len(items), items[0]["DocumentIncarnation"]) == ("documents", 1, 5)
+    timeline = "- at: 0\n  schedule: {event_type: Freeze, resources: [vm0]}\n- at: 5\n  cancel: E1\n"
+    kind, items = parse_replay(timeline)
+    assert (kind, [s["at"] for s in items]) == ("timeline", [0, 5])
+    for bad in ("[]", "{}", "not: [valid", '[{"at": 1, "cancel": "X"}, {"DocumentIncarnation": 1}]', '"text"'):
+        with pytest.raises(InvalidRequest):
+            parse_replay(bad)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        {"at": -1, "cancel": "X"},
+        {"at": 1},
+        {"at": 1, "cancel": "X", "schedule": {}},
+        {"at": 1, "explode": {}},
+        {"at": 1, "schedule": {"event_type": "Freeze"}},
+        {"at": 1, "schedule": {"event_type": "Freeze", "resources": [], "when": 3}},
+        {"at": 1, "cancel": 5},
+        {"at": 1, "fault": {"status": 500}},
+    ],
+)
+def test_malformed_timeline_steps_are_refused(group: SimulatedGroup, step: dict[str, Any]) -> None:
+    with pytest.raises(InvalidRequest):
+        group.load_timeline([step])
+
+
+def test_replayed_documents_are_served_verbatim_and_approvals_logged(group: SimulatedGroup) -> None:
+    documents = json.loads((SCENARIOS / "field" / "docs-live-migration-freeze.sequence.json").read_text())
+    view = group.load_documents(documents)
+    assert (view["index"], view["count"], view["at_end"]) == (0, 4, False)
+    assert group.document("vm0") == documents[0]
+    group.replay_next()
+    assert group.document("vm2", "2017-08-01") == documents[1]  # as recorded, whatever the version
+    eid = documents[1]["Events"][0]["EventId"]
+    assert group.approve("vm1", [eid, "OTHER"]) == {eid: "approved", "OTHER": "unknown"}
+    assert group.approve("vm0", [eid]) == {eid: "already_approved"}
+    assert group.document("vm0") == documents[1]  # a recording: approval changes nothing
+    group.replay_next()
+    assert group.approve("vm0", [eid]) == {eid: "already_started"}
+    group.replay_next()
+    assert group.replay_next()["index"] == 3  # stays on the last document
+    assert [e["index"] for e in group.log(kind="replay")] == [0, 1, 2, 3]
+    assert [e["vm"] for e in group.log(kind="approval")] == ["vm1", "vm0", "vm0"]
+    with pytest.raises(InvalidRequest, match="replaying"):
+        group.schedule("Freeze", ["vm0"])
+    with pytest.raises(InvalidRequest, match="replaying"):
+        group.reset_incarnation()
+
+
+def test_replay_advances_on_its_own_every_interval(group: SimulatedGroup, clock: FakeClock) -> None:
+    documents = [{"DocumentIncarnation": n, "Events": []} for n in (5, 6, 9)]
+    group.load_documents(documents, interval=10)
+    clock.advance(9.9)
+    assert group.document("vm0")["DocumentIncarnation"] == 5
+    clock.advance(0.1)
+    assert group.document("vm0")["DocumentIncarnation"] == 6
+    clock.advance(100)
+    assert group.document("vm0")["DocumentIncarnation"] == 9
+    assert group.replay()["at_end"] is True
+
+
+def test_timeline_runs_control_operations_when_due(clock: FakeClock, signals: FakeSignals) -> None:
+    group = SimulatedGroup(["vm0", "vm1"], clock=clock, signal_sender=signals)
+    group.register_pids("vm1", [3333])
+    steps = [
+        {"at": 0, "schedule": {"event_type": "Freeze", "resources": ["vm0"], "event_id": "E1"}},
+        {"at": 5, "schedule": {"event_type": "Reboot", "resources": ["vm1"], "event_id": "E2", "status": "Started",
+                               "impact": "freeze", "impact_seconds": 1, "started_for": 60}},
+        {"at": 7, "impact": {"event_id": "E2", "seconds": 2, "pause": True}},
+        {"at": 7, "cancel": "NO-SUCH-EVENT"},
+        {"at": 8, "skip_incarnation": {"vm": "vm0", "by": 3}},
+        {"at": 10, "cancel": "E1"},
+        {"at": 11, "fault": {"kind": "status", "status": 500, "vm": "vm1"}},
+        {"at": 12, "approve": {"vm": "vm0", "event_ids": ["E2"]}},
+    ]
+    assert group.load_timeline(steps) == 8
+    assert statuses(group) == {"E1": "Scheduled"}
+    clock.advance(5)
+    assert statuses(group) == {"E1": "Scheduled", "E2": "Started"}
+    for _ in range(5):
+        clock.advance(1)
+        group.tick()
+    assert statuses(group, "vm1") == {"E2": "Started"}
+    assert group.document("vm0")["DocumentIncarnation"] == 4 + 3
+    clock.advance(2)
+    group.tick()
+    assert [f["status"] for f in group.faults()] == [500]
+    assert group.log(kind="approval")[-1]["results"] == {"E2": "already_started"}
+    errors = [e for e in group.log(kind="timeline") if "error" in e]
+    assert [(e["index"], e["action"]) for e in errors] == [(3, "cancel")]
+    assert [s for _, s in signals.sent] == ["SIGSTOP", "SIGCONT", "SIGSTOP", "SIGCONT"]
