@@ -25,6 +25,8 @@ Every method is bounded by the store's operation timeout. Results follow a three
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -38,8 +40,11 @@ __all__ = [
     "ConnectionState",
     "EventRecord",
     "Store",
+    "Wakeup",
     "WriteResult",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class WriteResult(Enum):
@@ -105,6 +110,29 @@ class ApprovalResult:
     outcome: ApprovalOutcome
     reason: str = ""
     record: Approval | None = None
+
+
+class Wakeup:
+    """The agent's wake-up callback, as a store holds it: set from any thread, fired from the store's
+    threads (kazoo's, or a writer's). Firing never raises: a faulty callback is logged, not propagated
+    into a thread that must survive it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callback: Callable[[], None] | None = None
+
+    def set(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._callback = callback
+
+    def fire(self) -> None:
+        with self._lock:
+            callback = self._callback
+        if callback is not None:
+            try:
+                callback()
+            except Exception:
+                log.exception("wakeup callback failed")
 
 
 class Store(Protocol):

@@ -32,6 +32,7 @@ from coordinator.store.base import (
     ClusterView,
     ConnectionState,
     EventRecord,
+    Wakeup,
     WriteResult,
 )
 
@@ -121,8 +122,7 @@ class MemoryStore:
         self._clock = clock
         self._session: int | None = None
         self._state = ConnectionState.LOST
-        self._wakeup: Callable[[], None] | None = None
-        self._wakeup_lock = threading.Lock()
+        self._wakeup = Wakeup()
 
     # -- life cycle, signalling, test controls --------------------------------------------------------
 
@@ -182,17 +182,10 @@ class MemoryStore:
         return self._state
 
     def set_wakeup(self, callback: Callable[[], None]) -> None:
-        with self._wakeup_lock:
-            self._wakeup = callback
+        self._wakeup.set(callback)
 
     def notify(self) -> None:
-        with self._wakeup_lock:
-            callback = self._wakeup
-        if callback is not None:
-            try:
-                callback()
-            except Exception:  # the writer's thread is not the callback's: report, do not propagate
-                log.exception("wakeup callback failed")
+        self._wakeup.fire()
 
     def _set_state(self, state: ConnectionState) -> None:
         self._state = state

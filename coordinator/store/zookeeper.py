@@ -66,6 +66,7 @@ from coordinator.store.base import (
     ClusterView,
     ConnectionState,
     EventRecord,
+    Wakeup,
     WriteResult,
 )
 
@@ -276,10 +277,9 @@ class ZooKeeperStore:
         self._operation_timeout = operation_timeout
         self._client_factory = client_factory
         self._clock = clock
-        self._lock = threading.Lock()
         self._client: KazooClient | None = None
         self._state = ConnectionState.LOST
-        self._wakeup: Callable[[], None] | None = None
+        self._wakeup = Wakeup()
         self._failures: tuple[type[BaseException], ...] = (KazooException, KazooTimeoutError)
         self._timeouts: tuple[type[BaseException], ...] = (KazooTimeoutError,)
         self._quiet_period = session_timeout * 2.0 / 3.0 + 0.5
@@ -377,17 +377,10 @@ class ZooKeeperStore:
         return state
 
     def set_wakeup(self, callback: Callable[[], None]) -> None:
-        with self._lock:
-            self._wakeup = callback
+        self._wakeup.set(callback)
 
     def _notify(self) -> None:
-        with self._lock:
-            callback = self._wakeup
-        if callback is not None:
-            try:
-                callback()
-            except Exception:  # a kazoo thread's boundary: a faulty callback must not kill it
-                log.exception("wakeup callback failed")
+        self._wakeup.fire()  # from kazoo's threads: never blocks, never raises
 
     def _on_watch(self, event: WatchedEvent) -> None:
         self._notify()
