@@ -6,5 +6,5 @@ test:
 demo:
 	bash scripts/demo.sh
 lint:
-	.venv/bin/ruff check coordinator tests
+	.venv/bin/ruff check coordinator tests bench scripts
 	.venv/bin/mypy

@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -106,7 +105,7 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
     return rows
 
 
-def bench_end_to_end(zk: LocalZooKeeper, runs: int) -> dict[str, object]:
+def bench_end_to_end(zk: LocalZooKeeper, runs: int) -> dict[str, dict[str, float]]:
     after_ack: list[float] = []
     to_start: list[float] = []
     rss: list[float] = []
@@ -143,18 +142,24 @@ def bench_end_to_end(zk: LocalZooKeeper, runs: int) -> dict[str, object]:
                 cluster.wait(lambda: all(a.probe() == 200 for a in cluster.agents.values()), 30, "recovery")
             for agent in cluster.agents.values():
                 status = Path(f"/proc/{agent.pid}/status").read_text()
-                rss.append(int(next(l for l in status.splitlines() if l.startswith("VmRSS:")).split()[1]) / 1024)
+                line = next(x for x in status.splitlines() if x.startswith("VmRSS:"))
+                rss.append(int(line.split()[1]) / 1024)
             observer.stop()
             observer.close()
         finally:
             cluster.stop()
     return {"after_ack_ms": _percentiles(after_ack), "schedule_to_start_s": _percentiles(to_start),
-            "agent_rss_mib": {"min": min(rss), "max": max(rss)}, "runs": runs}
+            "agent_rss_mib": {"min": min(rss), "max": max(rss)}}
+
+
+def _row(label: str, stats: dict[str, float], fmt: str) -> str:
+    cells = [str(int(stats["n"]))] + [fmt.format(stats[k]) for k in ("p50", "p90", "max")]
+    return f"| {label} | " + " | ".join(cells) + " |"
 
 
 def _table(rows: list[dict[str, object]], unit: str) -> str:
     keys = list(rows[0])
-    head = "| " + " | ".join(k if k in ("n",) or not k.startswith("p") and k != "max" else f"{k} ({unit})"
+    head = "| " + " | ".join(k if k in ("n",) or (not k.startswith("p") and k != "max") else f"{k} ({unit})"
                              for k in keys) + " |"
     lines = [head, "|" + "---|" * len(keys)]
     for row in rows:
@@ -181,8 +186,9 @@ def main() -> int:
             e2e = bench_end_to_end(zk, runs)
         finally:
             zk.stop()
-    machine = f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}, " \
-              f"{len(open('/proc/cpuinfo').read().split('processor')) - 1} cores"
+    cores = Path("/proc/cpuinfo").read_text().count("processor\t")
+    machine = f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}, {cores} cores"
+    rss = e2e["agent_rss_mib"]
     text = f"""# Benchmarks
 
 Measured with {command} on {datetime.now(UTC):%Y-%m-%d} ({machine}); every number below comes from
@@ -208,15 +214,15 @@ vm0 and vm1, one after another.
 
 | measure | n | p50 | p90 | max |
 |---|---|---|---|---|
-| last acknowledgement -> approval POST (ms) | {e2e['after_ack_ms']['n']} | {e2e['after_ack_ms']['p50']:.0f} | {e2e['after_ack_ms']['p90']:.0f} | {e2e['after_ack_ms']['max']:.0f} |
-| event scheduled -> event started (s) | {e2e['schedule_to_start_s']['n']} | {e2e['schedule_to_start_s']['p50']:.2f} | {e2e['schedule_to_start_s']['p90']:.2f} | {e2e['schedule_to_start_s']['max']:.2f} |
+{_row("last acknowledgement -> approval POST (ms)", e2e["after_ack_ms"], "{:.0f}")}
+{_row("event scheduled -> event started (s)", e2e["schedule_to_start_s"], "{:.2f}")}
 
 The approval follows the last acknowledgement within one wake-up of the approver: the ack's ZooKeeper
 watch wakes it at once rather than at its next poll. From scheduling to start, the time is the
 simulator's first delivery, the drain wait, the admission by the leader and the acknowledgements, in
 successive cycles.
 
-Agent resident memory after the runs: {e2e['agent_rss_mib']['min']:.1f} to {e2e['agent_rss_mib']['max']:.1f} MiB (VmRSS).
+Agent resident memory after the runs: {rss["min"]:.1f} to {rss["max"]:.1f} MiB (VmRSS).
 """
     args.output.write_text(text)
     print(json.dumps({"decide_us": decide_rows, "cycle_ms": cycle_rows, "end_to_end": e2e}, indent=1))

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "test: ruff"
-.venv/bin/ruff check coordinator tests
+.venv/bin/ruff check coordinator tests bench scripts
 echo "test: mypy --strict"
 .venv/bin/mypy
 echo "test: pytest"
