@@ -1,8 +1,9 @@
 """Observe-only mode: one wrapper per side-effect adapter, no ``if dry_run`` anywhere else.
 
 A dry-run agent reads IMDS and ZooKeeper, decides exactly as a real one would, and logs what it would
-do. It is invisible to the cluster: it does not join (so it is never anyone's approver and never
-blocks anyone), writes nothing, POSTs nothing, and its actions only log.
+do. It is invisible to the cluster: it does not join (so it is never anyone's approver, and a VM whose
+agent only observes counts as running no agent), writes nothing, POSTs nothing, and its actions only
+log. Its health probe answers 200 throughout: observing never takes a VM out of its load balancer.
 """
 
 from __future__ import annotations

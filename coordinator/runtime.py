@@ -119,7 +119,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
 
     log.info("coordinator %s starting%s; effective configuration: %s", __version__,
              " in DRY-RUN mode (observe only)" if dry_run else "", json.dumps(redacted(settings)))
-    probe = ProbeState()
+    probe = ProbeState(serving=dry_run)
     agent_ref: list[Agent] = []
     http = HttpSurface(
         probe_listen=settings.probe.listen,

@@ -16,10 +16,11 @@ __all__ = ["ProbeAction", "ProbeState"]
 
 class ProbeState:
     """Thread-safe flag read by the probe HTTP handler. Starts failing: a fresh agent does not yet
-    know whether an event holds its VM."""
+    know whether an event holds its VM. A dry-run agent starts (and, its actions only logging, stays)
+    serving: observing must never take a VM out of its load balancer."""
 
-    def __init__(self) -> None:
-        self._serving = False
+    def __init__(self, serving: bool = False) -> None:
+        self._serving = serving
         self._lock = threading.Lock()
 
     @property
