@@ -301,36 +301,61 @@ def _in_flight(
     return flight
 
 
+def _unit(key: str, events: Mapping[str, _Event], policy: Policy) -> str:
+    """What the budget counts as one: an event, or a batch of Terminates sharing one NotBefore (Azure
+    runs such a batch as one operation)."""
+    ev = events.get(key)
+    if (policy.terminate_together and ev is not None and ev.event.event_type == EventType.TERMINATE
+            and ev.event.not_before is not None):
+        return f"terminate@{ev.event.not_before.timestamp():.0f}"
+    return key
+
+
 def _admissions(
     events: Mapping[str, _Event], cluster: ClusterView, now: float, policy: Policy
 ) -> tuple[list[str], dict[str, str]]:
-    """The leader's admissions, first come (by NotBefore, then id) first served; why others wait."""
+    """The leader's admissions and why the others wait.
+
+    Candidates are Scheduled events with a record, not yet admitted, that need a drain. Those already
+    holding their VMs (drained just in time, or acknowledged) come first, then first come (NotBefore,
+    then id) first served; a Terminate batch is admitted as one. Nothing behind a waiting unit jumps
+    ahead of it.
+    """
     flight = _in_flight(events, cluster, now, policy)
-    waiting = sorted(
-        (ev for key, ev in events.items()
-         if ev.event.is_scheduled and ev.rule is not ApprovalRule.IMMEDIATELY and ev.resources
-         and key in cluster.records and cluster.records[key].admitted_at is None and key not in flight),
-        key=lambda ev: (ev.event.not_before.timestamp() if ev.event.not_before else float("inf"), ev.key or ""),
-    )
+    candidates = [ev for key, ev in events.items()
+                  if ev.event.is_scheduled and ev.rule is not ApprovalRule.IMMEDIATELY and ev.resources
+                  and key in cluster.records and cluster.records[key].admitted_at is None]
+    units: dict[str, list[_Event]] = {}
+    for ev in candidates:
+        units.setdefault(_unit(ev.key or "", events, policy), []).append(ev)
+    order = sorted(units.items(), key=lambda item: (
+        not any(ev.key in flight for ev in item[1]),
+        min(ev.event.not_before.timestamp() if ev.event.not_before else float("inf") for ev in item[1]),
+        item[0],
+    ))
     admit: list[str] = []
     why: dict[str, str] = {}
-    for ev in waiting:
-        assert ev.key is not None
-        busy = frozenset().union(*flight.values()) if flight else frozenset()
+    for position, (_, members) in enumerate(order):
+        keys = {ev.key or "" for ev in members}
+        vms = frozenset().union(*(ev.resources for ev in members))
+        others = {k: v for k, v in flight.items() if k not in keys}
+        busy = frozenset().union(*others.values()) if others else frozenset()
+        in_maintenance = {_unit(k, events, policy) for k in others}
         reason = ""
-        if policy.max_events is not None and len(flight) >= policy.max_events:
-            reason = f"maintenance budget: {len(flight)} event(s) in maintenance ({', '.join(sorted(flight))})"
-        elif policy.max_vms is not None and flight and len(busy | set(ev.resources)) > policy.max_vms:
+        if policy.max_events is not None and len(in_maintenance) >= policy.max_events:
+            reason = f"maintenance budget: {len(in_maintenance)} event(s) in maintenance ({', '.join(sorted(others))})"
+        elif policy.max_vms is not None and others and len(busy | vms) > policy.max_vms:
             reason = f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}"
-        elif policy.keep_one_serving and cluster.members and not (cluster.members - busy - set(ev.resources)):
+        elif policy.keep_one_serving and cluster.members and not (cluster.members - busy - vms):
             reason = "it would leave no VM serving"
         if reason:
-            # First come, first served: nothing behind a waiting event jumps ahead of it.
-            for rest in waiting[waiting.index(ev):]:
-                why[rest.key or ""] = reason
+            for _, rest in order[position:]:
+                for ev in rest:
+                    why[ev.key or ""] = reason
             break
-        admit.append(ev.key)
-        flight[ev.key] = frozenset(ev.resources)
+        admit.extend(sorted(keys))
+        for ev in members:
+            flight[ev.key or ""] = frozenset(ev.resources)
     return admit, why
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from coordinator.errors import InvalidName
 from coordinator.names import normalize_vm_name
 from coordinator.sim.server import DEFAULT_RATE_LIMIT, SimulatorServer
-from coordinator.sim.state import InvalidRequest, SimulatedGroup, VmInfo
+from coordinator.sim.state import InvalidRequest, SimulatedGroup, VmInfo, parse_replay
 
 __all__ = ["add_arguments", "run"]
 
@@ -76,6 +76,30 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}") from None
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"seconds must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _scale(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid time scale {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"the time scale must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _terminate_notice(text: str) -> float:
+    value = _seconds(text)
+    if not 300 <= value <= 900:
+        raise argparse.ArgumentTypeError(f"a Terminate notice is 300 to 900 seconds (5 to 15 minutes), got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number of seconds > 0")
     return value
 
 
@@ -157,14 +181,70 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help='once listening, write {"control": URL, "vms": {NAME: URL}} to PATH (atomically)',
     )
-    parser.add_argument(
+    timing = parser.add_argument_group(
+        "time (every duration below is in simulated seconds; see --time-scale)"
+    )
+    timing.add_argument(
+        "--time-scale",
+        type=_scale,
+        default=1.0,
+        metavar="F",
+        help="simulated seconds per real second: the simulator's clock starts at the real time and runs F "
+        "times faster; NotBefore, notices, Started times and impacts follow it (default: %(default)s)",
+    )
+    timing.add_argument(
+        "--not-before-clock",
+        choices=("simulated", "real"),
+        default="simulated",
+        help="with a time scale, render NotBefore in the simulated clock, or as the real time the event "
+        "will start (for agents that compare NotBefore with their own clock) (default: %(default)s)",
+    )
+    timing.add_argument(
+        "--terminate-notice",
+        type=_terminate_notice,
+        default=300.0,
+        metavar="S",
+        help="notice of Terminate events, 300-900 as configured on a scale set (default: %(default)s)",
+    )
+    timing.add_argument(
+        "--first-call-delay",
+        type=_seconds,
+        default=0.0,
+        metavar="S",
+        help="hold each VM's first Scheduled Events answer S seconds (the first call enables the service; "
+        "IMDS may take up to 120) (default: %(default)s)",
+    )
+    timing.add_argument(
+        "--idle-reset-after",
+        type=_positive_seconds,
+        default=None,
+        metavar="S",
+        help="a VM that sends no request for S seconds has its service switched off: its next request is "
+        "a first call again and its DocumentIncarnation starts again from 1 (IMDS: 86400) (default: never)",
+    )
+    timing.add_argument(
+        "--replay",
+        type=Path,
+        metavar="FILE",
+        help="serve recorded documents (a *.sequence.json list, or one document) instead of the model, or "
+        "run a timeline (a JSON/YAML list of {at: S, ACTION: ARGS})",
+    )
+    timing.add_argument(
+        "--replay-interval",
+        type=_seconds,
+        default=0.0,
+        metavar="S",
+        help="with recorded documents: move to the next one every S seconds; 0: only on POST /replay/next "
+        "(default: %(default)s)",
+    )
+    timing.add_argument(
         "--approval-delay",
         type=_seconds,
         default=0.0,
         metavar="S",
         help="seconds from the first approval to Started (default: %(default)s)",
     )
-    parser.add_argument(
+    timing.add_argument(
         "--started-for",
         type=_seconds,
         default=5.0,
@@ -217,12 +297,19 @@ def run(args: argparse.Namespace) -> int:
     try:
         group = SimulatedGroup(
             infos,
+            time_scale=args.time_scale,
             approval_delay=args.approval_delay,
             started_for=args.started_for,
             unknown_approval_status=args.unknown_approval_status,
+            terminate_notice=args.terminate_notice,
+            first_call_delay=args.first_call_delay,
+            idle_reset_after=args.idle_reset_after,
+            not_before_clock=args.not_before_clock,
             on_record=_log_entry,
         )
-    except InvalidRequest as exc:
+        if args.replay is not None:
+            _load_replay(group, args.replay, args.replay_interval)
+    except (InvalidRequest, OSError) as exc:
         print(f"coordinator imds-sim: error: {exc}", file=sys.stderr)
         return 2
     server = SimulatorServer(group, addresses, args.control, rate_limit=args.rate_limit)
@@ -252,6 +339,18 @@ def run(args: argparse.Namespace) -> int:
         if args.ready_file is not None:
             args.ready_file.unlink(missing_ok=True)
     return 0
+
+
+def _load_replay(group: SimulatedGroup, path: Path, interval: float) -> None:
+    kind, items = parse_replay(path.read_text(encoding="utf-8"), str(path))
+    if kind == "timeline":
+        if interval:
+            raise InvalidRequest("--replay-interval is for recorded documents, not timelines")
+        group.load_timeline(items)
+        log.info("timeline of %d steps loaded from %s", len(items), path)
+    else:
+        group.load_documents(items, interval)
+        log.info("replaying %d recorded documents from %s", len(items), path)
 
 
 def _vm_addresses(args: argparse.Namespace) -> dict[str, tuple[str, int]]:
@@ -341,9 +440,22 @@ def _log_entry(entry: dict[str, Any]) -> None:
             "fault %s served to vm %s on %s (remaining %s)",
             entry["fault"],
             entry["vm"],
-            entry["method"],
+            entry["method"] or "its port",
             "until cleared" if entry["remaining"] is None else entry["remaining"],
         )
+    elif kind == "signal":
+        log.info(
+            "signal %s to pid %d of vm %s for event %s (%s): %s",
+            entry["signal"],
+            entry["pid"],
+            entry["vm"],
+            entry["event_id"] or "-",
+            entry["reason"],
+            entry["result"],
+        )
+    elif kind != "request":
+        shown = {k: v for k, v in entry.items() if k not in ("seq", "t", "sim_t", "kind")}
+        log.info("%s %s", kind, json.dumps(shown, sort_keys=True))
     else:
         log.debug(
             "vm %s %s %s?%s -> %s",

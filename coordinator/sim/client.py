@@ -90,14 +90,76 @@ class SimControl:
         status: int | None = None,
         seconds: float | None = None,
         methods: Sequence[str] = ("GET",),
+        field: str | None = None,
     ) -> list[dict[str, Any]]:
         body: dict[str, Any] = {"kind": kind, "vm": vm, "count": count, "methods": list(methods)}
         if status is not None:
             body["status"] = status
         if seconds is not None:
             body["seconds"] = seconds
+        if field is not None:
+            body["field"] = field
         queued: list[dict[str, Any]] = self._call("POST", "/faults", json=body)["queued"]
         return queued
+
+    def refuse(self, vm: str | None, seconds: float) -> list[dict[str, Any]]:
+        """Make ``vm``'s port (None: every VM's) refuse connections for ``seconds`` of real time."""
+        return self.add_fault("refuse", vm, seconds=seconds)
+
+    def impact(self, event_id: str, seconds: float | None = None, pause: bool = False) -> dict[str, Any]:
+        """A second impact on a Started event (``pause``: pause the named VMs' PIDs again)."""
+        body: dict[str, Any] = {"pause": pause}
+        if seconds is not None:
+            body["seconds"] = seconds
+        return self._call("POST", f"/events/{event_id}/impact", json=body)
+
+    def rollout(
+        self, event_type: str, groups: Sequence[Sequence[str]] | None = None, **fields: Any
+    ) -> dict[str, Any]:
+        """Back-to-back events, one per group (default: per fault domain); returns the rollout."""
+        body: dict[str, Any] = {"event_type": event_type, **fields}
+        if groups is not None:
+            body["groups"] = [list(g) for g in groups]
+        return self._call("POST", "/rollouts", json=body)
+
+    def rollouts(self) -> list[dict[str, Any]]:
+        rollouts: list[dict[str, Any]] = self._call("GET", "/rollouts")["rollouts"]
+        return rollouts
+
+    def register_pids(self, vm: str, pids: Sequence[int]) -> dict[str, Any]:
+        """Set the PIDs that stand for ``vm``: impacts pause or kill these, and nothing else."""
+        return self._call("POST", f"/vms/{vm}/pids", json={"pids": list(pids)})
+
+    def pids(self, vm: str) -> list[int]:
+        pids: list[int] = self._call("GET", f"/vms/{vm}/pids")["pids"]
+        return pids
+
+    def skip_incarnation(self, by: int = 1, vm: str | None = None) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = self._call("POST", "/incarnation/skip", json={"vm": vm, "by": by})["entries"]
+        return entries
+
+    def reset_incarnation(self, vm: str | None = None) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = self._call("POST", "/incarnation/reset", json={"vm": vm})["entries"]
+        return entries
+
+    def replay(self) -> dict[str, Any]:
+        """The replay's state: ``{"active", "index", "count", "interval", "at_end", "document"}``."""
+        return self._call("GET", "/replay")
+
+    def replay_next(self) -> dict[str, Any]:
+        return self._call("POST", "/replay/next")
+
+    def load_documents(self, documents: Sequence[Any], interval: float = 0.0) -> dict[str, Any]:
+        return self._call("POST", "/replay", json={"documents": list(documents), "interval": interval})
+
+    def load_timeline(self, steps: Sequence[Any]) -> int:
+        pending: int = self._call("POST", "/replay", json={"timeline": list(steps)})["pending"]
+        return pending
+
+    def now(self) -> float:
+        """The simulator's (simulated) clock, epoch seconds."""
+        now: float = self.healthz()["now"]
+        return now
 
     def faults(self) -> list[dict[str, Any]]:
         faults: list[dict[str, Any]] = self._call("GET", "/faults")["faults"]

@@ -13,7 +13,11 @@ VM ports answer what IMDS answers:
 
 Request rules, checked in this order: the per-VM rate limit (429), ``X-Forwarded-For`` (400), the
 ``Metadata: true`` header (400), the path (404), the method (405), duplicate query parameters (400),
-the api-version (400). Queued faults are served after these checks, to requests that passed them.
+the api-version (400). A Scheduled Events request that passed them enables the VM's service (the
+first one is held ``first_call_delay``, scaled to real time); queued faults are served after that.
+
+A ``refuse`` fault closes the VM's listening socket (and its open connections) for some real
+seconds, then listens again on the same port: clients meet "connection refused" meanwhile.
 
 The control port speaks JSON; see ``docs/simulator.md`` for every endpoint.
 """
@@ -33,6 +37,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from coordinator.sim.state import (
     INSTANCE_API_VERSIONS,
+    ROLLOUT_FIELDS,
+    SCHEDULE_FIELDS,
     SCHEDULED_EVENTS_API_VERSIONS,
     Clock,
     InvalidRequest,
@@ -40,6 +46,7 @@ from coordinator.sim.state import (
     SimulatedGroup,
     UnknownEvent,
     UnknownVm,
+    mutate_document,
 )
 
 __all__ = ["DEFAULT_RATE_LIMIT", "SimulatorServer", "format_url"]
@@ -52,21 +59,12 @@ _COMPUTE = "/metadata/instance/compute"
 _INSTANCE = "/metadata/instance"
 _MAX_BODY = 64 * 1024
 _HEADER_ERROR = "Bad request. Required metadata header not specified"
-_SCHEDULE_FIELDS = frozenset(
-    {
-        "event_type",
-        "resources",
-        "not_before_in",
-        "duration_in_seconds",
-        "started_for",
-        "description",
-        "source",
-        "event_id",
-        "status",
-        "resource_type",
-    }
-)
-_FAULT_FIELDS = frozenset({"vm", "kind", "count", "status", "seconds", "methods"})
+_FAULT_FIELDS = frozenset({"vm", "kind", "count", "status", "seconds", "methods", "field"})
+_IMPACT_FIELDS = frozenset({"seconds", "pause"})
+_PIDS_FIELDS = frozenset({"pids"})
+_SKIP_FIELDS = frozenset({"vm", "by"})
+_RESET_FIELDS = frozenset({"vm"})
+_REPLAY_FIELDS = frozenset({"documents", "interval", "timeline"})
 
 
 def format_url(host: str, port: int) -> str:
@@ -88,7 +86,27 @@ class _Server(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.owner = owner
         self.vm = vm
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
         super().__init__(address, handler)
+
+    # Open connections are tracked so that a `refuse` fault can cut keep-alive connections too.
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self._connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -218,6 +236,10 @@ class _VmHandler(_Handler):
         if path == _INSTANCE:
             return self._send_json(200, {"compute": group.compute(vm)})
 
+        hold = group.begin_request(vm)
+        if hold > 0 and owner.stopping.wait(group.real_seconds(hold)):
+            self.close_connection = True
+            return None
         fault = group.take_fault(vm, method, path)
         if fault is not None:
             if fault.kind == "status":
@@ -225,6 +247,9 @@ class _VmHandler(_Handler):
                 return self._send_json(fault.status, {"error": f"Simulated fault {fault.status}"})
             if fault.kind == "malformed":
                 return self._send(200, b'{"DocumentIncarnation": 7, "Events": [{"EventId": ')
+            if fault.kind == "wrong_type" and method == "GET":
+                assert fault.field is not None
+                return self._send_json(200, mutate_document(group.document(vm, api_version), fault.field))
             if fault.kind == "drop":
                 self.close_connection = True
                 with contextlib.suppress(OSError):
@@ -314,11 +339,40 @@ class _ControlHandler(_Handler):
             case "GET", ["events"]:
                 return lambda q, b: (200, group.events())
             case "POST", ["events"]:
-                return lambda q, b: (201, group.schedule(**_json_object(b, _SCHEDULE_FIELDS, {"event_type"})))
+                return lambda q, b: (
+                    201,
+                    group.schedule(**_json_object(b, SCHEDULE_FIELDS, {"event_type", "resources"})),
+                )
             case "GET", ["events", event_id]:
                 return lambda q, b: (200, group.event(event_id))
             case "DELETE", ["events", event_id]:
                 return lambda q, b: (200, group.cancel(event_id))
+            case "POST", ["events", event_id, "impact"]:
+                return lambda q, b: (200, group.impact(event_id, **_json_object(b, _IMPACT_FIELDS, set())))
+            case "GET", ["rollouts"]:
+                return lambda q, b: (200, {"rollouts": group.rollouts()})
+            case "POST", ["rollouts"]:
+                return lambda q, b: (201, group.rollout(**_json_object(b, ROLLOUT_FIELDS, {"event_type"})))
+            case "GET", ["vms", vm, "pids"]:
+                return lambda q, b: (200, {"vm": group.vm(vm).name, "pids": group.pids(vm)})
+            case "POST", ["vms", vm, "pids"]:
+                return lambda q, b: (200, group.register_pids(vm, **_json_object(b, _PIDS_FIELDS, {"pids"})))
+            case "POST", ["incarnation", "skip"]:
+                return lambda q, b: (
+                    200,
+                    {"entries": group.skip_incarnation(**_json_object(b, _SKIP_FIELDS, set()))},
+                )
+            case "POST", ["incarnation", "reset"]:
+                return lambda q, b: (
+                    200,
+                    {"entries": group.reset_incarnation(**_json_object(b, _RESET_FIELDS, set()))},
+                )
+            case "GET", ["replay"]:
+                return lambda q, b: (200, group.replay())
+            case "POST", ["replay"]:
+                return lambda q, b: (200, _load_replay(group, _json_object(b, _REPLAY_FIELDS, set())))
+            case "POST", ["replay", "next"]:
+                return lambda q, b: (200, group.replay_next())
             case "GET", ["log"]:
                 return lambda q, b: (200, _log_view(group, q))
             case "GET", ["faults"]:
@@ -333,6 +387,16 @@ class _ControlHandler(_Handler):
             case "GET", ["document", vm]:
                 return lambda q, b: (200, group.document(vm, q.get("api-version")))
         return None
+
+
+def _load_replay(group: SimulatedGroup, data: dict[str, Any]) -> dict[str, Any]:
+    if ("documents" in data) == ("timeline" in data):
+        raise InvalidRequest("give either documents or timeline")
+    if "timeline" in data:
+        if "interval" in data:
+            raise InvalidRequest("interval is only for documents")
+        return {"pending": group.load_timeline(data["timeline"])}
+    return group.load_documents(data["documents"], data.get("interval", 0.0))
 
 
 def _log_view(group: SimulatedGroup, query: Mapping[str, str]) -> dict[str, Any]:
@@ -356,8 +420,6 @@ def _json_object(body: bytes, allowed: frozenset[str], required: set[str]) -> di
     missing = sorted(required - set(data))
     if missing:
         raise InvalidRequest(f"missing field(s) {', '.join(missing)}")
-    if "methods" in data and isinstance(data["methods"], list):
-        data["methods"] = tuple(data["methods"])
     return data
 
 
@@ -366,8 +428,9 @@ class SimulatorServer:
 
     ``vm_addresses`` maps each VM of the group to ``(host, port)``; port 0 picks a free port.
     ``start`` binds every socket (raising ``OSError`` if one cannot be bound, after closing the
-    others) and returns once all of them are listening; ``stop`` shuts everything down and is
-    idempotent. ``rate_limit`` requests per second per VM (0 disables the limit).
+    others) and returns once all of them are listening; ``stop`` shuts everything down, continues
+    every process an impact paused, and is idempotent. ``rate_limit`` requests per (real) second per
+    VM (0 disables the limit). The server carries out the group's ``refuse`` faults.
     """
 
     def __init__(
@@ -393,6 +456,9 @@ class SimulatorServer:
         self._servers: dict[str | None, _Server] = {}
         self._threads: list[threading.Thread] = []
         self._started = False
+        self._refuse_lock = threading.Lock()
+        self._refused_until: dict[str, float] = {}
+        self._monotonic = monotonic
 
     def limiter(self, vm: str) -> RateLimiter:
         return self._limiters[vm]
@@ -409,7 +475,19 @@ class SimulatorServer:
         return format_url(*self._bound(self._servers[None]))
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok", "vms": self.urls, "incarnation": self.group.incarnation}
+        return {
+            "status": "ok",
+            "vms": self.urls,
+            "incarnation": self.group.incarnation,
+            "time_scale": self.group.time_scale,
+            "now": self.group.now(),
+            "replay": self.group.replay()["active"],
+        }
+
+    def refused(self) -> list[str]:
+        """VMs whose port refuses connections now."""
+        with self._refuse_lock:
+            return sorted(self._refused_until)
 
     def start(self) -> None:
         if self._started:
@@ -424,15 +502,9 @@ class SimulatorServer:
             self._servers.clear()
             raise
         self._started = True
+        self.group.set_refuse_handler(self._refuse)
         for name, server in self._servers.items():
-            thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name=f"imds-sim-{name or 'control'}",
-                daemon=True,
-            )
-            thread.start()
-            self._threads.append(thread)
+            self._serve(name, server)
         ticker = threading.Thread(target=self._tick_loop, name="imds-sim-ticker", daemon=True)
         ticker.start()
         self._threads.append(ticker)
@@ -441,18 +513,21 @@ class SimulatorServer:
         if self.stopping.is_set():
             return
         self.stopping.set()
+        with self._refuse_lock:
+            servers = list(self._servers.values())
         # shutdown() waits for the serve_forever loop to notice; do all servers at once.
-        stoppers = [
-            threading.Thread(target=server.shutdown, daemon=True) for server in self._servers.values()
-        ]
+        stoppers = [threading.Thread(target=server.shutdown, daemon=True) for server in servers]
         for stopper in stoppers:
             stopper.start()
         for stopper in stoppers:
             stopper.join(timeout=5)
-        for server in self._servers.values():
+        for server in servers:
             server.server_close()
-        for thread in self._threads:
+        for thread in list(self._threads):
             thread.join(timeout=5)
+        self.group.set_refuse_handler(None)
+        # Never leave a process stopped behind us.
+        self.group.release_paused()
 
     def __enter__(self) -> SimulatorServer:
         self.start()
@@ -460,6 +535,58 @@ class SimulatorServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _serve(self, name: str | None, server: _Server) -> None:
+        thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"imds-sim-{name or 'control'}",
+            daemon=True,
+        )
+        thread.start()
+        self._threads.append(thread)
+
+    def _refuse(self, vm: str, seconds: float) -> None:
+        # Called under the group's lock: only book-keeping here, the sockets are handled on a thread.
+        with self._refuse_lock:
+            if self.stopping.is_set():
+                return
+            until = self._monotonic() + seconds
+            running = vm in self._refused_until
+            self._refused_until[vm] = max(until, self._refused_until.get(vm, until))
+        if not running:
+            threading.Thread(target=self._refuse_and_reopen, args=(vm,), name=f"imds-sim-refuse-{vm}",
+                             daemon=True).start()
+
+    def _refuse_and_reopen(self, vm: str) -> None:
+        with self._refuse_lock:
+            server = self._servers[vm]
+        address = self._bound(server)
+        server.shutdown()
+        server.close_connections()
+        server.server_close()
+        log.info("vm %s: port %s refuses connections", vm, address[1])
+        while True:
+            with self._refuse_lock:
+                if self.stopping.is_set():
+                    self._refused_until.pop(vm, None)
+                    return
+                remaining = self._refused_until[vm] - self._monotonic()
+                if remaining <= 0:
+                    try:
+                        reopened = _Server(address, _VmHandler, self, vm)
+                    except OSError as exc:  # the port is briefly unavailable: try again soon
+                        log.warning("vm %s: cannot listen again on %s yet: %s", vm, address[1], exc)
+                        remaining = 0.05
+                    else:
+                        self._servers[vm] = reopened
+                        self._serve(vm, reopened)
+                        del self._refused_until[vm]
+                        break
+            self.stopping.wait(min(remaining, 0.05) if remaining > 0 else 0.05)
+        self.group.record("fault", vm=vm, method=None, path=None, fault="refuse_ended", status=None,
+                          seconds=None, remaining=0)
+        log.info("vm %s: port %s accepts connections again", vm, address[1])
 
     def _tick_loop(self) -> None:
         while not self.stopping.wait(self._tick_interval):

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException
 
 from coordinator.localcluster import LocalCluster
 
@@ -60,8 +60,8 @@ class Observer:
                     if event_id not in self.seen.approval and self._zk.exists(f"/events/{event_id}/approval"):
                         data, stat = self._zk.get(f"/events/{event_id}/approval")
                         self.seen.approval[event_id] = (stat.ctime / 1000.0, data)
-            except NoNodeError:
-                pass
+            except KazooException:
+                pass  # a node went away, or the connection did (an ensemble member killed): look again
             self._stop.wait(0.02)
 
     def _watch_probes(self) -> None:

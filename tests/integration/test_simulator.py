@@ -7,6 +7,7 @@ deadlines, never for a fixed time.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from coordinator.models import parse_not_before
 from coordinator.sim import SimControlError
 from tests.plugins.simulator import RunningSimulator, SimulatorFactory
 
@@ -65,7 +67,14 @@ def test_subprocess_reports_its_urls_and_answers_health(imds_sim: SimulatorFacto
     assert set(sim.urls) == {"vm0", "vm1"}
     assert len({url for url in sim.urls.values()} | {sim.control_url}) == 3
     health = sim.control.healthz()
-    assert health == {"status": "ok", "vms": sim.urls, "incarnation": 1}
+    assert {k: health[k] for k in ("status", "vms", "incarnation", "time_scale", "replay")} == {
+        "status": "ok",
+        "vms": sim.urls,
+        "incarnation": 1,
+        "time_scale": 1.0,
+        "replay": False,
+    }
+    assert abs(health["now"] - time.time()) < 5
 
 
 def test_sigterm_stops_cleanly_and_removes_the_ready_file(imds_sim: SimulatorFactory) -> None:
@@ -409,3 +418,310 @@ def test_in_process_variant_shares_the_model(
     assert approve(http, sim, "vm0", {"StartRequests": [{"EventId": eid}]}).status_code == 200
     assert get(http, sim.url("vm1")).json()["Events"][0]["EventStatus"] == "Started"
     assert sim.group.log(kind="approval")[0]["vm"] == "vm0"
+
+
+# -- time scale, first call, idle reset ------------------------------------------------------------
+
+
+def test_time_scale_runs_the_documented_notice_in_real_seconds(
+    imds_sim: SimulatorFactory, http: httpx.Client
+) -> None:
+    sim = imds_sim(vms=("vm0",), rate_limit=0, time_scale=60, started_for=30)
+    assert sim.control.healthz()["time_scale"] == 60
+    event = sim.control.schedule("Preempt", ["vm0"])  # 30 s of notice: half a real second
+    assert event["not_before"] - event["created_at"] == pytest.approx(30, abs=1)
+    served = get(http, sim.url("vm0")).json()["Events"][0]
+    assert served["NotBefore"] == event["not_before_text"]  # rendered in the simulated clock
+    started = sim.control.wait_for_transition(event["event_id"], "Started", timeout=5)
+    removed = sim.control.wait_for_transition(event["event_id"], None, timeout=5)
+    assert started["reason"] == "not_before"
+    assert started["sim_t"] >= event["not_before"]
+    assert removed["sim_t"] - started["sim_t"] >= 30
+    assert 0.4 <= removed["t"] - started["t"] < 3  # 30 simulated seconds are half a real second
+
+
+def test_not_before_in_real_time_under_a_time_scale(imds_sim: SimulatorFactory, http: httpx.Client) -> None:
+    sim = imds_sim(vms=("vm0",), rate_limit=0, time_scale=60, extra_args=["--not-before-clock", "real"])
+    before = time.time()
+    sim.control.schedule("Freeze", ["vm0"])  # 900 simulated seconds: 15 real ones
+    served = parse_not_before(get(http, sim.url("vm0")).json()["Events"][0]["NotBefore"])
+    assert served is not None
+    assert before + 14 <= served.timestamp() <= time.time() + 17
+
+
+def test_first_call_is_held_per_vm_and_scaled(imds_sim: SimulatorFactory, http: httpx.Client) -> None:
+    sim = imds_sim(vms=("vm0", "vm1"), rate_limit=0, time_scale=100, extra_args=["--first-call-delay", "60"])
+    for vm in ("vm0", "vm1"):
+        started = time.monotonic()
+        assert get(http, sim.url(vm)).status_code == 200
+        assert time.monotonic() - started >= 0.6, vm
+    started = time.monotonic()
+    assert get(http, sim.url("vm0")).status_code == 200
+    assert time.monotonic() - started < 0.5
+    enabled = sim.control.log(kind="service")
+    assert [(e["vm"], e["action"], e["delay"]) for e in enabled] == [("vm0", "enabled", 60), ("vm1", "enabled", 60)]
+
+
+def test_idle_vm_gets_a_low_incarnation_again(imds_sim: SimulatorFactory, http: httpx.Client) -> None:
+    sim = imds_sim(vms=("vm0",), rate_limit=0, time_scale=100, extra_args=["--idle-reset-after", "30"])
+    sim.control.schedule("Freeze", ["vm0"], not_before_in=86400 * 7)
+    sim.control.schedule("Freeze", ["vm0"], not_before_in=86400 * 7)
+    assert get(http, sim.url("vm0")).json()["DocumentIncarnation"] == 3
+    last = sim.control.now()
+    sim.control.wait_for(lambda c: c.now() >= last + 31, timeout=5, message="30 idle simulated seconds")
+    document = get(http, sim.url("vm0")).json()
+    assert document["DocumentIncarnation"] == 1
+    assert len(document["Events"]) == 2
+    assert [e["action"] for e in sim.control.log(kind="service")] == ["enabled", "reset", "enabled"]
+
+
+def test_incarnation_skip_and_reset_over_http(sim: RunningSimulator, http: httpx.Client) -> None:
+    sim.control.schedule("Freeze", ["vm0"])
+    [entry] = sim.control.skip_incarnation(by=2, vm="vm1")
+    assert entry["served"] == 4
+    assert get(http, sim.url("vm1")).json()["DocumentIncarnation"] == 4
+    assert get(http, sim.url("vm0")).json()["DocumentIncarnation"] == 2
+    assert [e["served"] for e in sim.control.reset_incarnation()] == [1, 1, 1]
+    assert {get(http, sim.url(vm)).json()["DocumentIncarnation"] for vm in sim.urls} == {1}
+
+
+# -- more faults -----------------------------------------------------------------------------------
+
+
+def test_refused_port_is_closed_then_listens_again_on_the_same_port(
+    sim: RunningSimulator, http: httpx.Client
+) -> None:
+    assert get(http, sim.url("vm0")).status_code == 200  # a keep-alive connection is open now
+    started = time.monotonic()
+    sim.control.refuse("vm0", 1.0)
+    deadline = time.monotonic() + 5
+    while True:  # the refusal starts within a moment; a cut keep-alive connection may show first
+        try:
+            get(http, sim.url("vm0"))
+        except httpx.ConnectError as exc:
+            assert "refused" in str(exc).lower()
+            break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "vm0 kept accepting connections"
+        time.sleep(0.02)
+    assert get(http, sim.url("vm1")).status_code == 200  # other VMs are untouched
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert get(http, sim.url("vm0")).status_code == 200
+            break
+        except httpx.TransportError:
+            assert time.monotonic() < deadline, "vm0 never listened again"
+            time.sleep(0.05)
+    assert time.monotonic() - started >= 1.0
+    assert sim.control.healthz()["vms"]["vm0"] == sim.urls["vm0"]
+    faults = [e["fault"] for e in sim.control.log(kind="fault") if e["vm"] == "vm0"]
+    assert faults == ["refuse", "refuse_ended"]
+
+
+@pytest.mark.parametrize(("field", "kind"), [("DocumentIncarnation", str), ("Resources", str), ("Events", str)])
+def test_wrong_type_fault_serves_a_field_of_the_wrong_type(
+    sim: RunningSimulator, http: httpx.Client, field: str, kind: type
+) -> None:
+    sim.control.schedule("Freeze", ["vm0", "vm1"])
+    sim.control.add_fault("wrong_type", vm="vm0", field=field)
+    body = get(http, sim.url("vm0")).json()
+    value = body[field] if field != "Resources" else body["Events"][0]["Resources"]
+    assert isinstance(value, kind)
+    assert isinstance(get(http, sim.url("vm0")).json()["DocumentIncarnation"], int)
+
+
+# -- impacts on real processes ---------------------------------------------------------------------
+
+
+def process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat: S sleeping, T stopped, Z zombie."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A process of our own for the simulator to pause and kill."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield process
+    if process.poll() is None:
+        process.send_signal(signal.SIGCONT)
+        process.kill()
+    process.wait(5)
+
+
+def test_freeze_impact_stops_and_continues_a_registered_process(
+    sim: RunningSimulator, sleeper: subprocess.Popen[bytes]
+) -> None:
+    assert sim.control.register_pids("vm1", [sleeper.pid]) == {"vm": "vm1", "pids": [sleeper.pid]}
+    assert sim.control.pids("vm1") == [sleeper.pid]
+    event = sim.control.schedule("Freeze", ["vm1"], status="Started", impact_seconds=0.5, started_for=30)
+    sim.control.wait_for(lambda c: process_state(sleeper.pid) == "T", timeout=2, message="the process stopped")
+    sim.control.wait_for(lambda c: process_state(sleeper.pid) != "T", timeout=5, message="the process continued")
+    signals = [(e["pid"], e["signal"], e["result"]) for e in sim.control.log(kind="signal")]
+    assert signals == [(sleeper.pid, "SIGSTOP", "sent"), (sleeper.pid, "SIGCONT", "sent")]
+    # A second impact while Started: logged, the event stays Started, and the process pauses again.
+    entry = sim.control.impact(event["event_id"], seconds=0.3, pause=True)
+    assert entry["reason"] == "second"
+    sim.control.wait_for(lambda c: len(c.log(kind="signal")) == 4, timeout=5, message="second pause over")
+    assert sim.control.event(event["event_id"])["status"] == "Started"  # type: ignore[index]
+    assert sleeper.poll() is None
+
+
+def test_reboot_impact_kills_a_registered_process(sim: RunningSimulator, sleeper: subprocess.Popen[bytes]) -> None:
+    sim.control.register_pids("vm2", [sleeper.pid])
+    eid = sim.control.schedule("Reboot", ["vm2"], not_before_in=300)["event_id"]
+    assert sleeper.poll() is None  # Scheduled: nothing happens
+    with httpx.Client(trust_env=False) as client:
+        client.post(sim.url("vm0"), json={"StartRequests": [{"EventId": eid}]}, headers=METADATA)
+    assert sleeper.wait(5) == -signal.SIGKILL
+    assert sim.control.pids("vm2") == []
+    [entry] = sim.control.log(kind="signal")
+    assert (entry["vm"], entry["signal"], entry["event_id"]) == ("vm2", "SIGKILL", eid)
+
+
+def test_pids_are_checked(sim: RunningSimulator) -> None:
+    for pids, status in (([1], 400), (["x"], 400), ([sim.pid], 400)):
+        with pytest.raises(SimControlError) as error:
+            sim.control.register_pids("vm0", pids)  # type: ignore[list-item]
+        assert error.value.status == status, pids
+    with pytest.raises(SimControlError) as error:
+        sim.control.register_pids("vm9", [12345])
+    assert error.value.status == 404
+    eid = sim.control.schedule("Freeze", ["vm0"])["event_id"]
+    with pytest.raises(SimControlError) as error:
+        sim.control.impact(eid)
+    assert error.value.status == 400
+
+
+# -- more events -----------------------------------------------------------------------------------
+
+
+def test_rollout_over_http_follows_the_fault_domains(sim: RunningSimulator) -> None:
+    rollout = sim.control.rollout("Freeze", not_before_in=0.2, started_for=0.2)
+    assert rollout["groups"] == [["vm0", "vm2"], ["vm1"]]  # fault domain i % 2
+    first = rollout["event"]["event_id"]
+    removed = sim.control.wait_for_transition(first, None, timeout=5)
+    second = sim.control.wait_for(
+        lambda c: [e for e in c.log(kind="transition") if e["to"] == "Scheduled" and e["event_id"] != first],
+        timeout=5,
+        message="the second event",
+    )[0]
+    assert second["resources"] == ["vm1"]
+    assert second["seq"] > removed["seq"]
+    sim.control.wait_for(lambda c: c.rollouts()[0]["done"], timeout=5, message="the rollout to end")
+
+
+def test_gpu_event_reaches_only_the_named_vm(sim: RunningSimulator, http: httpx.Client) -> None:
+    sim.control.schedule("Freeze", ["vm1"], deliver_to_named_only=True)
+    assert [len(get(http, sim.url(vm)).json()["Events"]) for vm in ("vm0", "vm1", "vm2")] == [0, 1, 0]
+
+
+def test_terminates_start_together_once_all_are_approved(sim: RunningSimulator, http: httpx.Client) -> None:
+    a = sim.control.schedule("Terminate", ["vm0"])
+    b = sim.control.schedule("Terminate", ["vm1"], not_before_at=a["not_before"])
+    assert approve(http, sim, "vm0", {"StartRequests": [{"EventId": a["event_id"]}]}).status_code == 200
+    assert sim.control.event(a["event_id"])["held_by"] == [b["event_id"]]  # type: ignore[index]
+    assert approve(http, sim, "vm1", {"StartRequests": [{"EventId": b["event_id"]}]}).status_code == 200
+    started = [e for e in sim.control.log(kind="transition") if e["to"] == "Started"]
+    assert {e["event_id"] for e in started} == {a["event_id"], b["event_id"]}
+
+
+def test_request_rules_apply_to_approvals_too(sim: RunningSimulator, http: httpx.Client) -> None:
+    eid = sim.control.schedule("Freeze", ["vm0"])["event_id"]
+    body = json.dumps({"StartRequests": [{"EventId": eid}]})
+    assert http.post(sim.url("vm0"), content=body).status_code == 400
+    forwarded = {**METADATA, "X-Forwarded-For": "10.0.0.1"}
+    assert http.post(sim.url("vm0"), content=body, headers=forwarded).status_code == 400
+    no_version = sim.urls["vm0"] + "/metadata/scheduledevents"
+    assert http.post(no_version, content=body, headers=METADATA).status_code == 400
+    assert sim.control.event(eid)["status"] == "Scheduled"  # type: ignore[index]
+    assert sim.control.log(kind="approval") == []
+
+
+# -- replay ----------------------------------------------------------------------------------------
+
+SCENARIOS = REPO_ROOT / "tests" / "fixtures" / "imds-scenarios"
+
+
+def test_replays_a_recorded_sequence_file_verbatim(imds_sim: SimulatorFactory, http: httpx.Client) -> None:
+    path = SCENARIOS / "field" / "docs-live-migration-freeze.sequence.json"
+    documents = json.loads(path.read_text())
+    sim = imds_sim(vms=("WestNO_0", "WestNO_1"), rate_limit=0, extra_args=["--replay", str(path)])
+    assert sim.control.healthz()["replay"] is True
+    served = [get(http, sim.url("WestNO_0")).json()]
+    for _ in range(3):
+        sim.control.replay_next()
+        served.append(get(http, sim.url("WestNO_1")).json())
+        if len(served) == 2:
+            eid = served[1]["Events"][0]["EventId"]
+            response = approve(http, sim, "WestNO_0", {"StartRequests": [{"EventId": eid}]})
+            assert response.status_code == 200
+    assert served == documents
+    assert sim.control.replay()["at_end"] is True
+    [approval] = sim.control.log(kind="approval")
+    assert (approval["vm"], approval["results"]) == ("WestNO_0", {eid: "approved"})
+    with pytest.raises(SimControlError) as error:
+        sim.control.schedule("Freeze", ["WestNO_0"])
+    assert error.value.status == 400
+
+
+def test_replays_a_single_recorded_document(imds_sim: SimulatorFactory, http: httpx.Client) -> None:
+    path = SCENARIOS / "azure-scheduledevents-manager" / "events.json"
+    sim = imds_sim(vms=("FrontEnd_IN_0",), rate_limit=0, extra_args=["--replay", str(path)])
+    assert get(http, sim.url("FrontEnd_IN_0")).json() == json.loads(path.read_text())
+
+
+def test_replay_interval_advances_by_itself(imds_sim: SimulatorFactory, http: httpx.Client, tmp_path: Path) -> None:
+    path = tmp_path / "three.sequence.json"
+    path.write_text(json.dumps([{"DocumentIncarnation": n, "Events": []} for n in (3, 4, 6)]))
+    sim = imds_sim(vms=("vm0",), rate_limit=0, extra_args=["--replay", str(path), "--replay-interval", "0.2"])
+    sim.control.wait_for(lambda c: c.replay()["at_end"], timeout=5, message="the last document")
+    assert get(http, sim.url("vm0")).json()["DocumentIncarnation"] == 6
+    assert [e["incarnation"] for e in sim.control.log(kind="replay")] == [3, 4, 6]
+
+
+def test_replays_a_yaml_timeline(imds_sim: SimulatorFactory, http: httpx.Client) -> None:
+    path = REPO_ROOT / "tests" / "fixtures" / "timelines" / "freeze-cancelled-then-hardware-failure.timeline.yaml"
+    sim = imds_sim(vms=("vm0", "vm1"), rate_limit=0, extra_args=["--replay", str(path)])
+    assert [e["EventId"] for e in get(http, sim.url("vm1")).json()["Events"]] == ["E-FREEZE"]
+    sim.control.wait_for_transition("E-HW", None, timeout=5)
+    transitions = [(e["event_id"], e["from"], e["to"], e["reason"]) for e in sim.control.log(kind="transition")]
+    assert transitions == [
+        ("E-FREEZE", None, "Scheduled", "scheduled"),
+        ("E-FREEZE", "Scheduled", None, "cancelled"),
+        ("E-HW", None, "Started", "scheduled"),
+        ("E-HW", "Started", None, "started_for_elapsed"),
+    ]
+
+
+def test_documents_and_timelines_can_be_loaded_through_the_control_api(
+    sim: RunningSimulator, http: httpx.Client
+) -> None:
+    assert sim.control.load_timeline([{"at": 0, "skip_incarnation": {"by": 4}}]) == 1
+    sim.control.wait_for(lambda c: c.log(kind="incarnation"), timeout=5, message="the step to run")
+    assert get(http, sim.url("vm2")).json()["DocumentIncarnation"] == 5
+    with pytest.raises(SimControlError):
+        sim.control.load_documents([])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--time-scale", "0"], "time scale"),
+        (["--terminate-notice", "120"], "300 to 900"),
+        (["--idle-reset-after", "0"], "> 0"),
+        (["--replay", "/nonexistent/replay.json"], "No such file"),
+    ],
+)
+def test_cli_refuses_bad_timing_and_replay_arguments(args: list[str], message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator.sim", "--control", "127.0.0.1:0", "--base-port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=REPO_ROOT,
+    )
+    assert result.returncode == 2
+    assert message in result.stderr

@@ -8,7 +8,8 @@ starts a separate simulator. For the common case the factory also acts as a defa
 At teardown every simulator is sent SIGTERM (by its own PID, nothing else) and must exit with 0.
 
 ``imds_sim_inprocess`` is the same factory without a subprocess: the server runs on threads of the
-test process, ``group`` gives direct access to the ``SimulatedGroup`` and ``clock`` may be injected.
+test process, ``group`` gives direct access to the ``SimulatedGroup``, ``clock`` may be injected and
+``group_options`` passes further ``SimulatedGroup`` arguments (a fake ``signal_sender``, for example).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,23 +107,29 @@ class SimulatorFactory:
         rate_limit: int | None = None,
         unknown_approval_status: int | None = None,
         scale_set: str | None = None,
+        time_scale: float | None = None,
         extra_args: Sequence[str] = (),
         clock: Clock | None = None,
+        group_options: Mapping[str, Any] | None = None,
     ) -> RunningSimulator:
         """Start a simulator for ``vms``; options as the CLI flags of the same names.
 
         ``extra_args`` (subprocess only) are further CLI flags; ``clock`` (in process only) replaces
-        ``time.time`` in the simulated group.
+        ``time.time`` in the simulated group and ``group_options`` (in process only) are further
+        ``SimulatedGroup`` arguments (``signal_sender``, ``first_call_delay``, ...).
         """
         if self._in_process:
             if extra_args:
                 raise ValueError("extra_args only apply to the subprocess simulator")
+            options = dict(group_options or {})
+            if time_scale is not None:
+                options["time_scale"] = time_scale
             sim = self._start_in_process(
-                vms, approval_delay, started_for, rate_limit, unknown_approval_status, scale_set, clock
+                vms, approval_delay, started_for, rate_limit, unknown_approval_status, scale_set, clock, options
             )
         else:
-            if clock is not None:
-                raise ValueError("clock only applies to the in-process simulator")
+            if clock is not None or group_options:
+                raise ValueError("clock and group_options only apply to the in-process simulator")
             args = ["--vms", ",".join(vms)]
             for flag, value in (
                 ("--approval-delay", approval_delay),
@@ -130,6 +137,7 @@ class SimulatorFactory:
                 ("--rate-limit", rate_limit),
                 ("--unknown-approval-status", unknown_approval_status),
                 ("--scale-set", scale_set),
+                ("--time-scale", time_scale),
             ):
                 if value is not None:
                     args += [flag, str(value)]
@@ -222,6 +230,7 @@ class SimulatorFactory:
         unknown_approval_status: int | None,
         scale_set: str | None,
         clock: Clock | None,
+        options: dict[str, Any],
     ) -> RunningSimulator:
         # Same placement as the CLI: fault domain i % 2, update domain i % 5.
         infos = [
@@ -230,10 +239,11 @@ class SimulatorFactory:
         ]
         group = SimulatedGroup(
             infos,
-            clock=clock or time.time,
+            clock=clock,
             approval_delay=approval_delay or 0.0,
             started_for=5.0 if started_for is None else started_for,
             unknown_approval_status=unknown_approval_status or 200,
+            **options,
         )
         server = SimulatorServer(
             group,

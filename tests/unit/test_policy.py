@@ -226,3 +226,30 @@ def test_unknown_peers_ignore_skips_vms_that_never_ran_an_agent_but_not_down_one
     assert run("vm0", d, down, policy, DRAINED).blocked[A] == ("db-7 runs no agent",)
     blocking = Policy(max_events=None)
     assert run("vm0", d, never, blocking, DRAINED).blocked[A] == ("db-7 runs no agent",)
+
+
+def test_event_already_holding_its_vms_is_admitted_first() -> None:
+    # B drained just in time (acks, no admission) while A waits: B already holds its VM, so it goes first.
+    d = doc(ev(A, ["vm0"], in_s=300), ev(B, ["vm1"], in_s=600))
+    plan = run("vm3", d, view(rec(A, ("vm0",)), rec(B, ("vm1",), ("vm1",))), BUDGET)
+    assert plan.admit == (B,)
+    assert plan.blocked[A][0].startswith("maintenance budget: 1 event(s) in maintenance (" + B)
+
+
+def test_event_holding_its_vms_still_respects_the_rest_of_the_budget() -> None:
+    d = doc(ev(A, ["vm0"]), ev(B, ["vm1"]))
+    plan = run("vm3", d, view(rec(A, ("vm0",), admitted=True), rec(B, ("vm1",), ("vm1",))), BUDGET)
+    assert plan.admit == ()
+
+
+def test_terminate_batch_is_admitted_as_one_event() -> None:
+    d = doc(ev(A, ["vm0"], etype="Terminate", in_s=300), ev(B, ["vm1"], etype="Terminate", in_s=300),
+            ev(C, ["vm2"], in_s=200))
+    plan = run("vm3", d, view(rec(A, ("vm0",)), rec(B, ("vm1",)), rec(C, ("vm2",))), BUDGET)
+    assert plan.admit == (C,)  # first come: C's NotBefore is earliest
+    after = view(rec(A, ("vm0",)), rec(B, ("vm1",)), rec(C, ("vm2",), done_at=NOW - 1))
+    batch = run("vm3", doc(ev(A, ["vm0"], etype="Terminate", in_s=300), ev(B, ["vm1"], etype="Terminate", in_s=300)),
+                after, BUDGET)
+    assert batch.admit == (A, B)
+    in_flight = view(rec(A, ("vm0",), admitted=True), rec(B, ("vm1",), admitted=True), rec(C, ("vm2",)))
+    assert run("vm3", d, in_flight, BUDGET).blocked[C][0].startswith("maintenance budget: 1 event(s)")
