@@ -277,6 +277,10 @@ class Agent:
                 store.withdraw_ack(key, self.vm)
             for key in plan.mark_done:
                 store.mark_done(key, snap.now)
+            for vm in plan.mark_absent:
+                store.mark_absent(vm, snap.now)
+            for vm in plan.clear_absent:
+                store.clear_absent(vm)
             if plan.purge_before is not None and snap.mono - self._last_purge >= self.PURGE_EVERY:
                 self._last_purge = snap.mono
                 purged = store.purge_done(plan.purge_before)

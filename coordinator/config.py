@@ -131,6 +131,12 @@ class PolicyConfig(_Section):
     unknown_peers: PeersPolicy = Field(
         PeersPolicy.BLOCK, description="A VM in Resources that has never run an agent: block or ignore"
     )
+    absent_peer_grace_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="A VM whose agent has been gone this long counts as drained (its probe endpoint went "
+        "with it); null: always wait for it",
+    )
     max_events_in_maintenance: int | None = Field(
         1, ge=1, description="Disruption budget: events drained or in maintenance at once (null: no limit)"
     )

@@ -81,6 +81,7 @@ class Policy:
     approval: Mapping[str, ApprovalRule] = field(default_factory=dict)
     freeze_immediately_below: float | None = None
     unknown_peers: PeersPolicy = PeersPolicy.BLOCK
+    absent_grace: float | None = None
     drain_wait: float = 35.0
     drain_wait_by_type: Mapping[str, float] = field(default_factory=dict)
     latest_start: float = 120.0
@@ -137,6 +138,8 @@ class Plan:
     withdraw: tuple[str, ...] = ()
     approve: tuple[ApprovalIntent, ...] = ()
     mark_done: tuple[str, ...] = ()
+    mark_absent: tuple[str, ...] = ()
+    clear_absent: tuple[str, ...] = ()
     purge_before: float | None = None
     holding: tuple[str, ...] = ()  # ids of the events that hold this VM drained
     approvers: Mapping[str, str] = field(default_factory=dict)  # event key -> approver (or "")
@@ -156,6 +159,8 @@ class Plan:
             or self.withdraw
             or self.approve
             or self.mark_done
+            or self.mark_absent
+            or self.clear_absent
         )
 
     def describe(self) -> str:
@@ -168,7 +173,8 @@ class Plan:
             parts.append(f"-> {self.next_phase.value}")
         for label, items in (("publish", [r.event_id for r in self.publish]), ("admit", self.admit),
                              ("ack", self.ack), ("withdraw ack", self.withdraw),
-                             ("approve", [i.event_id for i in self.approve]), ("done", self.mark_done)):
+                             ("approve", [i.event_id for i in self.approve]), ("done", self.mark_done),
+                             ("absent", self.mark_absent), ("back", self.clear_absent)):
             if items:
                 parts.append(f"{label} {','.join(items)}")
         for key, reasons in sorted(self.blocked.items()):
@@ -381,6 +387,8 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     ack: list[str] = []
     withdraw: list[str] = []
     mark_done: list[str] = []
+    mark_absent: list[str] = []
+    clear_absent: list[str] = []
     approvers: dict[str, str] = {}
     blocked: dict[str, tuple[str, ...]] = {}
     ready: dict[str, ApprovalIntent | None] = {}  # approvable events (None: approvable by someone else)
@@ -417,7 +425,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                 continue
             mine = approver == snap.me and ev.event.event_id not in local.posted
             required = ev.resources if ev.rule is ApprovalRule.AFTER_DRAIN else ()
-            required = tuple(vm for vm in required if _waited_for(vm, cluster, policy))
+            required = tuple(vm for vm in required if _waited_for(vm, cluster, policy, snap.now))
             ready[ev.key] = ApprovalIntent(ev.event.event_id, ev.key, required, as_leader) if mine else None
         if policy.terminate_together:
             _hold_terminate_batches(by_key, ready, blocked)
@@ -429,6 +437,9 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                     withdraw.append(key)  # recovered and serving: the budget slot is free again
                 if cluster.i_am_leader and record.done_at is None:
                     mark_done.append(key)
+        if cluster.i_am_leader:
+            mark_absent = sorted(cluster.known - cluster.members - set(cluster.absent_since))
+            clear_absent = sorted(set(cluster.absent_since) & cluster.members)
 
     return Plan(
         next_phase=next_phase,
@@ -440,6 +451,8 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         withdraw=tuple(withdraw),
         approve=tuple(intent for intent in ready.values() if intent is not None),
         mark_done=tuple(mark_done),
+        mark_absent=tuple(mark_absent),
+        clear_absent=tuple(clear_absent),
         purge_before=(snap.now - policy.done_retention) if cluster and cluster.i_am_leader else None,
         holding=tuple(ev.event.event_id for ev in holding),
         approvers=approvers,
@@ -448,9 +461,16 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     )
 
 
-def _waited_for(vm: str, cluster: ClusterView, policy: Policy) -> bool:
-    """Whether ``vm``'s ack is required: always, unless it has never run an agent and policy ignores it."""
-    return policy.unknown_peers is PeersPolicy.BLOCK or vm in cluster.known
+def _waited_for(vm: str, cluster: ClusterView, policy: Policy, now: float) -> bool:
+    """Whether ``vm``'s ack is required: always, unless it has never run an agent and policy ignores
+    such VMs, or its agent has been gone longer than ``absent_grace`` (its probe endpoint went with it,
+    so the load balancer no longer sends it traffic). A live member is always waited for."""
+    if vm in cluster.members:
+        return True
+    if policy.unknown_peers is PeersPolicy.IGNORE and vm not in cluster.known:
+        return False
+    since = cluster.absent_since.get(vm)
+    return policy.absent_grace is None or since is None or now - since < policy.absent_grace
 
 
 def _approval_blockers(
@@ -480,7 +500,8 @@ def _approval_blockers(
             reasons.append("not admitted by the maintenance budget yet")
         acking = set(acking_now)
         for vm in ev.resources:
-            if vm in record.acks or (vm == snap.me and ev.key in acking) or not _waited_for(vm, cluster, policy):
+            acked = vm in record.acks or (vm == snap.me and ev.key in acking)
+            if acked or not _waited_for(vm, cluster, policy, snap.now):
                 continue  # an ack written this very cycle is re-checked by Store.approve before the POST
             reasons.append(f"{vm} runs no agent" if vm not in cluster.members else f"{vm} has not acknowledged")
     if cluster.connection is not ConnectionState.CONNECTED:

@@ -71,7 +71,8 @@ class DryRunStore:
         for key, (who, at) in self._would_ack.items():
             if key in records:
                 records[key] = replace(records[key], acks={**records[key].acks, who: at})
-        return ClusterView(view.members | {vm}, view.leader, False, records, view.connection, view.known | {vm})
+        return ClusterView(view.members | {vm}, view.leader, False, records, view.connection, view.known | {vm},
+                           view.absent_since)
 
     def publish_event(self, record: EventRecord) -> WriteResult:
         log.info("dry-run: would publish event %s", record.event_id)
@@ -94,6 +95,12 @@ class DryRunStore:
         return ApprovalResult(ApprovalOutcome.REFUSED, "dry-run")
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
+        return WriteResult.DONE
+
+    def mark_absent(self, vm: str, at: float) -> WriteResult:
+        return WriteResult.DONE
+
+    def clear_absent(self, vm: str) -> WriteResult:
         return WriteResult.DONE
 
     def mark_done(self, event_id: str, at: float) -> WriteResult:

@@ -79,6 +79,7 @@ def policy_from(settings: Settings) -> Policy:
         approval=dict(p.approval),
         freeze_immediately_below=p.freeze_immediately_below_seconds,
         unknown_peers=p.unknown_peers,
+        absent_grace=p.absent_peer_grace_seconds,
         drain_wait=d.effective_wait,
         drain_wait_by_type=dict(d.wait_seconds_by_type),
         latest_start=d.latest_start_seconds,

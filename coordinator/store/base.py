@@ -4,6 +4,7 @@ Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``):
 
     /members/{vm}               ephemeral   one per live agent: {"vm", "started_at", "version", "admin"}
     /registry/{vm}              persistent  every VM that has ever run an agent here: {"vm", "first_seen"}
+    /absent/{vm}                persistent  the leader saw this registered VM without an agent since {"since"}
     /leader                     ephemeral   held by the leader: {"vm", "since"}
     /events/{EVENT_ID}          persistent  the event as first seen: {"event_id", "event_type", "resources",
                                             "not_before", "published_by", "published_at", "done_at"}
@@ -98,6 +99,7 @@ class ClusterView:
     records: Mapping[str, EventRecord]
     connection: ConnectionState
     known: frozenset[str] = frozenset()  # every VM that has ever joined (the registry)
+    absent_since: Mapping[str, float] = field(default_factory=dict)  # leader-observed, may be stale
 
 
 class ApprovalOutcome(Enum):
@@ -189,6 +191,13 @@ class Store(Protocol):
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
         """Create ``admitted`` under the event (EXISTS if present, MISSING if the record is gone).
         Only the leader calls it; admission is never revoked."""
+
+    def mark_absent(self, vm: str, at: float) -> WriteResult:
+        """Create ``/absent/{vm}`` with ``since: at`` (EXISTS if present). Only the leader calls it, for
+        registered VMs it sees without a member node."""
+
+    def clear_absent(self, vm: str) -> WriteResult:
+        """Delete ``/absent/{vm}`` (MISSING if it was not there): the leader sees the VM live again."""
 
     def mark_done(self, event_id: str, at: float) -> WriteResult:
         """Set ``done_at`` on the record (EXISTS if already set, MISSING if no record)."""

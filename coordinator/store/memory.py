@@ -70,6 +70,7 @@ class MemoryCluster:
         self._sessions = itertools.count(1)
         self.members: dict[str, _Member] = {}
         self.registry: dict[str, float] = {}  # VM name -> first seen
+        self.absent: dict[str, float] = {}  # VM name -> since (the leader's observation)
         self.leader: _Leader | None = None
         self.events: dict[str, _Event] = {}
         self._stores: list[MemoryStore] = []
@@ -252,6 +253,7 @@ class MemoryStore:
                 records=records,
                 connection=self._state,
                 known=frozenset(self._cluster.registry),
+                absent_since=dict(self._cluster.absent),
             )
 
     # -- writes ---------------------------------------------------------------------------------------
@@ -344,6 +346,25 @@ class MemoryStore:
             if event.admitted is not None:
                 return WriteResult.EXISTS
             event.admitted = (vm, at)
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def mark_absent(self, vm: str, at: float) -> WriteResult:
+        vm = normalize_vm_name(vm)
+        with self._cluster.lock:
+            self._session_for(write=True)
+            if vm in self._cluster.absent:
+                return WriteResult.EXISTS
+            self._cluster.absent[vm] = at
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def clear_absent(self, vm: str) -> WriteResult:
+        vm = normalize_vm_name(vm)
+        with self._cluster.lock:
+            self._session_for(write=True)
+            if self._cluster.absent.pop(vm, None) is None:
+                return WriteResult.MISSING
         self._cluster.changed()
         return WriteResult.DONE
 

@@ -197,6 +197,7 @@ class _Paths:
         self.base = base
         self.members = f"{base}/members"
         self.registry = f"{base}/registry"
+        self.absent = f"{base}/absent"
         self.leader = f"{base}/leader"
         self.events = f"{base}/events"
 
@@ -205,6 +206,9 @@ class _Paths:
 
     def registered(self, vm: str) -> str:
         return f"{self.registry}/{vm}"
+
+    def absent_vm(self, vm: str) -> str:
+        return f"{self.absent}/{vm}"
 
     def event(self, event_id: str) -> str:
         return f"{self.events}/{event_id}"
@@ -222,7 +226,7 @@ class _Paths:
         return f"{self.events}/{event_id}/admitted"
 
     def layout(self) -> tuple[str, ...]:
-        return (self.members, self.registry, self.events)
+        return (self.members, self.registry, self.absent, self.events)
 
 
 def _validate_root(root: str) -> str:
@@ -544,6 +548,7 @@ class ZooKeeperStore:
             leader_r = client.exists_async(paths.leader, watch=watch)
             events_r = client.get_children_async(paths.events, watch=watch)
 
+            absent_r = client.get_children_async(paths.absent, watch=watch)
             members = frozenset(name for name in self._children_or_empty(members_r, deadline) if _is_canonical_vm(name))
             known = frozenset(name for name in self._children_or_empty(registry_r, deadline) if _is_canonical_vm(name))
             leader: str | None = None
@@ -557,6 +562,17 @@ class ZooKeeperStore:
                     pass
                 except (ValueError, KeyError):
                     log.warning("undecodable %s node; treating the leader as unknown", paths.leader)
+
+            absent_since: dict[str, float] = {}
+            absent_names = [n for n in self._children_or_empty(absent_r, deadline) if _is_canonical_vm(n)]
+            absent_data = {name: client.get_async(paths.absent_vm(name)) for name in absent_names}
+            for name, result in absent_data.items():
+                try:
+                    absent_since[name] = _float(_decode(self._wait(result, deadline)[0])["since"])
+                except NoNodeError:
+                    pass
+                except (ValueError, KeyError, TypeError):
+                    log.warning("undecodable %s node; ignored", paths.absent_vm(name))
 
             event_ids = [e for e in self._children_or_empty(events_r, deadline) if _is_canonical_event_id(e)]
             pending = {
@@ -579,6 +595,7 @@ class ZooKeeperStore:
             records=records,
             connection=self.connection_state,
             known=known,
+            absent_since=absent_since,
         )
 
     def _children_or_empty(self, result: IAsyncResult[list[str]], deadline: _Deadline) -> list[str]:
@@ -810,6 +827,32 @@ class ZooKeeperStore:
             except NoNodeError:
                 return WriteResult.MISSING
         log.info("event %s: admitted by %s", event_id, vm)
+        return WriteResult.DONE
+
+    def mark_absent(self, vm: str, at: float) -> WriteResult:
+        vm = normalize_vm_name(vm)
+        client, _ = self._connected(write=True)
+        deadline = _Deadline(self._operation_timeout)
+        with self._writing(f"mark {vm} absent"):
+            for _ in range(2):
+                try:
+                    self._wait(client.create_async(self._paths.absent_vm(vm), _encode({"since": at})), deadline)
+                    return WriteResult.DONE
+                except NodeExistsError:
+                    return WriteResult.EXISTS
+                except NoNodeError:
+                    self._ensure_layout(client, deadline)
+        raise StoreUnknownOutcome(f"{self._paths.absent} keeps disappearing")
+
+    def clear_absent(self, vm: str) -> WriteResult:
+        vm = normalize_vm_name(vm)
+        client, _ = self._connected(write=True)
+        deadline = _Deadline(self._operation_timeout)
+        with self._writing(f"clear the absence of {vm}"):
+            try:
+                self._wait(client.delete_async(self._paths.absent_vm(vm)), deadline)
+            except NoNodeError:
+                return WriteResult.MISSING
         return WriteResult.DONE
 
     def mark_done(self, event_id: str, at: float) -> WriteResult:

@@ -18,129 +18,28 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from coordinator.localcluster import LocalCluster
-from coordinator.sim.client import SimControl
 from tests.e2e.observer import Observer
+from tests.e2e.support import (
+    VMS,
+    ClusterFactory,
+    acked,
+    approvals,
+    assert_no_approval_before_acks,
+    assert_recovered,
+    gone,
+    probes_between,
+    process_state,
+    register_agents,
+    serving,
+    sim,
+    transition,
+    transitions,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
-
-ClusterFactory = Callable[..., LocalCluster]
-VMS = ("vm0", "vm1", "vm2")
-
-
-@pytest.fixture
-def make_cluster(tmp_path: Path, zk_hosts: str) -> Iterator[ClusterFactory]:
-    started: list[LocalCluster] = []
-
-    def make(**options: Any) -> LocalCluster:
-        params: dict[str, Any] = {"drain_wait": 1.0, "poll_interval": 0.3, "started_for": 2.0}
-        params.update(options)
-        cluster = LocalCluster(tmp_path / f"group{len(started)}", cluster=f"az{uuid.uuid4().hex[:8]}",
-                               zk_hosts=zk_hosts, **params)
-        started.append(cluster)
-        cluster.start()
-        cluster.wait(lambda: serving(cluster), 30, "every VM serving")
-        return cluster
-
-    yield make
-    for cluster in started:
-        # Ask every agent this test started to stop at once (a paused one is continued first), then let
-        # the cluster collect them: stopping three agents in parallel rather than in turn.
-        for agent in cluster.agents.values():
-            if agent.proc is not None and agent.proc.poll() is None:
-                agent.proc.send_signal(signal.SIGCONT)
-                agent.proc.send_signal(signal.SIGTERM)
-        cluster.stop()
-
-
-# -- reading the simulator and the agents ----------------------------------------------------------
-
-
-def sim(cluster: LocalCluster) -> SimControl:
-    assert cluster.sim is not None
-    return cluster.sim
-
-
-def serving(cluster: LocalCluster, vms: tuple[str, ...] = VMS) -> bool:
-    return all(cluster.agents[vm].probe() == 200 for vm in vms)
-
-
-def gone(cluster: LocalCluster, event_id: str) -> bool:
-    return sim(cluster).event(event_id) is None
-
-
-def approvals(cluster: LocalCluster, event_id: str) -> list[dict[str, Any]]:
-    return [e for e in sim(cluster).log(kind="approval") if event_id in e["accepted"]]
-
-
-def transitions(cluster: LocalCluster, event_id: str) -> list[tuple[str | None, str | None, str]]:
-    return [(e["from"], e["to"], e["reason"]) for e in sim(cluster).log(kind="transition") if e["event_id"] == event_id]
-
-
-def transition(cluster: LocalCluster, event_id: str, to: str | None) -> dict[str, Any]:
-    return next(e for e in sim(cluster).log(kind="transition") if e["event_id"] == event_id and e["to"] == to)
-
-
-def acked(observer: Observer, event_id: str, *vms: str) -> bool:
-    return all((event_id.upper(), vm) in observer.seen.ack_ctime for vm in vms)
-
-
-def process_state(pid: int) -> str:
-    """The state letter of /proc/PID/stat (T: stopped)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return "gone"
-
-
-def probes_between(observer: Observer, vm: str, start: float, end: float) -> list[int | None]:
-    return [code for t, code in list(observer.seen.probes.get(vm, [])) if start <= t <= end]
-
-
-def register_agents(cluster: LocalCluster, *vms: str) -> dict[str, int]:
-    """Tell the simulator which processes stand for these VMs (their agents); returns the PIDs."""
-    pids = {}
-    for vm in vms:
-        pid = cluster.agents[vm].pid
-        assert pid is not None
-        sim(cluster).register_pids(vm, [pid])
-        pids[vm] = pid
-    return pids
-
-
-def assert_no_approval_before_acks(cluster: LocalCluster, observer: Observer) -> None:
-    """Every approval the simulator accepted came after the ack of every VM its event names."""
-    log = sim(cluster).log()
-    resources: dict[str, list[str]] = {}
-    for entry in log:
-        if entry["kind"] == "transition":
-            resources.setdefault(entry["event_id"], entry["resources"])
-    for approval in (e for e in log if e["kind"] == "approval"):
-        for event_id in approval["accepted"]:
-            for vm in resources[event_id]:
-                ack = observer.seen.ack_ctime.get((event_id.upper(), vm.lower()))
-                assert ack is not None, f"{event_id} approved by {approval['vm']} without an ack from {vm}"
-                assert ack <= approval["t"], f"{event_id} approved {ack - approval['t']:.3f} s before {vm}'s ack"
-
-
-def assert_recovered(cluster: LocalCluster, observer: Observer, drained: set[str]) -> None:
-    """Every VM serves again; those in ``drained`` did drain (503 seen), the others never did."""
-    cluster.wait(lambda: serving(cluster), 20, "every VM serving again")
-    for vm in VMS:
-        codes = observer.seen.probe_codes(vm)
-        if vm in drained:
-            assert 503 in codes, (vm, codes)
-        else:
-            assert 503 not in codes, (vm, codes)
-    assert all(agent.alive() for agent in cluster.agents.values())
-
 
 # -- the scenarios ---------------------------------------------------------------------------------
 

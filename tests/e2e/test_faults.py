@@ -10,74 +10,21 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from coordinator.localcluster import LocalCluster, free_port
 from coordinator.localzk import LocalEnsemble, LocalZooKeeper
 from tests.e2e.observer import Observer
+from tests.e2e.support import ClusterFactory, approvals, assert_acked_before_approval, gone, transitions, waiting_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
 
-ClusterFactory = Callable[..., LocalCluster]
 
-
-@pytest.fixture
-def make_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
-    started: list[LocalCluster] = []
-
-    def make(zk_hosts: str, **options: Any) -> LocalCluster:
-        params: dict[str, Any] = {"drain_wait": 1.5, "poll_interval": 0.3, "started_for": 2.0}
-        params.update(options)
-        group = LocalCluster(tmp_path / f"group{len(started)}", cluster=f"f{uuid.uuid4().hex[:8]}",
-                             zk_hosts=zk_hosts, **params)
-        started.append(group)
-        group.start()
-        group.wait(lambda: all(a.probe() == 200 for a in group.agents.values()), 30, "every VM serving")
-        return group
-
-    yield make
-    for group in started:
-        group.stop()
-
-
-def approvals(cluster: LocalCluster, event_id: str) -> list[dict[str, Any]]:
-    assert cluster.sim is not None
-    return [e for e in cluster.sim.log(kind="approval") if event_id in e.get("event_ids", [])]
-
-
-def transitions(cluster: LocalCluster, event_id: str) -> list[tuple[str | None, str | None, str]]:
-    assert cluster.sim is not None
-    return [(e["from"], e["to"], e["reason"]) for e in cluster.sim.log(kind="transition")
-            if e["event_id"] == event_id]
-
-
-def gone(cluster: LocalCluster, event_id: str) -> bool:
-    assert cluster.sim is not None
-    return cluster.sim.event(event_id) is None
-
-
-def waiting_for(cluster: LocalCluster, vm: str, fragment: str) -> bool:
-    status = cluster.agents[vm].status() or {}
-    return any(fragment in reason for e in status.get("events", []) for reason in e["waiting_for"])
-
-
-def assert_acked_before_approval(observer: Observer, cluster: LocalCluster, event_id: str,
-                                 vms: set[str]) -> dict[str, Any]:
-    posted = approvals(cluster, event_id)
-    assert len(posted) == 1, posted
-    acks = {vm: t for (eid, vm), t in observer.seen.ack_ctime.items() if eid == event_id.upper()}
-    assert set(acks) >= vms, acks
-    assert posted[0]["t"] >= max(acks[vm] for vm in vms)
-    return posted[0]
-
-
-def test_peer_without_agent_blocks_early_approval(make_cluster: ClusterFactory, zk_hosts: str) -> None:
-    cluster = make_cluster(zk_hosts)
+def test_peer_without_agent_blocks_early_approval(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster()
     cluster.stop_agent("vm1")  # vm1 runs no agent: nobody can drain it
     assert cluster.sim is not None
     event_id = cluster.sim.schedule("Freeze", ["vm0", "vm1"], not_before_in=6)["event_id"]
@@ -88,8 +35,8 @@ def test_peer_without_agent_blocks_early_approval(make_cluster: ClusterFactory, 
     cluster.wait(lambda: cluster.agents["vm0"].probe() == 200, 10, "vm0 to serve again")
 
 
-def test_paused_peer_holds_approval_until_it_resumes_and_acks(make_cluster: ClusterFactory, zk_hosts: str) -> None:
-    cluster = make_cluster(zk_hosts)
+def test_paused_peer_holds_approval_until_it_resumes_and_acks(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster()
     assert cluster.sim is not None
     vm1 = cluster.agents["vm1"]
     assert vm1.proc is not None
@@ -113,8 +60,8 @@ def test_paused_peer_holds_approval_until_it_resumes_and_acks(make_cluster: Clus
     cluster.wait(lambda: all(a.probe() == 200 for a in cluster.agents.values()), 15, "everyone serving")
 
 
-def test_agent_killed_mid_drain_comes_back_drained(make_cluster: ClusterFactory, zk_hosts: str) -> None:
-    cluster = make_cluster(zk_hosts, drain_wait=3.0)
+def test_agent_killed_mid_drain_comes_back_drained(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(drain_wait=3.0)
     assert cluster.sim is not None
     with Observer(cluster) as observer:
         event_id = cluster.sim.schedule("Redeploy", ["vm0", "vm1"], not_before_in=120)["event_id"]
@@ -133,8 +80,8 @@ def test_agent_killed_mid_drain_comes_back_drained(make_cluster: ClusterFactory,
     assert during and 200 not in during, during
 
 
-def test_agent_restarted_after_its_event_ended_puts_the_vm_back(make_cluster: ClusterFactory, zk_hosts: str) -> None:
-    cluster = make_cluster(zk_hosts)
+def test_agent_restarted_after_its_event_ended_puts_the_vm_back(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster()
     assert cluster.sim is not None
     event_id = cluster.sim.schedule("Reboot", ["vm1"], not_before_in=120)["event_id"]
     cluster.wait(lambda: (cluster.sim.event(event_id) or {}).get("status") == "Started", 20, "the Reboot to start")  # type: ignore[union-attr]
@@ -149,7 +96,7 @@ def test_zookeeper_down_vms_drain_nothing_approved_then_recover(
     make_cluster: ClusterFactory, zk_server_factory: Callable[[], LocalZooKeeper]
 ) -> None:
     zk = zk_server_factory()
-    cluster = make_cluster(zk.hosts)
+    cluster = make_cluster(zk_hosts=zk.hosts)
     assert cluster.sim is not None
     zk.kill()
     event_id = cluster.sim.schedule("Freeze", ["vm0", "vm1"], not_before_in=5)["event_id"]
@@ -170,7 +117,7 @@ def test_zookeeper_node_loss_during_an_event(make_cluster: ClusterFactory, tmp_p
     ensemble = LocalEnsemble(tmp_path / "ensemble")
     ensemble.start()
     try:
-        cluster = make_cluster(ensemble.hosts)
+        cluster = make_cluster(zk_hosts=ensemble.hosts)
         assert cluster.sim is not None
         with Observer(cluster) as observer:
             event_id = cluster.sim.schedule("Freeze", ["vm1", "vm2"], not_before_in=120)["event_id"]

@@ -7,39 +7,23 @@ after both VMs drained, approved once by vm0; vm2 never drains; both come back.
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
-from coordinator.localcluster import LocalCluster
 from tests.e2e.observer import Observer
+from tests.e2e.support import ClusterFactory, serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
 
 
-@pytest.fixture
-def cluster(tmp_path: Path, zk_server: object) -> Iterator[LocalCluster]:
-    hosts = zk_server.hosts  # type: ignore[attr-defined]
-    group = LocalCluster(tmp_path, cluster=f"e2e{uuid.uuid4().hex[:8]}", zk_hosts=hosts, drain_wait=1.5,
-                         poll_interval=0.3, started_for=2.0)
-    group.start()
-    yield group
-    group.stop()
-
-
-def _all_serving(cluster: LocalCluster) -> bool:
-    return all(agent.probe() == 200 for agent in cluster.agents.values())
-
-
-def test_freeze_is_approved_once_after_both_acks_and_everyone_recovers(cluster: LocalCluster) -> None:
+def test_freeze_is_approved_once_after_both_acks_and_everyone_recovers(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(drain_wait=1.5)
     assert cluster.sim is not None
-    cluster.wait(lambda: _all_serving(cluster), 30, "every VM serving before the event")
+    cluster.wait(lambda: serving(cluster), 30, "every VM serving before the event")
     with Observer(cluster) as observer:
         event_id = cluster.sim.schedule("Freeze", ["vm0", "vm1"], duration_in_seconds=5)["event_id"]
-        cluster.wait(lambda: cluster.sim.event(event_id) is None and _all_serving(cluster), 60,  # type: ignore[union-attr]
+        cluster.wait(lambda: cluster.sim.event(event_id) is None and serving(cluster), 60,  # type: ignore[union-attr]
                      "the Freeze to start, end, and both VMs to recover")
         cluster.wait(lambda: len(observer.seen.probes["vm2"]) > 5, 5, "probe samples")
     log = cluster.sim.log()

@@ -6,44 +6,27 @@ from __future__ import annotations
 import json
 import signal
 import sys
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from coordinator.localcluster import LocalCluster
 from tests.e2e.observer import Observer
-from tests.e2e.test_faults import approvals, assert_acked_before_approval, gone, transitions, waiting_for
+from tests.e2e.support import (
+    ClusterFactory,
+    approvals,
+    assert_acked_before_approval,
+    gone,
+    transitions,
+    waiting_for,
+)
 from tests.plugins.haproxy import RunningHAProxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
 
 
-@pytest.fixture
-def group(tmp_path: Path, zk_hosts: str) -> Iterator[Callable[..., LocalCluster]]:
-    started: list[LocalCluster] = []
-
-    def make(**options: Any) -> LocalCluster:
-        params: dict[str, Any] = {"drain_wait": 1.0, "poll_interval": 0.3, "started_for": 2.0}
-        params.update(options)
-        cluster = LocalCluster(tmp_path / f"g{len(started)}", cluster=f"p{uuid.uuid4().hex[:8]}", zk_hosts=zk_hosts,
-                               **params)
-        started.append(cluster)
-        cluster.start()
-        cluster.wait(lambda: all(a.probe() == 200 for a in cluster.agents.values()), 30, "every VM serving")
-        return cluster
-
-    yield make
-    for cluster in started:
-        cluster.stop()
-
-
-def test_failing_drain_hook_means_no_ack_and_the_event_waits_for_not_before(group: Callable[..., LocalCluster]) -> None:
+def test_failing_drain_hook_means_no_ack_and_the_event_waits_for_not_before(make_cluster: ClusterFactory) -> None:
     fail_on_vm1 = [sys.executable, "-c", "import os, sys; sys.exit(3 if os.environ['COORDINATOR_VM'] == 'vm1' else 0)"]
-    cluster = group(extra_config={"actions": [{"type": "command", "name": "checkpoint", "drain": fail_on_vm1,
+    cluster = make_cluster(extra_config={"actions": [{"type": "command", "name": "checkpoint", "drain": fail_on_vm1,
                                                "timeout_seconds": 10}]})
     assert cluster.sim is not None
     event_id = cluster.sim.schedule("Reboot", ["vm0", "vm1"], not_before_in=8)["event_id"]
@@ -59,8 +42,8 @@ def test_failing_drain_hook_means_no_ack_and_the_event_waits_for_not_before(grou
     cluster.wait(lambda: all(a.probe() == 200 for a in cluster.agents.values()), 15, "every VM serving again")
 
 
-def test_budget_holds_the_second_event_until_the_first_recovered(group: Callable[..., LocalCluster]) -> None:
-    cluster = group(drain_wait=1.0, extra_config={"drain": {"latest_start_seconds": 5}})
+def test_budget_holds_the_second_event_until_the_first_recovered(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(drain_wait=1.0, extra_config={"drain": {"latest_start_seconds": 5}})
     assert cluster.sim is not None
     with Observer(cluster) as observer:
         first = cluster.sim.schedule("Reboot", ["vm0"], not_before_in=300)["event_id"]
@@ -77,8 +60,8 @@ def test_budget_holds_the_second_event_until_the_first_recovered(group: Callable
     assert observer.seen.probe_codes("vm2") == {200}
 
 
-def test_restart_with_persisted_state_stays_drained_then_recovers(group: Callable[..., LocalCluster]) -> None:
-    cluster = group(drain_wait=60.0)  # vm1 never finishes its drain wait: the event stays Scheduled
+def test_restart_with_persisted_state_stays_drained_then_recovers(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(drain_wait=60.0)  # vm1 never finishes its drain wait: the event stays Scheduled
     assert cluster.sim is not None
     event_id = cluster.sim.schedule("Redeploy", ["vm1"], not_before_in=600)["event_id"]
     cluster.wait(lambda: cluster.agents["vm1"].probe() == 503, 10, "vm1 to drain")
@@ -101,13 +84,13 @@ def test_restart_with_persisted_state_stays_drained_then_recovers(group: Callabl
 
 
 def test_haproxy_stops_routing_to_drained_vms_and_takes_them_back(
-    group: Callable[..., LocalCluster], haproxy: RunningHAProxy
+    make_cluster: ClusterFactory, haproxy: RunningHAProxy
 ) -> None:
     # HAProxy's two servers stand for vm0 and vm1; each agent drains its own server through the runtime API.
     served_by = {"vm0": haproxy.servers[0], "vm1": haproxy.servers[1]}
     per_vm = {vm: {"actions": [{"type": "haproxy", "runtime": str(haproxy.socket_path), "backend": haproxy.backend,
                                 "server": server, "drain_timeout_seconds": 5}]} for vm, server in served_by.items()}
-    cluster = group(per_vm_config=per_vm)
+    cluster = make_cluster(per_vm_config=per_vm)
     assert cluster.sim is not None
 
     def answered(n: int = 20) -> set[str]:
@@ -125,8 +108,8 @@ def test_haproxy_stops_routing_to_drained_vms_and_takes_them_back(
     assert haproxy.status(served_by["vm0"]).startswith("UP")
 
 
-def test_dry_run_agent_observes_and_changes_nothing(group: Callable[..., LocalCluster]) -> None:
-    cluster = group()
+def test_dry_run_agent_observes_and_changes_nothing(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster()
     assert cluster.sim is not None
     cluster.stop_agent("vm1")
     cluster.start_agent("vm1", extra_args=["--dry-run"])
@@ -143,10 +126,10 @@ def test_dry_run_agent_observes_and_changes_nothing(group: Callable[..., LocalCl
     assert "dry-run: would acknowledge event" in log_path.read_text()
 
 
-def test_status_command_shows_the_event_and_what_it_waits_for(group: Callable[..., LocalCluster]) -> None:
+def test_status_command_shows_the_event_and_what_it_waits_for(make_cluster: ClusterFactory) -> None:
     import subprocess
 
-    cluster = group(drain_wait=30.0)
+    cluster = make_cluster(drain_wait=30.0)
     assert cluster.sim is not None
     cluster.sim.schedule("Reboot", ["vm0", "vm1"], not_before_in=600)
     cluster.wait(lambda: waiting_for(cluster, "vm0", "has not acknowledged"), 10, "the event to wait for acks")

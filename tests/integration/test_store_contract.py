@@ -273,6 +273,19 @@ def test_registry_remembers_every_vm_that_ever_joined(harness: Harness) -> None:
     assert a.read_view("vm-a").known == {"vm-a", "vm-b"}
 
 
+def test_absence_is_marked_once_and_cleared(harness: Harness) -> None:
+    a = harness.make()
+    assert a.read_view("vm-a").absent_since == {}
+    assert a.mark_absent("VM-B", T0) is WriteResult.DONE
+    assert a.mark_absent("vm-b", T0 + 5) is WriteResult.EXISTS  # the first observation is kept
+    assert a.read_view("vm-a").absent_since == {"vm-b": T0}
+    assert a.clear_absent("vm-b") is WriteResult.DONE
+    assert a.clear_absent("vm-b") is WriteResult.MISSING
+    assert a.read_view("vm-a").absent_since == {}
+    with pytest.raises(InvalidName):
+        a.mark_absent("../x", T0)
+
+
 def test_read_view_content(harness: Harness) -> None:
     a, b = harness.make(), harness.make()
     assert a.join("vm-a", {"started_at": T0, "version": "0.1.0", "admin": "http://vm-a:9100"}) is WriteResult.DONE

@@ -49,9 +49,9 @@ def rec(eid: str, resources: tuple[str, ...], acks: tuple[str, ...] = (), *, adm
 
 
 def view(*records: EventRecord, me: str = "vm3", leader: str = "vm3", members: frozenset[str] = ALL4,
-         known: frozenset[str] | None = None) -> ClusterView:
+         known: frozenset[str] | None = None, absent: dict[str, float] | None = None) -> ClusterView:
     return ClusterView(members, leader, me == leader, {r.event_id: r for r in records}, ConnectionState.CONNECTED,
-                       members if known is None else known)
+                       members if known is None else known, absent or {})
 
 
 def run(me: str, document: Document, cluster: ClusterView | None, policy: Policy,
@@ -253,3 +253,29 @@ def test_terminate_batch_is_admitted_as_one_event() -> None:
     assert batch.admit == (A, B)
     in_flight = view(rec(A, ("vm0",), admitted=True), rec(B, ("vm1",), admitted=True), rec(C, ("vm2",)))
     assert run("vm3", d, in_flight, BUDGET).blocked[C][0].startswith("maintenance budget: 1 event(s)")
+
+
+def test_member_absent_longer_than_the_grace_counts_as_drained() -> None:
+    policy = Policy(max_events=None, absent_grace=300)
+    d = doc(ev(A, ["vm0", "vm1"]))
+    members = frozenset({"vm0", "vm2", "vm3"})  # vm1's agent is gone
+    known = members | {"vm1"}
+    recent = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", members=members, known=known,
+                  absent={"vm1": NOW - 100})
+    assert run("vm0", d, recent, policy, DRAINED).blocked[A] == ("vm1 runs no agent",)
+    long_gone = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", members=members, known=known,
+                     absent={"vm1": NOW - 301})
+    assert [(i.event_id, i.required) for i in run("vm0", d, long_gone, policy, DRAINED).approve] == [(A, ("vm0",))]
+    # Without the option, or once it is back (a stale marker), it is waited for.
+    assert run("vm0", d, long_gone, Policy(max_events=None), DRAINED).approve == ()
+    back = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", known=known, absent={"vm1": NOW - 301})
+    assert run("vm0", d, back, policy, DRAINED).blocked[A] == ("vm1 has not acknowledged",)
+
+
+def test_leader_records_absences_and_clears_stale_ones() -> None:
+    known = ALL4 | {"vm7"}
+    cluster = view(known=known, absent={"vm2": NOW - 5})  # vm7 gone, vm2 back
+    plan = run("vm3", doc(), cluster, Policy())
+    assert plan.mark_absent == ("vm7",)
+    assert plan.clear_absent == ("vm2",)
+    assert run("vm1", doc(), view(me="vm1", known=known), Policy()).mark_absent == ()
