@@ -40,12 +40,22 @@ __all__ = ["build_actions", "policy_from", "run_agent"]
 log = logging.getLogger(__name__)
 
 
-def _learn_vm_name(imds: ImdsClient, stop: threading.Event, retry: float) -> str | None:
-    """Ask IMDS for this VM's name as ``Resources`` spells it, until it answers or ``stop`` is set."""
+def _learn_identity(imds: ImdsClient, stop: threading.Event, retry: float) -> tuple[str, dict[str, object]] | None:
+    """Ask IMDS for this VM's name as ``Resources`` spells it (a scale-set instance is
+    ``{scaleSetName}_{instanceId}``), with its placement, until it answers or ``stop`` is set."""
     while not stop.is_set():
         try:
             compute = imds.get_instance_compute()
-            return normalize_vm_name(compute.scheduled_events_name)
+            name = normalize_vm_name(compute.scheduled_events_name)
+            placement: dict[str, object] = {
+                "scale_set": compute.vm_scale_set_name,
+                "fault_domain": compute.platform_fault_domain,
+                "update_domain": compute.platform_update_domain,
+                "zone": compute.zone,
+            }
+            log.info("this VM is %s according to IMDS (%s)", name,
+                     ", ".join(f"{k} {v}" for k, v in placement.items() if v != ""))
+            return name, placement
         except (ImdsError, InvalidName) as exc:
             log.warning("cannot learn this VM's name from IMDS yet (set vm_name to override): %s", exc)
         stop.wait(retry)
@@ -133,10 +143,14 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
     http.start()
     log.info("health probe on %s%s (503 until the first document clears this VM); admin on %s",
              settings.probe.listen, settings.probe.path, settings.http.listen)
-    vm = settings.vm_name or _learn_vm_name(imds, stop, settings.imds.poll_interval * 5)
+    placement: dict[str, object] = {}
+    vm = settings.vm_name
     if vm is None:
-        http.stop()
-        return 0
+        identity = _learn_identity(imds, stop, settings.imds.poll_interval * 5)
+        if identity is None:
+            http.stop()
+            return 0
+        vm, placement = identity
     store: Store = ZooKeeperStore(
         hosts=settings.zookeeper.hosts,
         root=settings.zookeeper.root,
@@ -158,7 +172,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         policy=policy_from(settings),
         metrics=metrics,
         poll_interval=settings.imds.poll_interval,
-        member_info={"admin": settings.http.listen},
+        member_info={"admin": settings.http.listen, **placement},
         state_file=StateFile(settings.state_file),
     )
     agent_ref.append(agent)
