@@ -217,10 +217,10 @@ vm0 and vm1, one after another.
 {_row("last acknowledgement -> approval POST (ms)", e2e["after_ack_ms"], "{:.0f}")}
 {_row("event scheduled -> event started (s)", e2e["schedule_to_start_s"], "{:.2f}")}
 
-The approval follows the last acknowledgement within one wake-up of the approver: the ack's ZooKeeper
-watch wakes it at once rather than at its next poll. From scheduling to start, the time is the
-simulator's first delivery, the drain wait, the admission by the leader and the acknowledgements, in
-successive cycles.
+The ack's ZooKeeper watch wakes the approver at once rather than at its next poll (1 s); the approval
+then waits at most for the loop's minimum gap between two cycles (0.2 s), which is where the slower
+samples come from. From scheduling to start, the time is the simulator's first delivery, the admission by
+the leader, the drain wait and the acknowledgements, in successive cycles.
 
 Agent resident memory after the runs: {rss["min"]:.1f} to {rss["max"]:.1f} MiB (VmRSS).
 """
