@@ -1,0 +1,30 @@
+"""The documents cite tests and files that exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+def _defined_tests() -> set[str]:
+    names: set[str] = set()
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        names.update(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M))
+    return names
+
+
+def test_every_test_cited_by_the_simulator_doc_exists() -> None:
+    cited = set(re.findall(r"\b(test_\w+)\b", (ROOT / "docs/simulator.md").read_text()))
+    modules = {path.stem for path in (ROOT / "tests").rglob("test_*.py")}
+    assert len(cited) > 50
+    missing = sorted(cited - _defined_tests() - modules)
+    assert missing == [], f"docs/simulator.md cites tests that do not exist: {missing}"
+
+
+def test_every_path_cited_by_the_docs_exists() -> None:
+    for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        for path in re.findall(r"`((?:coordinator|tests|docs|deploy|bench|scripts)/[\w./-]+\.(?:py|md|yaml|json))`",
+                               doc.read_text()):
+            assert (ROOT / path).exists(), f"{doc.name} cites {path}, which does not exist"
