@@ -6,8 +6,7 @@ be injected between the decision and the last check, which no timing-based test 
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from coordinator.metrics import Metrics
 from coordinator.models import Document, parse_document
 from coordinator.store.base import ApprovalResult
 from coordinator.store.zookeeper import ZooKeeperStore
-from tests.plugins.zookeeper import expire_session, wait_until
+from tests.plugins.zookeeper import StoreMaker, expire_session, wait_until
 
 pytestmark = pytest.mark.zookeeper
 
@@ -69,19 +68,8 @@ class ExpireBeforeApprove:
 
 
 @pytest.fixture
-def store_factory(zk_hosts: str) -> Iterator[Any]:
-    stores: list[ZooKeeperStore] = []
-    cluster = f"safety{uuid.uuid4().hex[:8]}"
-
-    def make() -> ZooKeeperStore:
-        store = ZooKeeperStore(zk_hosts, "/azure-maintenance", cluster, session_timeout=4.0, operation_timeout=2.0)
-        store.start()
-        stores.append(store)
-        return store
-
-    yield make
-    for store in stores:
-        store.stop()
+def store_factory(zk_hosts: str, zk_chroot: str, make_store: StoreMaker) -> Callable[[], ZooKeeperStore]:
+    return lambda: make_store(zk_hosts, zk_chroot, "safety", operation_timeout=2.0)
 
 
 def make_agent(vm: str, imds: FakeImds, store: Any, mode: ApproverMode = ApproverMode.LEADER) -> tuple[Agent, Metrics]:

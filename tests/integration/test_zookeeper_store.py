@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
@@ -24,13 +24,12 @@ from coordinator.store.base import (
     EventRecord,
     WriteResult,
 )
-from coordinator.store.zookeeper import ClientFactory, ClientOptions, ZooKeeperStore, default_client_factory
-from tests.plugins.zookeeper import expire_session, wait_until
+from coordinator.store.zookeeper import ClientOptions, ZooKeeperStore
+from tests.plugins.zookeeper import StoreMaker, expire_session, wait_until
 
 EVENT = "5AA1A3F2-3C39-4E5B-9C4B-9E3E5D2B1A01"
 T0 = 1_700_000_000.0
 
-StoreMaker = Callable[..., ZooKeeperStore]
 
 
 def record(resources: tuple[str, ...] = ("vm-a", "vm-b")) -> EventRecord:
@@ -42,37 +41,6 @@ def record(resources: tuple[str, ...] = ("vm-a", "vm-b")) -> EventRecord:
         published_by="vm-a",
         published_at=T0,
     )
-
-
-@pytest.fixture
-def make_store() -> Iterator[StoreMaker]:
-    """Build and start stores; every one is stopped at the end of the test."""
-    stores: list[ZooKeeperStore] = []
-
-    def make(
-        hosts: str,
-        root: str,
-        cluster: str = "alpha",
-        *,
-        session_timeout: float = 4.0,
-        operation_timeout: float = 3.0,
-        client_factory: ClientFactory = default_client_factory,
-    ) -> ZooKeeperStore:
-        store = ZooKeeperStore(
-            hosts,
-            root,
-            cluster,
-            session_timeout=session_timeout,
-            operation_timeout=operation_timeout,
-            client_factory=client_factory,
-        )
-        store.start()
-        stores.append(store)
-        return store
-
-    yield make
-    for store in stores:
-        store.stop()
 
 
 def connected(store: ZooKeeperStore) -> bool:

@@ -29,7 +29,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinator.localzk import LocalEnsemble, LocalZooKeeper, find_classpath
-from coordinator.store.zookeeper import ZooKeeperStore
+from coordinator.store.zookeeper import ClientFactory, ZooKeeperStore, default_client_factory
 
 __all__ = ["expire_session", "wait_until"]
 
@@ -175,3 +175,37 @@ def expire_session(target: KazooClient | ZooKeeperStore, *, timeout: float = 10.
         message=f"client to notice that session 0x{session_id:x} expired",
     )
     return session_id
+
+
+StoreMaker = Callable[..., ZooKeeperStore]
+
+
+@pytest.fixture
+def make_store() -> Iterator[StoreMaker]:
+    """Build and start stores; every one is stopped at the end of the test."""
+    stores: list[ZooKeeperStore] = []
+
+    def make(
+        hosts: str,
+        root: str,
+        cluster: str = "alpha",
+        *,
+        session_timeout: float = 4.0,
+        operation_timeout: float = 3.0,
+        client_factory: ClientFactory = default_client_factory,
+    ) -> ZooKeeperStore:
+        store = ZooKeeperStore(
+            hosts,
+            root,
+            cluster,
+            session_timeout=session_timeout,
+            operation_timeout=operation_timeout,
+            client_factory=client_factory,
+        )
+        store.start()
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.stop()
