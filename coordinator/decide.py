@@ -292,6 +292,9 @@ def _in_flight(
     gone but with VMs that have not recovered yet (an ack whose agent is down counts only for
     ``recovery_grace`` after the event ended: it may be rebooting, or may never come back)."""
     flight: dict[str, frozenset[str]] = {}
+    # A VM that goes from a finished event straight into the next one counts once, with the event
+    # that holds it now: its ack of the finished one stays until it serves again.
+    named_now = frozenset().union(*(ev.resources for ev in events.values()))
     for key, record in cluster.records.items():
         ev = events.get(key)
         if ev is not None:
@@ -300,7 +303,8 @@ def _in_flight(
             continue
         pending = {
             vm for vm in record.acks
-            if vm in cluster.members or (record.done_at is not None and now - record.done_at < policy.recovery_grace)
+            if vm not in named_now
+            and (vm in cluster.members or (record.done_at is not None and now - record.done_at < policy.recovery_grace))
         }
         if pending:
             flight[key] = frozenset(pending)

@@ -279,3 +279,14 @@ def test_leader_records_absences_and_clears_stale_ones() -> None:
     assert plan.mark_absent == ("vm7",)
     assert plan.clear_absent == ("vm2",)
     assert run("vm1", doc(), view(me="vm1", known=known), Policy()).mark_absent == ()
+
+
+def test_vm_going_from_one_event_into_the_next_counts_once() -> None:
+    # A is gone, but vm0 never served in between: it drained just in time for B. B may be admitted.
+    d = doc(ev(B, ["vm0"]))
+    cluster = view(rec(A, ("vm0",), ("vm0",), admitted=True, done_at=NOW - 5), rec(B, ("vm0",), ("vm0",)))
+    assert run("vm3", d, cluster, BUDGET).admit == (B,)
+    # Whereas a VM still recovering from A, and not named by B, holds the budget.
+    other = doc(ev(B, ["vm1"]))
+    holding = view(rec(A, ("vm0",), ("vm0",), admitted=True, done_at=NOW - 5), rec(B, ("vm1",)))
+    assert run("vm3", other, holding, BUDGET).admit == ()
