@@ -20,11 +20,12 @@ from typing import Any
 import httpx
 import yaml
 
-from coordinator.localhaproxy import BackendTarget, LocalHAProxy, free_port
+from coordinator.localhaproxy import BackendTarget, LocalHAProxy
 from coordinator.localzk import LocalZooKeeper
+from coordinator.processes import free_port, stop_process
 from coordinator.sim.client import SimControl
 
-__all__ = ["AgentProcess", "LocalCluster", "free_port"]
+__all__ = ["AgentProcess", "LocalCluster"]
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -224,40 +225,16 @@ class LocalCluster:
         return existing
 
     def stop_agent(self, vm: str, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
-        agent = self.agents[vm]
-        if agent.proc is None or agent.proc.poll() is not None:
-            return
-        agent.proc.send_signal(sig)
-        try:
-            agent.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            agent.proc.kill()
-            agent.proc.wait(5)
+        stop_process(self.agents[vm].proc, sig, timeout)
 
     def stop(self) -> None:
         for vm in list(self.agents):
-            agent = self.agents[vm]
-            if agent.proc is not None and agent.proc.poll() is None:
-                agent.proc.send_signal(signal.SIGCONT)  # a paused agent cannot act on SIGTERM
             self.stop_agent(vm)
-        if self.sim_proc is not None and self.sim_proc.poll() is None:
-            self.sim_proc.terminate()
-            try:
-                self.sim_proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.sim_proc.kill()
-                self.sim_proc.wait(5)
+        stop_process(self.sim_proc)
         if self.haproxy is not None:
             self.haproxy.stop()
         for app in self.apps.values():
-            if app.poll() is None:
-                app.send_signal(signal.SIGCONT)
-                app.terminate()
-                try:
-                    app.wait(5)
-                except subprocess.TimeoutExpired:
-                    app.kill()
-                    app.wait(5)
+            stop_process(app, timeout=5)
         if self.zk is not None:
             self.zk.stop()
 

@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BackendTarget", "LocalHAProxy", "free_port"]
+from coordinator.processes import free_port, stop_process
+
+__all__ = ["BackendTarget", "LocalHAProxy"]
 
 _CONFIG = """\
 global
@@ -41,13 +43,6 @@ backend {backend}
     default-server inter {check_interval} fall 2 rise 2
 {servers}
 """
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)
@@ -136,14 +131,7 @@ class LocalHAProxy:
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc, timeout=5)
 
     def command(self, line: str, timeout: float = 5.0) -> str:
         """One runtime API command over the UNIX socket (HAProxy closes the connection after answering)."""

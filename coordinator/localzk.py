@@ -31,6 +31,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from coordinator.processes import free_port
+
 __all__ = [
     "DEFAULT_JAR_DIR",
     "LocalEnsemble",
@@ -151,13 +153,6 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> s
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 # Servers still running when the interpreter exits (a test run interrupted between start and stop)
 # are stopped, so that no JVM outlives its owner.
 _RUNNING: weakref.WeakSet[LocalZooKeeper] = weakref.WeakSet()
@@ -272,7 +267,7 @@ class LocalZooKeeper:
             return
         classpath = find_classpath(self.jar_dir)
         if self._port is None:
-            self._port = _free_port()
+            self._port = free_port()
         data = self.data_dir / "data"
         data.mkdir(parents=True, exist_ok=True)
         if self.server_id is not None:
@@ -481,7 +476,7 @@ class LocalEnsemble:
         """Launch every server, then wait until each of them serves (a quorum exists)."""
         if not self._servers:
             find_classpath(self.jar_dir)  # fail before choosing ports and writing files
-            peers = [QuorumPeer(index + 1, _free_port(), _free_port(), _free_port()) for index in range(self.size)]
+            peers = [QuorumPeer(index + 1, free_port(), free_port(), free_port()) for index in range(self.size)]
             self._servers = [
                 LocalZooKeeper(
                     self.data_dir / f"node{peer.server_id - 1}",
