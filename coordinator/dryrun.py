@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
+from coordinator.agent import Imds
 from coordinator.models import Document
 from coordinator.store.base import (
     ApprovalOutcome,
@@ -29,11 +30,11 @@ log = logging.getLogger(__name__)
 
 
 class DryRunImds:
-    def __init__(self, inner: object) -> None:
+    def __init__(self, inner: Imds) -> None:
         self._inner = inner
 
     def get_document(self) -> Document:
-        return self._inner.get_document()  # type: ignore[attr-defined, no-any-return]
+        return self._inner.get_document()
 
     def approve(self, event_ids: Sequence[str]) -> None:
         log.info("dry-run: would POST StartRequests for %s", ",".join(event_ids))

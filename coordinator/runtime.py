@@ -16,7 +16,7 @@ from coordinator.actions.command import CommandHook
 from coordinator.actions.connections import ConnectionsDrainedWait
 from coordinator.actions.haproxy import HAProxyAction, HAProxyRuntime
 from coordinator.actions.webhook import WebhookAction
-from coordinator.agent import Agent
+from coordinator.agent import Agent, Imds
 from coordinator.config import (
     CommandActionConfig,
     HAProxyActionConfig,
@@ -159,14 +159,14 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         operation_timeout=settings.zookeeper.operation_timeout,
     )
     actions: list[Action] = [ProbeAction(probe), *build_actions(settings)]
-    adapters_imds: object = imds
+    adapters_imds: Imds = imds
     if dry_run:
         store = DryRunStore(store)
         actions = [DryRunAction(a) for a in actions]
         adapters_imds = DryRunImds(imds)
     agent = Agent(
         vm=vm,
-        imds=adapters_imds,  # type: ignore[arg-type]
+        imds=adapters_imds,
         store=store,
         actions=actions,
         policy=policy_from(settings),
