@@ -78,14 +78,13 @@ class LoadGenerator:
 
 
 def _line(cluster: LocalCluster, started: float, traffic: Counter[str]) -> str:
-    cells = []
-    for vm, agent in cluster.agents.items():
-        st = agent.status() or {}
-        cells.append(f"{vm} {st.get('phase', '?'):<10} probe {agent.probe()}")
+    statuses = cluster.statuses()
+    cells = [f"{vm} {(statuses[vm] or {}).get('phase', '?'):<10} probe {agent.probe()}"
+             for vm, agent in cluster.agents.items()]
     assert cluster.sim is not None
     events = cluster.sim.events().get("events", [])
     ev = "; ".join(f"{e['event_type']} {e['status']}" for e in events) or "no event"
-    some = next((s for s in cluster.statuses().values() if s and s.get("events")), None)
+    some = next((s for s in statuses.values() if s and s.get("events")), None)
     extra = ""
     if some:
         e = some["events"][0]
