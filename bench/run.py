@@ -33,12 +33,12 @@ sys.path.insert(0, str(ROOT))
 from coordinator.actions import ProbeAction, ProbeState  # noqa: E402
 from coordinator.agent import Agent  # noqa: E402
 from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide  # noqa: E402
-from coordinator.localcluster import LocalCluster  # noqa: E402
-from coordinator.localzk import LocalZooKeeper  # noqa: E402
 from coordinator.metrics import Metrics  # noqa: E402
 from coordinator.models import Document, parse_document  # noqa: E402
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord  # noqa: E402
 from coordinator.store.zookeeper import ZooKeeperStore  # noqa: E402
+from coordinator.testbed.cluster import LocalCluster  # noqa: E402
+from coordinator.testbed.zookeeper import LocalZooKeeper  # noqa: E402
 
 
 def _percentiles(samples: Sequence[float]) -> dict[str, float]:

@@ -80,7 +80,7 @@ def _cmd_imds_sim(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from coordinator.demo import run
+    from coordinator.testbed.demo import run
 
     return run(args)
 
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim_arguments(sim)
     sim.set_defaults(func=_cmd_imds_sim)
 
-    from coordinator.demo import add_arguments as demo_arguments
+    from coordinator.testbed.demo import add_arguments as demo_arguments
 
     demo = sub.add_parser("demo", help="run a local group (ZooKeeper, simulator, 3 agents) through one event",
                           description="Start ZooKeeper, the simulator and three agents; drain and approve a Freeze.")

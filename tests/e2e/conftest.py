@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.localcluster import LocalCluster
+from coordinator.testbed.cluster import LocalCluster
 from tests.e2e.support import ClusterFactory, serving
 
 

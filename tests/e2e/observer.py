@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
-from coordinator.localcluster import LocalCluster
+from coordinator.testbed.cluster import LocalCluster
 
 
 @dataclass

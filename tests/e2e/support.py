@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coordinator.localcluster import LocalCluster
 from coordinator.sim.client import SimControl
+from coordinator.testbed.cluster import LocalCluster
 from tests.e2e.observer import Observer
 
 ClusterFactory = Callable[..., LocalCluster]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.localcluster import LocalCluster
-from coordinator.localzk import LocalEnsemble, LocalZooKeeper
-from coordinator.processes import free_port
+from coordinator.testbed.cluster import LocalCluster
+from coordinator.testbed.processes import free_port
+from coordinator.testbed.zookeeper import LocalEnsemble, LocalZooKeeper
 from tests.e2e.observer import Observer
 from tests.e2e.support import ClusterFactory, approvals, assert_acked_before_approval, gone, transitions, waiting_for
 

@@ -17,11 +17,11 @@ from coordinator.agent import Agent
 from coordinator.config import ApproverMode
 from coordinator.decide import Phase, Policy
 from coordinator.errors import ImdsUnavailable
-from coordinator.localzk import LocalZooKeeper
 from coordinator.metrics import Metrics
 from coordinator.models import Document, parse_document
 from coordinator.store.base import ApprovalResult
 from coordinator.store.zookeeper import ZooKeeperStore
+from coordinator.testbed.zookeeper import LocalZooKeeper
 from tests.plugins.zookeeper import StoreMaker, expire_session, wait_until
 
 pytestmark = pytest.mark.zookeeper

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from coordinator.localcluster import LocalCluster
 from coordinator.models import EventType
 from coordinator.sim.state import parse_replay
+from coordinator.testbed.cluster import LocalCluster
 from tests.e2e.observer import Observer
 
 FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures"

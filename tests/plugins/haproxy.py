@@ -29,7 +29,7 @@ from typing import NoReturn
 import httpx
 import pytest
 
-from coordinator.localhaproxy import BackendTarget, LocalHAProxy
+from coordinator.testbed.haproxy import BackendTarget, LocalHAProxy
 from tests.plugins.zookeeper import wait_until
 
 __all__ = ["BACKEND", "SERVERS", "BackendServer", "RunningHAProxy", "haproxy"]

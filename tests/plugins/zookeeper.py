@@ -1,4 +1,4 @@
-"""ZooKeeper fixtures (see coordinator.localzk).
+"""ZooKeeper fixtures (see coordinator.testbed.zookeeper).
 
 * ``zk_server`` (session): one real ZooKeeper server for the whole test session, tickTime 500 ms so
   that sessions can be short, maxSessionTimeout 60 s.
@@ -28,8 +28,8 @@ from typing import NoReturn, TypeVar
 import pytest
 from kazoo.client import KazooClient
 
-from coordinator.localzk import LocalEnsemble, LocalZooKeeper, find_classpath
 from coordinator.store.zookeeper import ClientFactory, ZooKeeperStore, default_client_factory
+from coordinator.testbed.zookeeper import LocalEnsemble, LocalZooKeeper, find_classpath
 
 __all__ = ["expire_session", "wait_until"]
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from coordinator.processes import free_port
+from coordinator.testbed.processes import free_port
 
 __all__ = [
     "DEFAULT_JAR_DIR",

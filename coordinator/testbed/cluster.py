@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,21 +19,18 @@ from typing import Any
 import httpx
 import yaml
 
-from coordinator.localhaproxy import BackendTarget, LocalHAProxy
-from coordinator.localzk import LocalZooKeeper
-from coordinator.processes import free_port, stop_process
 from coordinator.sim.client import SimControl
+from coordinator.testbed.haproxy import BackendTarget, LocalHAProxy
+from coordinator.testbed.processes import free_port, stop_process
+from coordinator.testbed.waiting import wait_until
+from coordinator.testbed.zookeeper import LocalZooKeeper
 
 __all__ = ["AgentProcess", "LocalCluster"]
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+    if not wait_until(predicate, timeout, interval=0.05):
+        raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @dataclass
@@ -167,7 +163,7 @@ class LocalCluster:
             port = free_port()
             log = open(self.workdir / f"app-{vm}.log", "ab")  # noqa: SIM115 - owned by the child
             self.apps[vm] = subprocess.Popen(
-                [sys.executable, "-m", "coordinator.localapp", "--name", vm, "--port", str(port)],
+                [sys.executable, "-m", "coordinator.testbed.app", "--name", vm, "--port", str(port)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
             targets[vm] = BackendTarget(port, check_port=self._ports[vm][0])

@@ -1,6 +1,6 @@
 """A stand-in for the service running on each VM: answers every request with its VM's name.
 
-``python -m coordinator.localapp --name vm0 --port 18200``. It is its own process so that the
+``python -m coordinator.testbed.app --name vm0 --port 18200``. It is its own process so that the
 simulator can really pause it (SIGSTOP) during a Freeze, as Azure pauses the whole VM.
 """
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.processes import free_port, stop_process
+from coordinator.testbed.processes import free_port, stop_process
 
 __all__ = ["BackendTarget", "LocalHAProxy"]
 

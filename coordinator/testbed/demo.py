@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from coordinator.localcluster import LocalCluster
+from coordinator.testbed.cluster import LocalCluster
 
 __all__ = ["LoadGenerator", "add_arguments", "run"]
 

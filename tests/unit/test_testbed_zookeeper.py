@@ -1,4 +1,4 @@
-"""The pure parts of coordinator.localzk: zoo.cfg rendering and the class path check."""
+"""The pure parts of coordinator.testbed.zookeeper: zoo.cfg rendering and the class path check."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.localzk import LocalZooKeeper, QuorumPeer, find_classpath, render_zoo_cfg
+from coordinator.testbed.zookeeper import LocalZooKeeper, QuorumPeer, find_classpath, render_zoo_cfg
 
 
 def parse(cfg: str) -> dict[str, str]:
