@@ -1,63 +1,34 @@
 """The coordination store on ZooKeeper, through kazoo.
 
 Layout: see ``coordinator.store.base``. Every path lives under ``{root}/{cluster}`` so that one ensemble
-serves many VM groups. The prefix is added by this module rather than by a ZooKeeper chroot in the
-connection string, so that the store can create its own base path on first start (a chroot cannot be
-created through a client that is chrooted into it).
+serves many VM groups (``coordinator.store.zk_paths``). The prefix is added by the store rather than by
+a ZooKeeper chroot in the connection string, so that the store can create its own base path on first
+start (a chroot cannot be created through a client that is chrooted into it).
 
-Timing and failure rules:
+The modules behind it:
 
-* Every method is bounded by ``operation_timeout`` as a whole: requests are sent with kazoo's
-  ``*_async`` calls and awaited with ``get(timeout=...)`` against one deadline per method. kazoo queues
-  requests made while SUSPENDED until the connection returns, so an unbounded call can hang the agent
-  loop (https://github.com/zalando/patroni/issues/1981).
-* No request is sent unless the connection is CONNECTED: reads then raise ``StoreUnavailable`` and writes
-  ``StoreUnknownOutcome`` at once. A request that was sent and timed out may still be applied later
-  (it sits in a socket buffer); that is why a failed write is an unknown outcome, never "not done".
-* After a request times out, the store reports SUSPENDED and sends nothing for a quiet period of
-  2/3 of the session timeout plus 0.5 s. kazoo detects a dead connection only through its pings, and
-  it sends a ping only when no request was sent for 1/3 of the session timeout: an agent that keeps
-  polling a frozen server would otherwise keep that connection (and CONNECTED) until TCP gives up,
-  minutes later, instead of moving to another server of the ensemble. The quiet period ends early when
-  kazoo reports a new state or when the unanswered request is answered after all (a slow server); at
-  its end, kazoo has either dropped the connection (SUSPENDED, then reconnection) or had a ping answered.
-* The kazoo connection listener and every watch only record the state and call the wakeup callback
-  (kazoo requires listeners not to block). Watches are one-shot and are set again by each ``read_view``,
-  which suits a level-triggered loop: a missed or reset watch costs at most one poll interval.
-* Node data is UTF-8 JSON.
+* ``coordinator.store.zk_session``: the kazoo client, its options (auth, TLS), and the timing and failure
+  rules every method follows: one deadline of ``operation_timeout`` per method, nothing sent unless
+  CONNECTED, a failed write is an unknown outcome, a quiet period after an unanswered request;
+* ``coordinator.store.zk_view``: ``read_view``, and what a read does with nodes that do not parse;
+* ``coordinator.store.payloads``: the node data (UTF-8 JSON, one pydantic model per node kind).
 
-Authentication and TLS: ``ClientOptions`` carries ``auth_data`` (kazoo ``(scheme, credential)`` pairs)
-and ``TlsOptions``; ``default_client_factory`` passes them to ``KazooClient``. Nodes are created with the
-client's default ACL (open); restricting ACLs for authenticated clusters is left to a later change of
-``default_client_factory`` (kazoo's ``default_acl``).
+Node data that does not parse, in the writes of this module: the leader node read by ``approve`` counts as
+held by nobody (REFUSED); an existing approval record read by ``approve``, or the record read by
+``mark_done``, raises ``StoreUnknownOutcome``; ``purge_done`` leaves the record, with a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import re
-import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Mapping
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    BadVersionError,
-    ConnectionLoss,
-    KazooException,
-    NodeExistsError,
-    NoNodeError,
-    SessionExpiredError,
-)
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.interfaces import IAsyncResult
-from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from coordinator.errors import ConfigError, StoreUnavailable, StoreUnknownOutcome
+from coordinator.errors import ConfigError, StoreUnknownOutcome
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store.base import (
     Approval,
@@ -66,9 +37,29 @@ from coordinator.store.base import (
     ClusterView,
     ConnectionState,
     EventRecord,
-    Wakeup,
     WriteResult,
 )
+from coordinator.store.payloads import (
+    AbsentNode,
+    AckNode,
+    AdmittedNode,
+    ApprovalNode,
+    EventNode,
+    LeaderNode,
+    MemberNode,
+    PayloadError,
+    RegistryNode,
+)
+from coordinator.store.zk_paths import ZooKeeperPaths, validate_cluster, validate_root
+from coordinator.store.zk_session import (
+    ClientFactory,
+    ClientOptions,
+    Deadline,
+    TlsOptions,
+    ZooKeeperSession,
+    default_client_factory,
+)
+from coordinator.store.zk_view import read_view
 
 __all__ = [
     "ClientFactory",
@@ -80,181 +71,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
-
-_PATH_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-_STATES = {
-    KazooState.CONNECTED: ConnectionState.CONNECTED,
-    KazooState.SUSPENDED: ConnectionState.SUSPENDED,
-    KazooState.LOST: ConnectionState.LOST,
-}
-
-
-@dataclass(frozen=True)
-class TlsOptions:
-    """TLS to the ensemble (kazoo ``use_ssl``). Paths are PEM files."""
-
-    ca: str | None = None
-    certfile: str | None = None
-    keyfile: str | None = None
-    keyfile_password: str | None = field(default=None, repr=False)
-    verify_certs: bool = True
-    check_hostname: bool = True
-
-
-@dataclass(frozen=True)
-class ClientOptions:
-    """Everything a ``ClientFactory`` needs to build the kazoo client of one store."""
-
-    hosts: str
-    session_timeout: float
-    auth_data: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    tls: TlsOptions | None = None
-
-
-ClientFactory = Callable[[ClientOptions], KazooClient]
-
-
-def default_client_factory(options: ClientOptions) -> KazooClient:
-    """A ``KazooClient`` that retries the connection forever with at most 1 s between attempts (kazoo's
-    default backs off to an hour, far too long to come back after a Freeze)."""
-    tls: dict[str, Any] = {}
-    if options.tls is not None:
-        tls = {
-            "use_ssl": True,
-            "ca": options.tls.ca,
-            "certfile": options.tls.certfile,
-            "keyfile": options.tls.keyfile,
-            "keyfile_password": options.tls.keyfile_password,
-            "verify_certs": options.tls.verify_certs,
-            "check_hostname": options.tls.check_hostname,
-        }
-    return KazooClient(
-        hosts=options.hosts,
-        timeout=options.session_timeout,
-        auth_data=list(options.auth_data) or None,
-        connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
-        **tls,
-    )
-
-
-class _Deadline:
-    def __init__(self, seconds: float) -> None:
-        self._end = time.monotonic() + seconds
-
-    def remaining(self) -> float:
-        return max(0.0, self._end - time.monotonic())
-
-
-def _encode(value: Mapping[str, object]) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
-
-
-def _decode(data: bytes) -> dict[str, Any]:
-    value = json.loads(data.decode("utf-8"))
-    if not isinstance(value, dict):
-        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _optional_float(value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"expected a number or null, got {value!r}")
-    return float(value)
-
-
-def _float(value: object) -> float:
-    result = _optional_float(value)
-    if result is None:
-        raise ValueError("expected a number, got null")
-    return result
-
-
-def _record_from_data(event_id: str, data: Mapping[str, Any]) -> EventRecord:
-    resources = data.get("resources", [])
-    if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
-        raise ValueError(f"resources must be a list of strings, got {resources!r}")
-    return EventRecord(
-        event_id=event_id,
-        event_type=str(data["event_type"]),
-        resources=tuple(resources),
-        not_before=_optional_float(data.get("not_before")),
-        published_by=str(data["published_by"]),
-        published_at=_float(data["published_at"]),
-        done_at=_optional_float(data.get("done_at")),
-    )
-
-
-def _approval_from_data(data: Mapping[str, Any]) -> Approval:
-    return Approval(by=str(data["by"]), at=_float(data["at"]), as_leader=bool(data["as_leader"]))
-
-
-class _Paths:
-    def __init__(self, base: str) -> None:
-        self.base = base
-        self.members = f"{base}/members"
-        self.registry = f"{base}/registry"
-        self.absent = f"{base}/absent"
-        self.leader = f"{base}/leader"
-        self.events = f"{base}/events"
-
-    def member(self, vm: str) -> str:
-        return f"{self.members}/{vm}"
-
-    def registered(self, vm: str) -> str:
-        return f"{self.registry}/{vm}"
-
-    def absent_vm(self, vm: str) -> str:
-        return f"{self.absent}/{vm}"
-
-    def event(self, event_id: str) -> str:
-        return f"{self.events}/{event_id}"
-
-    def acks(self, event_id: str) -> str:
-        return f"{self.events}/{event_id}/acks"
-
-    def ack(self, event_id: str, vm: str) -> str:
-        return f"{self.events}/{event_id}/acks/{vm}"
-
-    def approval(self, event_id: str) -> str:
-        return f"{self.events}/{event_id}/approval"
-
-    def admitted(self, event_id: str) -> str:
-        return f"{self.events}/{event_id}/admitted"
-
-    def layout(self) -> tuple[str, ...]:
-        return (self.members, self.registry, self.absent, self.events)
-
-
-def _validate_root(root: str) -> str:
-    parts = root.strip("/").split("/")
-    if not root.startswith("/") or not all(_PATH_COMPONENT.fullmatch(p) for p in parts):
-        raise ConfigError(
-            f"zookeeper root {root[:100]!r} must be an absolute path of components made of letters, "
-            "digits, '.', '_' or '-' (for example /azure-maintenance)"
-        )
-    return "/" + "/".join(parts)
-
-
-def _validate_cluster(cluster: str) -> str:
-    if not _PATH_COMPONENT.fullmatch(cluster):
-        raise ConfigError(
-            f"cluster name {cluster[:100]!r} must be 1-128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
-    return cluster
-
 
 class ZooKeeperStore:
-    """``Store`` on a ZooKeeper ensemble. See the module docstring for the timing rules.
+    """``Store`` on a ZooKeeper ensemble. See ``coordinator.store.zk_session`` for the timing rules.
 
     ``session_timeout`` is what the client asks for (the server may lower it to its
     ``maxSessionTimeout``); ``operation_timeout`` bounds every method, including ``start``.
     ``client_factory`` builds the kazoo client (tests inject their own); ``clock`` gives the wall-clock
-    time written into ``/leader``.
+    time written into ``/leader`` and ``/registry/{vm}``.
     """
 
     def __init__(
@@ -276,20 +100,10 @@ class ZooKeeperStore:
             )
         if session_timeout <= 0 or operation_timeout <= 0:
             raise ConfigError("session_timeout and operation_timeout must be positive")
-        self._paths = _Paths(f"{_validate_root(root)}/{_validate_cluster(cluster)}")
-        self._options = ClientOptions(hosts=hosts, session_timeout=session_timeout, auth_data=tuple(auth_data), tls=tls)
-        self._operation_timeout = operation_timeout
-        self._client_factory = client_factory
+        self._paths = ZooKeeperPaths(f"{validate_root(root)}/{validate_cluster(cluster)}")
+        options = ClientOptions(hosts=hosts, session_timeout=session_timeout, auth_data=tuple(auth_data), tls=tls)
+        self._session = ZooKeeperSession(options, operation_timeout, client_factory)
         self._clock = clock
-        self._client: KazooClient | None = None
-        self._state = ConnectionState.LOST
-        self._wakeup = Wakeup()
-        self._failures: tuple[type[BaseException], ...] = (KazooException, KazooTimeoutError)
-        self._timeouts: tuple[type[BaseException], ...] = (KazooTimeoutError,)
-        self._quiet_period = session_timeout * 2.0 / 3.0 + 0.5
-        self._quiet_until = 0.0  # time.monotonic() before which nothing is sent (see module docstring)
-        # One bound method object, so that kazoo's per-path watcher sets hold it once.
-        self._watch: Callable[[WatchedEvent], None] = self._on_watch
 
     # -- introspection ------------------------------------------------------------------------------
 
@@ -300,180 +114,69 @@ class ZooKeeperStore:
 
     @property
     def operation_timeout(self) -> float:
-        return self._operation_timeout
+        return self._session.operation_timeout
 
     @property
     def client(self) -> KazooClient | None:
         """The kazoo client of the current connection (for diagnostics and tests), or None."""
-        return self._client
+        return self._session.client
 
     @property
     def session_id(self) -> int | None:
         """The current ZooKeeper session id, or None while not connected."""
-        client = self._client
-        client_id = client.client_id if client is not None else None
-        return client_id[0] if client_id is not None else None
+        return self._session.session_id
 
     # -- life cycle and signalling --------------------------------------------------------------------
 
     def start(self) -> None:
         """Connect and create the base layout, within ``operation_timeout``. Raises ``StoreUnavailable``.
         Calling it again while started does nothing (kazoo reconnects by itself after a loss)."""
-        if self._client is not None:
+        if self._session.client is not None:
             return
-        deadline = _Deadline(self._operation_timeout)
-        client = self._client_factory(self._options)
-        self._timeouts = (KazooTimeoutError, client.handler.timeout_exception)
-        self._failures = (KazooException, *self._timeouts)
-        self._quiet_until = 0.0
-
-        def listener(state: str) -> None:
-            # Runs on kazoo's connection thread: record and signal only.
-            if self._client is client:
-                self._state = _STATES.get(state, ConnectionState.SUSPENDED)
-                self._quiet_until = 0.0  # kazoo has decided about the connection
-                self._notify()
-
-        client.add_listener(listener)
-        self._client = client
+        deadline = self._session.deadline()
+        client = self._session.connect(deadline)
         try:
-            client.start_async().wait(deadline.remaining())
-            if not client.connected:
-                raise StoreUnavailable(
-                    f"no ZooKeeper connection to {self._options.hosts} within {self._operation_timeout:.1f}s"
-                )
-            self._state = ConnectionState.CONNECTED
-            with self._reading("create the base layout"):
+            with self._session.reading("create the base layout"):
                 self._ensure_layout(client, deadline)
         except BaseException:
             self.stop()
             raise
-        log.info("connected to ZooKeeper %s, base path %s", self._options.hosts, self._paths.base)
+        log.info("connected to ZooKeeper %s, base path %s", self._session.options.hosts, self._paths.base)
 
     def stop(self) -> None:
         """Close the session (its ephemeral nodes vanish). Bounded by ``operation_timeout``; never raises."""
-        client, self._client = self._client, None
-        self._state = ConnectionState.LOST
-        if client is None:
-            return
-
-        def close() -> None:
-            try:
-                client.stop()
-                client.close()
-            except Exception:  # the thread's boundary: stop() must never raise
-                log.warning("error while closing the ZooKeeper client", exc_info=True)
-
-        # kazoo's stop() waits for the server's answer to the close request, up to max(10 s, session
-        # timeout) when the server does not answer: do not let that hold the caller.
-        closer = threading.Thread(target=close, name="zookeeper-store-close", daemon=True)
-        closer.start()
-        closer.join(self._operation_timeout)
-        if closer.is_alive():
-            log.warning("ZooKeeper client still closing after %.1fs; left to finish", self._operation_timeout)
+        self._session.close()
 
     @property
     def connection_state(self) -> ConnectionState:
         """kazoo's state, except SUSPENDED during the quiet period that follows an unanswered request."""
-        state = self._state
-        if state is ConnectionState.CONNECTED and time.monotonic() < self._quiet_until:
-            return ConnectionState.SUSPENDED
-        return state
+        return self._session.connection_state
 
     def set_wakeup(self, callback: Callable[[], None]) -> None:
-        self._wakeup.set(callback)
+        self._session.set_wakeup(callback)
 
-    def _notify(self) -> None:
-        self._wakeup.fire()  # from kazoo's threads: never blocks, never raises
-
-    def _on_watch(self, event: WatchedEvent) -> None:
-        self._notify()
-
-    # -- helpers --------------------------------------------------------------------------------------
-
-    def _connected(self, *, write: bool) -> tuple[KazooClient, int]:
-        """The client and session id, if CONNECTED; otherwise raise without sending anything."""
-        client = self._client
-        client_id = client.client_id if client is not None else None
-        state = self.connection_state
-        if client is None or client_id is None or state is not ConnectionState.CONNECTED:
-            state_name = state.value if client is not None else "not started"
-            if write:
-                raise StoreUnknownOutcome(f"ZooKeeper connection {state_name}: write not attempted")
-            raise StoreUnavailable(f"ZooKeeper connection {state_name}")
-        return client, client_id[0]
-
-    def _wait(self, result: IAsyncResult[_T], deadline: _Deadline) -> _T:
-        try:
-            return result.get(timeout=deadline.remaining())
-        except self._timeouts:
-            self._start_quiet_period(result)
-            raise
-
-    @contextlib.contextmanager
-    def _reading(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except self._failures as exc:
-            raise StoreUnavailable(f"{what}: {self._describe(exc)}") from exc
-
-    @contextlib.contextmanager
-    def _writing(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except self._failures as exc:
-            raise StoreUnknownOutcome(f"{what}: {self._describe(exc)}") from exc
-
-    def _describe(self, exc: BaseException) -> str:
-        if isinstance(exc, self._timeouts):
-            return f"no answer from ZooKeeper within {self._operation_timeout:.1f}s"
-        return f"{type(exc).__name__} {exc}".rstrip()
-
-    def _start_quiet_period(self, unanswered: IAsyncResult[Any]) -> None:
-        """A request got no answer in time: send nothing until kazoo has pinged (module docstring), or
-        until that request is answered after all (the connection is alive, only slow)."""
-        if self._state is not ConnectionState.CONNECTED:
-            return
-        self._quiet_until = time.monotonic() + self._quiet_period
-        log.warning(
-            "ZooKeeper did not answer within %.1fs: connection treated as suspended for up to %.1fs",
-            self._operation_timeout,
-            self._quiet_period,
-        )
-        unanswered.rawlink(self._on_late_answer)
-        self._notify()
-
-    def _on_late_answer(self, result: IAsyncResult[Any]) -> None:
-        # Runs on kazoo's callback thread. A lost connection fails the request with one of these; any
-        # other outcome is an answer from the server.
-        if isinstance(result.exception, ConnectionLoss | SessionExpiredError) or self._quiet_until == 0.0:
-            return
-        self._quiet_until = 0.0
-        log.info("ZooKeeper answered late: connection usable again")
-        self._notify()
-
-    def _ensure_layout(self, client: KazooClient, deadline: _Deadline) -> None:
+    def _ensure_layout(self, client: KazooClient, deadline: Deadline) -> None:
         for result in [client.ensure_path_async(path) for path in self._paths.layout()]:
-            self._wait(result, deadline)
+            self._session.wait(result, deadline)
 
     # -- membership and leadership --------------------------------------------------------------------
 
     def join(self, vm: str, info: Mapping[str, object]) -> WriteResult:
         vm = normalize_vm_name(vm)
-        client, session = self._connected(write=True)
-        deadline = _Deadline(self._operation_timeout)
-        with self._writing(f"join as {vm}"):
-            result = self._join_members(client, session, vm, _encode({**info, "vm": vm}), deadline)
+        client, session = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        data = MemberNode.of(vm, info).to_bytes()
+        with self._session.writing(f"join as {vm}"):
+            result = self._join_members(client, session, vm, data, deadline)
             self._register(client, vm, deadline)
         return result
 
-    def _join_members(
-        self, client: KazooClient, session: int, vm: str, data: bytes, deadline: _Deadline
-    ) -> WriteResult:
+    def _join_members(self, client: KazooClient, session: int, vm: str, data: bytes, deadline: Deadline) -> WriteResult:
         path = self._paths.member(vm)
+        wait = self._session.wait
         for _ in range(3):
             try:
-                self._wait(client.create_async(path, data, ephemeral=True), deadline)
+                wait(client.create_async(path, data, ephemeral=True), deadline)
                 log.info("joined as %s (session 0x%x)", vm, session)
                 return WriteResult.DONE
             except NoNodeError:
@@ -481,7 +184,7 @@ class ZooKeeperStore:
                 continue
             except NodeExistsError:
                 pass
-            stat = self._wait(client.exists_async(path), deadline)
+            stat = wait(client.exists_async(path), deadline)
             if stat is None:
                 continue  # vanished in between: create again
             if stat.ephemeralOwner == session:
@@ -495,18 +198,18 @@ class ZooKeeperStore:
                 session,
             )
             with contextlib.suppress(NoNodeError, BadVersionError):
-                self._wait(client.delete_async(path, version=stat.version), deadline)
+                wait(client.delete_async(path, version=stat.version), deadline)
         raise StoreUnknownOutcome(f"member node of {vm} keeps being taken by another session")
 
-    def _register(self, client: KazooClient, vm: str, deadline: _Deadline) -> None:
+    def _register(self, client: KazooClient, vm: str, deadline: Deadline) -> None:
         """Make sure ``/registry/{vm}`` exists; a read when it does (the usual case), a write once."""
         path = self._paths.registered(vm)
-        if self._wait(client.exists_async(path), deadline) is not None:
+        if self._session.wait(client.exists_async(path), deadline) is not None:
             return
-        data = _encode({"vm": vm, "first_seen": self._clock()})
+        data = RegistryNode(vm=vm, first_seen=self._clock()).to_bytes()
         for _ in range(2):
             try:
-                self._wait(client.create_async(path, data), deadline)
+                self._session.wait(client.create_async(path, data), deadline)
                 log.info("registered %s", vm)
                 return
             except NodeExistsError:
@@ -517,18 +220,18 @@ class ZooKeeperStore:
 
     def campaign(self, vm: str) -> bool:
         vm = normalize_vm_name(vm)
-        client, session = self._connected(write=False)
-        deadline = _Deadline(self._operation_timeout)
-        data = _encode({"vm": vm, "since": self._clock()})
-        with self._reading(f"campaign as {vm}"):
+        client, session = self._session.connected(write=False)
+        deadline = self._session.deadline()
+        data = LeaderNode(vm=vm, since=self._clock()).to_bytes()
+        with self._session.reading(f"campaign as {vm}"):
             for _ in range(2):
                 try:
-                    self._wait(client.create_async(self._paths.leader, data, ephemeral=True), deadline)
+                    self._session.wait(client.create_async(self._paths.leader, data, ephemeral=True), deadline)
                     log.info("%s is the leader now (session 0x%x)", vm, session)
                     return True
                 except NodeExistsError:
                     pass
-                stat = self._wait(client.exists_async(self._paths.leader), deadline)
+                stat = self._session.wait(client.exists_async(self._paths.leader), deadline)
                 if stat is not None:
                     return stat.ephemeralOwner == session
         return False
@@ -536,169 +239,35 @@ class ZooKeeperStore:
     # -- reads ----------------------------------------------------------------------------------------
 
     def read_view(self, vm: str) -> ClusterView:
-        vm = normalize_vm_name(vm)
-        client, session = self._connected(write=False)
-        deadline = _Deadline(self._operation_timeout)
-        watch = self._watch
-        paths = self._paths
-        with self._reading("read the cluster view"):
-            members_r = client.get_children_async(paths.members, watch=watch)
-            registry_r = client.get_children_async(paths.registry, watch=watch)
-            # exists() sets a watch whether or not the node is there, so a new leader wakes us up too.
-            leader_r = client.exists_async(paths.leader, watch=watch)
-            events_r = client.get_children_async(paths.events, watch=watch)
-
-            absent_r = client.get_children_async(paths.absent, watch=watch)
-            members = frozenset(name for name in self._children_or_empty(members_r, deadline) if _is_canonical_vm(name))
-            known = frozenset(name for name in self._children_or_empty(registry_r, deadline) if _is_canonical_vm(name))
-            leader: str | None = None
-            i_am_leader = False
-            if self._wait(leader_r, deadline) is not None:
-                try:
-                    data, stat = self._wait(client.get_async(paths.leader), deadline)
-                    leader = str(_decode(data)["vm"])
-                    i_am_leader = stat.ephemeralOwner == session and leader == vm
-                except NoNodeError:
-                    pass
-                except (ValueError, KeyError):
-                    log.warning("undecodable %s node; treating the leader as unknown", paths.leader)
-
-            absent_since: dict[str, float] = {}
-            absent_names = [n for n in self._children_or_empty(absent_r, deadline) if _is_canonical_vm(n)]
-            absent_data = {name: client.get_async(paths.absent_vm(name)) for name in absent_names}
-            for name, result in absent_data.items():
-                try:
-                    absent_since[name] = _float(_decode(self._wait(result, deadline)[0])["since"])
-                except NoNodeError:
-                    pass
-                except (ValueError, KeyError, TypeError):
-                    log.warning("undecodable %s node; ignored", paths.absent_vm(name))
-
-            event_ids = [e for e in self._children_or_empty(events_r, deadline) if _is_canonical_event_id(e)]
-            pending = {
-                event_id: (
-                    client.get_async(paths.event(event_id), watch=watch),
-                    client.get_children_async(paths.event(event_id), watch=watch),
-                    client.get_children_async(paths.acks(event_id), watch=watch),
-                )
-                for event_id in event_ids
-            }
-            records: dict[str, EventRecord] = {}
-            for event_id, (record_r, children_r, acks_r) in pending.items():
-                record = self._read_record(client, event_id, record_r, children_r, acks_r, deadline)
-                if record is not None:
-                    records[event_id] = record
-        return ClusterView(
-            members=members,
-            leader=leader,
-            i_am_leader=i_am_leader,
-            records=records,
-            connection=self.connection_state,
-            known=known,
-            absent_since=absent_since,
-        )
-
-    def _children_or_empty(self, result: IAsyncResult[list[str]], deadline: _Deadline) -> list[str]:
-        try:
-            return self._wait(result, deadline)
-        except NoNodeError:
-            return []
-
-    def _read_record(
-        self,
-        client: KazooClient,
-        event_id: str,
-        record_r: IAsyncResult[tuple[bytes, ZnodeStat]],
-        children_r: IAsyncResult[list[str]],
-        acks_r: IAsyncResult[list[str]],
-        deadline: _Deadline,
-    ) -> EventRecord | None:
-        try:
-            data, _ = self._wait(record_r, deadline)
-            children = self._wait(children_r, deadline)
-        except NoNodeError:
-            return None  # purged while we were reading
-        try:
-            record = _record_from_data(event_id, _decode(data))
-        except (ValueError, KeyError) as exc:
-            log.warning("event %s: undecodable record, ignored: %s", event_id, exc)
-            return None
-        ack_names = [name for name in self._children_or_empty(acks_r, deadline) if _is_canonical_vm(name)]
-        ack_results = {name: client.get_async(self._paths.ack(event_id, name)) for name in ack_names}
-        approval_r = client.get_async(self._paths.approval(event_id)) if "approval" in children else None
-        admitted_r = client.get_async(self._paths.admitted(event_id)) if "admitted" in children else None
-
-        acks: dict[str, float] = {}
-        for name, result in ack_results.items():
-            try:
-                ack_data, ack_stat = self._wait(result, deadline)
-            except NoNodeError:
-                continue  # withdrawn meanwhile
-            try:
-                acks[name] = _float(_decode(ack_data)["at"])
-            except (ValueError, KeyError):
-                acks[name] = ack_stat.ctime / 1000.0
-        approval: Approval | None = None
-        if approval_r is not None:
-            try:
-                approval_data, _ = self._wait(approval_r, deadline)
-                approval = _approval_from_data(_decode(approval_data))
-            except NoNodeError:
-                pass
-            except (ValueError, KeyError) as exc:
-                # The node exists, so the event was approved; keep what can be shown.
-                log.warning("event %s: undecodable approval record: %s", event_id, exc)
-                approval = Approval(by="?", at=0.0, as_leader=False)
-        admitted_at: float | None = None
-        if admitted_r is not None:
-            try:
-                admitted_data, admitted_stat = self._wait(admitted_r, deadline)
-            except NoNodeError:
-                admitted_r = None
-            else:
-                try:
-                    admitted_at = _float(_decode(admitted_data)["at"])
-                except (ValueError, KeyError):
-                    admitted_at = admitted_stat.ctime / 1000.0
-        return EventRecord(
-            event_id=record.event_id,
-            event_type=record.event_type,
-            resources=record.resources,
-            not_before=record.not_before,
-            published_by=record.published_by,
-            published_at=record.published_at,
-            acks=acks,
-            approval=approval,
-            done_at=record.done_at,
-            admitted_at=admitted_at,
-        )
+        """See ``coordinator.store.zk_view.read_view``."""
+        return read_view(self._session, self._paths, normalize_vm_name(vm))
 
     # -- writes ---------------------------------------------------------------------------------------
 
     def publish_event(self, record: EventRecord) -> WriteResult:
-        """Create ``/events/{EVENT_ID}`` and its ``acks`` node atomically. The record's ``acks`` and
-        ``approval`` are not written (they have their own methods)."""
+        """Create ``/events/{EVENT_ID}`` and its ``acks`` node atomically. The record's ``acks``,
+        ``approval`` and ``admitted_at`` are not written (they have their own methods)."""
         event_id = normalize_event_id(record.event_id)
         published_by = normalize_vm_name(record.published_by)
-        client, _ = self._connected(write=True)
-        deadline = _Deadline(self._operation_timeout)
-        data = _encode(
-            {
-                "event_id": event_id,
-                "event_type": record.event_type,
-                "resources": list(record.resources),
-                "not_before": record.not_before,
-                "published_by": published_by,
-                "published_at": record.published_at,
-                "done_at": record.done_at,
-            }
-        )
-        with self._writing(f"publish event {event_id}"):
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        data = EventNode.of(
+            EventRecord(
+                event_id=event_id,
+                event_type=record.event_type,
+                resources=record.resources,
+                not_before=record.not_before,
+                published_by=published_by,
+                published_at=record.published_at,
+                done_at=record.done_at,
+            )
+        ).to_bytes()
+        with self._session.writing(f"publish event {event_id}"):
             for _ in range(2):
                 transaction = client.transaction()
                 transaction.create(self._paths.event(event_id), data)
                 transaction.create(self._paths.acks(event_id), b"")
-                results = self._wait(transaction.commit_async(), deadline)
+                results = self._session.wait(transaction.commit_async(), deadline)
                 first = results[0] if results else None
                 if isinstance(first, NodeExistsError):
                     return WriteResult.EXISTS
@@ -715,14 +284,12 @@ class ZooKeeperStore:
     def acknowledge(self, event_id: str, vm: str, at: float) -> WriteResult:
         event_id = normalize_event_id(event_id)
         vm = normalize_vm_name(vm)
-        client, _ = self._connected(write=True)
-        deadline = _Deadline(self._operation_timeout)
-        with self._writing(f"event {event_id}: acknowledge for {vm}"):
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        data = AckNode(vm=vm, at=at).to_bytes()
+        with self._session.writing(f"event {event_id}: acknowledge for {vm}"):
             try:
-                self._wait(
-                    client.create_async(self._paths.ack(event_id, vm), _encode({"vm": vm, "at": at})),
-                    deadline,
-                )
+                self._session.wait(client.create_async(self._paths.ack(event_id, vm), data), deadline)
             except NodeExistsError:
                 return WriteResult.EXISTS
             except NoNodeError:
@@ -732,11 +299,11 @@ class ZooKeeperStore:
     def withdraw_ack(self, event_id: str, vm: str) -> WriteResult:
         event_id = normalize_event_id(event_id)
         vm = normalize_vm_name(vm)
-        client, _ = self._connected(write=True)
-        deadline = _Deadline(self._operation_timeout)
-        with self._writing(f"event {event_id}: withdraw the ack of {vm}"):
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        with self._session.writing(f"event {event_id}: withdraw the ack of {vm}"):
             try:
-                self._wait(client.delete_async(self._paths.ack(event_id, vm)), deadline)
+                self._session.wait(client.delete_async(self._paths.ack(event_id, vm)), deadline)
             except NoNodeError:
                 return WriteResult.MISSING
         return WriteResult.DONE
@@ -750,18 +317,19 @@ class ZooKeeperStore:
 
         # 1. The connection is CONNECTED (SUSPENDED may mean that our session, and leadership, are gone).
         try:
-            client, session = self._connected(write=True)
+            client, session = self._session.connected(write=True)
         except StoreUnknownOutcome as exc:
             return ApprovalResult(ApprovalOutcome.REFUSED, reason=str(exc))
-        deadline = _Deadline(self._operation_timeout)
+        deadline = self._session.deadline()
         paths = self._paths
-        with self._writing(f"event {event_id}: approve as {vm}"):
+        wait = self._session.wait
+        with self._session.writing(f"event {event_id}: approve as {vm}"):
             # 2. A synced read: the server we talk to has caught up with the ensemble's leader, so a
             # node deleted elsewhere (an expired leader) is not still seen here.
-            self._wait(client.sync_async(paths.base), deadline)
+            wait(client.sync_async(paths.base), deadline)
             owner_path = paths.leader if as_leader else paths.member(vm)
             try:
-                data, stat = self._wait(client.get_async(owner_path), deadline)
+                data, stat = wait(client.get_async(owner_path), deadline)
             except NoNodeError:
                 return _refused(
                     f"{owner_path} does not exist: this agent is not the leader"
@@ -772,15 +340,16 @@ class ZooKeeperStore:
                 return _refused(f"{owner_path} belongs to session 0x{stat.ephemeralOwner:x}, not ours (0x{session:x})")
             if as_leader:
                 try:
-                    holder = _decode(data).get("vm")
-                except ValueError:
+                    holder: str | None = LeaderNode.from_bytes(data, owner_path).vm
+                except PayloadError as exc:
+                    log.warning("undecodable leader node, held by nobody: %s", exc)
                     holder = None
                 if holder != vm:
                     return _refused(f"{owner_path} is held by this session for {holder!r}, not {vm!r}")
 
             # 3. Every required VM has acknowledged.
             try:
-                ack_names: list[str] = self._wait(client.get_children_async(paths.acks(event_id)), deadline)
+                ack_names: list[str] = wait(client.get_children_async(paths.acks(event_id)), deadline)
             except NoNodeError:
                 return _refused(f"event {event_id} has no record in the store")
             missing = sorted(needed - set(ack_names))
@@ -793,23 +362,17 @@ class ZooKeeperStore:
                 return _refused("the ZooKeeper session changed during the checks")
             approval = Approval(by=vm, at=at, as_leader=as_leader)
             try:
-                self._wait(
-                    client.create_async(
-                        paths.approval(event_id),
-                        _encode({"by": approval.by, "at": approval.at, "as_leader": approval.as_leader}),
-                    ),
-                    deadline,
-                )
+                wait(client.create_async(paths.approval(event_id), ApprovalNode.of(approval).to_bytes()), deadline)
                 log.info("event %s: approval recorded by %s (as leader: %s)", event_id, vm, as_leader)
                 return ApprovalResult(ApprovalOutcome.APPROVED, record=approval)
             except NoNodeError:
                 return _refused(f"event {event_id} has no record in the store")
             except NodeExistsError:
                 pass
-            data, _ = self._wait(client.get_async(paths.approval(event_id)), deadline)
+            data, _ = wait(client.get_async(paths.approval(event_id)), deadline)
         try:
-            existing = _approval_from_data(_decode(data))
-        except (ValueError, KeyError) as exc:
+            existing = ApprovalNode.from_bytes(data, paths.approval(event_id)).to_approval()
+        except PayloadError as exc:
             raise StoreUnknownOutcome(f"event {event_id}: undecodable approval record: {exc}") from exc
         return ApprovalResult(ApprovalOutcome.APPROVED, reason="approved before", record=existing)
 
@@ -817,11 +380,12 @@ class ZooKeeperStore:
         """Create ``admitted`` under the event, once. The store does not check that ``vm`` leads."""
         event_id = normalize_event_id(event_id)
         vm = normalize_vm_name(vm)
-        client, _ = self._connected(write=True)
-        deadline = _Deadline(self._operation_timeout)
-        with self._writing(f"event {event_id}: admit (by {vm})"):
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        data = AdmittedNode(by=vm, at=at).to_bytes()
+        with self._session.writing(f"event {event_id}: admit (by {vm})"):
             try:
-                self._wait(client.create_async(self._paths.admitted(event_id), _encode({"by": vm, "at": at})), deadline)
+                self._session.wait(client.create_async(self._paths.admitted(event_id), data), deadline)
             except NodeExistsError:
                 return WriteResult.EXISTS
             except NoNodeError:
@@ -831,12 +395,13 @@ class ZooKeeperStore:
 
     def mark_absent(self, vm: str, at: float) -> WriteResult:
         vm = normalize_vm_name(vm)
-        client, _ = self._connected(write=True)
-        deadline = _Deadline(self._operation_timeout)
-        with self._writing(f"mark {vm} absent"):
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        data = AbsentNode(since=at).to_bytes()
+        with self._session.writing(f"mark {vm} absent"):
             for _ in range(2):
                 try:
-                    self._wait(client.create_async(self._paths.absent_vm(vm), _encode({"since": at})), deadline)
+                    self._session.wait(client.create_async(self._paths.absent_vm(vm), data), deadline)
                     return WriteResult.DONE
                 except NodeExistsError:
                     return WriteResult.EXISTS
@@ -846,36 +411,38 @@ class ZooKeeperStore:
 
     def clear_absent(self, vm: str) -> WriteResult:
         vm = normalize_vm_name(vm)
-        client, _ = self._connected(write=True)
-        deadline = _Deadline(self._operation_timeout)
-        with self._writing(f"clear the absence of {vm}"):
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        with self._session.writing(f"clear the absence of {vm}"):
             try:
-                self._wait(client.delete_async(self._paths.absent_vm(vm)), deadline)
+                self._session.wait(client.delete_async(self._paths.absent_vm(vm)), deadline)
             except NoNodeError:
                 return WriteResult.MISSING
         return WriteResult.DONE
 
     def mark_done(self, event_id: str, at: float) -> WriteResult:
+        """Set ``done_at`` with a versioned write, keeping every other field of the record (including
+        fields unknown to this version). Raises ``StoreUnknownOutcome`` if the record does not parse."""
         event_id = normalize_event_id(event_id)
-        client, _ = self._connected(write=True)
-        deadline = _Deadline(self._operation_timeout)
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
         path = self._paths.event(event_id)
-        with self._writing(f"event {event_id}: mark done"):
+        with self._session.writing(f"event {event_id}: mark done"):
             for _ in range(3):
                 try:
-                    data, stat = self._wait(client.get_async(path), deadline)
+                    data, stat = self._session.wait(client.get_async(path), deadline)
                 except NoNodeError:
                     return WriteResult.MISSING
                 try:
-                    content = _decode(data)
-                except ValueError as exc:
+                    node = EventNode.from_bytes(data, path)
+                except PayloadError as exc:
                     raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
-                if content.get("done_at") is not None:
+                if node.done_at is not None:
                     return WriteResult.EXISTS
-                content["done_at"] = at
+                done = node.model_copy(update={"done_at": at}).to_bytes()
                 try:
                     # Versioned, so that a concurrent writer is not overwritten: re-read and decide again.
-                    self._wait(client.set_async(path, _encode(content), version=stat.version), deadline)
+                    self._session.wait(client.set_async(path, done, version=stat.version), deadline)
                     return WriteResult.DONE
                 except BadVersionError:
                     continue
@@ -885,24 +452,26 @@ class ZooKeeperStore:
 
     def purge_done(self, older_than: float) -> int:
         """Delete, each in one transaction with its whole subtree, the records done before ``older_than``.
-        A record that gains a child meanwhile is left for the next call."""
-        client, _ = self._connected(write=True)
-        deadline = _Deadline(self._operation_timeout)
+        A record that gains a child meanwhile is left for the next call; one that does not parse is left
+        too, with a warning."""
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        wait = self._session.wait
         deleted = 0
-        with self._writing("purge done events"):
+        with self._session.writing("purge done events"):
             try:
-                event_ids = self._wait(client.get_children_async(self._paths.events), deadline)
+                event_ids = wait(client.get_children_async(self._paths.events), deadline)
             except NoNodeError:
                 return 0
             reads = {e: client.get_async(self._paths.event(e)) for e in event_ids}
             for event_id, result in reads.items():
                 try:
-                    data, _ = self._wait(result, deadline)
-                    done_at = _optional_float(_decode(data).get("done_at"))
+                    data, _ = wait(result, deadline)
+                    done_at = EventNode.from_bytes(data, self._paths.event(event_id)).done_at
                 except NoNodeError:
                     continue
-                except ValueError:
-                    log.warning("event %s: undecodable record, not purged", event_id)
+                except PayloadError as exc:
+                    log.warning("event %s: undecodable record, not purged: %s", event_id, exc)
                     continue
                 if done_at is None or done_at >= older_than:
                     continue
@@ -910,19 +479,19 @@ class ZooKeeperStore:
                 transaction = client.transaction()
                 for path in reversed(subtree):  # children before parents
                     transaction.delete(path)
-                results = self._wait(transaction.commit_async(), deadline)
+                results = wait(transaction.commit_async(), deadline)
                 if all(result is True for result in results):
                     deleted += 1
                     log.info("event %s: record purged (done at %.0f)", event_id, done_at)
         return deleted
 
-    def _subtree(self, client: KazooClient, path: str, deadline: _Deadline) -> list[str]:
+    def _subtree(self, client: KazooClient, path: str, deadline: Deadline) -> list[str]:
         """``path`` and every node below it, parents before children."""
         nodes = [path]
         index = 0
         while index < len(nodes):
             try:
-                children = self._wait(client.get_children_async(nodes[index]), deadline)
+                children = self._session.wait(client.get_children_async(nodes[index]), deadline)
             except NoNodeError:
                 children = []
             nodes.extend(f"{nodes[index]}/{child}" for child in children)
@@ -933,17 +502,3 @@ class ZooKeeperStore:
 def _refused(reason: str) -> ApprovalResult:
     log.info("approval refused: %s", reason)
     return ApprovalResult(ApprovalOutcome.REFUSED, reason=reason)
-
-
-def _is_canonical_vm(name: str) -> bool:
-    try:
-        return normalize_vm_name(name) == name
-    except ValueError:
-        return False
-
-
-def _is_canonical_event_id(event_id: str) -> bool:
-    try:
-        return normalize_event_id(event_id) == event_id
-    except ValueError:
-        return False

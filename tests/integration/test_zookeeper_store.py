@@ -6,6 +6,8 @@ is stopped with SIGSTOP, as an Azure Freeze would stop it.
 
 from __future__ import annotations
 
+import json
+import logging
 import socket
 import threading
 import time
@@ -15,7 +17,6 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinator.errors import ConfigError, StoreUnavailable, StoreUnknownOutcome
-from coordinator.localzk import LocalEnsemble, LocalZooKeeper
 from coordinator.store.base import (
     ApprovalOutcome,
     ApprovalResult,
@@ -25,11 +26,11 @@ from coordinator.store.base import (
     WriteResult,
 )
 from coordinator.store.zookeeper import ClientOptions, ZooKeeperStore
+from coordinator.testbed.zookeeper import LocalEnsemble, LocalZooKeeper
 from tests.plugins.zookeeper import StoreMaker, expire_session, wait_until
 
 EVENT = "5AA1A3F2-3C39-4E5B-9C4B-9E3E5D2B1A01"
 T0 = 1_700_000_000.0
-
 
 
 def record(resources: tuple[str, ...] = ("vm-a", "vm-b")) -> EventRecord:
@@ -393,3 +394,124 @@ def test_start_is_bounded_when_nothing_listens() -> None:
 def test_configuration_is_validated(hosts: str, root: str, cluster: str) -> None:
     with pytest.raises(ConfigError):
         ZooKeeperStore(hosts, root, cluster)
+
+
+# -- node data: the previous format, extra fields, garbage ------------------------------------------
+
+OTHER_EVENT = "0BB1A3F2-3C39-4E5B-9C4B-9E3E5D2B1A02"
+
+
+def previous(value: dict[str, object]) -> bytes:
+    """Node data as the previous version wrote it."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def raw_client(store: ZooKeeperStore) -> KazooClient:
+    assert store.client is not None
+    return store.client
+
+
+def test_nodes_of_the_previous_format_with_extra_fields_are_read(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    store = make_store(zk_hosts, zk_chroot)
+    store.join("vm-a", {})
+    client, base = raw_client(store), store.base_path
+    event = f"{base}/events/{EVENT}"
+    client.create(f"{base}/leader", previous({"vm": "vm-a", "since": T0, "term": 3}), ephemeral=True)
+    client.create(f"{base}/absent/vm-b", previous({"since": T0 + 1, "reason": "later"}))
+    client.create(
+        event,
+        previous(
+            {
+                "event_id": EVENT,
+                "event_type": "Freeze",
+                "resources": ["vm-a", "vm-b"],
+                "not_before": T0 + 60,
+                "published_by": "vm-a",
+                "published_at": T0,
+                "done_at": None,
+                "priority": "high",
+            }
+        ),
+    )
+    client.create(f"{event}/acks", b"")
+    client.create(f"{event}/acks/vm-a", previous({"vm": "vm-a", "at": T0 + 2, "how": "drained"}))
+    client.create(f"{event}/admitted", previous({"by": "vm-a", "at": T0 + 3, "budget": 1}))
+    client.create(f"{event}/approval", previous({"by": "vm-a", "at": T0 + 4, "as_leader": True, "note": "x"}))
+
+    view = store.read_view("vm-a")
+    assert (view.leader, view.i_am_leader) == ("vm-a", True)
+    assert view.absent_since == {"vm-b": T0 + 1}
+    got = view.records[EVENT]
+    assert (got.event_type, got.resources, got.not_before, got.published_by, got.published_at) == (
+        "Freeze",
+        ("vm-a", "vm-b"),
+        T0 + 60,
+        "vm-a",
+        T0,
+    )
+    assert got.acks == {"vm-a": T0 + 2}
+    assert got.admitted_at == T0 + 3
+    assert got.approval is not None
+    assert (got.approval.by, got.approval.at, got.approval.as_leader) == ("vm-a", T0 + 4, True)
+    approved = store.approve(EVENT, "vm-a", ["vm-a"], as_leader=True, at=T0 + 5)
+    assert approved.outcome is ApprovalOutcome.APPROVED
+    assert approved.reason == "approved before"
+
+    # Marking done rewrites the record and keeps the field this version does not know.
+    assert store.mark_done(EVENT, T0 + 6) is WriteResult.DONE
+    stored = json.loads(client.get(event)[0])
+    assert stored["priority"] == "high"
+    assert stored["done_at"] == T0 + 6
+    assert store.read_view("vm-a").records[EVENT].done_at == T0 + 6
+
+
+def test_garbage_nodes_are_handled_as_before(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = make_store(zk_hosts, zk_chroot)
+    store.join("vm-a", {})
+    client, base = raw_client(store), store.base_path
+    good, bad = f"{base}/events/{EVENT}", f"{base}/events/{OTHER_EVENT}"
+    client.create(f"{base}/leader", b"not json", ephemeral=True)
+    client.create(f"{base}/absent/vm-b", previous({"since": "yesterday"}))
+    assert store.publish_event(record()) is WriteResult.DONE
+    client.create(f"{good}/acks/vm-a", b"\xff")
+    client.create(f"{good}/admitted", previous({"by": "vm-a"}))
+    client.create(f"{good}/approval", previous({"by": "vm-a", "at": T0}))
+    client.create(bad, previous({"event_type": "Freeze", "published_by": "vm-a", "published_at": "now", "done_at": 1}))
+    client.create(f"{bad}/acks", b"")
+
+    with caplog.at_level(logging.WARNING, logger="coordinator.store"):
+        view = store.read_view("vm-a")
+    # The leader is unknown, the absence and the bad record are left out, with a warning naming the node.
+    assert (view.leader, view.i_am_leader) == (None, False)
+    assert view.absent_since == {}
+    assert set(view.records) == {EVENT}
+    messages = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"{base}/leader: " in messages
+    assert f"{base}/absent/vm-b: since: Input should be a valid number" in messages
+    assert f"{bad}: published_at: Input should be a valid number" in messages
+    assert f"{good}/approval: as_leader: Field required" in messages
+    # An ack or an admission that does not parse counts from its node's creation time.
+    got = view.records[EVENT]
+    ack_created = client.exists(f"{good}/acks/vm-a")
+    admitted_created = client.exists(f"{good}/admitted")
+    assert ack_created is not None and admitted_created is not None
+    assert got.acks == {"vm-a": ack_created.ctime / 1000.0}
+    assert got.admitted_at == admitted_created.ctime / 1000.0
+    # The approval node exists: the event is approved, by someone unknown.
+    assert got.approval is not None and got.approval.by == "?"
+
+    refused = store.approve(EVENT, "vm-a", ["vm-a"], as_leader=True, at=T0)
+    assert refused.outcome is ApprovalOutcome.REFUSED
+    assert "held by this session for None" in refused.reason
+    with pytest.raises(StoreUnknownOutcome, match="undecodable approval record"):
+        store.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0)
+    with pytest.raises(StoreUnknownOutcome, match="undecodable record"):
+        store.mark_done(OTHER_EVENT, T0)
+    assert store.mark_done(EVENT, T0) is WriteResult.DONE
+    assert store.purge_done(T0 + 10) == 1  # the good record; the bad one stays
+    assert client.exists(good) is None
+    assert client.exists(bad) is not None

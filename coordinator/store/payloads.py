@@ -1,0 +1,200 @@
+"""The data of the ZooKeeper store's nodes: one pydantic model per node kind, UTF-8 JSON on the wire.
+
+Field names are the stored format (see the layout in ``coordinator.store.base``) and must not change:
+nodes written by one version of the agent are read by the next, and by the previous one during a rolling
+upgrade. Reading rules, shared by every model:
+
+* Unknown fields are accepted (a newer agent may add some). They are ignored, except on the two kinds
+  that keep them: ``EventNode``, so that rewriting a record (``mark_done``) does not drop what a newer
+  agent stored in it, and ``MemberNode``, whose extra fields are the agent's free-form member info.
+* A field is required on reading only if the reader of this version needs it; the other fields the
+  writer always sets are optional, so that no node that was readable before is rejected now.
+* Types are strict: a time is a JSON number (not a string, not a boolean), a name a JSON string, a flag a
+  JSON boolean; no coercion.
+* Data that is not UTF-8 JSON, not an object, or does not validate raises ``PayloadError``, which names
+  the node's path and what was wrong. What a caller does with it depends on the node (skip it, fall back,
+  or refuse); see ``coordinator.store.zookeeper``.
+
+The models are a storage detail: the rest of the code uses the dataclasses of ``coordinator.store.base``
+(``EventRecord``, ``Approval``), to and from which the models convert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from coordinator.store.base import Approval, EventRecord
+
+__all__ = [
+    "AbsentNode",
+    "AckNode",
+    "AdmittedNode",
+    "ApprovalNode",
+    "EventNode",
+    "LeaderNode",
+    "MemberNode",
+    "NodePayload",
+    "PayloadError",
+    "RegistryNode",
+]
+
+_MAX_ERRORS = 3  # in a PayloadError message; the rest are counted
+
+
+class PayloadError(ValueError):
+    """The data of the node at ``path`` is not a valid payload of the expected kind."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def _brief(exc: ValidationError) -> str:
+    """A one-line summary of a validation error: location and message of the first few problems (never
+    the input, which may be large)."""
+    errors = exc.errors(include_url=False, include_input=False)
+    parts = [f"{'.'.join(str(p) for p in error['loc']) or 'data'}: {error['msg']}" for error in errors[:_MAX_ERRORS]]
+    if len(errors) > _MAX_ERRORS:
+        parts.append(f"and {len(errors) - _MAX_ERRORS} more")
+    return "; ".join(parts)
+
+
+class NodePayload(BaseModel):
+    """Base of every node model: strict, immutable, unknown fields ignored, JSON in UTF-8."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore", ser_json_inf_nan="constants")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, path: str) -> Self:
+        """Parse the data of the node at ``path``. Raises ``PayloadError`` (naming ``path``) if it is not
+        UTF-8 JSON, not an object, or does not validate."""
+        try:
+            return cls.model_validate_json(data)
+        except ValidationError as exc:
+            raise PayloadError(path, _brief(exc)) from exc
+
+    def to_bytes(self) -> bytes:
+        """The node data to write: compact UTF-8 JSON, every field present (``null`` for unset ones)."""
+        return self.model_dump_json().encode("utf-8")
+
+
+class MemberNode(NodePayload):
+    """``/members/{vm}``: the VM name, plus the agent's member info as extra fields (``started_at``,
+    ``version``, ``admin``, placement...), stored as given. The store never reads it back."""
+
+    model_config = ConfigDict(extra="allow")
+
+    vm: str
+
+    @classmethod
+    def of(cls, vm: str, info: Mapping[str, object]) -> MemberNode:
+        """The member node of ``vm`` with ``info``; ``vm`` wins over an ``info["vm"]``."""
+        return cls.model_validate({**info, "vm": vm})
+
+
+class RegistryNode(NodePayload):
+    """``/registry/{vm}``: when the VM first joined. The store never reads it back."""
+
+    vm: str
+    first_seen: float
+
+
+class AbsentNode(NodePayload):
+    """``/absent/{vm}``: since when the leader has seen the registered VM without an agent."""
+
+    since: float
+
+
+class LeaderNode(NodePayload):
+    """``/leader``: the VM that holds leadership, and since when (optional on reading: not needed)."""
+
+    vm: str
+    since: float | None = None
+
+
+class EventNode(NodePayload):
+    """``/events/{EVENT_ID}``: the event as first seen, and when it was done.
+
+    ``event_id`` is optional on reading: the node's name is authoritative. Unknown fields are kept (not
+    only ignored) so that ``mark_done``, which rewrites the node, preserves them.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    event_id: str | None = None
+    event_type: str
+    resources: tuple[str, ...] = ()
+    not_before: float | None = None
+    published_by: str
+    published_at: float
+    done_at: float | None = None
+
+    @classmethod
+    def of(cls, record: EventRecord) -> EventNode:
+        """The node for ``record`` as given (callers normalise names first). Its ``acks``, ``approval``
+        and ``admitted_at`` are not part of it: they live in their own nodes."""
+        return cls(
+            event_id=record.event_id,
+            event_type=record.event_type,
+            resources=tuple(record.resources),
+            not_before=record.not_before,
+            published_by=record.published_by,
+            published_at=record.published_at,
+            done_at=record.done_at,
+        )
+
+    def to_record(
+        self,
+        event_id: str,
+        *,
+        acks: Mapping[str, float] | None = None,
+        approval: Approval | None = None,
+        admitted_at: float | None = None,
+    ) -> EventRecord:
+        """The record of the event named ``event_id`` (the node's name), with what was read from its
+        child nodes."""
+        return EventRecord(
+            event_id=event_id,
+            event_type=self.event_type,
+            resources=self.resources,
+            not_before=self.not_before,
+            published_by=self.published_by,
+            published_at=self.published_at,
+            acks=dict(acks or {}),
+            approval=approval,
+            done_at=self.done_at,
+            admitted_at=admitted_at,
+        )
+
+
+class AckNode(NodePayload):
+    """``/events/{EVENT_ID}/acks/{vm}``: when the VM had drained for the event."""
+
+    vm: str | None = None
+    at: float
+
+
+class AdmittedNode(NodePayload):
+    """``/events/{EVENT_ID}/admitted``: when, and by which leader, the event was admitted."""
+
+    by: str | None = None
+    at: float
+
+
+class ApprovalNode(NodePayload):
+    """``/events/{EVENT_ID}/approval``: who approved the event, when, and whether as the leader."""
+
+    by: str
+    at: float
+    as_leader: bool
+
+    @classmethod
+    def of(cls, approval: Approval) -> ApprovalNode:
+        return cls(by=approval.by, at=approval.at, as_leader=approval.as_leader)
+
+    def to_approval(self) -> Approval:
+        return Approval(by=self.by, at=self.at, as_leader=self.as_leader)

@@ -1,0 +1,107 @@
+"""Where the ZooKeeper store's nodes live, and the checks that keep names safe to put in a path.
+
+Every path lives under ``{root}/{cluster}`` (see ``coordinator.store.base`` for the layout below it).
+``validate_root`` and ``validate_cluster`` raise ``ConfigError`` for anything that is not a plain path
+component; VM names and event ids are validated by ``coordinator.names`` before they reach a path, and
+the ``is_canonical_*`` predicates filter child names read back from the server (a node created by hand
+or by a buggy agent is skipped rather than trusted).
+"""
+
+from __future__ import annotations
+
+import re
+
+from coordinator.errors import ConfigError
+from coordinator.names import normalize_event_id, normalize_vm_name
+
+__all__ = [
+    "ZooKeeperPaths",
+    "is_canonical_event_id",
+    "is_canonical_vm",
+    "validate_cluster",
+    "validate_root",
+]
+
+_PATH_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class ZooKeeperPaths:
+    """The absolute paths of one cluster's nodes under ``base`` (``{root}/{cluster}``).
+
+    The methods only join strings: callers pass names already normalised by ``coordinator.names``.
+    """
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.members = f"{base}/members"
+        self.registry = f"{base}/registry"
+        self.absent = f"{base}/absent"
+        self.leader = f"{base}/leader"
+        self.events = f"{base}/events"
+
+    def member(self, vm: str) -> str:
+        return f"{self.members}/{vm}"
+
+    def registered(self, vm: str) -> str:
+        return f"{self.registry}/{vm}"
+
+    def absent_vm(self, vm: str) -> str:
+        return f"{self.absent}/{vm}"
+
+    def event(self, event_id: str) -> str:
+        return f"{self.events}/{event_id}"
+
+    def acks(self, event_id: str) -> str:
+        return f"{self.events}/{event_id}/acks"
+
+    def ack(self, event_id: str, vm: str) -> str:
+        return f"{self.events}/{event_id}/acks/{vm}"
+
+    def approval(self, event_id: str) -> str:
+        return f"{self.events}/{event_id}/approval"
+
+    def admitted(self, event_id: str) -> str:
+        return f"{self.events}/{event_id}/admitted"
+
+    def layout(self) -> tuple[str, ...]:
+        """The persistent parents that must exist before any node is created under them."""
+        return (self.members, self.registry, self.absent, self.events)
+
+
+def validate_root(root: str) -> str:
+    """``root`` in canonical form (one leading slash, no trailing one). Raises ``ConfigError`` unless it
+    is an absolute path of components made of letters, digits, '.', '_' or '-'."""
+    parts = root.strip("/").split("/")
+    if not root.startswith("/") or not all(_PATH_COMPONENT.fullmatch(p) for p in parts):
+        raise ConfigError(
+            f"zookeeper root {root[:100]!r} must be an absolute path of components made of letters, "
+            "digits, '.', '_' or '-' (for example /azure-maintenance)"
+        )
+    return "/" + "/".join(parts)
+
+
+def validate_cluster(cluster: str) -> str:
+    """``cluster`` unchanged. Raises ``ConfigError`` unless it is one path component (1-128 letters,
+    digits, '.', '_' or '-', starting with a letter or digit)."""
+    if not _PATH_COMPONENT.fullmatch(cluster):
+        raise ConfigError(
+            f"cluster name {cluster[:100]!r} must be 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return cluster
+
+
+def is_canonical_vm(name: str) -> bool:
+    """True if ``name`` is a valid VM name already in its stored (lower-case) form."""
+    try:
+        return normalize_vm_name(name) == name
+    except ValueError:
+        return False
+
+
+def is_canonical_event_id(event_id: str) -> bool:
+    """True if ``event_id`` is a valid event id already in its stored (upper-case) form."""
+    try:
+        return normalize_event_id(event_id) == event_id
+    except ValueError:
+        return False

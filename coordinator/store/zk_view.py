@@ -1,0 +1,176 @@
+"""``read_view`` of the ZooKeeper store: members, registry, leader, absences and every event record.
+
+All requests of one read are sent at once (kazoo pipelines them) and awaited against one deadline. A watch
+is set on every list and record read; watches are one-shot and are set again by each read, which suits a
+level-triggered loop: a missed or reset watch costs at most one poll interval.
+
+Nodes that do not parse (see ``coordinator.store.payloads``) never make the read fail:
+
+* ``/leader``: the leader is reported unknown (and this agent not the leader), with a warning;
+* ``/absent/{vm}``: that absence is left out, with a warning;
+* ``/events/{EVENT_ID}``: the record is left out, with a warning;
+* an ack or ``admitted``: its time is taken from the node's creation time instead;
+* ``approval``: the node exists, so the event *is* approved: it is shown as approved by ``"?"`` at 0,
+  with a warning.
+
+Child names that are not canonical VM names or event ids are skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.interfaces import IAsyncResult
+from kazoo.protocol.states import ZnodeStat
+
+from coordinator.store.base import Approval, ClusterView, EventRecord
+from coordinator.store.payloads import (
+    AbsentNode,
+    AckNode,
+    AdmittedNode,
+    ApprovalNode,
+    EventNode,
+    LeaderNode,
+    PayloadError,
+)
+from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_event_id, is_canonical_vm
+from coordinator.store.zk_session import Deadline, ZooKeeperSession
+
+__all__ = ["read_view"]
+
+log = logging.getLogger(__name__)
+
+
+def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> ClusterView:
+    """The cluster as seen now by ``vm`` (already normalised). Raises ``StoreUnavailable`` if not
+    connected, or if a request fails or is not answered within the operation timeout."""
+    client, session_id = session.connected(write=False)
+    deadline = session.deadline()
+    watch = session.watch
+    with session.reading("read the cluster view"):
+        members_r = client.get_children_async(paths.members, watch=watch)
+        registry_r = client.get_children_async(paths.registry, watch=watch)
+        # exists() sets a watch whether or not the node is there, so a new leader wakes us up too.
+        leader_r = client.exists_async(paths.leader, watch=watch)
+        events_r = client.get_children_async(paths.events, watch=watch)
+
+        absent_r = client.get_children_async(paths.absent, watch=watch)
+        members = frozenset(name for name in _children_or_empty(session, members_r, deadline) if is_canonical_vm(name))
+        known = frozenset(name for name in _children_or_empty(session, registry_r, deadline) if is_canonical_vm(name))
+        leader: str | None = None
+        i_am_leader = False
+        if session.wait(leader_r, deadline) is not None:
+            try:
+                data, stat = session.wait(client.get_async(paths.leader), deadline)
+                leader = LeaderNode.from_bytes(data, paths.leader).vm
+                i_am_leader = stat.ephemeralOwner == session_id and leader == vm
+            except NoNodeError:
+                pass
+            except PayloadError as exc:
+                log.warning("undecodable leader node, leader treated as unknown: %s", exc)
+
+        absent_since: dict[str, float] = {}
+        absent_names = [n for n in _children_or_empty(session, absent_r, deadline) if is_canonical_vm(n)]
+        absent_data = {name: client.get_async(paths.absent_vm(name)) for name in absent_names}
+        for name, result in absent_data.items():
+            try:
+                data, _ = session.wait(result, deadline)
+                absent_since[name] = AbsentNode.from_bytes(data, paths.absent_vm(name)).since
+            except NoNodeError:
+                pass
+            except PayloadError as exc:
+                log.warning("undecodable absence node, ignored: %s", exc)
+
+        event_ids = [e for e in _children_or_empty(session, events_r, deadline) if is_canonical_event_id(e)]
+        pending = {
+            event_id: (
+                client.get_async(paths.event(event_id), watch=watch),
+                client.get_children_async(paths.event(event_id), watch=watch),
+                client.get_children_async(paths.acks(event_id), watch=watch),
+            )
+            for event_id in event_ids
+        }
+        records: dict[str, EventRecord] = {}
+        for event_id, (record_r, children_r, acks_r) in pending.items():
+            record = _read_record(session, client, paths, event_id, record_r, children_r, acks_r, deadline)
+            if record is not None:
+                records[event_id] = record
+    return ClusterView(
+        members=members,
+        leader=leader,
+        i_am_leader=i_am_leader,
+        records=records,
+        connection=session.connection_state,
+        known=known,
+        absent_since=absent_since,
+    )
+
+
+def _children_or_empty(session: ZooKeeperSession, result: IAsyncResult[list[str]], deadline: Deadline) -> list[str]:
+    try:
+        return session.wait(result, deadline)
+    except NoNodeError:
+        return []
+
+
+def _read_record(
+    session: ZooKeeperSession,
+    client: KazooClient,
+    paths: ZooKeeperPaths,
+    event_id: str,
+    record_r: IAsyncResult[tuple[bytes, ZnodeStat]],
+    children_r: IAsyncResult[list[str]],
+    acks_r: IAsyncResult[list[str]],
+    deadline: Deadline,
+) -> EventRecord | None:
+    """The record of one event with its acks, approval and admission; None if it is gone or undecodable."""
+    try:
+        data, _ = session.wait(record_r, deadline)
+        children = session.wait(children_r, deadline)
+    except NoNodeError:
+        return None  # purged while we were reading
+    try:
+        node = EventNode.from_bytes(data, paths.event(event_id))
+    except PayloadError as exc:
+        log.warning("event %s: undecodable record, ignored: %s", event_id, exc)
+        return None
+    ack_names = [name for name in _children_or_empty(session, acks_r, deadline) if is_canonical_vm(name)]
+    ack_results = {name: client.get_async(paths.ack(event_id, name)) for name in ack_names}
+    approval_r = client.get_async(paths.approval(event_id)) if "approval" in children else None
+    admitted_r = client.get_async(paths.admitted(event_id)) if "admitted" in children else None
+
+    acks: dict[str, float] = {}
+    for name, result in ack_results.items():
+        try:
+            ack_data, ack_stat = session.wait(result, deadline)
+        except NoNodeError:
+            continue  # withdrawn meanwhile
+        try:
+            acks[name] = AckNode.from_bytes(ack_data, paths.ack(event_id, name)).at
+        except PayloadError:
+            acks[name] = ack_stat.ctime / 1000.0
+    approval: Approval | None = None
+    if approval_r is not None:
+        try:
+            approval_data, _ = session.wait(approval_r, deadline)
+            approval = ApprovalNode.from_bytes(approval_data, paths.approval(event_id)).to_approval()
+        except NoNodeError:
+            pass
+        except PayloadError as exc:
+            # The node exists, so the event was approved; keep what can be shown.
+            log.warning("event %s: undecodable approval record: %s", event_id, exc)
+            approval = Approval(by="?", at=0.0, as_leader=False)
+    admitted_at: float | None = None
+    if admitted_r is not None:
+        try:
+            admitted_data, admitted_stat = session.wait(admitted_r, deadline)
+        except NoNodeError:
+            pass
+        else:
+            try:
+                admitted_at = AdmittedNode.from_bytes(admitted_data, paths.admitted(event_id)).at
+            except PayloadError:
+                admitted_at = admitted_stat.ctime / 1000.0
+    return node.to_record(event_id, acks=acks, approval=approval, admitted_at=admitted_at)
