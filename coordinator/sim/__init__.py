@@ -7,19 +7,12 @@ is a client of that control port. ``python -m coordinator.sim`` (or ``coordinato
 
 from typing import TYPE_CHECKING, Any
 
+from coordinator.sim.catalogue import MINIMUM_NOTICE, SCHEDULED_EVENTS_API_VERSIONS, VmInfo
+from coordinator.sim.errors import InvalidRequest, SimulatorError, UnknownEvent, UnknownVm
+from coordinator.sim.faults import Fault
+from coordinator.sim.group import SimulatedGroup
 from coordinator.sim.server import DEFAULT_RATE_LIMIT, SimulatorServer, format_url
-from coordinator.sim.state import (
-    MINIMUM_NOTICE,
-    SCHEDULED_EVENTS_API_VERSIONS,
-    Fault,
-    InvalidRequest,
-    RateLimiter,
-    SimulatedGroup,
-    SimulatorError,
-    UnknownEvent,
-    UnknownVm,
-    VmInfo,
-)
+from coordinator.support.ratelimit import RateLimiter
 
 if TYPE_CHECKING:
     from coordinator.sim.client import SimControl, SimControlError

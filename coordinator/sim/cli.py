@@ -8,10 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
@@ -19,8 +17,12 @@ from typing import Any
 
 from coordinator.errors import InvalidName
 from coordinator.names import normalize_vm_name
+from coordinator.sim.catalogue import VmInfo
+from coordinator.sim.errors import InvalidRequest
+from coordinator.sim.group import SimulatedGroup
+from coordinator.sim.replay import parse_replay
 from coordinator.sim.server import DEFAULT_RATE_LIMIT, SimulatorServer
-from coordinator.sim.state import InvalidRequest, SimulatedGroup, VmInfo, parse_replay
+from coordinator.support.files import atomic_write
 
 __all__ = ["add_arguments", "run"]
 
@@ -324,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         urls = server.urls
         if args.ready_file is not None:
-            _write_atomically(args.ready_file, {"control": server.control_url, "vms": urls})
+            _write_ready_file(args.ready_file, {"control": server.control_url, "vms": urls})
         log.info(
             "IMDS simulator ready: control %s, %s",
             server.control_url,
@@ -379,17 +381,10 @@ def _vm_addresses(args: argparse.Namespace) -> dict[str, tuple[str, int]]:
     return addresses
 
 
-def _write_atomically(path: Path, data: dict[str, Any]) -> None:
+def _write_ready_file(path: Path, data: dict[str, Any]) -> None:
+    # Written atomically: whoever waits for the file never reads half of it.
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, json.dumps(data) + "\n")
 
 
 def _install_signal_handlers(stop: threading.Event) -> dict[int, Any]:

@@ -32,22 +32,27 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
-from coordinator.sim.state import (
-    INSTANCE_API_VERSIONS,
-    ROLLOUT_FIELDS,
-    SCHEDULE_FIELDS,
-    SCHEDULED_EVENTS_API_VERSIONS,
-    Clock,
-    InvalidRequest,
-    RateLimiter,
-    SimulatedGroup,
-    UnknownEvent,
-    UnknownVm,
-    mutate_document,
+from coordinator.sim.catalogue import INSTANCE_API_VERSIONS, SCHEDULED_EVENTS_API_VERSIONS
+from coordinator.sim.clock import Clock
+from coordinator.sim.errors import InvalidRequest, UnknownEvent, UnknownVm
+from coordinator.sim.faults import mutate_document
+from coordinator.sim.group import SimulatedGroup
+from coordinator.sim.schema import (
+    FaultRequest,
+    ImpactRequest,
+    PidsRequest,
+    ReplayRequest,
+    Request,
+    ResetIncarnationRequest,
+    RolloutRequest,
+    ScheduleRequest,
+    SkipIncarnationRequest,
+    parse,
 )
+from coordinator.support.ratelimit import RateLimiter
 
 __all__ = ["DEFAULT_RATE_LIMIT", "SimulatorServer", "format_url"]
 
@@ -59,12 +64,8 @@ _COMPUTE = "/metadata/instance/compute"
 _INSTANCE = "/metadata/instance"
 _MAX_BODY = 64 * 1024
 _HEADER_ERROR = "Bad request. Required metadata header not specified"
-_FAULT_FIELDS = frozenset({"vm", "kind", "count", "status", "seconds", "methods", "field"})
-_IMPACT_FIELDS = frozenset({"seconds", "pause"})
-_PIDS_FIELDS = frozenset({"pids"})
-_SKIP_FIELDS = frozenset({"vm", "by"})
-_RESET_FIELDS = frozenset({"vm"})
-_REPLAY_FIELDS = frozenset({"documents", "interval", "timeline"})
+
+_R = TypeVar("_R", bound=Request)
 
 
 def format_url(host: str, port: int) -> str:
@@ -295,7 +296,11 @@ def _parse_start_requests(body: bytes) -> tuple[list[str], str | None]:
 
 
 class _ControlHandler(_Handler):
-    """The JSON control API used by tests and the demo."""
+    """The JSON control API used by tests and the demo.
+
+    Request bodies are checked against the models of ``coordinator.sim.schema``; a malformed request
+    (``InvalidRequest``) answers 400, an unknown event or VM 404, both as ``{"error": message}``.
+    """
 
     def do_GET(self) -> None:
         self._control("GET")
@@ -339,38 +344,29 @@ class _ControlHandler(_Handler):
             case "GET", ["events"]:
                 return lambda q, b: (200, group.events())
             case "POST", ["events"]:
-                return lambda q, b: (
-                    201,
-                    group.schedule(**_json_object(b, SCHEDULE_FIELDS, {"event_type", "resources"})),
-                )
+                return lambda q, b: (201, group.schedule(**_fields(ScheduleRequest, b)))
             case "GET", ["events", event_id]:
                 return lambda q, b: (200, group.event(event_id))
             case "DELETE", ["events", event_id]:
                 return lambda q, b: (200, group.cancel(event_id))
             case "POST", ["events", event_id, "impact"]:
-                return lambda q, b: (200, group.impact(event_id, **_json_object(b, _IMPACT_FIELDS, set())))
+                return lambda q, b: (200, group.impact(event_id, **_fields(ImpactRequest, b)))
             case "GET", ["rollouts"]:
                 return lambda q, b: (200, {"rollouts": group.rollouts()})
             case "POST", ["rollouts"]:
-                return lambda q, b: (201, group.rollout(**_json_object(b, ROLLOUT_FIELDS, {"event_type"})))
+                return lambda q, b: (201, group.rollout(**_fields(RolloutRequest, b)))
             case "GET", ["vms", vm, "pids"]:
                 return lambda q, b: (200, {"vm": group.vm(vm).name, "pids": group.pids(vm)})
             case "POST", ["vms", vm, "pids"]:
-                return lambda q, b: (200, group.register_pids(vm, **_json_object(b, _PIDS_FIELDS, {"pids"})))
+                return lambda q, b: (200, group.register_pids(vm, **_fields(PidsRequest, b)))
             case "POST", ["incarnation", "skip"]:
-                return lambda q, b: (
-                    200,
-                    {"entries": group.skip_incarnation(**_json_object(b, _SKIP_FIELDS, set()))},
-                )
+                return lambda q, b: (200, {"entries": group.skip_incarnation(**_fields(SkipIncarnationRequest, b))})
             case "POST", ["incarnation", "reset"]:
-                return lambda q, b: (
-                    200,
-                    {"entries": group.reset_incarnation(**_json_object(b, _RESET_FIELDS, set()))},
-                )
+                return lambda q, b: (200, {"entries": group.reset_incarnation(**_fields(ResetIncarnationRequest, b))})
             case "GET", ["replay"]:
                 return lambda q, b: (200, group.replay())
             case "POST", ["replay"]:
-                return lambda q, b: (200, _load_replay(group, _json_object(b, _REPLAY_FIELDS, set())))
+                return lambda q, b: (200, _load_replay(group, _body(ReplayRequest, b)))
             case "POST", ["replay", "next"]:
                 return lambda q, b: (200, group.replay_next())
             case "GET", ["log"]:
@@ -378,10 +374,7 @@ class _ControlHandler(_Handler):
             case "GET", ["faults"]:
                 return lambda q, b: (200, {"faults": group.faults()})
             case "POST", ["faults"]:
-                return lambda q, b: (
-                    201,
-                    {"queued": group.add_fault(**_json_object(b, _FAULT_FIELDS, {"kind"}))},
-                )
+                return lambda q, b: (201, {"queued": group.add_fault(**_fields(FaultRequest, b))})
             case "DELETE", ["faults"]:
                 return lambda q, b: (200, {"cleared": group.clear_faults(q.get("vm"))})
             case "GET", ["document", vm]:
@@ -389,14 +382,11 @@ class _ControlHandler(_Handler):
         return None
 
 
-def _load_replay(group: SimulatedGroup, data: dict[str, Any]) -> dict[str, Any]:
-    if ("documents" in data) == ("timeline" in data):
-        raise InvalidRequest("give either documents or timeline")
-    if "timeline" in data:
-        if "interval" in data:
-            raise InvalidRequest("interval is only for documents")
-        return {"pending": group.load_timeline(data["timeline"])}
-    return group.load_documents(data["documents"], data.get("interval", 0.0))
+def _load_replay(group: SimulatedGroup, request: ReplayRequest) -> dict[str, Any]:
+    if request.timeline is not None:
+        return {"pending": group.load_timeline(request.timeline)}
+    assert request.documents is not None
+    return group.load_documents(request.documents, request.interval)
 
 
 def _log_view(group: SimulatedGroup, query: Mapping[str, str]) -> dict[str, Any]:
@@ -407,20 +397,20 @@ def _log_view(group: SimulatedGroup, query: Mapping[str, str]) -> dict[str, Any]
     return {"entries": group.log(since=since, kind=query.get("kind")), "last_seq": group.last_seq}
 
 
-def _json_object(body: bytes, allowed: frozenset[str], required: set[str]) -> dict[str, Any]:
+def _body(model: type[_R], body: bytes) -> _R:
+    """The JSON object ``body`` checked against ``model``; raises ``InvalidRequest``."""
     try:
         data = json.loads(body.decode("utf-8") or "null")
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise InvalidRequest("the body is not JSON") from None
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object")
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise InvalidRequest(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    missing = sorted(required - set(data))
-    if missing:
-        raise InvalidRequest(f"missing field(s) {', '.join(missing)}")
-    return data
+    return parse(model, data)
+
+
+def _fields(model: type[Request], body: bytes) -> dict[str, Any]:
+    """The fields ``body`` sets, checked against ``model``: the arguments of the group method it calls."""
+    return _body(model, body).given()
 
 
 class SimulatorServer:

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from coordinator.models import EventType
-from coordinator.sim.state import parse_replay
+from coordinator.sim.replay import parse_replay
 from coordinator.testbed.cluster import LocalCluster
 from tests.e2e.observer import Observer
 

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from coordinator.sim import SimControl, SimulatedGroup, SimulatorServer, VmInfo
-from coordinator.sim.state import Clock
+from coordinator.sim.clock import Clock
 
 __all__ = ["RunningSimulator", "SimulatorFactory"]
 

@@ -30,14 +30,10 @@ from coordinator.sim import (
     UnknownVm,
     VmInfo,
 )
-from coordinator.sim.state import (
-    DEFAULT_DESCRIPTIONS,
-    DEFAULT_IMPACT_SECONDS,
-    WRONG_TYPE_FIELDS,
-    ScaledClock,
-    mutate_document,
-    parse_replay,
-)
+from coordinator.sim.catalogue import DEFAULT_DESCRIPTIONS, DEFAULT_IMPACT_SECONDS, WRONG_TYPE_FIELDS
+from coordinator.sim.clock import ScaledClock
+from coordinator.sim.faults import mutate_document
+from coordinator.sim.replay import parse_replay
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "imds-scenarios"
 T0 = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT

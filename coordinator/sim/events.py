@@ -1,0 +1,155 @@
+"""What the group holds about one event and one rollout, and how events become the served document."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from coordinator.models import Document, ScheduledEvent
+from coordinator.sim.catalogue import DEFAULT_IMPACT_SECONDS, EVENT_TYPE_SINCE, SCHEDULED, EventStatus, ImpactKind
+from coordinator.sim.schema import RolloutRequest
+from coordinator.support.httpdate import format_http_date
+
+__all__ = ["Event", "Render", "Rollout", "imds_document", "served_events"]
+
+#: Maps a simulated NotBefore (epoch seconds) to the one served (see ``SimTime.served_not_before``).
+Render = Callable[[int], int]
+
+
+@dataclass
+class Event:
+    """One current event. Times are simulated epoch seconds; ``not_before`` is None once created Started."""
+
+    event_id: str
+    event_type: str
+    resources: tuple[str, ...]
+    resource_type: str
+    description: str
+    source: str
+    duration_in_seconds: int | None
+    started_for: float
+    created_at: float
+    status: EventStatus
+    not_before: int | None
+    impact: ImpactKind
+    impact_seconds: float | None
+    deliver_to_named_only: bool
+    rollout: int | None = None
+    approved_by: list[str] = field(default_factory=list)
+    approved_at: float | None = None
+    started_at: float | None = None
+    held_by: tuple[str, ...] = ()
+
+    @property
+    def pause_seconds(self) -> float:
+        """How long a freeze impact pauses the VMs: ``impact_seconds``, else DurationInSeconds."""
+        if self.impact_seconds is not None:
+            return self.impact_seconds
+        if self.duration_in_seconds is not None and self.duration_in_seconds >= 0:
+            return float(self.duration_in_seconds)
+        return DEFAULT_IMPACT_SECONDS
+
+    def names(self, vm: str) -> bool:
+        return any(r.lower() == vm.lower() for r in self.resources)
+
+    def view(self, render: Render = lambda epoch: epoch) -> dict[str, Any]:
+        """The internal state; ``not_before_text`` is NotBefore as served."""
+        return {
+            "event_id": self.event_id,
+            "event_type": self.event_type,
+            "status": self.status,
+            "resources": list(self.resources),
+            "resource_type": self.resource_type,
+            "description": self.description,
+            "source": self.source,
+            "duration_in_seconds": self.duration_in_seconds,
+            "not_before": self.not_before,
+            "not_before_text": format_http_date(render(self.not_before)) if self.not_before is not None else "",
+            "started_for": self.started_for,
+            "created_at": self.created_at,
+            "approved_by": list(self.approved_by),
+            "approved_at": self.approved_at,
+            "started_at": self.started_at,
+            "impact": self.impact,
+            "impact_seconds": self.pause_seconds if self.impact == "freeze" else None,
+            "deliver_to_named_only": self.deliver_to_named_only,
+            "rollout": self.rollout,
+            "held_by": list(self.held_by),
+        }
+
+
+@dataclass
+class Rollout:
+    """Back-to-back events, one per group of VMs; ``step`` is the index of the current (last created) group."""
+
+    rollout_id: int
+    request: RolloutRequest
+    groups: list[list[str]]
+    step: int = 0
+    event_id: str | None = None
+    next_at: float | None = None
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "rollout": self.rollout_id,
+            "event_type": self.request.event_type,
+            "groups": [list(g) for g in self.groups],
+            "gap": self.request.gap,
+            "step": self.step,
+            "event_id": self.event_id,
+            "next_at": self.next_at,
+            "done": self.event_id is None and self.next_at is None,
+        }
+
+
+def served_events(
+    events: Iterable[Event], vm: str, api_version: str | None, render: Render
+) -> tuple[ScheduledEvent, ...]:
+    """The events ``vm`` is served with ``api_version`` (None: the newest), as immutable models.
+
+    Event types the api-version predates are left out, and so are events ``deliver_to_named_only``
+    that do not name ``vm``. Events are mutable: call this under the group's lock so that the document
+    is one consistent snapshot.
+    """
+    return tuple(
+        _to_model(e, render)
+        for e in events
+        if (api_version is None or api_version >= EVENT_TYPE_SINCE.get(e.event_type, "0000"))
+        and (not e.deliver_to_named_only or e.names(vm))
+    )
+
+
+def imds_document(incarnation: int, events: tuple[ScheduledEvent, ...], api_version: str | None) -> dict[str, Any]:
+    """The Scheduled Events document as IMDS serializes it for ``api_version``.
+
+    Fields the api-version predates are absent (not null); with 2017-03-01 resource names carry the
+    leading underscore that 2017-08-01 dropped.
+    """
+    document = Document.model_validate({"DocumentIncarnation": incarnation, "Events": events}).to_imds(api_version)
+    if api_version == "2017-03-01":
+        for body in document["Events"]:
+            body["Resources"] = ["_" + r for r in body["Resources"]]
+    return document
+
+
+def _to_model(event: Event, render: Render) -> ScheduledEvent:
+    not_before = (
+        datetime.fromtimestamp(render(event.not_before), UTC)
+        if event.status == SCHEDULED and event.not_before is not None
+        else None
+    )
+    return ScheduledEvent.model_validate(
+        {
+            "EventId": event.event_id,
+            "EventType": event.event_type,
+            "EventStatus": event.status,
+            "ResourceType": event.resource_type,
+            "Resources": event.resources,
+            "NotBefore": not_before,
+            "Description": event.description,
+            "EventSource": event.source,
+            "DurationInSeconds": -1 if event.duration_in_seconds is None else event.duration_in_seconds,
+        }
+    )

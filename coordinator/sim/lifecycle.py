@@ -1,0 +1,271 @@
+"""The event lifecycle: scheduling, approval, start, removal, and rollouts of back-to-back events.
+
+Rules (see the Scheduled Events documentation):
+
+* ``Scheduled -> Started`` when the event has been approved (by any VM of the group) and the group's
+  ``approval_delay`` has elapsed since the first approval, or when ``NotBefore`` passes, whichever
+  comes first. Approval only shortens the wait. Terminate batch rule: an approved Terminate waits while
+  another Terminate of the group is Scheduled and unapproved (so deletes sharing a NotBefore start
+  together once all are approved); NotBefore still wins.
+* When an event starts, its impact hits the VMs it names (``Impacts``).
+* ``Started -> removed`` once the event has been Started for its ``started_for`` seconds.
+* ``cancel`` removes an event at once (a Scheduled event vanishing without ever starting).
+* Hardware failure: an event may be created directly as ``Started``.
+
+``DocumentIncarnation`` starts at 1 and grows by one on every change of the Events array: creation,
+status change, removal. Each transition is its own change, so two events starting in the same tick
+raise it by two.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from coordinator.sim.catalogue import DEFAULT_IMPACT, SCHEDULED, STARTED, VmInfo, default_description, notice
+from coordinator.sim.clock import SimTime
+from coordinator.sim.errors import InvalidRequest, SimulatorError, UnknownEvent
+from coordinator.sim.events import Event, Rollout
+from coordinator.sim.impacts import Impacts
+from coordinator.sim.log import Log
+from coordinator.sim.replay import Replay
+from coordinator.sim.schema import RolloutRequest, ScheduleRequest
+
+__all__ = ["Lifecycle"]
+
+
+class Lifecycle:
+    """The current events of the group, its rollouts and its DocumentIncarnation.
+
+    Not locked: callers hold the group's lock. Creating events and rollouts is refused while
+    ``replay`` serves recorded documents. Transitions are logged (``transition``), and so are holds of
+    the Terminate batch rule (``hold``).
+    """
+
+    def __init__(
+        self,
+        vms: Sequence[VmInfo],
+        time: SimTime,
+        log: Log,
+        impacts: Impacts,
+        replay: Replay,
+        *,
+        approval_delay: float,
+        started_for: float,
+        terminate_notice: float,
+    ) -> None:
+        self._vms = tuple(vms)
+        self._time = time
+        self._log = log
+        self._impacts = impacts
+        self._replay = replay
+        self._approval_delay = approval_delay
+        self._started_for = started_for
+        self._terminate_notice = terminate_notice
+        self.events: dict[str, Event] = {}
+        self.incarnation = 1
+        self._rollouts: dict[int, Rollout] = {}
+
+    def get(self, event_id: object) -> Event:
+        """The current event ``event_id``; raises ``UnknownEvent``."""
+        event = self.events.get(event_id) if isinstance(event_id, str) else None
+        if event is None:
+            raise UnknownEvent(f"no current event {event_id!r}")
+        return event
+
+    def create(self, request: ScheduleRequest, rollout: int | None = None) -> Event:
+        """Create the event ``request`` describes, completing it with the defaults of its type.
+
+        Raises ``InvalidRequest`` if its id is taken or while replaying.
+        """
+        self._replay.refuse_if_active()
+        event_id = request.event_id if request.event_id is not None else str(uuid.uuid4()).upper()
+        if event_id in self.events:
+            raise InvalidRequest(f"event {event_id} already exists")
+        now = self._time.now()
+        not_before: int | None = None
+        started_at: float | None = None
+        if request.status == STARTED:
+            started_at = now
+        else:
+            if request.not_before_at is not None:
+                when = request.not_before_at
+            else:
+                wait = request.not_before_in
+                when = now + (notice(request.event_type, self._terminate_notice) if wait is None else wait)
+            # NotBefore has a resolution of one second; round up so the event never starts before
+            # the time it announces.
+            not_before = math.ceil(when)
+        event = Event(
+            event_id=event_id,
+            event_type=request.event_type,
+            resources=tuple(request.resources),
+            resource_type=request.resource_type,
+            description=(
+                request.description
+                if request.description is not None
+                else default_description(request.event_type, request.source)
+            ),
+            source=request.source,
+            duration_in_seconds=request.duration_in_seconds,
+            started_for=(
+                request.started_for
+                if request.started_for is not None
+                else max(float(request.duration_in_seconds or 0), self._started_for)
+            ),
+            created_at=now,
+            status=request.status,
+            not_before=not_before,
+            started_at=started_at,
+            impact=request.impact if request.impact is not None else DEFAULT_IMPACT.get(request.event_type, "none"),
+            impact_seconds=request.impact_seconds,
+            deliver_to_named_only=request.deliver_to_named_only,
+            rollout=rollout,
+        )
+        self.events[event_id] = event
+        self._transition(event, None, event.status, "scheduled")
+        if event.status == STARTED:
+            self._impacts.hit(event, self._named_vms(event), "started")
+        return event
+
+    def cancel(self, event_id: object) -> Event:
+        """Remove an event at once, whatever its status; returns it. Raises ``UnknownEvent``."""
+        event = self.get(event_id)
+        self._remove(event, "cancelled")
+        return event
+
+    def approve(self, vm: str, event_ids: Sequence[str]) -> dict[str, str]:
+        """Approve on behalf of ``vm``: per id, ``approved``, ``already_approved``, ``already_started``, ``unknown``."""
+        now = self._time.now()
+        results: dict[str, str] = {}
+        for event_id in event_ids:
+            event = self.events.get(event_id)
+            if event is None:
+                results[event_id] = "unknown"
+                continue
+            if vm not in event.approved_by:
+                event.approved_by.append(vm)
+            if event.status == STARTED:
+                results[event_id] = "already_started"
+            elif event.approved_at is None:
+                event.approved_at = now
+                results[event_id] = "approved"
+            else:
+                results[event_id] = "already_approved"
+        return results
+
+    def second_impact(self, event_id: object, seconds: float | None, pause: bool) -> dict[str, Any]:
+        """A further impact of a Started event (see ``Impacts.second``); raises ``InvalidRequest`` otherwise."""
+        event = self.get(event_id)
+        if event.status != STARTED:
+            raise InvalidRequest("a second impact needs a Started event")
+        return self._impacts.second(event, self._named_vms(event), seconds, pause)
+
+    def start_rollout(self, request: RolloutRequest) -> dict[str, Any]:
+        """Start a rollout and create its first event; returns the rollout's view with that event."""
+        self._replay.refuse_if_active()
+        if request.groups is not None:
+            groups = [list(g) for g in request.groups]
+        else:
+            domains = sorted({info.fault_domain for info in self._vms})
+            groups = [[info.name for info in self._vms if info.fault_domain == d] for d in domains]
+        rollout = Rollout(rollout_id=len(self._rollouts) + 1, request=request, groups=groups)
+        self._rollouts[rollout.rollout_id] = rollout
+        event = self._next_rollout_event(rollout)
+        view = rollout.view()
+        view["event"] = event.view(self._time.served_not_before) if event is not None else None
+        return view
+
+    def rollouts(self) -> list[dict[str, Any]]:
+        return [r.view() for r in self._rollouts.values()]
+
+    def advance(self, now: float) -> None:
+        """Start, remove and create what is due at ``now``."""
+        for event in list(self.events.values()):
+            if event.event_id not in self.events:
+                continue
+            if event.status == SCHEDULED:
+                reason = self._start_reason(event, now)
+                if reason is None:
+                    continue
+                event.status = STARTED
+                event.started_at = now
+                self._transition(event, SCHEDULED, STARTED, reason)
+                self._impacts.hit(event, self._named_vms(event), "started")
+            elif event.started_at is not None and event.started_at + event.started_for <= now:
+                self._remove(event, "started_for_elapsed")
+        for rollout in self._rollouts.values():
+            if rollout.next_at is not None and rollout.next_at <= now:
+                rollout.next_at = None
+                rollout.step += 1
+                self._next_rollout_event(rollout)
+
+    def _named_vms(self, event: Event) -> list[str]:
+        return [info.name for info in self._vms if event.names(info.name)]
+
+    def _remove(self, event: Event, reason: str) -> None:
+        del self.events[event.event_id]
+        self._transition(event, event.status, None, reason)
+        if event.rollout is not None:
+            rollout = self._rollouts[event.rollout]
+            rollout.event_id = None
+            if rollout.step + 1 < len(rollout.groups):
+                rollout.next_at = self._time.now() + rollout.request.gap
+
+    def _start_reason(self, event: Event, now: float) -> str | None:
+        release = event.approved_at + self._approval_delay if event.approved_at is not None else None
+        if release is not None and release <= now and (event.not_before is None or release <= event.not_before):
+            blockers = self._terminate_blockers(event, now)
+            if not blockers:
+                # A held delete released because NotBefore came is a start at NotBefore.
+                held_until_not_before = event.held_by and event.not_before is not None and event.not_before <= now
+                return "not_before" if held_until_not_before else "approved"
+            if blockers != event.held_by:
+                event.held_by = blockers
+                self._log.record(
+                    "hold",
+                    event_id=event.event_id,
+                    event_type=event.event_type,
+                    held_by=list(blockers),
+                    rule="terminate_pending",
+                )
+        if event.not_before is not None and event.not_before <= now:
+            return "not_before"
+        return None
+
+    def _terminate_blockers(self, event: Event, now: float) -> tuple[str, ...]:
+        """Other Terminate events still Scheduled and unapproved: they hold an approved Terminate back."""
+        if event.event_type != "Terminate":
+            return ()
+        return tuple(
+            other.event_id
+            for other in self.events.values()
+            if other is not event
+            and other.event_type == "Terminate"
+            and other.status == SCHEDULED
+            and other.approved_at is None
+            and (other.not_before is None or other.not_before > now)
+        )
+
+    def _next_rollout_event(self, rollout: Rollout) -> Event | None:
+        try:
+            event = self.create(rollout.request.step(rollout.groups[rollout.step]), rollout=rollout.rollout_id)
+        except SimulatorError as exc:
+            self._log.record("timeline", action="rollout", rollout=rollout.rollout_id, error=str(exc))
+            return None
+        rollout.event_id = event.event_id
+        return event
+
+    def _transition(self, event: Event, before: str | None, after: str | None, reason: str) -> None:
+        self.incarnation += 1
+        self._log.record(
+            "transition",
+            event_id=event.event_id,
+            event_type=event.event_type,
+            resources=list(event.resources),
+            **{"from": before, "to": after},
+            reason=reason,
+            incarnation=self.incarnation,
+        )

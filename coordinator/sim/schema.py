@@ -1,0 +1,374 @@
+"""The shapes of the simulator's control input, as pydantic models.
+
+One model per request body of the control API (see ``docs/simulator.md``), one per timeline step, and
+the options of a group. ``SimulatedGroup`` checks its own arguments with the same models, so the HTTP
+API, timelines and Python callers obey one set of rules. ``parse`` turns a validation failure into
+``InvalidRequest`` naming every field at fault; unknown fields are refused.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Annotated, Any, Literal, Self, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from coordinator.sim.catalogue import (
+    MAX_FAULT_SECONDS,
+    STARTED,
+    TERMINATE_NOTICE_RANGE,
+    EventStatus,
+    FaultKind,
+    ImpactKind,
+    NotBeforeClock,
+    WrongTypeField,
+)
+from coordinator.sim.errors import InvalidRequest
+
+__all__ = [
+    "TIMELINE_ACTIONS",
+    "ApproveRequest",
+    "CancelRequest",
+    "FaultRequest",
+    "GroupOptions",
+    "ImpactRequest",
+    "PidsRequest",
+    "ReplayRequest",
+    "Request",
+    "ResetIncarnationRequest",
+    "RolloutRequest",
+    "ScheduleRequest",
+    "Seconds",
+    "SkipIncarnationRequest",
+    "TimelineImpact",
+    "TimelineStep",
+    "parse",
+    "parse_timeline",
+]
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _seconds(value: object) -> float:
+    # Stricter than pydantic's float: no booleans, no numeric strings, no NaN or infinity.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise PydanticCustomError("seconds", "must be a finite number of seconds >= 0")
+    return float(value)
+
+
+def _positive(value: float) -> float:
+    if value <= 0:
+        raise PydanticCustomError("positive", "must be > 0")
+    return value
+
+
+def _printable(value: str) -> str:
+    if not value.isprintable():
+        raise PydanticCustomError("printable", "must be printable (no control characters)")
+    return value
+
+
+def _not_our_pid(value: int) -> int:
+    if value == os.getpid():
+        raise PydanticCustomError("own_pid", "the simulator does not signal itself")
+    return value
+
+
+def _upper(value: object) -> object:
+    if isinstance(value, list | tuple):
+        return [m.upper() if isinstance(m, str) else m for m in value]
+    return value
+
+
+def _terminate_notice(value: float) -> float:
+    low, high = TERMINATE_NOTICE_RANGE
+    if not low <= value <= high:
+        raise PydanticCustomError("terminate_notice", "must be between 300 and 900 seconds (5 to 15 minutes)")
+    return value
+
+
+#: A duration or time in seconds: a finite number >= 0 (not a boolean, not a string).
+Seconds = Annotated[float, BeforeValidator(_seconds)]
+_PositiveSeconds = Annotated[float, BeforeValidator(_seconds), AfterValidator(_positive)]
+_Name = Annotated[StrictStr, Field(min_length=1)]
+_EventId = Annotated[StrictStr, Field(min_length=1), AfterValidator(_printable)]
+_Pid = Annotated[StrictInt, Field(gt=1), AfterValidator(_not_our_pid)]
+_VmGroup = Annotated[list[StrictStr], Field(min_length=1)]
+
+
+class Request(BaseModel):
+    """Base of the simulator's input models: unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def given(self) -> dict[str, Any]:
+        """The fields the input set, checked: keyword arguments for the group method of the same request."""
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+class _EventFields(Request):
+    event_type: _Name
+    not_before_in: Seconds | None = None
+    duration_in_seconds: Annotated[StrictInt, Field(ge=-1)] | None = None
+    started_for: Seconds | None = None
+    description: StrictStr | None = None
+    source: _Name = "Platform"
+    status: EventStatus = "Scheduled"
+    resource_type: _Name = "VirtualMachine"
+    impact: ImpactKind | None = None
+    impact_seconds: Seconds | None = None
+    deliver_to_named_only: StrictBool = False
+
+
+class ScheduleRequest(_EventFields):
+    """``POST /events``, a timeline's ``schedule`` and ``SimulatedGroup.schedule``: one new event."""
+
+    resources: list[StrictStr]
+    event_id: _EventId | None = None
+    not_before_at: Seconds | None = None
+
+    @model_validator(mode="after")
+    def _one_not_before(self) -> Self:
+        if self.not_before_in is not None and self.not_before_at is not None:
+            raise PydanticCustomError("not_before", "give not_before_in or not_before_at, not both")
+        if self.status == STARTED and self.not_before_at is not None:
+            raise PydanticCustomError("not_before", "a Started event has no NotBefore (not_before_at)")
+        return self
+
+
+class RolloutRequest(_EventFields):
+    """``POST /rollouts``: one event per group of VMs, the fields of ``ScheduleRequest`` for each.
+
+    ``groups`` None means one group per fault domain; ``gap`` separates one removal from the next creation.
+    """
+
+    groups: Annotated[list[_VmGroup], Field(min_length=1)] | None = None
+    gap: Seconds = 0.0
+
+    def step(self, resources: list[str]) -> ScheduleRequest:
+        """The event of the rollout that names ``resources``."""
+        fields = {name: getattr(self, name) for name in _EventFields.model_fields}
+        return parse(ScheduleRequest, {**fields, "resources": resources})
+
+
+class ImpactRequest(Request):
+    """``POST /events/{id}/impact``: a second impact, pausing the VMs again for ``seconds`` if ``pause``."""
+
+    seconds: Seconds | None = None
+    pause: StrictBool = False
+
+
+class TimelineImpact(ImpactRequest):
+    """A timeline's ``impact``: ``ImpactRequest`` with the event it hits."""
+
+    event_id: StrictStr
+
+
+class PidsRequest(Request):
+    """``POST /vms/{vm}/pids``: the processes that stand for the VM (integers > 1, not the simulator's own)."""
+
+    pids: list[_Pid]
+
+
+class SkipIncarnationRequest(Request):
+    """``POST /incarnation/skip``: raise what ``vm`` (None: every VM) is served by ``by``."""
+
+    vm: StrictStr | None = None
+    by: Annotated[StrictInt, Field(ge=1)] = 1
+
+
+class ResetIncarnationRequest(Request):
+    """``POST /incarnation/reset``: serve ``vm`` (None: every VM) an incarnation that starts again from 1."""
+
+    vm: StrictStr | None = None
+
+
+class FaultRequest(Request):
+    """``POST /faults``: a fault for ``vm`` (None: every VM). Which fields a kind takes is in ``docs/simulator.md``."""
+
+    kind: FaultKind
+    vm: StrictStr | None = None
+    count: Annotated[StrictInt, Field(ge=1)] | None = 1
+    status: StrictInt | None = None
+    seconds: Seconds | None = None
+    methods: Annotated[tuple[Literal["GET", "POST"], ...], BeforeValidator(_upper), Field(min_length=1)] = ("GET",)
+    field: WrongTypeField | None = None
+
+    @model_validator(mode="after")
+    def _fits_kind(self) -> Self:
+        kind = self.kind
+        if kind == "status":
+            if self.status is None or not 400 <= self.status <= 599:
+                raise PydanticCustomError("fault", "a status fault needs a status between 400 and 599")
+        elif self.status is not None:
+            raise PydanticCustomError("fault", "status is only for status faults, not {kind}", {"kind": kind})
+        if kind in ("delay", "refuse"):
+            if self.seconds is None:
+                raise PydanticCustomError("fault", "a {kind} fault needs seconds", {"kind": kind})
+            if self.seconds > MAX_FAULT_SECONDS:
+                raise PydanticCustomError("fault", f"seconds must be at most {MAX_FAULT_SECONDS:g}")
+        elif self.seconds is not None:
+            raise PydanticCustomError(
+                "fault", "seconds is only for delay and refuse faults, not {kind}", {"kind": kind}
+            )
+        if kind == "wrong_type":
+            if self.field is None:
+                self.field = "DocumentIncarnation"
+        elif self.field is not None:
+            raise PydanticCustomError("fault", "field is only for wrong_type faults, not {kind}", {"kind": kind})
+        return self
+
+
+class ApproveRequest(Request):
+    """A timeline's ``approve``: an approval from ``vm`` that did not come through its port."""
+
+    vm: StrictStr
+    event_ids: list[StrictStr]
+
+
+class CancelRequest(Request):
+    """A timeline's ``cancel``, written as the event id alone or as ``{"event_id": ID}``."""
+
+    event_id: StrictStr
+
+
+def _object(value: object) -> object:
+    if not isinstance(value, dict | BaseModel):
+        raise PydanticCustomError("object", "takes an object")
+    return value
+
+
+def _object_or_none(value: object) -> object:
+    # `skip_incarnation:` with nothing after it in YAML means "every VM, the defaults".
+    return _object({} if value is None else value)
+
+
+def _event_id(value: object) -> object:
+    if isinstance(value, str):
+        return {"event_id": value}
+    if not isinstance(value, dict | BaseModel):
+        raise PydanticCustomError("event_id", 'takes an event id, or {"event_id": ID}')
+    return value
+
+
+class TimelineStep(Request):
+    """``{"at": S, ACTION: ARGUMENTS}``: one control operation ``at`` seconds after the timeline is loaded."""
+
+    at: Seconds
+    schedule: Annotated[ScheduleRequest | None, BeforeValidator(_object)] = None
+    cancel: Annotated[CancelRequest | None, BeforeValidator(_event_id)] = None
+    approve: Annotated[ApproveRequest | None, BeforeValidator(_object)] = None
+    impact: Annotated[TimelineImpact | None, BeforeValidator(_object)] = None
+    fault: Annotated[FaultRequest | None, BeforeValidator(_object)] = None
+    rollout: Annotated[RolloutRequest | None, BeforeValidator(_object)] = None
+    skip_incarnation: Annotated[SkipIncarnationRequest | None, BeforeValidator(_object_or_none)] = None
+    reset_incarnation: Annotated[ResetIncarnationRequest | None, BeforeValidator(_object_or_none)] = None
+
+    @model_validator(mode="after")
+    def _one_action(self) -> Self:
+        if len(self.model_fields_set - {"at"}) != 1:
+            raise PydanticCustomError(
+                "timeline_step",
+                "a step needs exactly one action among {actions}",
+                {"actions": ", ".join(TIMELINE_ACTIONS)},
+            )
+        return self
+
+    @property
+    def action(self) -> tuple[str, Request]:
+        """The step's action and its arguments."""
+        [name] = self.model_fields_set - {"at"}
+        request = getattr(self, name)
+        assert isinstance(request, Request)
+        return name, request
+
+
+#: The actions a timeline step may take, in the order the documentation lists them.
+TIMELINE_ACTIONS: tuple[str, ...] = tuple(name for name in TimelineStep.model_fields if name != "at")
+
+
+class ReplayRequest(Request):
+    """``POST /replay``: recorded ``documents`` (moved on every ``interval`` seconds if > 0), or a ``timeline``."""
+
+    documents: Annotated[list[Any], Field(min_length=1)] | None = None
+    interval: Seconds = 0.0
+    timeline: list[TimelineStep] | None = None
+
+    @model_validator(mode="after")
+    def _documents_or_timeline(self) -> Self:
+        if (self.documents is None) == (self.timeline is None):
+            raise PydanticCustomError("replay", "give either documents or timeline")
+        if self.timeline is not None and "interval" in self.model_fields_set:
+            raise PydanticCustomError("replay", "interval is only for documents")
+        return self
+
+
+class GroupOptions(Request):
+    """The options of a ``SimulatedGroup`` (see its constructor)."""
+
+    time_scale: _PositiveSeconds = 1.0
+    approval_delay: Seconds = 0.0
+    started_for: Seconds = 5.0
+    unknown_approval_status: Literal[200, 400, 404] = 200
+    terminate_notice: Annotated[float, BeforeValidator(_seconds), AfterValidator(_terminate_notice)] = 300.0
+    first_call_delay: Seconds = 0.0
+    idle_reset_after: _PositiveSeconds | None = None
+    not_before_clock: NotBeforeClock = "simulated"
+
+
+_TIMELINE: TypeAdapter[list[TimelineStep]] = TypeAdapter(list[TimelineStep])
+
+
+def parse(model: type[_M], data: object) -> _M:
+    """``data`` checked against ``model``; raises ``InvalidRequest`` naming each field at fault."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRequest(_describe(exc.errors(), "", model)) from None
+
+
+def parse_timeline(steps: object) -> list[TimelineStep]:
+    """A timeline, every step checked now; raises ``InvalidRequest`` naming the step and field at fault."""
+    try:
+        return _TIMELINE.validate_python(steps)
+    except ValidationError as exc:
+        raise InvalidRequest(_describe(exc.errors(), "timeline", None)) from None
+
+
+def _describe(errors: list[ErrorDetails], root: str, model: type[BaseModel] | None) -> str:
+    problems = []
+    for error in errors:
+        where = _where(root, error["loc"])
+        if error["type"] == "extra_forbidden":
+            problems.append(f"unknown field {where}")
+        elif error["type"] == "missing":
+            problems.append(f"missing field {where}")
+        else:
+            problems.append(f"{where}: {error['msg']}" if where else error["msg"])
+    if model is not None and any(e["type"] == "extra_forbidden" and len(e["loc"]) == 1 for e in errors):
+        problems.append(f"allowed: {', '.join(sorted(model.model_fields))}")
+    return "; ".join(problems)
+
+
+def _where(root: str, loc: tuple[int | str, ...]) -> str:
+    text = root
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
