@@ -15,16 +15,17 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from coordinator import __version__
 from coordinator.actions.base import Action, ActionContext, run_drain, run_recover
-from coordinator.decide import LocalState, Phase, Plan, Policy, Snapshot, decide
+from coordinator.decide import LocalState, Phase, Plan, Policy, Sighting, Snapshot, decide, is_gone
 from coordinator.errors import (
     ImdsBadRequest,
     ImdsError,
+    ImdsFenced,
     ImdsUnavailable,
     InvalidName,
     MalformedDocument,
@@ -44,7 +45,9 @@ log = logging.getLogger(__name__)
 class Imds(Protocol):
     def get_document(self) -> Document: ...
 
-    def approve(self, event_ids: Sequence[str]) -> None: ...
+    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
+        """POST the approval. ``fence`` is called right before every attempt is sent; when it returns
+        False nothing more is sent and ``ImdsFenced`` is raised."""
 
 
 class Clock(Protocol):
@@ -101,18 +104,29 @@ class Agent:
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
         self._state_file = state_file or StateFile(None)
         saved = self._state_file.load()
+        self._started = self._clock.monotonic()
         # After a restart: still drained for what it was drained for, and a full recovery (every
         # action's recover) unless it was serving when it stopped.
         self._full_recovery_at_start = saved is None or not saved.was_serving
         self._saved = saved
+        # An unreadable file: maybe drained for anything, so everything naming this VM in the first
+        # fresh document holds it. A missing one: the VM's own /out node, if ZooKeeper has one, says
+        # what it was out for.
+        self._assume_worst = self._state_file.unreadable
+        self._restore_from_store = saved is None and not self._state_file.unreadable
         self._local = LocalState(
             phase=Phase.UNKNOWN,
-            phase_since=self._clock.monotonic(),
+            phase_since=self._started,
             draining_for=saved.draining_for if saved else frozenset(),
         )
         if saved is not None and not saved.was_serving:
             log.info("restarted while %s for %s: staying drained until IMDS no longer names this VM (vm=%s)",
                      saved.phase, ",".join(sorted(saved.draining_for)) or "-", vm)
+        # Observation bookkeeping for the snapshot, all on this process's monotonic clock.
+        self._named: dict[str, Sighting] = {eid: Sighting(self._started) for eid in self._local.draining_for}
+        self._seen: dict[str, Sighting] = {}
+        self._absent_since: dict[str, float] = {}
+        self._last_connected: float | None = None
         self._last_document: Document | None = None
         self._status = _Status()
         self._status_lock = threading.Lock()
@@ -199,20 +213,74 @@ class Agent:
         except (StoreError, InvalidName) as exc:
             self._metrics.errors.labels("store").inc()
             log.warning("cluster view unavailable (vm=%s): %s", self.vm, exc)
-        self._metrics.set_connection(self._store.connection_state)
+        connection = self._store.connection_state
+        self._metrics.set_connection(connection)
         if cluster is not None:
             self._metrics.is_leader.set(1 if cluster.i_am_leader else 0)
             self._metrics.members.set(len(cluster.members))
         else:
             self._metrics.is_leader.set(0)
+        mono = self._clock.monotonic()
+        if connection is ConnectionState.CONNECTED:
+            self._last_connected = mono
+        self._track(document, cluster, mono)
         return Snapshot(
             me=self.vm,
             now=self._clock.now(),
-            mono=self._clock.monotonic(),
+            mono=mono,
             document=document,
             last_document=self._last_document,
             cluster=cluster,
+            named=dict(self._named),
+            seen=dict(self._seen),
+            absent_for={vm: mono - since for vm, since in self._absent_since.items()},
+            disconnected_for=mono - (self._last_connected if self._last_connected is not None else self._started),
+            uptime=mono - self._started,
         )
+
+    def _track(self, document: Document | None, cluster: ClusterView | None, mono: float) -> None:
+        """Keep what the snapshot needs beyond one read: when each event last named this VM and was
+        last present at all (for ``is_gone``), and since when each registered VM has been seen without
+        its agent. Counted only over reads that happened: a failed read neither confirms nor misses."""
+        if document is not None:
+            naming = {e.event_id for e in document.events if e.names(self.vm)}
+            if self._assume_worst:
+                self._assume_worst = False
+                self._hold_also(naming, "the state file was unreadable")
+            _sight(self._named, naming, mono)
+            gone_after = self._policy.gone_after
+            for eid, sighting in list(self._named.items()):
+                if eid not in self._local.draining_for and is_gone(sighting, mono, gone_after):
+                    del self._named[eid]
+            present = {e.event_id.upper() for e in document.events}
+            records = set(cluster.records) if cluster is not None else set()
+            for key in records - set(self._seen):
+                self._seen[key] = Sighting(mono)  # first heard of from the store: assume just seen
+            _sight(self._seen, present, mono)
+            for key, sighting in list(self._seen.items()):
+                if key not in records and is_gone(sighting, mono, gone_after):
+                    del self._seen[key]
+        if cluster is None:
+            self._absent_since.clear()  # absence is counted only while watched without a gap
+            return
+        if self._restore_from_store:
+            self._restore_from_store = False
+            mark = cluster.out.get(self.vm)
+            if mark is not None and mark.events:
+                self._hold_also(set(mark.events), "its /out node says so and the state file is missing")
+        absent = cluster.known - cluster.members
+        for vm in absent:
+            self._absent_since.setdefault(vm, mono)
+        for vm in set(self._absent_since) - absent:
+            del self._absent_since[vm]
+
+    def _hold_also(self, event_ids: set[str], why: str) -> None:
+        if not event_ids:
+            return
+        log.warning("staying drained for %s until gone: %s (vm=%s)", ",".join(sorted(event_ids)), why, self.vm)
+        for eid in event_ids:
+            self._named.setdefault(eid, Sighting(self._clock.monotonic()))
+        self._local = replace(self._local, draining_for=self._local.draining_for | frozenset(event_ids))
 
     def _job_status(self, local: LocalState) -> LocalState:
         job = self._executor.current
@@ -227,12 +295,15 @@ class Agent:
                       "; retried")
         else:
             self._action_error = None
-        return replace(local, job_running=False, job_failed=error is not None)
+        return replace(local, job_running=False, job_failed=error is not None, job_done_at=self._clock.monotonic())
 
     # -- act ---------------------------------------------------------------------------------------
 
     def _act(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
         if plan.start_drain:
+            # Write-ahead: on disk before the first action runs, so a crash in between never leaves
+            # "serving" behind for a VM that began to drain.
+            self._save(PersistedState(Phase.DRAINING.value, frozenset(plan.holding), snap.now))
             holding = tuple(e for e in (snap.last_document.events if snap.last_document else ()) if e.names(self.vm))
             ctx = ActionContext(self.vm, holding)
             self._executor.submit("drain", lambda: run_drain(self._actions, ctx))
@@ -263,8 +334,13 @@ class Agent:
     def _write(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
         store = self._store
         try:
+            if plan.mark_out is not None:
+                store.mark_out(self.vm, plan.mark_out, snap.now)
             for record in plan.publish:
                 store.publish_event(record)
+            for key in plan.reopen:
+                if store.reopen(key) is WriteResult.DONE:
+                    log.info("event back after it was marked done: reopened (vm=%s event=%s)", self.vm, key)
             for key in plan.admit:
                 if store.admit(key, self.vm, snap.now) is WriteResult.DONE:
                     log.info("admitted into the maintenance budget (vm=%s event=%s)", self.vm, key)
@@ -275,12 +351,18 @@ class Agent:
                     log.info("acknowledged (vm=%s event=%s)", self.vm, key)
             for key in plan.withdraw:
                 store.withdraw_ack(key, self.vm)
+                log.info("acknowledgement withdrawn (vm=%s event=%s)", self.vm, key)
+            if plan.withdraw:
+                self.wake()  # the next cycle sees the acks gone and may recover
             for key in plan.mark_done:
                 store.mark_done(key, snap.now)
             for vm in plan.mark_absent:
                 store.mark_absent(vm, snap.now)
             for vm in plan.clear_absent:
                 store.clear_absent(vm)
+            if plan.clear_out:
+                store.clear_out(self.vm)
+                log.info("back in the load balancer's rotation (vm=%s)", self.vm)
             if plan.purge_before is not None and snap.mono - self._last_purge >= self.PURGE_EVERY:
                 self._last_purge = snap.mono
                 purged = store.purge_done(plan.purge_before)
@@ -296,12 +378,15 @@ class Agent:
 
     def _approve(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
         confirmed: list[str] = []
+        checked_at: float | None = None
         for intent in plan.approve:
             if self._store.connection_state is not ConnectionState.CONNECTED:
                 break
+            started = self._clock.monotonic()
             try:
                 result = self._store.approve(
-                    intent.key, self.vm, intent.required, as_leader=intent.as_leader, at=snap.now
+                    intent.key, self.vm, intent.required, as_leader=intent.as_leader, at=snap.now,
+                    admission=intent.admission,
                 )
             except StoreError as exc:
                 self._metrics.approvals.labels("unknown").inc()
@@ -312,11 +397,23 @@ class Agent:
                 log.info("approval refused by re-check (vm=%s event=%s): %s", self.vm, intent.event_id, result.reason)
                 continue
             confirmed.append(intent.event_id)
-        # The last gate: a session that was lost while confirming never POSTs.
-        if not confirmed or self._store.connection_state is not ConnectionState.CONNECTED:
+            checked_at = started if checked_at is None else checked_at
+        # The last gate: a session that was lost while confirming never POSTs, and neither does one that
+        # may have lapsed since (the process paused, or the POST retried, past the fence).
+        if not confirmed or checked_at is None or self._store.connection_state is not ConnectionState.CONNECTED:
             return local
+        fence_until = checked_at + self._policy.session_timeout / 2
+
+        def fence() -> bool:
+            return (self._clock.monotonic() < fence_until
+                    and self._store.connection_state is ConnectionState.CONNECTED)
+
         try:
-            self._imds.approve(confirmed)
+            self._imds.approve(confirmed, fence=fence)
+        except ImdsFenced as exc:
+            self._metrics.approvals.labels("fenced").inc()
+            log.warning("approval not sent (vm=%s events=%s): %s; re-checked next cycle", self.vm, confirmed, exc)
+            return local
         except ImdsError as exc:
             self._metrics.approvals.labels("failed").inc()
             self._metrics.errors.labels("imds").inc()
@@ -338,12 +435,20 @@ class Agent:
         saved = self._saved
         if saved is not None and saved.phase == local.phase.value and saved.draining_for == local.draining_for:
             return
-        state = PersistedState(local.phase.value, local.draining_for, snap.now)
+        self._save(PersistedState(local.phase.value, local.draining_for, snap.now))
+
+    def _save(self, state: PersistedState) -> None:
         try:
             self._state_file.save(state)
         except OSError as exc:
             self._metrics.errors.labels("state").inc()
-            log.error("cannot save the drain state to %s (vm=%s): %s", self._state_file.path, self.vm, exc)
+            log.error("cannot save the drain state to %s (vm=%s): %s; removing it so that a restart assumes "
+                      "the worst", self._state_file.path, self.vm, exc)
+            try:
+                self._state_file.discard()
+            except OSError as again:
+                log.error("cannot remove %s either (vm=%s): %s", self._state_file.path, self.vm, again)
+            self._saved = None
             return
         self._saved = state
 
@@ -374,6 +479,8 @@ def _status_dict(vm: str, local: LocalState, st: _Status) -> dict[str, Any]:
         "cycles": st.cycles,
         "last_cycle": st.description,
         "approved_by_me": sorted(local.posted),
+        "drained_for": sorted(local.draining_for),
+        "stays_out": st.plan.waiting if st.plan is not None else "",
     }
     if snap is None or plan is None:
         return out
@@ -405,3 +512,12 @@ def _status_dict(vm: str, local: LocalState, st: _Status) -> dict[str, Any]:
         })
     out["events"] = events
     return out
+
+
+def _sight(sightings: dict[str, Sighting], present: set[str], mono: float) -> None:
+    """One fresh read: what it shows is seen now, everything else tracked misses once more."""
+    for key, sighting in list(sightings.items()):
+        if key not in present:
+            sightings[key] = Sighting(sighting.last, sighting.misses + 1)
+    for key in present:
+        sightings[key] = Sighting(mono)

@@ -187,6 +187,23 @@ class DrainConfig(_Section):
         description="Start draining no earlier than this before NotBefore (for events announced days ahead); "
         "null: as soon as the event is admitted",
     )
+    return_wait_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="After recovering, time until the load balancer routes to the VM again; only then does "
+        "it count as serving for the budget; default: the drain wait",
+    )
+    gone_after_seconds: float = Field(
+        3.0,
+        ge=0,
+        description="An event is gone for a VM once missing from (or no longer naming it in) at least two "
+        "fresh documents over this long: a flapped read never puts a drained VM back",
+    )
+    unapprovable: Literal["just-in-time", "at-once"] = Field(
+        "just-in-time",
+        description="Events that can never be approved early (unknown type, approval never, a peer without "
+        "an agent, an invalid name): drain latest_start_seconds before NotBefore, or at once",
+    )
 
     @field_validator("wait_seconds_by_type")
     @classmethod
@@ -352,6 +369,14 @@ class Settings(_Section):
             raise ValueError("actions: two actions share a name: " + ", ".join(sorted(names)))
         if self.zookeeper.operation_timeout >= self.zookeeper.session_timeout:
             raise ValueError("zookeeper.operation_timeout must be shorter than zookeeper.session_timeout")
+        grace = self.policy.absent_peer_grace_seconds
+        longest_wait = max([self.drain.effective_wait, *self.drain.wait_seconds_by_type.values()])
+        if grace is not None and grace < longest_wait:
+            raise ValueError(
+                f"policy.absent_peer_grace_seconds ({grace}) must be at least the longest drain wait "
+                f"({longest_wait}): a VM cut off from ZooKeeper drains itself that long before its peers "
+                "stop waiting for it"
+            )
         return self
 
 
@@ -401,7 +426,15 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
         raise ConfigError(where + "invalid configuration:\n  " + "\n  ".join(lines)) from None
 
 
+REDACTED = "<redacted>"
+
+
 def redacted(settings: Settings) -> dict[str, Any]:
-    """The effective configuration for logging. No option holds a secret yet; ZooKeeper credentials,
-    when added, are masked here."""
-    return settings.model_dump(mode="json")
+    """The effective configuration for logging and ``check-config``: webhook header values and command
+    environment values are masked (they carry tokens), their names kept."""
+    data = settings.model_dump(mode="json")
+    for action in data.get("actions", []):
+        for key in ("headers", "env"):
+            if isinstance(action.get(key), dict):
+                action[key] = {name: REDACTED for name in action[key]}
+    return data

@@ -3,20 +3,28 @@
 ``decide(snapshot, local, policy) -> Plan`` is pure: no I/O, no clock reads, no randomness. The agent
 loop builds the snapshot, calls it, and carries out the plan. Because every cycle recomputes the plan
 from the current document and the current cluster view (level-triggered), a restart, a missed watch,
-a duplicate document or a new leader need no special code.
+a duplicate document or a new leader need no special code. ``docs/safety.md`` lists the invariants
+these rules keep, and the tests that try to break them.
 
 The safety rules live here and nowhere else:
 
 * An event is approved only by its approver, only while Scheduled in a document read *this* cycle,
   only when it is of a known type, names at least one VM, its rule allows it, the disruption budget
   admitted it, every VM it names has acknowledged (unless its rule is ``immediately``), and only while
-  the ZooKeeper connection is CONNECTED. The store re-checks the acks and this agent's ownership of its
-  member or leader node with a synced read right before the POST (see ``Store.approve``).
+  the ZooKeeper connection is CONNECTED. The store re-checks the acks, the admission and this agent's
+  ownership of its member or leader node with a synced read right before the POST (``Store.approve``),
+  and the POST is fenced by the time since that check (``Agent``).
+* An acknowledgement means "drained for this event *now*": acks are ephemeral nodes of the VM's
+  session, and a VM withdraws its ack of an event it no longer drains for, and leaves the drained
+  state only once ZooKeeper shows no ack of it (or every session that could hold one has lapsed).
 * A VM drains for an event that names it when the event is Started (it is being hit), when the
-  budget admitted it (or there is no budget), or at the latest ``latest_start`` before NotBefore,
-  whatever the budget and ZooKeeper say. Once draining for an event it stays drained until that event
-  is gone from a document read this cycle; a failed read changes nothing. A fresh process starts in
-  ``UNKNOWN`` and fails the health probe until such a document clears it.
+  budget admitted it, or at the latest ``latest_start`` before NotBefore, whatever the budget and
+  ZooKeeper say. An event that can never be approved early drains just in time. Once draining for an
+  event it stays drained until that event is *gone*: missing (or no longer naming the VM) from at
+  least two fresh documents over ``gone_after`` seconds; a failed read changes nothing. A fresh
+  process starts in ``UNKNOWN`` and fails the health probe until such a document clears it.
+* A VM out of rotation says so in ``/out/{vm}`` until its load balancer routes to it again
+  (``return_wait`` after its recovery finished); the budget counts every such VM.
 """
 
 from __future__ import annotations
@@ -37,21 +45,24 @@ __all__ = [
     "Phase",
     "Plan",
     "Policy",
+    "Sighting",
     "Snapshot",
     "choose_approver",
     "decide",
+    "is_gone",
     "rule_for",
 ]
 
 
 class Phase(StrEnum):
-    """This VM's own drain state. Only SERVING answers the health probe with 200."""
+    """This VM's own drain state. Only SERVING (and RECOVERING once its recovery finished) answers the
+    health probe with 200; only SERVING counts as back in rotation."""
 
     UNKNOWN = "unknown"  # just started: no document read yet that clears the VM
     SERVING = "serving"
     DRAINING = "draining"  # drain actions running
     DRAINED = "drained"  # drain actions done; acks follow once each event's drain wait is over
-    RECOVERING = "recovering"  # recover actions running
+    RECOVERING = "recovering"  # recover actions running, then the load balancer's return wait
 
 
 @dataclass(frozen=True)
@@ -61,8 +72,26 @@ class LocalState:
     drain_started: float = 0.0  # monotonic time the current drain began
     job_running: bool = False  # the executor is still running this phase's actions
     job_failed: bool = False  # the last drain/recover job of this phase failed
-    draining_for: frozenset[str] = frozenset()  # ids of the events this VM is drained for
+    job_done_at: float = 0.0  # monotonic time the last job finished
+    draining_for: frozenset[str] = frozenset()  # ids (as IMDS spells them) of the events held drained
     posted: frozenset[str] = frozenset()  # event ids this process has POSTed successfully
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """How recently fresh documents showed something: ``last`` is the monotonic time of the last
+    fresh document that did, ``misses`` the number of fresh documents since then that did not."""
+
+    last: float
+    misses: int = 0
+
+
+def is_gone(sighting: Sighting | None, mono: float, gone_after: float) -> bool:
+    """Gone means missing from at least two fresh documents and for ``gone_after`` seconds: a single
+    flapped read, or an incarnation reset that drops an event for one poll, never puts a VM back."""
+    if sighting is None:
+        return True
+    return sighting.misses >= 2 and mono - sighting.last >= gone_after
 
 
 @dataclass(frozen=True)
@@ -73,6 +102,11 @@ class Snapshot:
     document: Document | None  # read this cycle; None if the read failed
     last_document: Document | None  # the last document that parsed, possibly this one
     cluster: ClusterView | None  # None if the store could not be read this cycle
+    named: Mapping[str, Sighting] = field(default_factory=dict)  # event id -> when it last named me
+    seen: Mapping[str, Sighting] = field(default_factory=dict)  # event key -> when it was last present
+    absent_for: Mapping[str, float] = field(default_factory=dict)  # vm -> seconds this agent saw it absent
+    disconnected_for: float = 0.0  # seconds since the store connection was last seen CONNECTED
+    uptime: float = float("inf")  # seconds since this process started
 
 
 @dataclass(frozen=True)
@@ -84,8 +118,11 @@ class Policy:
     absent_grace: float | None = None
     drain_wait: float = 35.0
     drain_wait_by_type: Mapping[str, float] = field(default_factory=dict)
+    return_wait: float | None = None  # None: the drain wait (the load balancer notices both ways alike)
+    gone_after: float = 3.0
     latest_start: float = 120.0
     lead_time: float | None = None
+    unapprovable_at_once: bool = False  # drain at once for events that can never be approved early
     max_events: int | None = 1
     max_vms: int | None = None
     keep_one_serving: bool = True
@@ -93,13 +130,20 @@ class Policy:
     terminate_together: bool = True
     recover_retry: float = 5.0
     done_retention: float = 7 * 24 * 3600.0
+    session_timeout: float = 30.0
 
     @property
     def budgeted(self) -> bool:
-        return self.max_events is not None or self.max_vms is not None
+        """Whether the leader admits events before their VMs drain early. ``keep_one_serving`` needs
+        admissions as much as a budget does: without them two events could take out every VM."""
+        return self.max_events is not None or self.max_vms is not None or self.keep_one_serving
 
     def wait_for(self, event: ScheduledEvent) -> float:
         return self.drain_wait_by_type.get(event.event_type, self.drain_wait)
+
+    @property
+    def back_after(self) -> float:
+        return self.drain_wait if self.return_wait is None else self.return_wait
 
 
 def rule_for(event: ScheduledEvent, policy: Policy) -> ApprovalRule:
@@ -125,6 +169,7 @@ class ApprovalIntent:
     key: str  # normalized id: the store key
     required: tuple[str, ...]  # VMs whose acks the store must see right before the POST
     as_leader: bool
+    admission: bool = False  # the store must also see the event's admission right before the POST
 
 
 @dataclass(frozen=True)
@@ -138,13 +183,17 @@ class Plan:
     withdraw: tuple[str, ...] = ()
     approve: tuple[ApprovalIntent, ...] = ()
     mark_done: tuple[str, ...] = ()
+    reopen: tuple[str, ...] = ()
     mark_absent: tuple[str, ...] = ()
     clear_absent: tuple[str, ...] = ()
+    mark_out: tuple[str, ...] | None = None  # write /out/{me} for these events (None: leave it)
+    clear_out: bool = False  # delete /out/{me}: back in rotation
     purge_before: float | None = None
     holding: tuple[str, ...] = ()  # ids of the events that hold this VM drained
     approvers: Mapping[str, str] = field(default_factory=dict)  # event key -> approver (or "")
     blocked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # event key -> reasons
     invalid: tuple[str, ...] = ()  # why some events cannot be coordinated
+    waiting: str = ""  # why this VM is not recovering although nothing holds it
 
     @property
     def acts(self) -> bool:
@@ -159,8 +208,11 @@ class Plan:
             or self.withdraw
             or self.approve
             or self.mark_done
+            or self.reopen
             or self.mark_absent
             or self.clear_absent
+            or self.mark_out is not None
+            or self.clear_out
         )
 
     def describe(self) -> str:
@@ -174,9 +226,13 @@ class Plan:
         for label, items in (("publish", [r.event_id for r in self.publish]), ("admit", self.admit),
                              ("ack", self.ack), ("withdraw ack", self.withdraw),
                              ("approve", [i.event_id for i in self.approve]), ("done", self.mark_done),
-                             ("absent", self.mark_absent), ("back", self.clear_absent)):
+                             ("reopen", self.reopen), ("absent", self.mark_absent), ("back", self.clear_absent)):
             if items:
                 parts.append(f"{label} {','.join(items)}")
+        if self.clear_out:
+            parts.append("back in rotation")
+        if self.waiting:
+            parts.append(f"stays out: {self.waiting}")
         for key, reasons in sorted(self.blocked.items()):
             parts.append(f"{key} waits: {'; '.join(reasons)}")
         return "; ".join(parts) if parts else "nothing to do"
@@ -208,6 +264,10 @@ class _Event:
     bad_names: tuple[str, ...]
     rule: ApprovalRule
 
+    @property
+    def not_before(self) -> float | None:
+        return self.event.not_before.timestamp() if self.event.not_before is not None else None
+
 
 def _parse(event: ScheduledEvent, policy: Policy) -> tuple[_Event, list[str]]:
     problems: list[str] = []
@@ -227,6 +287,8 @@ def _parse(event: ScheduledEvent, policy: Policy) -> tuple[_Event, list[str]]:
             continue
         if name not in names:
             names.append(name)
+    if event.not_before_error:
+        problems.append(f"event {key or event.event_id[:40]!r}: {event.not_before_error}")
     return _Event(event, key, tuple(names), tuple(bad), rule_for(event, policy)), problems
 
 
@@ -236,10 +298,23 @@ def _record(ev: _Event, snap: Snapshot) -> EventRecord:
         event_id=ev.key,
         event_type=ev.event.event_type,
         resources=ev.resources,
-        not_before=ev.event.not_before.timestamp() if ev.event.not_before else None,
+        not_before=ev.not_before,
         published_by=snap.me,
         published_at=snap.now,
     )
+
+
+def _approvable(ev: _Event, cluster: ClusterView | None, snap: Snapshot, policy: Policy) -> bool:
+    """Whether the event could be approved early at all: a known type whose rule is ``after-drain``,
+    a usable id and NotBefore, only valid names, and nobody to wait for who cannot ever acknowledge
+    (a VM without an agent). Unknown (no view): assume it could."""
+    if ev.rule is not ApprovalRule.AFTER_DRAIN or ev.key is None or ev.bad_names or not ev.resources:
+        return False
+    if ev.not_before is None:
+        return False
+    if cluster is None:
+        return True
+    return all(vm in cluster.members or not _waited_for(vm, cluster, policy, snap) for vm in ev.resources)
 
 
 def _drains(ev: _Event, snap: Snapshot, local: LocalState, policy: Policy) -> bool:
@@ -249,65 +324,106 @@ def _drains(ev: _Event, snap: Snapshot, local: LocalState, policy: Policy) -> bo
         return True  # never put back while the event is present
     if ev.rule is ApprovalRule.IMMEDIATELY and ev.key is not None:
         return False  # a short impact approved at once: draining would cost more than it saves
-    if not event.is_scheduled or ev.key is None or event.not_before is None:
-        return True  # being hit now, or cannot be coordinated: the safe side
-    not_before = event.not_before.timestamp()
+    if not event.is_scheduled:
+        return True  # being hit now
+    not_before = ev.not_before
+    if not_before is None:
+        return True  # no time to drain just in time for: the safe side is now
     if snap.now >= not_before - policy.latest_start:
         return True  # no more waiting, whatever the budget or ZooKeeper say
+    grace = policy.absent_grace
+    if grace is not None and snap.disconnected_for >= max(grace - policy.wait_for(event), 0.0):
+        # Cut off from ZooKeeper: the leader may soon count this VM as gone (absent_grace after its
+        # session ends) and approve without it, so be drained by then.
+        return True
+    if not _approvable(ev, snap.cluster, snap, policy):
+        return policy.unapprovable_at_once  # nothing to gain from an early drain: just in time
     if policy.budgeted:
-        record = snap.cluster.records.get(ev.key) if snap.cluster else None
-        if record is None or record.admitted_at is None:
+        record = snap.cluster.records.get(ev.key or "") if snap.cluster else None
+        if record is None or record.admitted_at is None or record.done_at is not None:
             return False  # not admitted (or unknown): drain late rather than break the budget
     if policy.lead_time is not None:
         return snap.now >= not_before - policy.lead_time
     return True
 
 
-def _local(snap: Snapshot, local: LocalState, policy: Policy, holding: bool) -> tuple[Phase | None, bool, bool]:
-    """This VM's drain state machine: (next phase, start drain, start recover)."""
+def _local(
+    snap: Snapshot, local: LocalState, policy: Policy, holding: bool
+) -> tuple[Phase | None, bool, bool, str]:
+    """This VM's drain state machine: (next phase, start drain, start recover, why it stays out)."""
     phase = local.phase
     if holding:
         if phase in (Phase.UNKNOWN, Phase.SERVING, Phase.RECOVERING):
-            return Phase.DRAINING, True, False
+            return Phase.DRAINING, True, False, ""
         if phase is Phase.DRAINING and not local.job_running and not local.job_failed:
-            return Phase.DRAINED, False, False
-        return None, False, False
+            return Phase.DRAINED, False, False, ""
+        return None, False, False, ""
     if snap.document is None:
-        return None, False, False  # no fresh evidence that the VM is free: keep it as it is
+        return None, False, False, ""  # no fresh evidence that the VM is free: keep it as it is
     if phase in (Phase.UNKNOWN, Phase.DRAINING, Phase.DRAINED):
-        return Phase.RECOVERING, False, True
+        why = _acks_outstanding(snap, policy)
+        if why:
+            return None, False, False, why
+        return Phase.RECOVERING, False, True, ""
     if phase is Phase.RECOVERING and not local.job_running:
         if local.job_failed:
             if snap.mono - local.phase_since >= policy.recover_retry:
-                return Phase.RECOVERING, False, True
-            return None, False, False
-        return Phase.SERVING, False, False
-    return None, False, False
+                return Phase.RECOVERING, False, True, ""
+            return None, False, False, ""
+        if snap.mono - local.job_done_at >= policy.back_after:
+            return Phase.SERVING, False, False, ""  # the load balancer has had time to route to it again
+        return None, False, False, ""
+    return None, False, False, ""
+
+
+def _acks_outstanding(snap: Snapshot, policy: Policy) -> str:
+    """Why this VM may not serve yet although nothing holds it (empty: it may).
+
+    It may serve once ZooKeeper, read this cycle over a CONNECTED session, shows no ack of it (its
+    acks are withdrawn first), or once every session that could hold one has certainly lapsed: this
+    process has been cut off, and alive, for a whole session timeout (acks are ephemeral)."""
+    cluster = snap.cluster
+    if cluster is not None and cluster.connection is ConnectionState.CONNECTED:
+        mine = sorted(key for key, record in cluster.records.items() if snap.me in record.acks)
+        if not mine:
+            return ""
+        return f"withdrawing its acknowledgement of {','.join(mine)}"
+    if snap.disconnected_for >= policy.session_timeout and snap.uptime >= policy.session_timeout:
+        return ""
+    return "ZooKeeper unreachable: its acknowledgements may stand until its session lapses"
+
+
+def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, str]:
+    """VMs out of rotation, each with the budget unit it is out for: by their own ``/out`` node, or
+    because they acknowledge an event (drained now). One whose agent this agent has seen gone for
+    ``recovery_grace`` no longer counts: it is not coming back soon, and serves nobody meanwhile."""
+    out: dict[str, str] = {}
+    for key, record in sorted(cluster.records.items()):
+        for vm in record.acks:
+            out.setdefault(vm, key)
+    for vm, mark in cluster.out.items():
+        out[vm] = mark.events[0].upper() if mark.events else out.get(vm, f"vm:{vm}")
+    return {vm: unit for vm, unit in out.items()
+            if vm in cluster.members or snap.absent_for.get(vm, 0.0) < policy.recovery_grace}
 
 
 def _in_flight(
-    events: Mapping[str, _Event], cluster: ClusterView, now: float, policy: Policy
+    events: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
 ) -> dict[str, frozenset[str]]:
-    """Events that hold budget, with their VMs: admitted, Started or drained-for and still present, or
-    gone but with VMs that have not recovered yet (an ack whose agent is down counts only for
-    ``recovery_grace`` after the event ended: it may be rebooting, or may never come back)."""
+    """What holds the budget, as unit key -> VMs: present events that are admitted, Started, or have a
+    VM out of rotation; and every other VM out of rotation (under the event it is out for, if any),
+    until it is back in its load balancer's rotation."""
+    out = _out_vms(cluster, snap, policy)
     flight: dict[str, frozenset[str]] = {}
-    # A VM that goes from a finished event straight into the next one counts once, with the event
-    # that holds it now: its ack of the finished one stays until it serves again.
-    named_now = frozenset().union(*(ev.resources for ev in events.values()))
-    for key, record in cluster.records.items():
-        ev = events.get(key)
-        if ev is not None:
-            if record.admitted_at is not None or not ev.event.is_scheduled or record.acks:
-                flight[key] = frozenset(ev.resources)
-            continue
-        pending = {
-            vm for vm in record.acks
-            if vm not in named_now
-            and (vm in cluster.members or (record.done_at is not None and now - record.done_at < policy.recovery_grace))
-        }
-        if pending:
-            flight[key] = frozenset(pending)
+    for key, ev in events.items():
+        record = cluster.records.get(key)
+        admitted = record is not None and record.admitted_at is not None and record.done_at is None
+        if admitted or not ev.event.is_scheduled or any(vm in out for vm in ev.resources):
+            flight[key] = frozenset(ev.resources)
+    covered = frozenset().union(*flight.values()) if flight else frozenset()
+    for vm, unit in out.items():
+        if vm not in covered:
+            flight[unit] = flight.get(unit, frozenset()) | {vm}
     return flight
 
 
@@ -316,31 +432,35 @@ def _unit(key: str, events: Mapping[str, _Event], policy: Policy) -> str:
     runs such a batch as one operation)."""
     ev = events.get(key)
     if (policy.terminate_together and ev is not None and ev.event.event_type == EventType.TERMINATE
-            and ev.event.not_before is not None):
-        return f"terminate@{ev.event.not_before.timestamp():.0f}"
+            and ev.not_before is not None):
+        return f"terminate@{ev.not_before:.0f}"
     return key
 
 
 def _admissions(
-    events: Mapping[str, _Event], cluster: ClusterView, now: float, policy: Policy
+    events: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
 ) -> tuple[list[str], dict[str, str]]:
     """The leader's admissions and why the others wait.
 
-    Candidates are Scheduled events with a record, not yet admitted, that need a drain. Those already
-    holding their VMs (drained just in time, or acknowledged) come first, then first come (NotBefore,
-    then id) first served; a Terminate batch is admitted as one. Nothing behind a waiting unit jumps
-    ahead of it.
+    Candidates are Scheduled events with a record, not yet admitted, that could be approved early
+    and are within the lead time. Those already holding their VMs (drained just in time, or
+    acknowledged) come first, then first come (NotBefore, then id) first served; a Terminate batch is
+    admitted as one. Nothing behind a waiting unit jumps ahead of it.
     """
-    flight = _in_flight(events, cluster, now, policy)
-    candidates = [ev for key, ev in events.items()
-                  if ev.event.is_scheduled and ev.rule is not ApprovalRule.IMMEDIATELY and ev.resources
-                  and key in cluster.records and cluster.records[key].admitted_at is None]
+    flight = _in_flight(events, cluster, snap, policy)
+    candidates = [
+        ev for key, ev in events.items()
+        if ev.event.is_scheduled and key in cluster.records
+        and (cluster.records[key].admitted_at is None or cluster.records[key].done_at is not None)
+        and _approvable(ev, cluster, snap, policy)
+        and (policy.lead_time is None or snap.now >= (ev.not_before or 0.0) - policy.lead_time)
+    ]
     units: dict[str, list[_Event]] = {}
     for ev in candidates:
         units.setdefault(_unit(ev.key or "", events, policy), []).append(ev)
     order = sorted(units.items(), key=lambda item: (
         not any(ev.key in flight for ev in item[1]),
-        min(ev.event.not_before.timestamp() if ev.event.not_before else float("inf") for ev in item[1]),
+        min(ev.not_before if ev.not_before is not None else float("inf") for ev in item[1]),
         item[0],
     ))
     admit: list[str] = []
@@ -350,7 +470,9 @@ def _admissions(
         vms = frozenset().union(*(ev.resources for ev in members))
         others = {k: v for k, v in flight.items() if k not in keys}
         busy = frozenset().union(*others.values()) if others else frozenset()
-        in_maintenance = {_unit(k, events, policy) for k in others}
+        # A VM out of rotation for no event (starting up, back from a crash) is not an event in
+        # maintenance; it still counts against max_vms and keep_one_serving.
+        in_maintenance = {_unit(k, events, policy) for k in others if not k.startswith("vm:")}
         reason = ""
         if policy.max_events is not None and len(in_maintenance) >= policy.max_events:
             reason = f"maintenance budget: {len(in_maintenance)} event(s) in maintenance ({', '.join(sorted(others))})"
@@ -380,10 +502,19 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         invalid.extend(problems)
     by_key = {ev.key: ev for ev in parsed if ev.key is not None}
 
-    holding = [ev for ev in parsed if ev.event.names(snap.me) and _drains(ev, snap, local, policy)]
-    next_phase, start_drain, start_recover = _local(snap, local, policy, bool(holding))
+    # What holds this VM: events naming it that it must drain for, and every event it was drained
+    # for that is not gone yet (still named by a recent document, or known only from before a restart).
+    holding_events = [ev for ev in parsed if ev.event.names(snap.me) and _drains(ev, snap, local, policy)]
+    holding = [ev.event.event_id for ev in holding_events]
+    for event_id in sorted(local.draining_for):
+        if event_id not in holding and not is_gone(snap.named.get(event_id), snap.mono, policy.gone_after):
+            holding.append(event_id)
+    next_phase, start_drain, start_recover, waiting = _local(snap, local, policy, bool(holding))
     phase_after = next_phase or local.phase
     drain_started = snap.mono if start_drain else local.drain_started
+    holding_keys = {ev.key for ev in holding_events if ev.key is not None} | {
+        eid.upper() for eid in holding
+    }
 
     cluster = snap.cluster
     publish: list[EventRecord] = []
@@ -391,8 +522,11 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     ack: list[str] = []
     withdraw: list[str] = []
     mark_done: list[str] = []
+    reopen: list[str] = []
     mark_absent: list[str] = []
     clear_absent: list[str] = []
+    mark_out: tuple[str, ...] | None = None
+    clear_out = False
     approvers: dict[str, str] = {}
     blocked: dict[str, tuple[str, ...]] = {}
     ready: dict[str, ApprovalIntent | None] = {}  # approvable events (None: approvable by someone else)
@@ -400,8 +534,8 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     if cluster is not None:
         wait_slot: dict[str, str] = {}
         if doc is not None and policy.budgeted and cluster.i_am_leader:
-            admit, wait_slot = _admissions(by_key, cluster, snap.now, policy)
-        for ev in holding:
+            admit, wait_slot = _admissions(by_key, cluster, snap, policy)
+        for ev in holding_events:
             if ev.key is None or phase_after is not Phase.DRAINED:
                 continue
             record = cluster.records.get(ev.key)
@@ -409,6 +543,9 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                 record is None or snap.me not in record.acks
             ):
                 ack.append(ev.key)
+        for key, record in cluster.records.items():
+            if snap.me in record.acks and key not in holding_keys:
+                withdraw.append(key)  # an ack stands for a drain that holds now, never for one that did
         for ev in parsed:
             if ev.key is None:
                 continue
@@ -428,22 +565,30 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                 blocked[ev.key] = reasons
                 continue
             mine = approver == snap.me and ev.event.event_id not in local.posted
-            required = ev.resources if ev.rule is ApprovalRule.AFTER_DRAIN else ()
-            required = tuple(vm for vm in required if _waited_for(vm, cluster, policy, snap.now))
-            ready[ev.key] = ApprovalIntent(ev.event.event_id, ev.key, required, as_leader) if mine else None
+            after_drain = ev.rule is ApprovalRule.AFTER_DRAIN
+            required = tuple(vm for vm in ev.resources if _waited_for(vm, cluster, policy, snap)) if after_drain else ()
+            intent = ApprovalIntent(ev.event.event_id, ev.key, required, as_leader, after_drain and policy.budgeted)
+            ready[ev.key] = intent if mine else None
         if policy.terminate_together:
             _hold_terminate_batches(by_key, ready, blocked)
-        if doc is not None:
+        if doc is not None and cluster.i_am_leader:
             for key, record in cluster.records.items():
                 if key in by_key:
-                    continue
-                if snap.me in record.acks and phase_after is Phase.SERVING:
-                    withdraw.append(key)  # recovered and serving: the budget slot is free again
-                if cluster.i_am_leader and record.done_at is None:
+                    if record.done_at is not None:
+                        reopen.append(key)  # back (a flap, or a reused EventId): nothing of before counts
+                elif record.done_at is None and is_gone(snap.seen.get(key), snap.mono, policy.gone_after):
                     mark_done.append(key)
         if cluster.i_am_leader:
             mark_absent = sorted(cluster.known - cluster.members - set(cluster.absent_since))
             clear_absent = sorted(set(cluster.absent_since) & cluster.members)
+        mine_out = cluster.out.get(snap.me)
+        if phase_after is Phase.SERVING:
+            clear_out = mine_out is not None
+        elif mine_out is None or not set(holding) <= set(mine_out.events):
+            # Events accumulate until the VM is back in rotation: a VM back from a reboot is still out
+            # for the event that took it out, whatever its restarted agent holds now.
+            earlier = tuple(mine_out.events) if mine_out is not None else ()
+            mark_out = earlier + tuple(e for e in holding if e not in earlier)
 
     return Plan(
         next_phase=next_phase,
@@ -455,26 +600,32 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         withdraw=tuple(withdraw),
         approve=tuple(intent for intent in ready.values() if intent is not None),
         mark_done=tuple(mark_done),
+        reopen=tuple(reopen),
         mark_absent=tuple(mark_absent),
         clear_absent=tuple(clear_absent),
+        mark_out=mark_out,
+        clear_out=clear_out,
         purge_before=(snap.now - policy.done_retention) if cluster and cluster.i_am_leader else None,
-        holding=tuple(ev.event.event_id for ev in holding),
+        holding=tuple(holding),
         approvers=approvers,
         blocked=blocked,
         invalid=tuple(invalid),
+        waiting=waiting,
     )
 
 
-def _waited_for(vm: str, cluster: ClusterView, policy: Policy, now: float) -> bool:
+def _waited_for(vm: str, cluster: ClusterView, policy: Policy, snap: Snapshot) -> bool:
     """Whether ``vm``'s ack is required: always, unless it has never run an agent and policy ignores
-    such VMs, or its agent has been gone longer than ``absent_grace`` (its probe endpoint went with it,
-    so the load balancer no longer sends it traffic). A live member is always waited for."""
+    such VMs, or this agent has itself seen its agent gone for ``absent_grace`` (measured on this
+    agent's monotonic clock, never across machines). A cut-off agent drains itself before that
+    (``_drains``), and a dead one took its probe endpoint with it. A live member is always waited for."""
     if vm in cluster.members:
         return True
     if policy.unknown_peers is PeersPolicy.IGNORE and vm not in cluster.known:
         return False
-    since = cluster.absent_since.get(vm)
-    return policy.absent_grace is None or since is None or now - since < policy.absent_grace
+    if policy.absent_grace is None or vm not in cluster.known:
+        return True
+    return snap.absent_for.get(vm, 0.0) < policy.absent_grace
 
 
 def _approval_blockers(
@@ -496,16 +647,20 @@ def _approval_blockers(
         return ("Resources holds a name that is not a valid VM name",)
     if not ev.resources:
         return ("Resources is empty: nobody known to drain",)
+    if ev.not_before is None:
+        return ("NotBefore is missing or unreadable",)
     if record is None:
         return ("event record not published yet",)
     reasons: list[str] = []
+    if record.done_at is not None:
+        reasons.append("its record is marked done: reopened by the leader first")
     if ev.rule is ApprovalRule.AFTER_DRAIN:
         if policy.budgeted and record.admitted_at is None and not admitting_now:
             reasons.append("not admitted by the maintenance budget yet")
         acking = set(acking_now)
         for vm in ev.resources:
             acked = vm in record.acks or (vm == snap.me and ev.key in acking)
-            if acked or not _waited_for(vm, cluster, policy, snap.now):
+            if acked or not _waited_for(vm, cluster, policy, snap):
                 continue  # an ack written this very cycle is re-checked by Store.approve before the POST
             reasons.append(f"{vm} runs no agent" if vm not in cluster.members else f"{vm} has not acknowledged")
     if cluster.connection is not ConnectionState.CONNECTED:
@@ -519,8 +674,8 @@ def _hold_terminate_batches(
     """Deletes sharing one NotBefore proceed together in Azure: approve none until all may be approved."""
     batches: dict[float, list[str]] = {}
     for key, ev in events.items():
-        if ev.event.event_type == EventType.TERMINATE and ev.event.is_scheduled and ev.event.not_before:
-            batches.setdefault(ev.event.not_before.timestamp(), []).append(key)
+        if ev.event.event_type == EventType.TERMINATE and ev.event.is_scheduled and ev.not_before is not None:
+            batches.setdefault(ev.not_before, []).append(key)
     for keys in batches.values():
         if len(keys) > 1 and not all(k in ready for k in keys):
             for key in keys:

@@ -2,8 +2,10 @@
 
 A dry-run agent reads IMDS and ZooKeeper, decides exactly as a real one would, and logs what it would
 do. It is invisible to the cluster: it does not join (so it is never anyone's approver, and a VM whose
-agent only observes counts as running no agent), writes nothing, POSTs nothing, and its actions only
-log. Its health probe answers 200 throughout: observing never takes a VM out of its load balancer.
+agent only observes counts as running no agent), writes nothing to ZooKeeper (not even the base
+layout) or to its state file, POSTs nothing, and its actions only log. Its health probe keeps the
+answer the VM had: 200, unless the state file says that a real agent left the VM drained (then 503,
+until an agent that is not dry-run recovers it). Observing never moves a VM in or out of rotation.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import replace
 
 from coordinator.agent import Imds
 from coordinator.models import Document
+from coordinator.state import PersistedState, StateFile
 from coordinator.store.base import (
     ApprovalOutcome,
     ApprovalResult,
@@ -24,9 +27,26 @@ from coordinator.store.base import (
     WriteResult,
 )
 
-__all__ = ["DryRunImds", "DryRunStore"]
+__all__ = ["DryRunImds", "DryRunStateFile", "DryRunStore", "probe_serving_at_start"]
 
 log = logging.getLogger(__name__)
+
+
+def probe_serving_at_start(state_file: StateFile) -> bool:
+    """What a dry-run agent's probe answers throughout: what the VM answered before. 200, unless the
+    state file (read, never written) says a real agent left the VM out of rotation, or cannot be read."""
+    saved = state_file.load()
+    return not state_file.unreadable and (saved is None or saved.was_serving)
+
+
+class DryRunStateFile(StateFile):
+    """Reads the real state file; never writes or removes it."""
+
+    def save(self, state: PersistedState) -> None:
+        log.info("dry-run: would save the drain state %s for %s", state.phase, ",".join(sorted(state.draining_for)))
+
+    def discard(self) -> None:
+        log.info("dry-run: would remove the state file")
 
 
 class DryRunImds:
@@ -36,7 +56,7 @@ class DryRunImds:
     def get_document(self) -> Document:
         return self._inner.get_document()
 
-    def approve(self, event_ids: Sequence[str]) -> None:
+    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
         log.info("dry-run: would POST StartRequests for %s", ",".join(event_ids))
 
 
@@ -90,7 +110,8 @@ class DryRunStore:
         return WriteResult.DONE
 
     def approve(
-        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float
+        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float,
+        admission: bool = False,
     ) -> ApprovalResult:
         log.info("dry-run: would approve event %s (required acks: %s)", event_id, ",".join(required))
         return ApprovalResult(ApprovalOutcome.REFUSED, "dry-run")
@@ -105,6 +126,17 @@ class DryRunStore:
         return WriteResult.DONE
 
     def mark_done(self, event_id: str, at: float) -> WriteResult:
+        return WriteResult.DONE
+
+    def reopen(self, event_id: str) -> WriteResult:
+        return WriteResult.DONE
+
+    def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
+        log.info("dry-run: would mark %s out of rotation for %s", vm, ",".join(events) or "-")
+        return WriteResult.DONE
+
+    def clear_out(self, vm: str) -> WriteResult:
+        log.info("dry-run: would mark %s back in rotation", vm)
         return WriteResult.DONE
 
     def purge_done(self, older_than: float) -> int:

@@ -17,6 +17,7 @@ __all__ = [
     "CoordinatorError",
     "ImdsBadRequest",
     "ImdsError",
+    "ImdsFenced",
     "ImdsUnavailable",
     "InvalidName",
     "MalformedDocument",
@@ -57,6 +58,11 @@ class ImdsBadRequest(ImdsError):
         super().__init__(message)
         self.status = status
         self.body = body
+
+
+class ImdsFenced(ImdsError):
+    """An approval was not sent (or not sent again): its fence closed. The agent's last check of its
+    ZooKeeper session is too old, or the session is not CONNECTED, so the session may have lapsed."""
 
 
 class MalformedDocument(ImdsError):

@@ -25,7 +25,6 @@ import math
 import random
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -34,8 +33,9 @@ from typing import Annotated, Any, Final, Self, TypeVar
 import httpx
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from coordinator.errors import ImdsBadRequest, ImdsUnavailable, MalformedDocument
+from coordinator.errors import ImdsBadRequest, ImdsFenced, ImdsUnavailable, MalformedDocument
 from coordinator.models import Document, parse_document
+from coordinator.support.ratelimit import RateLimiter
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -152,38 +152,6 @@ def parse_instance_compute(raw: bytes | str | object) -> InstanceCompute:
         ) from None
 
 
-# --- rate limit ------------------------------------------------------------------------------------------
-
-
-class _SlidingWindowLimiter:
-    """At most ``capacity`` sends in any window of ``window`` seconds, by reserving send times.
-
-    Reservation (instead of sleep-and-recheck) keeps callers in order and never spins, even with a
-    ``sleep`` that does not advance the clock. For an integer rate r the guarantee is exactly "at most
-    r requests in any one-second window"; a fractional rate is rounded down (2.5/s allows 2 per second)
-    and a rate below 1/s allows one request per ``1/rate`` seconds.
-    """
-
-    def __init__(self, rate: float, clock: Callable[[], float]) -> None:
-        self._capacity = max(1, math.floor(rate))
-        self._window = max(1.0, self._capacity / rate)
-        self._clock = clock
-        self._slots: deque[float] = deque(maxlen=self._capacity)
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        """Reserve the next send time; return how long the caller must wait before sending."""
-        with self._lock:
-            now = self._clock()
-            at = now
-            if self._slots:
-                at = max(at, self._slots[-1])
-            if len(self._slots) == self._capacity:
-                at = max(at, self._slots[0] + self._window)
-            self._slots.append(at)
-            return at - now
-
-
 # --- the client ------------------------------------------------------------------------------------------
 
 
@@ -281,7 +249,7 @@ class ImdsClient:
         self._sleep = sleep
         self._rng = rng if rng is not None else random.Random()
         self._on_request = on_request
-        self._limiter = _SlidingWindowLimiter(max_requests_per_second, clock)
+        self._limiter = RateLimiter.per_second(max_requests_per_second, clock=clock)
         self._lock = threading.Lock()
         self._warm = False
         self._cooldowns: dict[str, _Cooldown] = {}
@@ -330,7 +298,7 @@ class ImdsClient:
             parse=lambda response: parse_document(response.content),
         )
 
-    def approve(self, event_ids: Sequence[str]) -> None:
+    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
         """Approve events: POST ``{"StartRequests": [{"EventId": id}, ...]}`` to the Scheduled Events URL.
 
         Ids are sent exactly as given, in order, all in one request; an empty sequence sends nothing.
@@ -339,6 +307,10 @@ class ImdsClient:
         releases the event for every VM in its ``Resources``. Raises ``ImdsUnavailable`` or
         ``ImdsBadRequest`` (the cool-down is kept per set of ids), and ``TypeError`` if ``event_ids`` is
         a plain string or holds a non-string.
+
+        ``fence``, when given, is called right before each attempt is sent (after any wait for the rate
+        limit or a back-off): if it returns False, nothing more is sent and ``ImdsFenced`` is raised.
+        The agent fences every approval with its last check of its ZooKeeper session.
         """
         if isinstance(event_ids, str | bytes):
             raise TypeError("event_ids must be a sequence of event ids, not a single string")
@@ -356,6 +328,7 @@ class ImdsClient:
             scheduled_events=True,
             parse=lambda response: None,
             json_body={"StartRequests": [{"EventId": event_id} for event_id in ids]},
+            fence=fence,
         )
 
     def get_instance_compute(self) -> InstanceCompute:
@@ -385,16 +358,19 @@ class ImdsClient:
         scheduled_events: bool,
         parse: Callable[[httpx.Response], _T],
         json_body: dict[str, Any] | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> _T:
         label = f"{method} {path}"
         self._refuse_during_cooldown(cooldown_key, label)
         outcome = "other"
         detail = ""
         for attempt in range(1, self._max_attempts + 1):
-            wait = self._limiter.reserve()
+            wait = self._limiter.reserve() - self._clock()
             if wait > 0:
                 self._sleep(wait)
             retry_after: float | None = None
+            if fence is not None and not fence():
+                raise ImdsFenced(f"{label} not sent: the approval's fence closed (attempt {attempt})")
             try:
                 response = self._client.request(
                     method,

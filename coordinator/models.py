@@ -23,9 +23,19 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from coordinator.errors import MalformedDocument
+from coordinator.support.httpdate import parse_http_date
 
 __all__ = [
     "Document",
@@ -78,13 +88,20 @@ def parse_not_before(value: object) -> datetime | None:
         return None
     match = _RFC1123.fullmatch(value)
     if match:
-        text = f"{match['day']} {match['month'].title()} {match['year']} {match['time']}"
-        return datetime.strptime(text, "%d %b %Y %H:%M:%S").replace(tzinfo=UTC)
+        return parse_http_date(value)
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError:
         raise ValueError(f"NotBefore {value[:60]!r} is neither RFC 1123 nor ISO 8601") from None
-    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    if not parsed.tzinfo:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        # Past the ends of the calendar once moved to UTC (9999-12-31T23:59:59-01:00): the nearest
+        # representable instant keeps the meaning (far future, or long past) and every later
+        # ``.timestamp()`` works.
+        return datetime.max.replace(tzinfo=UTC) if parsed.year > 1 else datetime.min.replace(tzinfo=UTC)
 
 
 def format_not_before(value: datetime) -> str:
@@ -115,6 +132,22 @@ class ScheduledEvent(BaseModel):
     description: StrictStr | None = Field(default=None, alias="Description")
     event_source: StrictStr | None = Field(default=None, alias="EventSource")
     duration_in_seconds: StrictInt | None = Field(default=None, alias="DurationInSeconds")
+    # Why NotBefore could not be read (then ``not_before`` is None): one odd field must not hide the
+    # event, or the whole document, from the agent. Such an event drains its VMs at once if it is
+    # Scheduled and is never approved early.
+    not_before_error: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tolerate_not_before(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "NotBefore" not in data:
+            return data
+        try:
+            parse_not_before(data["NotBefore"])
+        except (ValueError, TypeError) as exc:
+            data = {k: v for k, v in data.items() if k not in ("NotBefore", "not_before_error")}
+            data["not_before_error"] = str(exc)[:200]
+        return data
 
     @property
     def is_known_type(self) -> bool:

@@ -25,7 +25,7 @@ from coordinator.config import (
     redacted,
 )
 from coordinator.decide import Policy
-from coordinator.dryrun import DryRunImds, DryRunStore
+from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
 from coordinator.errors import ImdsError, InvalidName
 from coordinator.httpserver import HttpSurface
 from coordinator.imds import ImdsClient
@@ -98,6 +98,10 @@ def policy_from(settings: Settings) -> Policy:
         max_vms=p.max_vms_in_maintenance,
         keep_one_serving=p.keep_one_serving,
         recovery_grace=p.recovery_grace_seconds,
+        return_wait=d.return_wait_seconds,
+        gone_after=d.gone_after_seconds,
+        unapprovable_at_once=d.unapprovable == "at-once",
+        session_timeout=settings.zookeeper.session_timeout,
         terminate_together=p.terminate_together,
         done_retention=settings.done_retention_seconds,
     )
@@ -130,7 +134,9 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
 
     log.info("coordinator %s starting%s; effective configuration: %s", __version__,
              " in DRY-RUN mode (observe only)" if dry_run else "", json.dumps(redacted(settings)))
-    probe = ProbeState(serving=dry_run)
+    state_file = DryRunStateFile(settings.state_file) if dry_run else StateFile(settings.state_file)
+    # A dry run keeps the probe's answer as it is: serving, unless a real agent left the VM drained.
+    probe = ProbeState(serving=dry_run and probe_serving_at_start(state_file))
     agent_ref: list[Agent] = []
     http = HttpSurface(
         probe_listen=settings.probe.listen,
@@ -157,6 +163,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         cluster=settings.cluster,
         session_timeout=settings.zookeeper.session_timeout,
         operation_timeout=settings.zookeeper.operation_timeout,
+        create_layout=not dry_run,
     )
     actions: list[Action] = [ProbeAction(probe), *build_actions(settings)]
     adapters_imds: Imds = imds
@@ -173,7 +180,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         metrics=metrics,
         poll_interval=settings.imds.poll_interval,
         member_info={"admin": settings.http.listen, **placement},
-        state_file=StateFile(settings.state_file),
+        state_file=state_file,
     )
     agent_ref.append(agent)
     # The loop connects (and reconnects) by itself and keeps the VM on the safe side whether or not

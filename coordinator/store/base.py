@@ -8,7 +8,8 @@ Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``):
     /leader                     ephemeral   held by the leader: {"vm", "since"}
     /events/{EVENT_ID}          persistent  the event as first seen: {"event_id", "event_type", "resources",
                                             "not_before", "published_by", "published_at", "done_at"}
-    /events/{EVENT_ID}/acks/{vm} persistent  {"vm", "at"}: the VM has drained for this event
+    /out/{vm}                   persistent  the VM is out of its load balancer's rotation: {"vm", "since", "events"}
+    /events/{EVENT_ID}/acks/{vm} ephemeral  {"vm", "at"}: the VM is drained for this event now (its session)
     /events/{EVENT_ID}/admitted persistent  {"by", "at"}: the leader admitted the event into the
                                             disruption budget (written once)
     /events/{EVENT_ID}/approval persistent  {"by", "at", "as_leader"}: written once, before the POST
@@ -40,6 +41,7 @@ __all__ = [
     "ClusterView",
     "ConnectionState",
     "EventRecord",
+    "OutMark",
     "Store",
     "Wakeup",
     "WriteResult",
@@ -90,6 +92,17 @@ class EventRecord:
 
 
 @dataclass(frozen=True)
+class OutMark:
+    """``/out/{vm}``: the VM is out of its load balancer's rotation (draining, drained, recovering, or
+    just started and not yet cleared), for ``events`` (ids as IMDS spells them; empty when it is out
+    for no event, e.g. at start-up). Written by the VM itself before or as it drains, deleted by it only
+    once the load balancer routes to it again; the disruption budget counts every VM that has one."""
+
+    since: float
+    events: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ClusterView:
     """One consistent-enough read of the store, taken once per cycle and never mutated."""
 
@@ -100,6 +113,7 @@ class ClusterView:
     connection: ConnectionState
     known: frozenset[str] = frozenset()  # every VM that has ever joined (the registry)
     absent_since: Mapping[str, float] = field(default_factory=dict)  # leader-observed, may be stale
+    out: Mapping[str, OutMark] = field(default_factory=dict)  # VMs out of rotation, by their own account
 
 
 class ApprovalOutcome(Enum):
@@ -173,20 +187,24 @@ class Store(Protocol):
         """Create the event record if absent (EXISTS if another agent published it first)."""
 
     def acknowledge(self, event_id: str, vm: str, at: float) -> WriteResult:
-        """Create ``acks/{vm}`` under the event. EXISTS if present, MISSING if the record is gone."""
+        """Create ``acks/{vm}`` under the event, ephemeral: it vanishes with this session, so an ack
+        never outlives the agent that stands behind it. EXISTS if present, MISSING if the record is
+        gone."""
 
     def withdraw_ack(self, event_id: str, vm: str) -> WriteResult:
         """Delete ``acks/{vm}``. DONE if deleted, MISSING if it was not there."""
 
     def approve(
-        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float
+        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float,
+        admission: bool = False,
     ) -> ApprovalResult:
         """Re-confirm, then record the approval once. The last gate before the POST to IMDS.
 
         In order: the connection is CONNECTED; a synced read shows that this session owns
-        ``/leader`` (``as_leader``) or ``/members/{vm}``; every VM of ``required`` has an ack; then
-        ``approval`` is created (or found, written by anyone: approval is idempotent). Any failed
-        check returns REFUSED with the reason. Raises ``StoreUnknownOutcome`` when it cannot tell."""
+        ``/leader`` (``as_leader``) or ``/members/{vm}``; the record is not marked done; with
+        ``admission``, the event is admitted; every VM of ``required`` has an ack; then ``approval`` is
+        created (or found, written by anyone: approval is idempotent). Any failed check returns REFUSED
+        with the reason. Raises ``StoreUnknownOutcome`` when it cannot tell."""
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
         """Create ``admitted`` under the event (EXISTS if present, MISSING if the record is gone).
@@ -200,7 +218,20 @@ class Store(Protocol):
         """Delete ``/absent/{vm}`` (MISSING if it was not there): the leader sees the VM live again."""
 
     def mark_done(self, event_id: str, at: float) -> WriteResult:
-        """Set ``done_at`` on the record (EXISTS if already set, MISSING if no record)."""
+        """Set ``done_at`` on the record and delete its ``admitted`` and ``approval``, in one
+        transaction (EXISTS if already set, MISSING if no record): should the event come back (a
+        flap, or a reused EventId) nothing of before counts."""
+
+    def reopen(self, event_id: str) -> WriteResult:
+        """Clear ``done_at`` (the event is present again). EXISTS if it was not set, MISSING if no
+        record. Only the leader calls it."""
+
+    def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
+        """Create or update ``/out/{vm}`` (persistent) with the events it is out for; ``since`` is kept
+        from an existing node. EXISTS if it already holds these events."""
+
+    def clear_out(self, vm: str) -> WriteResult:
+        """Delete ``/out/{vm}``: the VM is back in its load balancer's rotation. MISSING if absent."""
 
     def purge_done(self, older_than: float) -> int:
         """Delete records (with their children) whose ``done_at`` is older than ``older_than``.

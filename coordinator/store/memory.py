@@ -2,14 +2,17 @@
 
 A ``MemoryCluster`` plays the ensemble: it holds the members, the leader and the event records, and
 several ``MemoryStore`` instances (one per simulated agent) attach to it, each with its own session.
-Ephemeral nodes (member, leader) belong to a session and vanish with it.
+Ephemeral nodes (member, leader, acks) belong to a session and vanish with it.
 
 Test controls on ``MemoryStore``:
 
 * ``expire_session()``: the session ends (its ephemeral nodes vanish), the state goes LOST, then a new
   session starts and the state goes CONNECTED, as kazoo does after a server-side expiry;
 * ``suspend()`` / ``resume()``: the connection is SUSPENDED (the session and its nodes stay): reads raise
-  ``StoreUnavailable``, writes raise ``StoreUnknownOutcome`` and ``approve`` refuses.
+  ``StoreUnavailable``, writes raise ``StoreUnknownOutcome`` and ``approve`` refuses;
+* ``partition()`` / ``heal()``: cut off from the ensemble for good: SUSPENDED, and the ensemble expires the
+  session (its ephemeral nodes vanish); ``start`` fails until ``heal``, after which the store is LOST
+  and the next ``start`` opens a new session.
 
 Wakeup callbacks are called after the cluster lock is released, from the thread that made the change.
 """
@@ -32,6 +35,7 @@ from coordinator.store.base import (
     ClusterView,
     ConnectionState,
     EventRecord,
+    OutMark,
     Wakeup,
     WriteResult,
 )
@@ -57,7 +61,7 @@ class _Leader:
 @dataclass
 class _Event:
     record: EventRecord  # without acks, approval and admission
-    acks: dict[str, float] = field(default_factory=dict)
+    acks: dict[str, tuple[float, int]] = field(default_factory=dict)  # vm -> (at, owning session)
     approval: Approval | None = None
     admitted: tuple[str, float] | None = None  # (by, at)
 
@@ -73,6 +77,7 @@ class MemoryCluster:
         self.absent: dict[str, float] = {}  # VM name -> since (the leader's observation)
         self.leader: _Leader | None = None
         self.events: dict[str, _Event] = {}
+        self.out: dict[str, OutMark] = {}
         self._stores: list[MemoryStore] = []
 
     def new_session(self) -> int:
@@ -95,6 +100,9 @@ class MemoryCluster:
             del self.members[vm]
         if self.leader is not None and self.leader.session == session:
             self.leader = None
+        for event in self.events.values():
+            for vm in [vm for vm, (_, owner) in event.acks.items() if owner == session]:
+                del event.acks[vm]
 
     def changed(self) -> None:
         """Wake every attached store up. Call without holding the lock."""
@@ -124,6 +132,7 @@ class MemoryStore:
         self._session: int | None = None
         self._state = ConnectionState.LOST
         self._wakeup = Wakeup()
+        self._partitioned = False
 
     # -- life cycle, signalling, test controls --------------------------------------------------------
 
@@ -136,6 +145,8 @@ class MemoryStore:
         return self._session if self._state is ConnectionState.CONNECTED else None
 
     def start(self) -> None:
+        if self._partitioned:
+            raise StoreUnavailable("cannot reach the ensemble")
         with self._cluster.lock:
             if self._session is not None:
                 return
@@ -165,6 +176,22 @@ class MemoryStore:
         with self._cluster.lock:
             self._session = self._cluster.new_session()
         self._set_state(ConnectionState.CONNECTED)
+
+    def partition(self) -> None:
+        """Cut off from the ensemble, which then expires the session: SUSPENDED here, nodes gone there."""
+        with self._cluster.lock:
+            if self._session is not None:
+                self._cluster.drop_session(self._session)
+            self._partitioned = True
+        self._set_state(ConnectionState.SUSPENDED)
+        self._cluster.changed()
+
+    def heal(self) -> None:
+        """Reachable again: the client learns that its session expired (LOST); ``start`` reconnects."""
+        with self._cluster.lock:
+            self._partitioned = False
+            self._session = None
+        self._set_state(ConnectionState.LOST)
 
     def suspend(self) -> None:
         """Lose the connection but keep the session: SUSPENDED."""
@@ -240,7 +267,7 @@ class MemoryStore:
             records = {
                 event_id: replace(
                     event.record,
-                    acks=dict(event.acks),
+                    acks={name: at for name, (at, _) in event.acks.items()},
                     approval=event.approval,
                     admitted_at=event.admitted[1] if event.admitted is not None else None,
                 )
@@ -254,6 +281,7 @@ class MemoryStore:
                 connection=self._state,
                 known=frozenset(self._cluster.registry),
                 absent_since=dict(self._cluster.absent),
+                out=dict(self._cluster.out),
             )
 
     # -- writes ---------------------------------------------------------------------------------------
@@ -275,13 +303,13 @@ class MemoryStore:
         event_id = normalize_event_id(event_id)
         vm = normalize_vm_name(vm)
         with self._cluster.lock:
-            self._session_for(write=True)
+            session = self._session_for(write=True)
             event = self._cluster.events.get(event_id)
             if event is None:
                 return WriteResult.MISSING
             if vm in event.acks:
                 return WriteResult.EXISTS
-            event.acks[vm] = at
+            event.acks[vm] = (at, session)
         self._cluster.changed()
         return WriteResult.DONE
 
@@ -298,7 +326,8 @@ class MemoryStore:
         return WriteResult.DONE
 
     def approve(
-        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float
+        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float,
+        admission: bool = False,
     ) -> ApprovalResult:
         event_id = normalize_event_id(event_id)
         vm = normalize_vm_name(vm)
@@ -325,6 +354,10 @@ class MemoryStore:
             event = self._cluster.events.get(event_id)
             if event is None:
                 return _refused(f"event {event_id} has no record in the store")
+            if event.record.done_at is not None:
+                return _refused(f"event {event_id} is marked done")
+            if admission and event.admitted is None:
+                return _refused(f"event {event_id} is not admitted")
             missing = sorted(needed - set(event.acks))
             if missing:
                 return _refused(f"event {event_id}: no ack yet from {', '.join(missing)}")
@@ -378,6 +411,41 @@ class MemoryStore:
             if event.record.done_at is not None:
                 return WriteResult.EXISTS
             event.record = replace(event.record, done_at=at)
+            event.admitted = None
+            event.approval = None
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def reopen(self, event_id: str) -> WriteResult:
+        event_id = normalize_event_id(event_id)
+        with self._cluster.lock:
+            self._session_for(write=True)
+            event = self._cluster.events.get(event_id)
+            if event is None:
+                return WriteResult.MISSING
+            if event.record.done_at is None:
+                return WriteResult.EXISTS
+            event.record = replace(event.record, done_at=None)
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
+        vm = normalize_vm_name(vm)
+        with self._cluster.lock:
+            self._session_for(write=True)
+            mark = self._cluster.out.get(vm)
+            if mark is not None and mark.events == tuple(events):
+                return WriteResult.EXISTS
+            self._cluster.out[vm] = OutMark(since=mark.since if mark is not None else at, events=tuple(events))
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def clear_out(self, vm: str) -> WriteResult:
+        vm = normalize_vm_name(vm)
+        with self._cluster.lock:
+            self._session_for(write=True)
+            if self._cluster.out.pop(vm, None) is None:
+                return WriteResult.MISSING
         self._cluster.changed()
         return WriteResult.DONE
 

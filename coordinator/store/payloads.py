@@ -37,6 +37,7 @@ __all__ = [
     "LeaderNode",
     "MemberNode",
     "NodePayload",
+    "OutNode",
     "PayloadError",
     "RegistryNode",
 ]
@@ -107,6 +108,14 @@ class AbsentNode(NodePayload):
     """``/absent/{vm}``: since when the leader has seen the registered VM without an agent."""
 
     since: float
+
+
+class OutNode(NodePayload):
+    """``/out/{vm}``: the VM is out of its load balancer's rotation since ``since``, for ``events``."""
+
+    vm: str | None = None
+    since: float
+    events: tuple[str, ...] = ()
 
 
 class LeaderNode(NodePayload):

@@ -38,6 +38,7 @@ class ZooKeeperPaths:
         self.absent = f"{base}/absent"
         self.leader = f"{base}/leader"
         self.events = f"{base}/events"
+        self.out = f"{base}/out"
 
     def member(self, vm: str) -> str:
         return f"{self.members}/{vm}"
@@ -47,6 +48,9 @@ class ZooKeeperPaths:
 
     def absent_vm(self, vm: str) -> str:
         return f"{self.absent}/{vm}"
+
+    def out_vm(self, vm: str) -> str:
+        return f"{self.out}/{vm}"
 
     def event(self, event_id: str) -> str:
         return f"{self.events}/{event_id}"
@@ -65,7 +69,7 @@ class ZooKeeperPaths:
 
     def layout(self) -> tuple[str, ...]:
         """The persistent parents that must exist before any node is created under them."""
-        return (self.members, self.registry, self.absent, self.events)
+        return (self.members, self.registry, self.absent, self.events, self.out)
 
 
 def validate_root(root: str) -> str:

@@ -8,6 +8,7 @@ Nodes that do not parse (see ``coordinator.store.payloads``) never make the read
 
 * ``/leader``: the leader is reported unknown (and this agent not the leader), with a warning;
 * ``/absent/{vm}``: that absence is left out, with a warning;
+* ``/out/{vm}``: the VM is counted out of rotation, for no known event, with a warning;
 * ``/events/{EVENT_ID}``: the record is left out, with a warning;
 * an ack or ``admitted``: its time is taken from the node's creation time instead;
 * ``approval``: the node exists, so the event *is* approved: it is shown as approved by ``"?"`` at 0,
@@ -25,7 +26,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import ZnodeStat
 
-from coordinator.store.base import Approval, ClusterView, EventRecord
+from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark
 from coordinator.store.payloads import (
     AbsentNode,
     AckNode,
@@ -33,6 +34,7 @@ from coordinator.store.payloads import (
     ApprovalNode,
     EventNode,
     LeaderNode,
+    OutNode,
     PayloadError,
 )
 from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_event_id, is_canonical_vm
@@ -57,6 +59,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> Clus
         events_r = client.get_children_async(paths.events, watch=watch)
 
         absent_r = client.get_children_async(paths.absent, watch=watch)
+        out_r = client.get_children_async(paths.out, watch=watch)
         members = frozenset(name for name in _children_or_empty(session, members_r, deadline) if is_canonical_vm(name))
         known = frozenset(name for name in _children_or_empty(session, registry_r, deadline) if is_canonical_vm(name))
         leader: str | None = None
@@ -83,6 +86,22 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> Clus
             except PayloadError as exc:
                 log.warning("undecodable absence node, ignored: %s", exc)
 
+        out: dict[str, OutMark] = {}
+        out_names = [n for n in _children_or_empty(session, out_r, deadline) if is_canonical_vm(n)]
+        out_data = {name: client.get_async(paths.out_vm(name), watch=watch) for name in out_names}
+        for name, result in out_data.items():
+            try:
+                data, _ = session.wait(result, deadline)
+            except NoNodeError:
+                continue
+            try:
+                node = OutNode.from_bytes(data, paths.out_vm(name))
+                out[name] = OutMark(since=node.since, events=node.events)
+            except PayloadError as exc:
+                # Still out of rotation by its own word, for unknown events: the budget counts it.
+                log.warning("undecodable out-of-rotation node, counted as out: %s", exc)
+                out[name] = OutMark(since=0.0)
+
         event_ids = [e for e in _children_or_empty(session, events_r, deadline) if is_canonical_event_id(e)]
         pending = {
             event_id: (
@@ -105,6 +124,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> Clus
         connection=session.connection_state,
         known=known,
         absent_since=absent_since,
+        out=out,
     )
 
 

@@ -47,6 +47,7 @@ from coordinator.store.payloads import (
     EventNode,
     LeaderNode,
     MemberNode,
+    OutNode,
     PayloadError,
     RegistryNode,
 )
@@ -93,6 +94,7 @@ class ZooKeeperStore:
         auth_data: Collection[tuple[str, str]] = (),
         tls: TlsOptions | None = None,
         clock: Callable[[], float] = time.time,
+        create_layout: bool = True,
     ) -> None:
         if "/" in hosts:
             raise ConfigError(
@@ -104,6 +106,7 @@ class ZooKeeperStore:
         options = ClientOptions(hosts=hosts, session_timeout=session_timeout, auth_data=tuple(auth_data), tls=tls)
         self._session = ZooKeeperSession(options, operation_timeout, client_factory)
         self._clock = clock
+        self._create_layout = create_layout  # False for an observer that must write nothing (dry run)
 
     # -- introspection ------------------------------------------------------------------------------
 
@@ -156,6 +159,8 @@ class ZooKeeperStore:
         self._session.set_wakeup(callback)
 
     def _ensure_layout(self, client: KazooClient, deadline: Deadline) -> None:
+        if not self._create_layout:
+            return
         for result in [client.ensure_path_async(path) for path in self._paths.layout()]:
             self._session.wait(result, deadline)
 
@@ -289,7 +294,8 @@ class ZooKeeperStore:
         data = AckNode(vm=vm, at=at).to_bytes()
         with self._session.writing(f"event {event_id}: acknowledge for {vm}"):
             try:
-                self._session.wait(client.create_async(self._paths.ack(event_id, vm), data), deadline)
+                # Ephemeral: the ack stands only as long as the session of the agent that drained.
+                self._session.wait(client.create_async(self._paths.ack(event_id, vm), data, ephemeral=True), deadline)
             except NodeExistsError:
                 return WriteResult.EXISTS
             except NoNodeError:
@@ -309,7 +315,8 @@ class ZooKeeperStore:
         return WriteResult.DONE
 
     def approve(
-        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float
+        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float,
+        admission: bool = False,
     ) -> ApprovalResult:
         event_id = normalize_event_id(event_id)
         vm = normalize_vm_name(vm)
@@ -347,7 +354,19 @@ class ZooKeeperStore:
                 if holder != vm:
                     return _refused(f"{owner_path} is held by this session for {holder!r}, not {vm!r}")
 
-            # 3. Every required VM has acknowledged.
+            # 3. The record is not done (a returning event is reopened first), it is admitted if it must
+            # be, and every required VM has acknowledged.
+            try:
+                record_data, _ = wait(client.get_async(paths.event(event_id)), deadline)
+                done_at = EventNode.from_bytes(record_data, paths.event(event_id)).done_at
+            except NoNodeError:
+                return _refused(f"event {event_id} has no record in the store")
+            except PayloadError as exc:
+                return _refused(f"event {event_id}: undecodable record: {exc}")
+            if done_at is not None:
+                return _refused(f"event {event_id} is marked done")
+            if admission and wait(client.exists_async(paths.admitted(event_id)), deadline) is None:
+                return _refused(f"event {event_id} is not admitted")
             try:
                 ack_names: list[str] = wait(client.get_children_async(paths.acks(event_id)), deadline)
             except NoNodeError:
@@ -440,15 +459,92 @@ class ZooKeeperStore:
                 if node.done_at is not None:
                     return WriteResult.EXISTS
                 done = node.model_copy(update={"done_at": at}).to_bytes()
+                children: list[str] = self._session.wait(client.get_children_async(path), deadline)
+                # One transaction: versioned, so that a concurrent writer is not overwritten (re-read and
+                # decide again), and with the admission and approval gone, so that an event that comes back
+                # (a flap, a reused EventId) inherits neither.
+                transaction = client.transaction()
+                transaction.set_data(path, done, version=stat.version)
+                for child in ("admitted", "approval"):
+                    if child in children:
+                        transaction.delete(f"{path}/{child}")
+                results = self._session.wait(transaction.commit_async(), deadline)
+                if not any(isinstance(result, Exception) for result in results):
+                    return WriteResult.DONE
+        raise StoreUnknownOutcome(f"event {event_id}: record keeps changing while marking it done")
+
+    def reopen(self, event_id: str) -> WriteResult:
+        """Clear ``done_at`` with a versioned write, keeping every other field of the record."""
+        event_id = normalize_event_id(event_id)
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        path = self._paths.event(event_id)
+        with self._session.writing(f"event {event_id}: reopen"):
+            for _ in range(3):
                 try:
-                    # Versioned, so that a concurrent writer is not overwritten: re-read and decide again.
-                    self._session.wait(client.set_async(path, done, version=stat.version), deadline)
+                    data, stat = self._session.wait(client.get_async(path), deadline)
+                except NoNodeError:
+                    return WriteResult.MISSING
+                try:
+                    node = EventNode.from_bytes(data, path)
+                except PayloadError as exc:
+                    raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
+                if node.done_at is None:
+                    return WriteResult.EXISTS
+                try:
+                    reopened = node.model_copy(update={"done_at": None}).to_bytes()
+                    self._session.wait(client.set_async(path, reopened, version=stat.version), deadline)
                     return WriteResult.DONE
                 except BadVersionError:
                     continue
                 except NoNodeError:
                     return WriteResult.MISSING
-        raise StoreUnknownOutcome(f"event {event_id}: record keeps changing while marking it done")
+        raise StoreUnknownOutcome(f"event {event_id}: record keeps changing while reopening it")
+
+    def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
+        vm = normalize_vm_name(vm)
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        path = self._paths.out_vm(vm)
+        with self._session.writing(f"mark {vm} out of rotation"):
+            for _ in range(3):
+                try:
+                    data, stat = self._session.wait(client.get_async(path), deadline)
+                except NoNodeError:
+                    try:
+                        fresh = OutNode(vm=vm, since=at, events=events).to_bytes()
+                        self._session.wait(client.create_async(path, fresh), deadline)
+                        return WriteResult.DONE
+                    except NodeExistsError:
+                        continue
+                    except NoNodeError:
+                        self._ensure_layout(client, deadline)
+                        continue
+                try:
+                    existing = OutNode.from_bytes(data, path)
+                    if existing.events == tuple(events):
+                        return WriteResult.EXISTS
+                    since = existing.since
+                except PayloadError:
+                    since = at
+                updated = OutNode(vm=vm, since=since, events=events).to_bytes()
+                try:
+                    self._session.wait(client.set_async(path, updated, version=stat.version), deadline)
+                    return WriteResult.DONE
+                except (BadVersionError, NoNodeError):
+                    continue
+        raise StoreUnknownOutcome(f"{path} keeps changing")
+
+    def clear_out(self, vm: str) -> WriteResult:
+        vm = normalize_vm_name(vm)
+        client, _ = self._session.connected(write=True)
+        deadline = self._session.deadline()
+        with self._session.writing(f"clear {vm} out of rotation"):
+            try:
+                self._session.wait(client.delete_async(self._paths.out_vm(vm)), deadline)
+            except NoNodeError:
+                return WriteResult.MISSING
+        return WriteResult.DONE
 
     def purge_done(self, older_than: float) -> int:
         """Delete, each in one transaction with its whole subtree, the records done before ``older_than``.

@@ -45,7 +45,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
 
 
 def test_cancelled_event_drained_vms_recover_and_nothing_is_approved(make_cluster: ClusterFactory) -> None:
-    cluster = make_cluster()
+    # Events that cannot be approved early drain at once with this option (just in time by default).
+    cluster = make_cluster(extra_config={"drain": {"unapprovable": "at-once"}})
     with Observer(cluster) as observer:
         # vm9 is outside the group and runs no agent: it keeps the event from being approved, so the
         # cancellation reaches VMs that have drained and acknowledged.

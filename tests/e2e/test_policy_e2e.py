@@ -61,7 +61,9 @@ def test_budget_holds_the_second_event_until_the_first_recovered(make_cluster: C
 
 
 def test_restart_with_persisted_state_stays_drained_then_recovers(make_cluster: ClusterFactory) -> None:
-    cluster = make_cluster(drain_wait=60.0)  # vm1 never finishes its drain wait: the event stays Scheduled
+    # vm1 never finishes its drain wait: the event stays Scheduled. The return wait (by default the drain
+    # wait) is short, so that the VMs that just started count as back in rotation at once.
+    cluster = make_cluster(drain_wait=60.0, extra_config={"drain": {"return_wait_seconds": 0.5}})
     assert cluster.sim is not None
     event_id = cluster.sim.schedule("Redeploy", ["vm1"], not_before_in=600)["event_id"]
     cluster.wait(lambda: cluster.agents["vm1"].probe() == 503, 10, "vm1 to drain")

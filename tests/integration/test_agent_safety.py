@@ -45,7 +45,7 @@ class FakeImds:
             raise ImdsUnavailable("simulated outage", outcome="timeout")
         return self.document
 
-    def approve(self, event_ids: Sequence[str]) -> None:
+    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
         self.approved.append(list(event_ids))
 
 
@@ -60,11 +60,11 @@ class ExpireBeforeApprove:
         return getattr(self.inner, name)
 
     def approve(self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool,
-                at: float) -> ApprovalResult:
+                at: float, admission: bool = False) -> ApprovalResult:
         if self.expired == 0:
             expire_session(self.inner)
             self.expired += 1
-        return self.inner.approve(event_id, vm, required, as_leader=as_leader, at=at)
+        return self.inner.approve(event_id, vm, required, as_leader=as_leader, at=at, admission=admission)
 
 
 @pytest.fixture
@@ -75,7 +75,8 @@ def store_factory(zk_hosts: str, zk_chroot: str, make_store: StoreMaker) -> Call
 def make_agent(vm: str, imds: FakeImds, store: Any, mode: ApproverMode = ApproverMode.LEADER) -> tuple[Agent, Metrics]:
     metrics = Metrics(CollectorRegistry())
     agent = Agent(vm=vm, imds=imds, store=store, actions=[ProbeAction(ProbeState())],
-                  policy=Policy(approver=mode, drain_wait=0.0, max_events=None), metrics=metrics, poll_interval=0.1)
+                  policy=Policy(approver=mode, drain_wait=0.0, max_events=None, keep_one_serving=False),
+                  metrics=metrics, poll_interval=0.1)
     return agent, metrics
 
 
@@ -140,12 +141,12 @@ def test_no_approval_while_zookeeper_is_paused(zk_server_factory: Any) -> None:
             server.resume()
         helper = ZooKeeperStore(server.hosts, "/azure-maintenance", "paused", session_timeout=4.0,
                                 operation_timeout=2.0)
-        helper.start()
+        helper.start()  # stands for vm1's agent: its ack is ephemeral, so it lives as long as this session
         try:
             wait_until(lambda: _try_ack(helper), timeout=10, message="ack written after resume")
+            cycle_until(agent, lambda: imds.approved != [], timeout=20)
         finally:
             helper.stop()
-        cycle_until(agent, lambda: imds.approved != [], timeout=20)
         assert imds.approved == [[EID]]
     finally:
         store.stop()

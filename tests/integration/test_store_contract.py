@@ -224,8 +224,11 @@ def test_mark_done_and_purge_done(harness: Harness) -> None:
     assert a.mark_done(EVENT, T0 + 200) is WriteResult.EXISTS
     done = a.read_view("vm-a").records[EVENT]
     assert done.done_at == T0 + 100
-    assert done.approval is not None  # marking done keeps the rest of the record
+    # Marking done drops the approval (and any admission) in the same transaction, so that an event
+    # coming back (a flap, a reused EventId) inherits neither; the rest of the record stays.
+    assert done.approval is None
     assert done.acks == {"vm-a": T0, "vm-b": T0}
+    assert done.resources == ("vm-a", "vm-b")
 
     assert a.purge_done(older_than=T0 + 100) == 0  # not older
     assert a.purge_done(older_than=T0 + 101) == 1
@@ -244,7 +247,13 @@ def test_admission_is_written_once(harness: Harness) -> None:
     assert b.read_view("vm-b").records[EVENT].admitted_at == T0 + 1
 
     a.mark_done(EVENT, T0 + 3)
-    assert a.read_view("vm-a").records[EVENT].admitted_at == T0 + 1  # kept when done
+    assert a.read_view("vm-a").records[EVENT].admitted_at is None  # dropped when done
+    assert a.reopen(EVENT) is WriteResult.DONE  # the event came back: admitted afresh, if ever
+    assert a.reopen(EVENT) is WriteResult.EXISTS
+    assert a.read_view("vm-a").records[EVENT].done_at is None
+    assert a.read_view("vm-a").records[EVENT].admitted_at is None
+    assert a.admit(EVENT, "vm-a", T0 + 3.5) is WriteResult.DONE
+    a.mark_done(EVENT, T0 + 3)
     assert a.purge_done(T0 + 4) == 1  # and purged with the record
     assert a.read_view("vm-a").records == {}
     with pytest.raises(InvalidName):
@@ -372,7 +381,9 @@ def test_session_loss_drops_ephemerals_and_join_recreates(harness: Harness) -> N
 
     view = wait_until(ephemerals_gone, message="vm-a's member and leader nodes to vanish")
     assert view is not None
-    assert view.records[EVENT].acks == {"vm-a": T0}  # persistent nodes survive the session
+    # Acks are ephemeral: an ack never outlives the session of the agent that stands behind it.
+    assert view.records[EVENT].acks == {}
+    assert EVENT in view.records  # the record, a persistent node, survives
     assert a.read_view("vm-a").i_am_leader is False
     assert a.join("vm-a", {}) is WriteResult.DONE
     assert a.join("vm-a", {}) is WriteResult.EXISTS
@@ -412,3 +423,36 @@ def test_memory_store_suspend_and_resume() -> None:
     assert a.connection_state in (ConnectionState.LOST,)
     with pytest.raises(StoreUnavailable):
         a.read_view("vm-a")
+
+
+def test_out_of_rotation_marks(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    assert a.read_view("vm-a").out == {}
+    assert a.mark_out("vm-a", (), T0) is WriteResult.DONE  # out at start-up, for no event
+    assert a.mark_out("vm-a", (), T0 + 1) is WriteResult.EXISTS
+    assert a.mark_out("vm-a", (EVENT,), T0 + 2) is WriteResult.DONE  # now for an event; since is kept
+    mark = b.read_view("vm-b").out["vm-a"]
+    assert (mark.since, mark.events) == (T0, (EVENT,))
+    harness.expire(a)  # persistent: survives the session, until the VM is back in rotation
+    assert "vm-a" in b.read_view("vm-b").out
+    assert b.clear_out("vm-a") is WriteResult.DONE
+    assert b.clear_out("vm-a") is WriteResult.MISSING
+    assert b.read_view("vm-b").out == {}
+
+
+def test_final_check_refuses_a_done_or_unadmitted_event(harness: Harness) -> None:
+    a = harness.make()
+    a.join("vm-a", {})
+    a.publish_event(record())
+    a.acknowledge(EVENT, "vm-a", T0)
+    a.acknowledge(EVENT, "vm-b", T0)
+    refused = a.approve(EVENT, "vm-a", ["vm-a", "vm-b"], as_leader=False, at=T0, admission=True)
+    assert refused.outcome is ApprovalOutcome.REFUSED and "not admitted" in refused.reason
+    a.admit(EVENT, "vm-a", T0)
+    a.mark_done(EVENT, T0 + 1)
+    done = a.approve(EVENT, "vm-a", ["vm-a", "vm-b"], as_leader=False, at=T0)
+    assert done.outcome is ApprovalOutcome.REFUSED and "marked done" in done.reason
+    a.reopen(EVENT)
+    a.admit(EVENT, "vm-a", T0 + 2)
+    ok = a.approve(EVENT, "vm-a", ["vm-a", "vm-b"], as_leader=False, at=T0 + 2, admission=True)
+    assert ok.outcome is ApprovalOutcome.APPROVED

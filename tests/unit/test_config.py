@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from coordinator.config import Settings, load_settings
+from coordinator.config import Settings, load_settings, redacted
 from coordinator.errors import ConfigError
 
 ROOT = Path(__file__).parent.parent.parent
@@ -158,3 +159,19 @@ def test_configuration_doc_lists_every_option_as_the_code_defines_it() -> None:
     assert documented == tables(), "docs/configuration.md is stale: regenerate with scripts/config_reference.py"
     for name in Settings.model_fields:
         assert f"`{name}" in documented
+
+
+def test_secrets_in_webhook_headers_and_command_environments_are_redacted() -> None:
+    settings = Settings.model_validate({
+        "cluster": "web",
+        "actions": [
+            {"type": "webhook", "name": "pager", "url": "https://hooks.example/x",
+             "headers": {"Authorization": "Bearer s3cr3t"}},
+            {"type": "command", "name": "ckpt", "drain": ["/bin/true"], "env": {"API_TOKEN": "t0k3n"}},
+        ],
+    })
+    shown = json.dumps(redacted(settings))
+    assert "s3cr3t" not in shown and "t0k3n" not in shown
+    actions = redacted(settings)["actions"]
+    assert actions[0]["headers"] == {"Authorization": "<redacted>"}
+    assert actions[1]["env"] == {"API_TOKEN": "<redacted>"}

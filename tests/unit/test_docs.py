@@ -28,3 +28,10 @@ def test_every_path_cited_by_the_docs_exists() -> None:
         for path in re.findall(r"`((?:coordinator|tests|docs|deploy|bench|scripts)/[\w./-]+\.(?:py|md|yaml|json))`",
                                doc.read_text()):
             assert (ROOT / path).exists(), f"{doc.name} cites {path}, which does not exist"
+
+
+def test_every_test_cited_by_the_safety_doc_exists() -> None:
+    cited = set(re.findall(r"`(test_\w+)`", (ROOT / "docs/safety.md").read_text()))
+    assert len(cited) > 10
+    missing = sorted(cited - _defined_tests())
+    assert missing == [], f"docs/safety.md cites tests that do not exist: {missing}"

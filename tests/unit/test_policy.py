@@ -55,8 +55,8 @@ def view(*records: EventRecord, me: str = "vm3", leader: str = "vm3", members: f
 
 
 def run(me: str, document: Document, cluster: ClusterView | None, policy: Policy,
-        local: LocalState = SERVING) -> Any:
-    return decide(Snapshot(me, NOW, 100.0, document, document, cluster), local, policy)
+        local: LocalState = SERVING, absent_for: dict[str, float] | None = None) -> Any:
+    return decide(Snapshot(me, NOW, 100.0, document, document, cluster, absent_for=absent_for or {}), local, policy)
 
 
 # --- approval rules -------------------------------------------------------------------------------------
@@ -82,20 +82,25 @@ def test_rule_for(event: dict[str, Any], policy: Policy, expected: ApprovalRule)
 
 
 def test_immediately_approves_without_drain_or_acks() -> None:
-    policy = Policy(freeze_immediately_below=10, max_events=None)
+    policy = Policy(freeze_immediately_below=10, max_events=None, keep_one_serving=False)
     d = doc(ev(A, ["vm0", "vm1"], etype="Freeze", duration=5))
     plan = run("vm0", d, view(rec(A, ("vm0", "vm1"))), policy)
     assert not plan.start_drain
     assert [(i.event_id, i.required) for i in plan.approve] == [(A, ())]
 
 
-def test_never_drains_but_never_approves() -> None:
-    policy = Policy(approval={"Reboot": ApprovalRule.NEVER}, max_events=None)
+def test_never_drains_just_in_time_and_never_approves() -> None:
+    policy = Policy(approval={"Reboot": ApprovalRule.NEVER}, max_events=None, keep_one_serving=False)
     d = doc(ev(A, ["vm0"]))
     plan = run("vm0", d, view(rec(A, ("vm0",), ("vm0",))), policy, DRAINED)
     assert plan.approve == ()
     assert plan.blocked[A] == ("policy: Reboot events are never approved early",)
-    assert run("vm0", d, view(rec(A, ("vm0",))), policy).start_drain
+    # Nothing to gain from an early drain: it drains latest_start before NotBefore, or at once if configured.
+    assert not run("vm0", d, view(rec(A, ("vm0",))), policy).start_drain
+    assert run("vm0", doc(ev(A, ["vm0"], in_s=60)), view(rec(A, ("vm0",))), policy).start_drain
+    at_once = Policy(approval={"Reboot": ApprovalRule.NEVER}, max_events=None, keep_one_serving=False,
+                     unapprovable_at_once=True)
+    assert run("vm0", d, view(rec(A, ("vm0",))), at_once).start_drain
 
 
 # --- disruption budget ----------------------------------------------------------------------------------
@@ -147,10 +152,11 @@ def test_budget_frees_only_when_the_previous_vms_serve_again() -> None:
 def test_ack_of_a_vm_whose_agent_is_gone_holds_the_budget_only_for_the_recovery_grace() -> None:
     d = doc(ev(B, ["vm1"]))
     members = frozenset({"vm1", "vm2", "vm3"})  # vm0 is rebooting, or gone for good
-    recent = view(rec(A, ("vm0",), ("vm0",), admitted=True, done_at=NOW - 60), rec(B, ("vm1",)), members=members)
-    assert run("vm3", d, recent, BUDGET).admit == ()
-    old = view(rec(A, ("vm0",), ("vm0",), admitted=True, done_at=NOW - 601), rec(B, ("vm1",)), members=members)
-    assert run("vm3", d, old, BUDGET).admit == (B,)
+    gone = view(rec(A, ("vm0",), ("vm0",), admitted=True, done_at=NOW - 60), rec(B, ("vm1",)), members=members)
+    # The grace runs on the deciding agent's own clock, from when it saw vm0's agent go.
+    assert run("vm3", d, gone, BUDGET, absent_for={"vm0": 60}).admit == ()
+    assert run("vm3", d, gone, BUDGET).admit == ()  # not seen gone for any time yet
+    assert run("vm3", d, gone, BUDGET, absent_for={"vm0": 601}).admit == (B,)
 
 
 def test_started_event_holds_the_budget() -> None:
@@ -191,7 +197,7 @@ def test_once_drained_a_vm_stays_drained_for_that_event() -> None:
 # --- lead time --------------------------------------------------------------------------------------------
 
 def test_lead_time_holds_a_far_future_event() -> None:
-    policy = Policy(max_events=None, lead_time=3600, latest_start=120)
+    policy = Policy(max_events=None, keep_one_serving=False, lead_time=3600, latest_start=120)
     days_ahead = doc(ev(A, ["vm0"], in_s=3 * 86400))
     assert not run("vm0", days_ahead, view(rec(A, ("vm0",)), me="vm0"), policy).start_drain
     within = doc(ev(A, ["vm0"], in_s=3000))
@@ -201,7 +207,7 @@ def test_lead_time_holds_a_far_future_event() -> None:
 # --- Terminate batches ------------------------------------------------------------------------------------
 
 def test_terminates_sharing_a_not_before_are_approved_together() -> None:
-    policy = Policy(max_events=None)
+    policy = Policy(max_events=None, keep_one_serving=False)
     d = doc(ev(A, ["vm0"], etype="Terminate", in_s=300), ev(B, ["vm1"], etype="Terminate", in_s=300))
     one_acked = view(rec(A, ("vm0",), ("vm0",)), rec(B, ("vm1",)), me="vm0")
     plan = run("vm0", d, one_acked, policy, DRAINED)
@@ -216,7 +222,7 @@ def test_terminates_sharing_a_not_before_are_approved_together() -> None:
 # --- peers that run no agent --------------------------------------------------------------------------------
 
 def test_unknown_peers_ignore_skips_vms_that_never_ran_an_agent_but_not_down_ones() -> None:
-    policy = Policy(max_events=None, unknown_peers=PeersPolicy.IGNORE)
+    policy = Policy(max_events=None, keep_one_serving=False, unknown_peers=PeersPolicy.IGNORE)
     d = doc(ev(A, ["vm0", "db-7"]))
     members = frozenset({"vm0", "vm1", "vm2", "vm3"})
     never = view(rec(A, ("vm0", "db-7"), ("vm0",)), me="vm0", members=members, known=members)
@@ -224,7 +230,7 @@ def test_unknown_peers_ignore_skips_vms_that_never_ran_an_agent_but_not_down_one
     assert [(i.event_id, i.required) for i in plan.approve] == [(A, ("vm0",))]
     down = view(rec(A, ("vm0", "db-7"), ("vm0",)), me="vm0", members=members, known=members | {"db-7"})
     assert run("vm0", d, down, policy, DRAINED).blocked[A] == ("db-7 runs no agent",)
-    blocking = Policy(max_events=None)
+    blocking = Policy(max_events=None, keep_one_serving=False)
     assert run("vm0", d, never, blocking, DRAINED).blocked[A] == ("db-7 runs no agent",)
 
 
@@ -256,20 +262,22 @@ def test_terminate_batch_is_admitted_as_one_event() -> None:
 
 
 def test_member_absent_longer_than_the_grace_counts_as_drained() -> None:
-    policy = Policy(max_events=None, absent_grace=300)
+    policy = Policy(max_events=None, keep_one_serving=False, absent_grace=300)
     d = doc(ev(A, ["vm0", "vm1"]))
     members = frozenset({"vm0", "vm2", "vm3"})  # vm1's agent is gone
     known = members | {"vm1"}
-    recent = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", members=members, known=known,
-                  absent={"vm1": NOW - 100})
-    assert run("vm0", d, recent, policy, DRAINED).blocked[A] == ("vm1 runs no agent",)
-    long_gone = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", members=members, known=known,
-                     absent={"vm1": NOW - 301})
-    assert [(i.event_id, i.required) for i in run("vm0", d, long_gone, policy, DRAINED).approve] == [(A, ("vm0",))]
+    # The grace is measured by the deciding agent's own clock, never against another VM's wall clock:
+    # the /absent node's time (here claiming an old absence) is only shown to operators.
+    cut_off = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", members=members, known=known,
+                   absent={"vm1": NOW - 10_000})
+    assert run("vm0", d, cut_off, policy, DRAINED, {"vm1": 100}).blocked[A] == ("vm1 runs no agent",)
+    approve = run("vm0", d, cut_off, policy, DRAINED, {"vm1": 301}).approve
+    assert [(i.event_id, i.required) for i in approve] == [(A, ("vm0",))]
     # Without the option, or once it is back (a stale marker), it is waited for.
-    assert run("vm0", d, long_gone, Policy(max_events=None), DRAINED).approve == ()
+    no_grace = Policy(max_events=None, keep_one_serving=False)
+    assert run("vm0", d, cut_off, no_grace, DRAINED, {"vm1": 301}).approve == ()
     back = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", known=known, absent={"vm1": NOW - 301})
-    assert run("vm0", d, back, policy, DRAINED).blocked[A] == ("vm1 has not acknowledged",)
+    assert run("vm0", d, back, policy, DRAINED, {"vm1": 301}).blocked[A] == ("vm1 has not acknowledged",)
 
 
 def test_leader_records_absences_and_clears_stale_ones() -> None:

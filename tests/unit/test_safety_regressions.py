@@ -1,0 +1,527 @@
+"""One regression test per class of safety break listed in ``docs/safety.md`` ("Breaks found and closed").
+
+Real ``Agent`` objects with the real decision code, on the in-memory store, against a small IMDS group
+driven by the test, with a fake clock and actions that run inline. Every assertion is about what can be
+seen from outside an agent: its probe's answers over time, the POSTs the IMDS group received, the nodes
+in the store and the state file on disk. Each test fails on the code before the fix it names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from coordinator.actions.base import ActionContext
+from coordinator.actions.probe import ProbeAction, ProbeState
+from coordinator.agent import Agent
+from coordinator.config import ApprovalRule
+from coordinator.decide import Phase, Policy
+from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
+from coordinator.errors import ImdsFenced, ImdsUnavailable
+from coordinator.imds import ImdsClient
+from coordinator.metrics import Metrics
+from coordinator.models import Document, format_not_before, parse_document
+from coordinator.state import PersistedState, StateFile
+from coordinator.store.base import ApprovalResult
+from coordinator.store.memory import MemoryCluster, MemoryStore
+
+E = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
+E2 = "A626E37F-793E-44E1-89B5-99AE0B96044C"
+POLICY = Policy(drain_wait=10.0, return_wait=5.0, gone_after=3.0, latest_start=120.0, session_timeout=30.0)
+# Events naming a VM without an agent (vmx) drain at once with this one, so that acks exist while
+# nobody may approve: the shape of the breaks below.
+AT_ONCE = Policy(drain_wait=10.0, return_wait=5.0, gone_after=3.0, latest_start=120.0, session_timeout=30.0,
+                 unapprovable_at_once=True)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.wall = 1_700_000_000.0
+        self.mono = 1_000.0
+
+    def now(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+
+@dataclass
+class InlineJob:
+    kind: str
+    error: BaseException | None
+    running: bool = False
+
+
+class InlineExecutor:
+    """Runs each drain or recover job at once, on the loop's thread."""
+
+    def __init__(self) -> None:
+        self.current: InlineJob | None = None
+
+    def submit(self, kind: str, fn: Callable[[], None]) -> InlineJob:
+        error: BaseException | None = None
+        try:
+            fn()
+        except Exception as exc:
+            error = exc
+        self.current = InlineJob(kind, error)
+        return self.current
+
+
+@dataclass
+class Group:
+    """The IMDS side: events by id (IMDS fields), what each VM is shown, and every POST received."""
+
+    clock: Clock
+    events: dict[str, dict[str, Any]] = field(default_factory=dict)
+    posts: list[tuple[str, tuple[str, ...], float]] = field(default_factory=list)  # (vm, ids, mono)
+    incarnation: int = 1
+
+    def schedule(self, eid: str, resources: list[str], *, etype: str = "Reboot", in_s: float | None = 900.0,
+                 status: str = "Scheduled", not_before: str | None = None) -> None:
+        at = datetime.fromtimestamp(self.clock.wall + in_s, UTC) if in_s is not None else None
+        self.events[eid] = {"EventId": eid, "EventType": etype, "EventStatus": status, "Resources": resources,
+                            "NotBefore": not_before if not_before is not None else format_not_before(at) if at else "",
+                            "EventSource": "Platform"}
+        self.incarnation += 1
+
+    def remove(self, eid: str) -> None:
+        self.events.pop(eid, None)
+        self.incarnation += 1
+
+    def raw(self, omit: Collection[str] = ()) -> str:
+        return json.dumps({"DocumentIncarnation": self.incarnation,
+                           "Events": [e for k, e in self.events.items() if k not in omit]})
+
+    def approved(self, eid: str) -> list[float]:
+        return [at for _, ids, at in self.posts if eid in ids]
+
+
+class FakeImds:
+    """One VM's IMDS: parses the raw body as the real client does, can fail or hide events for a read."""
+
+    def __init__(self, group: Group, vm: str) -> None:
+        self.group, self.vm = group, vm
+        self.failing = False
+        self.omit_once: set[str] = set()
+
+    def get_document(self) -> Document:
+        if self.failing:
+            raise ImdsUnavailable("IMDS timed out", outcome="timeout")
+        omit, self.omit_once = self.omit_once, set()
+        return parse_document(self.group.raw(omit))
+
+    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
+        if fence is not None and not fence():
+            raise ImdsFenced("fence closed")
+        self.group.posts.append((self.vm, tuple(event_ids), self.group.clock.mono))
+        for eid in event_ids:
+            if eid in self.group.events:
+                self.group.events[eid]["EventStatus"] = "Started"
+                self.group.events[eid]["NotBefore"] = ""
+
+
+class StateProbe:
+    """A drain action that records what the state file said when the drain began."""
+
+    name = "state-probe"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seen: list[str] = []
+
+    def drain(self, ctx: ActionContext) -> None:
+        self.seen.append(self.path.read_text() if self.path.exists() else "<missing>")
+
+    def recover(self, ctx: ActionContext) -> None:
+        return None
+
+
+@dataclass
+class Vm:
+    name: str
+    agent: Agent
+    probe: ProbeState
+    store: MemoryStore
+    imds: FakeImds
+    state: Path
+    history: list[tuple[float, bool]] = field(default_factory=list)  # (mono, probe answers 200)
+    running: bool = True
+
+
+class Bench:
+    def __init__(self, tmp_path: Path, policy: Policy = POLICY) -> None:
+        self.tmp = tmp_path
+        self.clock = Clock()
+        self.group = Group(self.clock)
+        self.cluster = MemoryCluster()
+        self.policy = policy
+        self.vms: dict[str, Vm] = {}
+
+    def add(self, name: str, *, extra: Sequence[Any] = (), dry_run: bool = False) -> Vm:
+        old = self.vms.get(name)
+        store = MemoryStore(self.cluster, clock=self.clock.now)
+        imds = old.imds if old else FakeImds(self.group, name)
+        state = self.tmp / f"{name}.json"
+        probe = ProbeState(serving=probe_serving_at_start(StateFile(state))) if dry_run else ProbeState()
+        actions: list[Any] = [ProbeAction(probe), *extra]
+        agent = Agent(vm=name, imds=DryRunImds(imds) if dry_run else imds,
+                      store=DryRunStore(store) if dry_run else store, actions=actions, policy=self.policy,
+                      metrics=Metrics(CollectorRegistry()), clock=self.clock,
+                      executor=InlineExecutor(),  # type: ignore[arg-type]
+                      state_file=DryRunStateFile(state) if dry_run else StateFile(state))
+        vm = Vm(name, agent, probe, store, imds, state, old.history if old else [])
+        self.vms[name] = vm
+        return vm
+
+    def crash(self, name: str) -> None:
+        """The agent's process dies: its session ends with it (the ensemble expires it)."""
+        vm = self.vms[name]
+        vm.running = False
+        vm.store.stop()
+
+    def step(self, seconds: float = 1.0) -> None:
+        for vm in self.vms.values():
+            if vm.running:
+                vm.agent.cycle()
+            vm.history.append((self.clock.mono, vm.probe.serving and vm.running))
+        self.clock.advance(seconds)
+
+    def run(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
+        end = self.clock.mono + seconds
+        while self.clock.mono < end:
+            self.step()
+            if until is not None and until():
+                return
+
+    def drained_since(self, name: str, at: float) -> float | None:
+        """How long before ``at`` the VM's probe had been failing without a break (None: serving at ``at``)."""
+        since: float | None = None
+        for mono, serving in self.vms[name].history:
+            if mono > at:
+                break
+            since = None if serving else (since if since is not None else mono)
+        return None if since is None else at - since
+
+    def assert_drained_at_every_post(self, eid: str, vms: Sequence[str]) -> None:
+        for at in self.group.approved(eid):
+            for name in vms:
+                drained = self.drained_since(name, at)
+                assert drained is not None and drained >= self.policy.drain_wait, (
+                    f"{eid} approved at {at} while {name} was drained for {drained} s")
+
+
+# --- 1. an acknowledgement outlives the drain it stands for ------------------------------------------
+
+def test_ack_is_withdrawn_before_the_vm_serves_when_resources_shrink(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, AT_ONCE)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0", "vm1", "vmx"])  # vmx runs no agent: nobody may approve yet
+    bench.run(30)
+    assert set(bench.cluster.events[E].acks) == {"vm0", "vm1"}
+    bench.group.events[E]["Resources"] = ["vm1", "vmx"]  # vm0 no longer named: it goes back
+    bench.run(20)
+    assert bench.vms["vm0"].probe.serving
+    assert "vm0" not in bench.cluster.events[E].acks
+    bench.group.events[E]["Resources"] = ["vm0", "vm1"]  # back, and approvable: vm0 must drain anew
+    bench.run(40, until=lambda: bool(bench.group.posts))
+    assert bench.group.approved(E)
+    bench.assert_drained_at_every_post(E, ["vm0", "vm1"])
+
+
+def test_a_one_read_flap_never_puts_a_drained_vm_back(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, AT_ONCE)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0", "vmx"])
+    bench.run(20)
+    assert not bench.vms["vm0"].probe.serving
+    bench.vms["vm0"].imds.omit_once = {E}  # the event is missing from one document
+    bench.run(10)
+    assert all(not serving for _, serving in bench.vms["vm0"].history[3:])
+
+
+def test_a_reused_event_id_inherits_no_admission(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0"])
+    bench.run(40, until=lambda: bool(bench.group.approved(E)))
+    bench.group.remove(E)  # done
+    bench.run(20)
+    assert bench.cluster.events[E].record.done_at is not None
+    bench.group.schedule(E2, ["vm1"], in_s=600)  # admitted first: its NotBefore is earlier
+    bench.run(3)
+    bench.group.schedule(E, ["vm2"], in_s=900)  # the same id again, for another VM
+    bench.run(20)
+    assert bench.group.approved(E) == [bench.group.approved(E)[0]]  # not approved again meanwhile
+    assert bench.vms["vm2"].probe.serving  # not drained: the budget is E2's
+    assert bench.cluster.events[E].admitted is None
+
+
+# --- 2. a restart with failed first reads forgets the state file ------------------------------------
+
+def test_restart_with_imds_and_zookeeper_down_stays_drained(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, AT_ONCE)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0", "vmx"])
+    bench.run(20)
+    assert json.loads(bench.vms["vm0"].state.read_text())["draining_for"] == [E]
+    bench.crash("vm0")
+    vm0 = bench.add("vm0")
+    vm0.imds.failing = True
+    vm0.store.partition()
+    bench.run(60)
+    assert not vm0.probe.serving
+    assert json.loads(vm0.state.read_text())["draining_for"] == [E]
+    vm0.imds.failing = False  # the event is still there, ZooKeeper still unreachable
+    bench.run(60)
+    assert not any(serving for _, serving in vm0.history[-120:])
+
+
+def test_unreadable_state_file_holds_every_event_naming_the_vm(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, AT_ONCE)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0", "vmx"])
+    bench.run(20)
+    bench.crash("vm0")
+    bench.vms["vm0"].state.write_text("{not json")
+    vm0 = bench.add("vm0")
+    bench.run(30)
+    assert not any(serving for _, serving in vm0.history[-30:])
+    bench.group.remove(E)
+    bench.run(30)
+    assert vm0.probe.serving  # put back once the event is gone
+
+
+# --- 3. the budget forgets a VM that has not come back ----------------------------------------------
+
+def test_budget_counts_a_rebooting_vm_until_it_is_back(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0"], status="Started", in_s=None)
+    bench.run(5)
+    bench.crash("vm0")  # rebooting
+    bench.group.remove(E)
+    bench.group.schedule(E2, ["vm1"])
+    bench.run(60)
+    assert bench.cluster.events[E2].admitted is None
+    assert bench.vms["vm1"].probe.serving
+    bench.add("vm0")  # back: recovers, and the budget frees once the load balancer routes to it again
+    bench.run(60, until=lambda: bench.cluster.events[E2].admitted is not None)
+    assert bench.cluster.events[E2].admitted is not None
+    back = next(mono for mono, serving in reversed(bench.vms["vm0"].history) if not serving)
+    assert bench.cluster.events[E2].admitted[1] >= bench.clock.wall - (bench.clock.mono - back) + POLICY.back_after - 1
+
+
+# --- 4. absent_peer_grace_seconds and a VM cut off but serving --------------------------------------
+
+def test_a_vm_cut_off_from_zookeeper_drains_itself_before_its_peers_stop_waiting(tmp_path: Path) -> None:
+    policy = Policy(drain_wait=10.0, return_wait=5.0, latest_start=120.0, absent_grace=60.0, session_timeout=30.0)
+    bench = Bench(tmp_path, policy)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.run(3)
+    bench.vms["vm1"].store.partition()  # cut off, still serving its clients
+    bench.group.schedule(E, ["vm0", "vm1"])
+    bench.run(120, until=lambda: bool(bench.group.approved(E)))
+    assert bench.group.approved(E)
+    bench.assert_drained_at_every_post(E, ["vm0", "vm1"])
+
+
+# --- 5. one NotBefore stalls every agent -------------------------------------------------------------
+
+@pytest.mark.parametrize("not_before", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00", "soon", "7"])
+def test_odd_not_before_neither_crashes_a_cycle_nor_hides_the_event(tmp_path: Path, not_before: str) -> None:
+    bench = Bench(tmp_path)
+    for name in ("vm0", "vm1"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0"], not_before=not_before)
+    bench.run(30)  # cycle() raises nothing
+    assert bench.vms["vm1"].probe.serving
+    if not_before[0].isdigit() and "-" in not_before:
+        # A time at the ends of the calendar is a time: coordinated as any other, drained before approved.
+        assert bench.group.approved(E)
+        bench.assert_drained_at_every_post(E, ["vm0"])
+    else:
+        assert not bench.vms["vm0"].probe.serving  # no readable time: drained at once
+        assert not bench.group.posts  # and never approved early
+
+
+# --- 6. drains the budget cannot see -----------------------------------------------------------------
+
+def test_a_drain_for_an_event_without_not_before_counts_in_the_budget(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    for name in ("vm0", "vm1"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0"], in_s=None)  # Scheduled, but no NotBefore: vm0 drains at once
+    bench.run(10)
+    bench.group.schedule(E2, ["vm1"])
+    bench.run(60)
+    assert not bench.vms["vm0"].probe.serving
+    assert bench.vms["vm1"].probe.serving  # never the last serving VM
+    assert not bench.group.approved(E2)
+
+
+def test_keep_one_serving_holds_without_a_budget(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, Policy(drain_wait=10.0, return_wait=5.0, max_events=None, keep_one_serving=True))
+    for name in ("vm0", "vm1"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0"])
+    bench.group.schedule(E2, ["vm1"])
+    bench.run(60)
+    assert any(bench.vms[n].probe.serving for n in ("vm0", "vm1"))
+    assert len([eid for eid in (E, E2) if bench.group.approved(eid)]) == 1
+
+
+# --- 7. the state is saved only after the drain started ----------------------------------------------
+
+def test_the_drain_state_is_on_disk_before_the_first_drain_action_runs(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    recorder = StateProbe(tmp_path / "vm0.json")
+    bench.add("vm0", extra=[recorder])
+    bench.add("vm1")
+    bench.group.schedule(E, ["vm0"], status="Started", in_s=None)
+    bench.run(3)
+    assert recorder.seen and json.loads(recorder.seen[0]) == {**json.loads(recorder.seen[0]), "phase": "draining",
+                                                              "draining_for": [E]}
+
+
+# --- 8. a stale POST after a pause -------------------------------------------------------------------
+
+class PausesAfterTheCheck:
+    """A store whose final check succeeds, after which the process is paused past its session."""
+
+    def __init__(self, inner: MemoryStore, clock: Clock, pause: float) -> None:
+        self.inner, self.clock, self.pause = inner, clock, pause
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def approve(self, *args: Any, **kwargs: Any) -> ApprovalResult:
+        result = self.inner.approve(*args, **kwargs)
+        self.clock.advance(self.pause)
+        return result
+
+
+def test_no_post_once_the_session_may_have_lapsed(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    vm0 = bench.add("vm0")
+    bench.add("vm1")
+    vm0.agent._store = PausesAfterTheCheck(vm0.store, bench.clock, pause=POLICY.session_timeout)  # type: ignore[assignment]
+    bench.group.schedule(E, ["vm0"])
+    bench.run(40)
+    assert bench.group.posts == []
+    vm0.agent._store = vm0.store  # type: ignore[assignment]
+    bench.run(5)
+    assert bench.group.approved(E)
+
+
+def test_imds_client_sends_no_retry_of_an_approval_once_its_fence_closed() -> None:
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(503)
+
+    open_ = [True]
+    client = ImdsClient(base_url="http://imds.test", transport=httpx.MockTransport(handler), sleep=lambda _: None,
+                        max_attempts=3)
+    with pytest.raises(ImdsFenced):
+        def fence() -> bool:
+            answer = open_[0]
+            open_[0] = False  # closes after the first attempt (a pause, or a lapse, meanwhile)
+            return answer
+        client.approve([E], fence=fence)
+    assert len(sent) == 1
+
+
+# --- 9. hand-off at recovery -------------------------------------------------------------------------
+
+def test_a_recovered_vm_counts_as_serving_only_after_the_return_wait(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, Policy(drain_wait=10.0, return_wait=20.0, gone_after=3.0))
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0"], status="Started", in_s=None)
+    bench.run(15)
+    bench.group.remove(E)
+    bench.group.schedule(E2, ["vm1"])
+    bench.run(60, until=lambda: bench.vms["vm0"].probe.serving)
+    back = bench.clock.mono
+    bench.run(60, until=lambda: bench.cluster.events[E2].admitted is not None)
+    assert bench.vms["vm0"].agent.status()["phase"] == Phase.SERVING.value
+    assert bench.clock.mono - back >= 20.0 - 1.0  # admitted only after vm0's return wait
+    assert "vm0" not in bench.cluster.out
+
+
+# --- 10. events that can never be approved early --------------------------------------------------
+
+def test_an_unapprovable_event_drains_just_in_time_and_holds_no_budget(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0", "vmx"], in_s=600)  # vmx runs no agent: it can never be approved early
+    bench.group.schedule(E2, ["vm1"], in_s=900)
+    bench.run(40, until=lambda: bool(bench.group.approved(E2)))
+    assert bench.group.approved(E2)  # not held behind E
+    assert bench.vms["vm0"].probe.serving  # E drains only latest_start before its NotBefore
+    assert bench.cluster.events[E].admitted is None
+
+
+def test_lead_time_admits_no_far_future_event(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, Policy(drain_wait=10.0, return_wait=5.0, lead_time=3600.0, latest_start=120.0))
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0"], in_s=3 * 86400)
+    bench.group.schedule(E2, ["vm1"], in_s=1800)
+    bench.run(40, until=lambda: bool(bench.group.approved(E2)))
+    assert bench.group.approved(E2)
+    assert bench.cluster.events[E].admitted is None
+
+
+def test_rule_never_drains_just_in_time(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, Policy(drain_wait=10.0, approval={"Reboot": ApprovalRule.NEVER}))
+    for name in ("vm0", "vm1"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0"], in_s=600)
+    bench.run(30)
+    assert bench.vms["vm0"].probe.serving
+    bench.clock.advance(600 - 120 - 30 + 1)
+    bench.run(5)
+    assert not bench.vms["vm0"].probe.serving
+    assert not bench.group.posts
+
+
+# --- 11. dry run writes nothing and moves nobody -----------------------------------------------------
+
+def test_dry_run_writes_no_state_and_no_node_and_keeps_the_probe_as_it_was(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    bench.add("vm1")
+    StateFile(tmp_path / "vm0.json").save(PersistedState("drained", frozenset({E}), 0.0))
+    before = (tmp_path / "vm0.json").read_text()
+    vm0 = bench.add("vm0", dry_run=True)
+    assert not vm0.probe.serving  # left drained by a real agent: a dry run does not put it back
+    bench.group.schedule(E, ["vm0", "vm1"])
+    bench.run(30)
+    assert (tmp_path / "vm0.json").read_text() == before
+    assert "vm0" not in bench.cluster.out and "vm0" not in bench.cluster.members
+    assert "vm0" not in bench.cluster.events[E].acks
+    assert not bench.group.posts
+    assert probe_serving_at_start(StateFile(tmp_path / "none.json"))
