@@ -8,5 +8,7 @@ echo "test: ruff"
 .venv/bin/ruff check coordinator tests bench scripts
 echo "test: mypy --strict"
 .venv/bin/mypy
+echo "test: every safety fix is caught by its regression test when undone"
+.venv/bin/python scripts/check_regressions.py
 echo "test: pytest"
 exec .venv/bin/pytest -p no:cacheprovider "$@"

@@ -25,7 +25,7 @@ from coordinator.agent import Agent
 from coordinator.config import ApprovalRule
 from coordinator.decide import Phase, Policy
 from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
-from coordinator.errors import ImdsFenced, ImdsUnavailable
+from coordinator.errors import ImdsFenced, ImdsUnavailable, StoreUnknownOutcome
 from coordinator.imds import ImdsClient
 from coordinator.metrics import Metrics
 from coordinator.models import Document, format_not_before, parse_document
@@ -248,11 +248,29 @@ def test_a_one_read_flap_never_puts_a_drained_vm_back(tmp_path: Path) -> None:
     for name in ("vm0", "vm1", "vm2"):
         bench.add(name)
     bench.group.schedule(E, ["vm0", "vmx"])
-    bench.run(20)
+    bench.run(3)  # draining, not acknowledged yet (the drain wait is 10 s): nothing but the document holds it
     assert not bench.vms["vm0"].probe.serving
     bench.vms["vm0"].imds.omit_once = {E}  # the event is missing from one document
     bench.run(10)
-    assert all(not serving for _, serving in bench.vms["vm0"].history[3:])
+    assert all(not serving for _, serving in bench.vms["vm0"].history[1:])
+
+
+def test_a_vm_whose_ack_may_still_stand_does_not_serve(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, AT_ONCE)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0", "vmx"])
+    bench.run(20)
+    assert "vm0" in bench.cluster.events[E].acks
+    bench.vms["vm0"].store.suspend()  # its withdrawal cannot reach ZooKeeper: the ack stands there
+    bench.group.remove(E)
+    bench.run(20)
+    assert "vm0" in bench.cluster.events[E].acks
+    assert not any(serving for _, serving in bench.vms["vm0"].history[-20:])
+    bench.vms["vm0"].store.resume()
+    bench.run(20)
+    assert "vm0" not in bench.cluster.events[E].acks
+    assert bench.vms["vm0"].probe.serving
 
 
 def test_a_reused_event_id_inherits_no_admission(tmp_path: Path) -> None:
@@ -294,17 +312,61 @@ def test_restart_with_imds_and_zookeeper_down_stays_drained(tmp_path: Path) -> N
     assert not any(serving for _, serving in vm0.history[-120:])
 
 
-def test_unreadable_state_file_holds_every_event_naming_the_vm(tmp_path: Path) -> None:
+class WithdrawTimesOut:
+    """A store whose ack withdrawals time out (outcome unknown), everything else working."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def withdraw_ack(self, event_id: str, vm: str) -> Any:
+        raise StoreUnknownOutcome("delete timed out")
+
+
+def test_a_vm_whose_withdrawal_fails_stays_out_while_zookeeper_shows_its_ack(tmp_path: Path) -> None:
     bench = Bench(tmp_path, AT_ONCE)
     for name in ("vm0", "vm1", "vm2"):
         bench.add(name)
     bench.group.schedule(E, ["vm0", "vmx"])
     bench.run(20)
+    vm0 = bench.vms["vm0"]
+    vm0.agent._store = WithdrawTimesOut(vm0.store)  # type: ignore[assignment]
+    bench.group.remove(E)
+    bench.run(20)
+    assert "vm0" in bench.cluster.events[E].acks
+    assert not any(serving for _, serving in vm0.history[-20:])
+    vm0.agent._store = vm0.store  # type: ignore[assignment]
+    bench.run(20)
+    assert vm0.probe.serving
+
+
+class FailingDrain:
+    name = "failing"
+
+    def drain(self, ctx: ActionContext) -> None:
+        raise RuntimeError("checkpoint failed")
+
+    def recover(self, ctx: ActionContext) -> None:
+        return None
+
+
+def test_unreadable_state_file_holds_every_event_naming_the_vm(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    bench.add("vm0")
+    bench.add("vm1", extra=[FailingDrain()])  # never acknowledges: the event stays Scheduled
+    bench.add("vm2")
+    bench.group.schedule(E, ["vm0", "vm1"])
+    bench.run(20)
+    assert bench.cluster.events[E].admitted is not None and not bench.vms["vm0"].probe.serving
     bench.crash("vm0")
     bench.vms["vm0"].state.write_text("{not json")
     vm0 = bench.add("vm0")
-    bench.run(30)
-    assert not any(serving for _, serving in vm0.history[-30:])
+    vm0.store.partition()  # and the restarted agent cannot see the admission
+    bench.run(60)
+    assert not any(serving for _, serving in vm0.history[-60:])
+    vm0.store.heal()
     bench.group.remove(E)
     bench.run(30)
     assert vm0.probe.serving  # put back once the event is gone

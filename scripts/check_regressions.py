@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Each safety fix is proven by a test that fails without it.
+
+For every fix listed below, copy the project to a temporary directory, undo the fix there (a one-line
+change of the code that implements it), and run the regression test that stands for it: the test must
+fail. Exit 1 if any test still passes without its fix. Runs in about half a minute; `make test` runs it.
+
+    .venv/bin/python scripts/check_regressions.py
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = "tests/unit/test_safety_regressions.py"
+
+# (fix, file, the code of the fix, the code without it, the test that must then fail)
+MUTATIONS = [
+    (
+        'fence',
+        'coordinator/agent.py',
+        '            return (self._clock.monotonic() < fence_until\n',
+        '            return True or (self._clock.monotonic() < fence_until\n',
+        'test_no_post_once_the_session_may_have_lapsed',
+    ),
+    (
+        'withdraw-before-recover',
+        'coordinator/decide.py',
+        '        if not mine:\n            return ""',
+        '        if True:\n            return ""',
+        'test_a_vm_whose_withdrawal_fails_stays_out_while_zookeeper_shows_its_ack',
+    ),
+    (
+        'withdraw-only-when-gone',
+        'coordinator/decide.py',
+        '            if snap.me in record.acks and key not in holding_keys:',
+        '            if snap.me in record.acks and key not in by_key:',
+        'test_ack_is_withdrawn_before_the_vm_serves_when_resources_shrink',
+    ),
+    (
+        'gone-debounce',
+        'coordinator/decide.py',
+        '    return sighting.misses >= 2 and mono - sighting.last >= gone_after',
+        '    return sighting.misses >= 1',
+        'test_a_one_read_flap_never_puts_a_drained_vm_back',
+    ),
+    (
+        'done-keeps-admission',
+        'coordinator/store/memory.py',
+        '            event.admitted = None\n            event.approval = None\n',
+        '',
+        'test_a_reused_event_id_inherits_no_admission',
+    ),
+    (
+        'draining-for-shrinks',
+        'coordinator/decide.py',
+        '        if event_id not in holding and not is_gone(',
+        '        if False and event_id not in holding and not is_gone(',
+        'test_restart_with_imds_and_zookeeper_down_stays_drained',
+    ),
+    (
+        'assume-worst',
+        'coordinator/agent.py',
+        '        self._assume_worst = self._state_file.unreadable\n',
+        '        self._assume_worst = False\n',
+        'test_unreadable_state_file_holds_every_event_naming_the_vm',
+    ),
+    (
+        'out-marks-ignored',
+        'coordinator/decide.py',
+        '    for vm, mark in cluster.out.items():\n        out[vm] = ',
+        '    for vm, mark in {}.items():\n        out[vm] = ',
+        'test_budget_counts_a_rebooting_vm_until_it_is_back',
+    ),
+    (
+        'no-self-drain',
+        'coordinator/decide.py',
+        '    if grace is not None and snap.disconnected_for',
+        '    if False and snap.disconnected_for',
+        'test_a_vm_cut_off_from_zookeeper_drains_itself_before_its_peers_stop_waiting',
+    ),
+    (
+        'keep-one-not-budget',
+        'coordinator/decide.py',
+        '        return self.max_events is not None or self.max_vms is not None or self.keep_one_serving',
+        '        return self.max_events is not None or self.max_vms is not None',
+        'test_keep_one_serving_holds_without_a_budget',
+    ),
+    (
+        'no-write-ahead',
+        'coordinator/agent.py',
+        '            self._save(PersistedState(Phase.DRAINING.value, frozenset(plan.holding), snap.now))\n',
+        '',
+        'test_the_drain_state_is_on_disk_before_the_first_drain_action_runs',
+    ),
+    (
+        'no-return-wait',
+        'coordinator/decide.py',
+        '        if snap.mono - local.job_done_at >= policy.back_after:',
+        '        if True:',
+        'test_a_recovered_vm_counts_as_serving_only_after_the_return_wait',
+    ),
+    (
+        'unapprovable-at-once',
+        'coordinator/decide.py',
+        '        return policy.unapprovable_at_once  # nothing',
+        '        return True  # nothing',
+        'test_an_unapprovable_event_drains_just_in_time_and_holds_no_budget',
+    ),
+    (
+        'dry-run-saves',
+        'coordinator/dryrun.py',
+        '        log.info("dry-run: would save the drain state',
+        '        StateFile.save(self, state); log.info("dry-run: would save the drain state',
+        'test_dry_run_writes_no_state_and_no_node_and_keeps_the_probe_as_it_was',
+    ),
+    (
+        'not-before-overflow',
+        'coordinator/models.py',
+        '    try:\n        return parsed.astimezone(UTC)\n    except OverflowError:',
+        '    try:\n        return parsed.astimezone(UTC)\n    except ZeroDivisionError:',
+        'test_odd_not_before_neither_crashes_a_cycle_nor_hides_the_event',
+    ),
+    (
+        'not-counted-drain',
+        'coordinator/decide.py',
+        '    for key, record in sorted(cluster.records.items()):\n        for vm in record.acks:\n'
+        '            out.setdefault(vm, key)\n    for vm, mark in cluster.out.items():',
+        '    for vm, mark in {}.items():',
+        'test_a_drain_for_an_event_without_not_before_counts_in_the_budget',
+    ),
+]
+
+
+def main() -> int:
+    failures = 0
+    with tempfile.TemporaryDirectory(prefix="regressions-") as tmp:
+        work = Path(tmp)
+        shutil.copytree(ROOT / "coordinator", work / "coordinator")
+        shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__", "model", "e2e"))
+        shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
+        for name, path, fixed, unfixed, test in MUTATIONS:
+            target = work / path
+            original = target.read_text()
+            if fixed not in original:
+                print(f"{name}: the code of the fix is no longer in {path}; update this list")
+                failures += 1
+                continue
+            target.write_text(original.replace(fixed, unfixed, 1))
+            try:
+                run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", TESTS,
+                                      "-k", test], cwd=work, capture_output=True, text=True, timeout=300)
+            finally:
+                target.write_text(original)
+            caught = run.returncode == 1
+            failures += not caught
+            print(f"{'ok  ' if caught else 'MISS'} {name}: {test} {'fails' if caught else 'passes'} without the fix")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
