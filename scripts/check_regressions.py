@@ -44,7 +44,7 @@ MUTATIONS = [
     ),
     (
         'gone-debounce',
-        'coordinator/decide.py',
+        'coordinator/snapshot.py',
         '    return sighting.misses >= 2 and mono - sighting.last >= gone_after',
         '    return sighting.misses >= 1',
         'test_a_one_read_flap_never_puts_a_drained_vm_back',
@@ -86,7 +86,7 @@ MUTATIONS = [
     ),
     (
         'keep-one-not-budget',
-        'coordinator/decide.py',
+        'coordinator/snapshot.py',
         '        return self.max_events is not None or self.max_vms is not None or self.keep_one_serving',
         '        return self.max_events is not None or self.max_vms is not None',
         'test_keep_one_serving_holds_without_a_budget',
