@@ -432,10 +432,15 @@ class Agent:
         local = self._local
         if local.phase is Phase.UNKNOWN:
             return  # nothing learned yet: keep what the previous run saved
+        phase = local.phase
+        if phase is Phase.RECOVERING and not local.job_running and not local.job_failed:
+            # Every recover action has run: what a restart needs to know is "serving" (no full recovery
+            # again), even while the load balancer's return wait is still running.
+            phase = Phase.SERVING
         saved = self._saved
-        if saved is not None and saved.phase == local.phase.value and saved.draining_for == local.draining_for:
+        if saved is not None and saved.phase == phase.value and saved.draining_for == local.draining_for:
             return
-        self._save(PersistedState(local.phase.value, local.draining_for, snap.now))
+        self._save(PersistedState(phase.value, local.draining_for, snap.now))
 
     def _save(self, state: PersistedState) -> None:
         try:

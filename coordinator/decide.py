@@ -219,17 +219,19 @@ def _acks_outstanding(snap: Snapshot, policy: Policy) -> str:
     return "ZooKeeper unreachable: its acknowledgements may stand until its session lapses"
 
 
-def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, str]:
-    """VMs out of rotation, each with the budget unit it is out for: by their own ``/out`` node, or
-    because they acknowledge an event (drained now). One whose agent this agent has seen gone for
-    ``recovery_grace`` no longer counts: it is not coming back soon, and serves nobody meanwhile."""
-    out: dict[str, str] = {}
+def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, tuple[str, ...]]:
+    """VMs out of rotation, each with the event keys it is out for (none: starting up, or back from a
+    crash): by their own ``/out`` node, or because they acknowledge an event (drained now). One whose
+    agent this agent has seen gone for ``recovery_grace`` no longer counts: it is not coming back soon,
+    and serves nobody meanwhile."""
+    out: dict[str, list[str]] = {}
+    for vm, mark in cluster.out.items():
+        out[vm] = [eid.upper() for eid in mark.events]
     for key, record in sorted(cluster.records.items()):
         for vm in record.acks:
-            out.setdefault(vm, key)
-    for vm, mark in cluster.out.items():
-        out[vm] = mark.events[0].upper() if mark.events else out.get(vm, f"vm:{vm}")
-    return {vm: unit for vm, unit in out.items()
+            if key not in out.setdefault(vm, []):
+                out[vm].append(key)
+    return {vm: tuple(keys) for vm, keys in out.items()
             if vm in cluster.members or snap.absent_for.get(vm, 0.0) < policy.recovery_grace}
 
 
@@ -237,18 +239,19 @@ def _in_flight(
     events: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
 ) -> dict[str, frozenset[str]]:
     """What holds the budget, as unit key -> VMs: present events that are admitted, Started, or have a
-    VM out of rotation; and every other VM out of rotation (under the event it is out for, if any),
-    until it is back in its load balancer's rotation."""
+    VM out of rotation for them; and every other VM out of rotation (under the event it is out for, if
+    any), until it is back in its load balancer's rotation."""
     out = _out_vms(cluster, snap, policy)
     flight: dict[str, frozenset[str]] = {}
     for key, ev in events.items():
         record = cluster.records.get(key)
         admitted = record is not None and record.admitted_at is not None and record.done_at is None
-        if admitted or not ev.event.is_scheduled or any(vm in out for vm in ev.resources):
+        if admitted or not ev.event.is_scheduled or any(key in out.get(vm, ()) for vm in ev.resources):
             flight[key] = frozenset(ev.resources)
     covered = frozenset().union(*flight.values()) if flight else frozenset()
-    for vm, unit in out.items():
+    for vm, keys in out.items():
         if vm not in covered:
+            unit = keys[0] if keys else f"vm:{vm}"
             flight[unit] = flight.get(unit, frozenset()) | {vm}
     return flight
 

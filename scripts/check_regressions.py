@@ -129,9 +129,8 @@ MUTATIONS = [
     (
         'not-counted-drain',
         'coordinator/decide.py',
-        '    for key, record in sorted(cluster.records.items()):\n        for vm in record.acks:\n'
-        '            out.setdefault(vm, key)\n    for vm, mark in cluster.out.items():',
-        '    for vm, mark in {}.items():',
+        '    return {vm: tuple(keys) for vm, keys in out.items()',
+        '    return {vm: tuple(keys) for vm, keys in {}.items()',
         'test_a_drain_for_an_event_without_not_before_counts_in_the_budget',
     ),
 ]

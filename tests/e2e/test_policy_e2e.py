@@ -131,10 +131,14 @@ def test_dry_run_agent_observes_and_changes_nothing(make_cluster: ClusterFactory
 def test_status_command_shows_the_event_and_what_it_waits_for(make_cluster: ClusterFactory) -> None:
     import subprocess
 
-    cluster = make_cluster(drain_wait=30.0)
+    # A long drain wait keeps the event waiting for acks; a short return wait lets the VMs that just
+    # started count as back in rotation at once.
+    cluster = make_cluster(drain_wait=30.0, extra_config={"drain": {"return_wait_seconds": 0.5}})
     assert cluster.sim is not None
     cluster.sim.schedule("Reboot", ["vm0", "vm1"], not_before_in=600)
-    cluster.wait(lambda: waiting_for(cluster, "vm0", "has not acknowledged"), 10, "the event to wait for acks")
+    cluster.wait(lambda: waiting_for(cluster, "vm0", "has not acknowledged")
+                 and (cluster.agents["vm0"].status() or {}).get("phase") in ("draining", "drained"), 10,
+                 "the event to wait for acks from draining VMs")
     result = subprocess.run([sys.executable, "-m", "coordinator", "status", "--url", cluster.agents["vm0"].admin_url],
                             capture_output=True, text=True, timeout=30, check=True)
     assert "vm vm0: draining" in result.stdout or "vm vm0: drained" in result.stdout
