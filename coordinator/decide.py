@@ -297,18 +297,7 @@ def _admissions(
     for position, (_, members) in enumerate(order):
         keys = {ev.key or "" for ev in members}
         vms = frozenset().union(*(ev.resources for ev in members))
-        others = {k: v for k, v in flight.items() if k not in keys}
-        busy = frozenset().union(*others.values()) if others else frozenset()
-        # A VM out of rotation for no event (starting up, back from a crash) is not an event in
-        # maintenance; it still counts against max_vms and keep_one_serving.
-        in_maintenance = {_unit(k, events, policy) for k in others if not k.startswith("vm:")}
-        reason = ""
-        if policy.max_events is not None and len(in_maintenance) >= policy.max_events:
-            reason = f"maintenance budget: {len(in_maintenance)} event(s) in maintenance ({', '.join(sorted(others))})"
-        elif policy.max_vms is not None and others and len(busy | vms) > policy.max_vms:
-            reason = f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}"
-        elif policy.keep_one_serving and cluster.members and not (cluster.members - busy - vms):
-            reason = "it would leave no VM serving"
+        reason = _over_budget(keys, vms, flight, events, cluster, policy)
         if reason:
             for _, rest in order[position:]:
                 for ev in rest:
@@ -318,6 +307,27 @@ def _admissions(
         for ev in members:
             flight[ev.key or ""] = frozenset(ev.resources)
     return admit, why
+
+
+def _over_budget(
+    keys: set[str], vms: frozenset[str], flight: Mapping[str, frozenset[str]], events: Mapping[str, _Event],
+    cluster: ClusterView, policy: Policy,
+) -> str:
+    """Why taking ``vms`` out for the events ``keys`` would break the budget, given what else is in
+    flight (empty: it would not). Used at admission, and again at approval: between the two, VMs may
+    have gone out of rotation for other reasons (a forced drain, a restart, an event with no notice)."""
+    others = {k: v for k, v in flight.items() if k not in keys}
+    busy = frozenset().union(*others.values()) if others else frozenset()
+    # A VM out of rotation for no event (starting up, back from a crash) is not an event in
+    # maintenance; it still counts against max_vms and keep_one_serving.
+    in_maintenance = {_unit(k, events, policy) for k in others if not k.startswith("vm:")}
+    if policy.max_events is not None and len(in_maintenance) >= policy.max_events:
+        return f"maintenance budget: {len(in_maintenance)} event(s) in maintenance ({', '.join(sorted(others))})"
+    if policy.max_vms is not None and others and len(busy | vms) > policy.max_vms:
+        return f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}"
+    if policy.keep_one_serving and cluster.members and not (cluster.members - busy - vms):
+        return "it would leave no VM serving"
+    return ""
 
 
 def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
@@ -364,6 +374,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         wait_slot: dict[str, str] = {}
         if doc is not None and policy.budgeted and cluster.i_am_leader:
             admit, wait_slot = _admissions(by_key, cluster, snap, policy)
+        flight = _in_flight(by_key, cluster, snap, policy) if policy.budgeted else {}
         for ev in holding_events:
             if ev.key is None or phase_after is not Phase.DRAINED:
                 continue
@@ -390,6 +401,10 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                 reasons = (wait_slot[ev.key], *[r for r in reasons if not r.startswith("not admitted")])
             if approver is None:
                 reasons += ("no live agent named in Resources and no leader",)
+            if not reasons and policy.budgeted:
+                batch = {k for k in by_key if _unit(k, by_key, policy) == _unit(ev.key, by_key, policy)}
+                over = _over_budget(batch, frozenset(ev.resources), flight, by_key, cluster, policy)
+                reasons = (f"at approval: {over}",) if over else ()
             if reasons:
                 blocked[ev.key] = reasons
                 continue

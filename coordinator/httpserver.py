@@ -1,13 +1,15 @@
 """HTTP surface: the load-balancer probe and the admin endpoints, on stdlib threading servers.
 
 Handlers only read: the probe flag, the metrics registry, the last status snapshot. They never
-block on the agent loop.
+block on the agent loop. A client that hangs up before reading the answer (health checkers often
+close right after the status line) is counted, not reported as an error: no traceback on stderr.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,9 +29,22 @@ def split_host_port(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+_HUNG_UP = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    hung_up = 0  # clients that closed before their answer was written
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Called by socketserver for an exception out of a handler: logged once, never a raw traceback
+        on stderr; a client that hung up is only counted."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, _HUNG_UP):
+            self.hung_up += 1
+            return
+        log.warning("HTTP request from %s failed: %r", client_address, exc)
 
 
 class HttpSurface:
@@ -59,6 +74,10 @@ class HttpSurface:
     def probe_address(self) -> tuple[str, int]:
         host, port = self._servers[0].server_address[:2]
         return str(host), int(port)
+
+    @property
+    def clients_hung_up(self) -> int:
+        return sum(server.hung_up for server in self._servers)
 
     @property
     def admin_address(self) -> tuple[str, int]:
@@ -106,11 +125,17 @@ class HttpSurface:
                 except Exception:
                     log.exception("HTTP handler failed for %s", self.path)
                     status, ctype, body = 500, "text/plain", b"internal error\n"
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    self.wfile.flush()
+                except _HUNG_UP:
+                    self.close_connection = True
+                    if isinstance(self.server, _Server):
+                        self.server.hung_up += 1
 
             do_HEAD = do_GET
 

@@ -133,6 +133,13 @@ MUTATIONS = [
         '    return {vm: tuple(keys) for vm, keys in {}.items()',
         'test_a_drain_for_an_event_without_not_before_counts_in_the_budget',
     ),
+    (
+        'budget-at-approval',
+        'coordinator/decide.py',
+        '                reasons = (f"at approval: {over}",) if over else ()',
+        '                reasons = ()',
+        'test_no_approval_that_would_leave_no_vm_in_rotation_even_after_admission',
+    ),
 ]
 
 

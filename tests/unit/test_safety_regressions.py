@@ -453,6 +453,28 @@ def test_keep_one_serving_holds_without_a_budget(tmp_path: Path) -> None:
     assert len([eid for eid in (E, E2) if bench.group.approved(eid)]) == 1
 
 
+def test_no_approval_that_would_leave_no_vm_in_rotation_even_after_admission(tmp_path: Path) -> None:
+    # Found by the chaos oracle: admitted while every VM served, then the only other VM went out of
+    # rotation (its agent restarted) before the acks came in; approving then left nobody serving.
+    bench = Bench(tmp_path)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.run(10)  # every VM back in rotation after its start
+    bench.group.schedule(E, ["vm1", "vm2"])
+    bench.run(3)
+    assert bench.cluster.events[E].admitted is not None
+    bench.crash("vm0")
+    vm0 = bench.add("vm0")
+    vm0.imds.failing = True  # restarted, not yet cleared: out of rotation
+    bench.run(30)
+    assert set(bench.cluster.events[E].acks) == {"vm1", "vm2"}
+    assert not bench.group.posts
+    vm0.imds.failing = False
+    bench.run(30, until=lambda: bool(bench.group.posts))
+    for at in bench.group.approved(E):
+        assert bench.drained_since("vm0", at) is None  # vm0 was back before the approval
+
+
 # --- 7. the state is saved only after the drain started ----------------------------------------------
 
 def test_the_drain_state_is_on_disk_before_the_first_drain_action_runs(tmp_path: Path) -> None:
