@@ -1,4 +1,4 @@
-.PHONY: setup test demo lint
+.PHONY: setup test demo lint chaos
 setup:
 	bash scripts/setup.sh
 test:
@@ -8,3 +8,6 @@ demo:
 lint:
 	.venv/bin/ruff check coordinator tests bench scripts
 	.venv/bin/mypy
+# The long chaos run (about a minute per run): seeds 1-200, each judged by the oracle; see docs/reliability.md.
+chaos:
+	.venv/bin/python -m coordinator.testbed.chaos --runs 200 --seed 1 --json docs/chaos-results.json

@@ -102,6 +102,7 @@ class LocalCluster:
         self._with_haproxy = with_haproxy
         self.haproxy: LocalHAProxy | None = None
         self.apps: dict[str, subprocess.Popen[bytes]] = {}
+        self.app_ports: dict[str, int] = {}
         self._ports: dict[str, tuple[int, int]] = {}  # vm -> (probe port, admin port)
         self.zk: LocalZooKeeper | None = None
         self.zk_hosts = zk_hosts
@@ -160,19 +161,24 @@ class LocalCluster:
         own server through the runtime API."""
         targets = {}
         for vm in self.vms:
-            port = free_port()
-            log = open(self.workdir / f"app-{vm}.log", "ab")  # noqa: SIM115 - owned by the child
-            self.apps[vm] = subprocess.Popen(
-                [sys.executable, "-m", "coordinator.testbed.app", "--name", vm, "--port", str(port)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            )
-            targets[vm] = BackendTarget(port, check_port=self._ports[vm][0])
+            self.app_ports[vm] = free_port()
+            self.start_app(vm)
+            targets[vm] = BackendTarget(self.app_ports[vm], check_port=self._ports[vm][0])
         self.haproxy = LocalHAProxy(self.workdir / "haproxy", targets, server_timeout="5s")
         self.haproxy.start()
         for vm in self.vms:
             action = {"type": "haproxy", "runtime": str(self.haproxy.socket_path), "backend": self.haproxy.backend,
                       "server": vm, "drain_timeout_seconds": 10}
             self._per_vm.setdefault(vm, {}).setdefault("actions", []).append(action)
+
+    def start_app(self, vm: str) -> subprocess.Popen[bytes]:
+        """Start ``vm``'s app server on its port (again, after an impact killed it, as a rebooted VM would)."""
+        log = open(self.workdir / f"app-{vm}.log", "ab")  # noqa: SIM115 - owned by the child
+        self.apps[vm] = subprocess.Popen(
+            [sys.executable, "-m", "coordinator.testbed.app", "--name", vm, "--port", str(self.app_ports[vm])],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        return self.apps[vm]
 
     def agent_config(self, vm: str, probe_port: int, admin_port: int) -> dict[str, Any]:
         """The configuration written for ``vm``'s agent; ``extra_config`` and then ``per_vm_config[vm]``
@@ -198,7 +204,10 @@ class LocalCluster:
                     config[section] = values
         return config
 
-    def start_agent(self, vm: str, *, extra_args: Sequence[str] = ()) -> AgentProcess:
+    def start_agent(self, vm: str, *, extra_args: Sequence[str] = (),
+                    on_spawn: Callable[[AgentProcess], None] | None = None) -> AgentProcess:
+        """Start ``vm``'s agent and wait until it answers ``/status``; ``on_spawn`` is called as soon as the
+        process exists (before that wait), for a caller that must know its PID at once."""
         existing = self.agents.get(vm)
         if existing is None:
             probe_port, admin_port = self._ports.get(vm) or (free_port(), free_port())
@@ -215,6 +224,8 @@ class LocalCluster:
             [sys.executable, "-m", "coordinator", "run", "--config", str(existing.config_path), *extra_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )
+        if on_spawn is not None:
+            on_spawn(existing)
         _wait(lambda: existing.status() is not None or not existing.alive(), 30, f"the agent of {vm}")
         if not existing.alive():
             raise RuntimeError(f"the agent of {vm} exited; see {existing.log_path}")

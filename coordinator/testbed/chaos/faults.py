@@ -1,0 +1,247 @@
+"""Playing a chaos run's plan: the story of events and the fault steps, then healing every fault.
+
+``FaultSteps`` plays each ``Step`` of the plan on a thread of its own at its time: it schedules and
+cancels events in the IMDS simulator, kills an agent (a VM, the leader now, or a drained VM now) and
+restarts it, pauses one with SIGSTOP, takes ZooKeeper servers down and back, and adds IMDS faults. A VM
+a fault step holds is left alone by the other steps and by the supervisor. At the end of the fault
+window it heals everything and waits until every event is gone and every VM is back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import threading
+import time
+
+from coordinator.testbed.chaos.observers import ZooKeeperRecorder
+from coordinator.testbed.chaos.planning import Step
+from coordinator.testbed.chaos.processes import RunProcesses
+from coordinator.testbed.chaos.state import Abort
+
+__all__ = ["FaultSteps"]
+
+
+class FaultSteps(RunProcesses):
+    """The plan played on the run's processes, and every fault healed at the end."""
+
+    # -- playing the plan ------------------------------------------------------------------------------------
+
+    def _play(self, zk_recorder: ZooKeeperRecorder) -> None:
+        for step in self.steps:
+            delay = self.clock.origin + step.at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            if self._errors:
+                raise Abort(self._errors[0])
+            thread = threading.Thread(target=self._run_step, args=(step, zk_recorder), name=f"step-{step.kind}",
+                                      daemon=True)
+            thread.start()
+            self._step_threads.append(thread)
+        remaining = self.config.duration - self.clock.rel()
+        if remaining > 0:
+            time.sleep(remaining)
+        for thread in self._step_threads:
+            thread.join(120)
+        if self._errors:
+            raise Abort(self._errors[0])
+
+    def _run_step(self, step: Step, zk_recorder: ZooKeeperRecorder) -> None:
+        try:
+            if step.kind == "event":
+                self._schedule(step)
+            elif step.kind == "cancel_event":
+                self._cancel(self._labels.get(step.label), step.label)
+            elif step.kind == "agent_kill":
+                self._kill(step, zk_recorder)
+            elif step.kind == "agent_pause":
+                self._pause(step)
+            elif step.kind == "zk_down":
+                self._zk_down(step)
+            elif step.kind == "imds":
+                self._imds(step)
+            elif step.kind == "cancel":
+                label = f"extra-{step.at:.1f}"
+                self._schedule(Step(step.at, "event", label=label, params=step.params))
+                self._stopping.wait(step.seconds)
+                self._cancel(self._labels.get(label), label)
+        except Exception as exc:
+            self.say(f"step failed: {step.describe()}: {type(exc).__name__}: {exc}")
+            self.record("step_failed", step.target, detail=f"{step.describe()}: {exc}")
+
+    def _schedule(self, step: Step) -> None:
+        sim = self._cluster().sim
+        assert sim is not None
+        fields = {k: v for k, v in step.params.items() if k not in ("event_type", "resources")}
+        view = sim.schedule(step.params["event_type"], step.params["resources"], **fields)
+        self._labels[step.label] = view["event_id"]
+        self.record("schedule", ",".join(step.params["resources"]), detail=f"{step.label} {view['event_id']} "
+                    f"{view['event_type']} NotBefore {view.get('not_before_text') or '-'}")
+        self.say(f"event: {step.describe()} -> {view['event_id']}, NotBefore {view.get('not_before_text') or '-'}")
+
+    def _cancel(self, event_id: str | None, label: str) -> None:
+        sim = self._cluster().sim
+        assert sim is not None
+        if event_id is None or sim.event(event_id) is None:
+            self.say(f"cancel {label}: already gone")
+            return
+        sim.cancel(event_id)
+        self.record("cancel", detail=f"{label} {event_id}")
+        self.say(f"fault: cancel {label} ({event_id})")
+
+    def _resolve(self, step: Step, zk_recorder: ZooKeeperRecorder) -> str | None:
+        """The VM a step hits: its target, the leader now, or a drained VM now; else its fallback."""
+        candidates: list[str] = []
+        if step.target == "leader":
+            leader = zk_recorder.leader_vm()
+            candidates = [leader] if leader else []
+        elif step.target == "drained":
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline and not candidates:
+                candidates = self._drained_vms()
+                if not candidates:
+                    time.sleep(0.2)
+        else:
+            candidates = [step.target]
+        if step.fallback:
+            candidates.append(step.fallback)
+        with self._lock:
+            free = [vm for vm in candidates if vm not in self._busy]
+        return free[0] if free else None
+
+    def _drained_vms(self) -> list[str]:
+        sim = self._cluster().sim
+        assert sim is not None
+        named = {r.lower() for e in sim.events().get("events", []) for r in e["resources"]}
+        with self._lock:
+            latest: dict[str, int | None] = {}
+            for sample in self.probes[-80:]:
+                latest[sample.vm] = sample.code
+        return sorted(vm for vm, code in latest.items() if code == 503 and vm in named)
+
+    def _kill(self, step: Step, zk_recorder: ZooKeeperRecorder) -> None:
+        vm = self._resolve(step, zk_recorder)
+        if vm is None:
+            self.say(f"fault skipped (its target is held by another fault): {step.describe()}")
+            self.record("skipped", step.target, detail=step.describe())
+            return
+        cluster = self._cluster()
+        with self._vm_locks[vm]:
+            self._busy.add(vm)
+            proc = cluster.agents[vm].proc
+            if proc is None or proc.poll() is not None:
+                self._busy.discard(vm)
+                self.say(f"fault skipped ({vm}'s agent is not running): {step.describe()}")
+                return
+            why = {"leader": " (the leader)", "drained": " (drained)"}.get(step.target, "")
+            self.record("sigkill", vm, proc.pid, f"restart after {step.seconds:.1f}s{why}")
+            proc.send_signal(signal.SIGKILL)
+            self._register(vm)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
+            self._note_exit(vm, proc)
+        self.say(f"fault: SIGKILL {vm}{why} (pid {proc.pid}), restart in {step.seconds:.1f}s")
+        self._stopping.wait(step.seconds)
+        try:
+            with self._vm_locks[vm]:
+                self._start_agent(vm)
+            self.say(f"heal: {vm}'s agent restarted (pid {cluster.agents[vm].pid})")
+        finally:
+            with self._lock:
+                self._busy.discard(vm)
+
+    def _pause(self, step: Step) -> None:
+        vm = step.target
+        cluster = self._cluster()
+        with self._vm_locks[vm]:
+            if vm in self._busy:
+                self.say(f"fault skipped (its target is held by another fault): {step.describe()}")
+                return
+            proc = cluster.agents[vm].proc
+            if proc is None or proc.poll() is not None:
+                self.say(f"fault skipped ({vm}'s agent is not running): {step.describe()}")
+                return
+            self._busy.add(vm)
+            self.record("sigstop", vm, proc.pid, f"for {step.seconds:.1f}s")
+            proc.send_signal(signal.SIGSTOP)
+        longer = " (longer than its session timeout)" if step.seconds > self.config.session_timeout else ""
+        self.say(f"fault: SIGSTOP {vm} for {step.seconds:.1f}s{longer}")
+        try:
+            self._stopping.wait(step.seconds)
+        finally:
+            with self._vm_locks[vm]:
+                if proc.poll() is None:
+                    self.record("sigcont", vm, proc.pid)
+                    proc.send_signal(signal.SIGCONT)
+                with self._lock:
+                    self._busy.discard(vm)
+            self.say(f"heal: SIGCONT {vm}")
+
+    def _zk_down(self, step: Step) -> None:
+        with self._zk_lock:
+            spec = step.target.removeprefix("zk:")
+            if spec == "leader":
+                leader = self.ensemble.leader_index()
+                indexes = [leader if leader is not None else 0]
+            else:
+                indexes = [int(i) for i in spec.split(",")]
+            for index in indexes:
+                self.record("zk_down", f"zk{index}", self.ensemble.server(index).pid)
+                self.ensemble.kill(index)
+            self.say(f"fault: ZooKeeper server(s) {','.join(map(str, indexes))} down for {step.seconds:.1f}s"
+                     + (" (no quorum)" if len(indexes) > 1 else ""))
+            self._stopping.wait(step.seconds)
+            for index in indexes:
+                self._zk_restart(index)
+
+    def _zk_restart(self, index: int) -> None:
+        if self._stopping.is_set():
+            return  # the run is ending: every server is stopped (or, for a shared ensemble, restarted) there
+        for attempt in range(3):
+            try:
+                self.ensemble.restart(index, timeout=45)
+                self.record("zk_up", f"zk{index}", self.ensemble.server(index).pid)
+                self.say(f"heal: ZooKeeper server {index} back")
+                return
+            except RuntimeError as exc:
+                self.say(f"ZooKeeper server {index} did not come back (attempt {attempt + 1}): {exc}")
+        self._errors.append(f"ZooKeeper server {index} could not be restarted")
+
+    def _imds(self, step: Step) -> None:
+        sim = self._cluster().sim
+        assert sim is not None
+        p = step.params
+        fault = p["fault"]
+        if fault == "refuse":
+            sim.refuse(p["vm"], p["seconds"])
+        elif fault == "post":
+            sim.add_fault("status", p["vm"], p["count"], status=p["status"], methods=("POST",))
+        else:
+            sim.add_fault(fault, p["vm"], p.get("count", 1), status=p.get("status"), seconds=p.get("seconds"),
+                          field=p.get("field"))
+        self.record("imds_fault", p["vm"] or "all", detail=step.describe())
+        self.say(f"fault: {step.describe()}")
+
+    # -- healing ---------------------------------------------------------------------------------------------
+
+    def _heal_and_settle(self) -> float | None:
+        cluster = self._cluster()
+        sim = cluster.sim
+        assert sim is not None
+        sim.clear_faults()
+        for index, server in enumerate(self.ensemble.servers):
+            if not server.running:
+                self._zk_restart(index)
+        self._wait(lambda: all(a.alive() for a in cluster.agents.values())
+                   and all(app.poll() is None for app in cluster.apps.values()), 30, "every agent and app running")
+        self.record("heal", detail="every fault healed")
+        self.say("every fault healed; waiting for the events to end")
+        if not self._wait(lambda: not sim.events().get("events"), 150, "every event to end", fail=False):
+            return None
+        healed = time.time()
+        self.record("healed", detail="every fault healed and no event left")
+        self.say("no event left; waiting for every VM to serve and be UP in HAProxy")
+        self._wait(self._all_back, self.config.recovery_bound + 2, "every VM back", fail=False)
+        time.sleep(1.5)
+        return healed

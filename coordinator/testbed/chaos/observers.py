@@ -1,0 +1,196 @@
+"""What a chaos run observes from outside the agents, each observer on a thread of its own.
+
+``ZooKeeperRecorder`` polls the group's nodes with a ZooKeeper session of its own and records only
+ZooKeeper's metadata of each node (ctime, owner, first and last sighting); it also tells which VM leads.
+``Sampler`` calls a sampling function at a fixed interval (the run samples the agents' probes, HAProxy's
+server states, the agents' ``/status`` and the simulator's log with it). ``LoadGenerator`` sends a
+steady load through HAProxy and records every request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from coordinator.testbed.oracle import NodeSighting, RequestSample
+
+__all__ = ["LoadGenerator", "Sampler", "ZooKeeperRecorder"]
+
+
+class ZooKeeperRecorder:
+    """Polls the group's nodes with a session of its own; records each node's ctime, owner, first and last
+    sighting. It decodes no payload: only ZooKeeper's own metadata."""
+
+    def __init__(self, hosts: str, chroot: str, interval: float = 0.1) -> None:
+        quiet = logging.getLogger("coordinator.testbed.chaos.zookeeper")
+        quiet.setLevel(logging.CRITICAL)  # its connection drops are expected: ZooKeeper servers are killed
+        quiet.propagate = False
+        self._client = KazooClient(hosts=f"{hosts}{chroot}", timeout=10.0, logger=quiet)
+        self._interval = interval
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._nodes: dict[tuple[str, int], dict[str, Any]] = {}  # (path, czxid) -> sighting
+        self._thread = threading.Thread(target=self._run, name="zk-recorder", daemon=True)
+
+    def start(self) -> None:
+        self._client.start(timeout=15)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        with contextlib.suppress(Exception):
+            self._client.stop()
+            self._client.close()
+
+    def sightings(self) -> list[NodeSighting]:
+        with self._lock:
+            return [NodeSighting(n["kind"], n["event_id"], n["vm"], n["ctime"], n["owner"], n["first_seen"],
+                                 n["gone_seen"]) for n in self._nodes.values()]
+
+    def leader_vm(self) -> str | None:
+        with self._lock:
+            live = [n for n in self._nodes.values() if n["gone_seen"] is None]
+        leader = next((n for n in live if n["kind"] == "leader"), None)
+        if leader is None:
+            return None
+        member = next((n for n in live if n["kind"] == "member" and n["owner"] == leader["owner"]), None)
+        return member["vm"] if member else None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._poll()
+            except KazooException:
+                continue  # a server down, the session moving: the next poll looks again
+            except Exception:
+                continue
+
+    def _children(self, parent: str, kind: str, event_id: str | None = None) -> None:
+        try:
+            names = self._client.get_children(parent)
+        except NoNodeError:
+            names = []
+        seen = set()
+        for name in names:
+            path = f"{parent}/{name}"
+            stat = self._client.exists(path)
+            if stat is not None:
+                seen.add(self._saw(path, stat, kind, event_id, name))
+        self._gone(parent + "/", seen)
+
+    def _single(self, path: str, kind: str, event_id: str | None = None) -> None:
+        stat = self._client.exists(path)
+        seen = {self._saw(path, stat, kind, event_id, None)} if stat is not None else set()
+        self._gone(path, seen, exact=True)
+
+    def _poll(self) -> None:
+        self._children("/members", "member")
+        self._single("/leader", "leader")
+        self._children("/out", "out")
+        try:
+            events = self._client.get_children("/events")
+        except NoNodeError:
+            events = []
+        for event_id in events:
+            self._children(f"/events/{event_id}/acks", "ack", event_id)
+            self._single(f"/events/{event_id}/approval", "approval", event_id)
+            self._single(f"/events/{event_id}/admitted", "admitted", event_id)
+
+    def _saw(self, path: str, stat: Any, kind: str, event_id: str | None, vm: str | None) -> tuple[str, int]:
+        key = (path, int(stat.czxid))
+        with self._lock:
+            if key not in self._nodes:
+                self._nodes[key] = {"kind": kind, "event_id": event_id, "vm": vm, "ctime": stat.ctime / 1000.0,
+                                    "owner": int(stat.ephemeralOwner), "first_seen": time.time(), "gone_seen": None}
+        return key
+
+    def _gone(self, prefix: str, seen: set[tuple[str, int]], exact: bool = False) -> None:
+        now = time.time()
+        with self._lock:
+            for key, node in self._nodes.items():
+                path = key[0]
+                under = path == prefix if exact else (path.startswith(prefix) and "/" not in path[len(prefix):])
+                if under and key not in seen and node["gone_seen"] is None:
+                    node["gone_seen"] = now
+
+
+class Sampler:
+    """A thread calling ``sample`` every ``interval`` seconds until stopped."""
+
+    def __init__(self, name: str, interval: float, sample: Callable[[], None]) -> None:
+        self._interval = interval
+        self._sample = sample
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            with contextlib.suppress(Exception):
+                self._sample()
+            self._stop.wait(max(0.0, self._interval - (time.monotonic() - started)))
+
+
+class LoadGenerator:
+    """``rate`` GET requests per second through HAProxy, each on a new connection; records each one's
+    time, status and the server that answered (the app's ``X-Served-By`` header)."""
+
+    def __init__(self, url: str, rate: float, timeout: float = 6.0) -> None:
+        self._url = url
+        self._interval = 1.0 / rate
+        self._timeout = timeout
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.samples: list[RequestSample] = []
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="load")
+        # One client (building one per request costs a TLS context each), no connection kept alive: every
+        # request is a new flow that HAProxy routes afresh.
+        self._client = httpx.Client(timeout=timeout, trust_env=False, headers={"Connection": "close"},
+                                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=0))
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._client.close()
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self._pool.submit(self._one)
+            next_at += self._interval
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def _one(self) -> None:
+        sent = time.time()
+        status: int | None = None
+        server: str | None = None
+        error: str | None = None
+        try:
+            response = self._client.get(self._url)
+            status, server = response.status_code, response.headers.get("X-Served-By")
+        except httpx.HTTPError as exc:
+            error = type(exc).__name__
+        with self._lock:
+            self.samples.append(RequestSample(sent, time.time(), status, server, error))

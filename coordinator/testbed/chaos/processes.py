@@ -1,0 +1,267 @@
+"""Setting up and tearing down the processes of a chaos run, and watching them while it runs.
+
+``RunProcesses`` starts the ZooKeeper ensemble (unless the run shares one) and the group: the IMDS
+simulator, HAProxy, and an app server and an agent per VM. It builds the samplers (every agent's probe,
+HAProxy's server states, the agents' ``/status``, the simulator's log), records every agent process
+started and how it ended, and brings a VM whose agent or app server died back as a rebooted VM would
+come back. At the end it stops the agents, reads the simulator's and the agents' logs, and stops every
+process it started, by PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from coordinator.testbed.chaos.observers import Sampler
+from coordinator.testbed.chaos.result import read_agent_log
+from coordinator.testbed.chaos.state import Abort, RunState
+from coordinator.testbed.cluster import LocalCluster
+from coordinator.testbed.oracle import LogLine, ProbeSample, ProcessRecord, ServerSample, StatusSample
+
+__all__ = ["RunProcesses"]
+
+
+class RunProcesses(RunState):
+    """The processes of a run: started, sampled, brought back when they die, stopped at the end."""
+
+    # -- set-up ----------------------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        config = self.config
+        if self._own_ensemble:
+            self.say("starting a 3-server ZooKeeper ensemble")
+            try:
+                self.ensemble.start(timeout=60)
+            except RuntimeError as exc:
+                raise Abort(f"ZooKeeper ensemble did not start: {exc}") from exc
+        self.say("starting the IMDS simulator, HAProxy, app servers and agents")
+        self.cluster = LocalCluster(
+            self.workdir / "group", config.vms, cluster=self.cluster_name, drain_wait=config.drain_wait,
+            poll_interval=config.poll_interval, session_timeout=config.session_timeout,
+            started_for=config.started_for_sim, zk_hosts=self.ensemble.hosts, with_haproxy=True,
+            sim_args=["--time-scale", f"{config.time_scale:g}", "--not-before-clock", "real"],
+            extra_config={"drain": {"latest_start_seconds": config.latest_start}, "logging": {"format": "json"}},
+        )
+        before = time.time()
+        try:
+            self.cluster.start()
+        except (RuntimeError, TimeoutError) as exc:
+            raise Abort(f"the group did not start: {exc}") from exc
+        for vm in config.vms:
+            self._note_start(vm, before)
+            self._register(vm)
+
+    # -- the samplers --------------------------------------------------------------------------------------
+
+    def _samplers(self) -> list[Sampler]:
+        cluster = self._cluster()
+        samplers = [Sampler(f"probe-{vm}", 0.1, self._probe_sampler(vm)) for vm in self.config.vms]
+        samplers.append(Sampler("haproxy", 0.2, self._sample_haproxy))
+        samplers.append(Sampler("status", 1.0, self._sample_statuses))
+        samplers.append(Sampler("supervisor", 0.1, self._supervise))
+        assert cluster.sim is not None
+        samplers.append(Sampler("imds-log", 0.25, self._tail_sim_log))
+        return samplers
+
+    def _probe_sampler(self, vm: str) -> Callable[[], None]:
+        url = self._cluster().agents[vm].probe_url
+        client = httpx.Client(timeout=0.3, trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
+
+        def sample() -> None:
+            sent = time.time()
+            try:
+                code: int | None = client.get(url).status_code
+            except httpx.HTTPError:
+                code = None
+            with self._lock:
+                self.probes.append(ProbeSample(vm, sent, time.time(), code))
+
+        return sample
+
+    def _sample_haproxy(self) -> None:
+        haproxy = self._cluster().haproxy
+        assert haproxy is not None
+        t = time.time()
+        text = haproxy.command(f"show servers state {haproxy.backend}", timeout=1.0)
+        lines = [line for line in text.splitlines() if line.strip()]
+        header = next((line.lstrip("# ").split() for line in lines if line.startswith("#")), None)
+        if header is None:
+            return
+        rows = [dict(zip(header, line.split(), strict=False)) for line in lines if not line.startswith("#")]
+        samples = [ServerSample(t, row["srv_name"], int(row["srv_op_state"]), int(row["srv_admin_state"]),
+                                int(row.get("srv_uweight", "1"))) for row in rows if "srv_name" in row]
+        with self._lock:
+            self.servers.extend(samples)
+
+    def _sample_statuses(self) -> None:
+        cluster = self._cluster()
+        client = self._status_client
+        for vm, agent in list(cluster.agents.items()):
+            proc = agent.proc
+            if proc is None or proc.poll() is not None:
+                continue
+            t = time.time()
+            try:
+                response = client.get(agent.admin_url + "/status")
+                body = response.json() if response.status_code == 200 else {}
+            except (httpx.HTTPError, ValueError):
+                body = {}
+            with self._lock:
+                self.statuses.append(StatusSample(t, vm, proc.pid, body.get("cycles"), body.get("phase")))
+
+    def _tail_sim_log(self) -> None:
+        sim = self._cluster().sim
+        assert sim is not None
+        entries = sim.log(since=self._sim_seq)
+        for entry in entries:
+            self._sim_seq = max(self._sim_seq, int(entry["seq"]))
+            kind = entry["kind"]
+            if kind == "transition":
+                label = next((k for k, v in self._labels.items() if v == entry["event_id"]), entry["event_id"][:8])
+                self.say(f"imds: {label} {entry['event_type']} [{','.join(entry['resources'])}] "
+                         f"{entry['from'] or 'new'} -> {entry['to'] or 'removed'} ({entry['reason']})")
+            elif kind == "approval" and entry.get("event_ids"):
+                self.say(f"imds: approval POST from {entry['vm']}: {entry.get('results')}")
+            elif kind == "signal":
+                self.say(f"imds: impact {entry['signal']} to the {entry['vm']} pid {entry['pid']} ({entry['result']})")
+
+    # -- processes -------------------------------------------------------------------------------------------
+
+    def _note_start(self, vm: str, started: float) -> None:
+        proc = self._cluster().agents[vm].proc
+        if proc is not None:
+            with self._lock:
+                self.processes.setdefault(proc.pid, ProcessRecord(vm, proc.pid, started))
+
+    def _note_exit(self, vm: str, proc: subprocess.Popen[bytes]) -> None:
+        code = proc.poll()
+        if code is None:
+            return
+        with self._lock:
+            known = self.processes.get(proc.pid)
+            if known is not None and known.exited is None:
+                self.processes[proc.pid] = ProcessRecord(vm, proc.pid, known.started, time.time(), code)
+
+    def _register(self, vm: str) -> None:
+        """Tell the simulator which processes stand for ``vm`` (its impacts pause or kill them)."""
+        cluster = self._cluster()
+        assert cluster.sim is not None
+        pids = [p.pid for p in (cluster.agents[vm].proc, cluster.apps.get(vm)) if p is not None and p.poll() is None]
+        with contextlib.suppress(httpx.HTTPError, Exception):
+            cluster.sim.register_pids(vm, pids)
+
+    def _start_app(self, vm: str) -> None:
+        if self._stopping.is_set():
+            return
+        cluster = self._cluster()
+        app = cluster.apps.get(vm)
+        if app is not None and app.poll() is not None:
+            cluster.start_app(vm)
+            self.record("restart", vm, cluster.apps[vm].pid, "app server")
+            self._register(vm)
+
+    def _start_agent(self, vm: str) -> None:
+        """Bring ``vm`` back as a rebooted VM: its app server if it is down, then its agent, whose PID the
+        simulator learns as soon as it exists (an impact during its start-up hits it)."""
+        if self._stopping.is_set():
+            return
+        cluster = self._cluster()
+        self._start_app(vm)
+        before = time.time()
+
+        def spawned(agent: Any) -> None:
+            self._note_start(vm, before)
+            self.record("restart", vm, agent.pid, "agent")
+            self._register(vm)
+
+        try:
+            cluster.start_agent(vm, on_spawn=spawned)
+        except (RuntimeError, TimeoutError) as exc:
+            self.say(f"the agent of {vm} did not start: {exc}")
+        agent_proc = cluster.agents[vm].proc
+        if agent_proc is not None:
+            self._note_exit(vm, agent_proc)
+
+    def _supervise(self) -> None:
+        """Notice agents that died (an impact killed the VM, or anything else), and bring the VM back after
+        ``reboot_seconds`` unless a fault step holds it."""
+        if self._stopping.is_set():
+            return
+        cluster = self._cluster()
+        for vm in self.config.vms:
+            with self._vm_locks[vm]:
+                app = cluster.apps.get(vm)
+                if app is not None and app.poll() is not None:
+                    died = self._died_at.setdefault(f"app:{vm}", time.time())
+                    if time.time() - died >= self.config.reboot_seconds:
+                        self.say(f"{vm}'s app server comes back (pid {app.pid} ended with {app.returncode})")
+                        self._start_app(vm)
+                        self._died_at.pop(f"app:{vm}", None)
+                proc = cluster.agents[vm].proc
+                if proc is None or proc.poll() is None:
+                    self._died_at.pop(vm, None)
+                    continue
+                self._note_exit(vm, proc)
+                if vm in self._busy:
+                    continue
+                died = self._died_at.setdefault(vm, time.time())
+                if time.time() - died < self.config.reboot_seconds:
+                    continue
+                self.say(f"{vm} comes back: restarting its agent (pid {proc.pid} ended with {proc.returncode})")
+                self._start_agent(vm)
+                self._died_at.pop(vm, None)
+
+    # -- tear-down -------------------------------------------------------------------------------------------
+
+    def _shutdown(self) -> tuple[list[dict[str, Any]], list[LogLine]]:
+        """Let the fault steps end (they wait on the stop event), stop the agents (SIGTERM, recorded), then
+        read the simulator's log and the agents' logs."""
+        for thread in self._step_threads:
+            thread.join(60)
+        cluster = self.cluster
+        if cluster is None:
+            return [], []
+        for vm, agent in cluster.agents.items():
+            proc = agent.proc
+            if proc is not None and proc.poll() is None:
+                self.record("sigterm", vm, proc.pid)
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+        for vm, agent in cluster.agents.items():
+            proc = agent.proc
+            if proc is None:
+                continue
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            self._note_exit(vm, proc)
+        sim_log: list[dict[str, Any]] = []
+        if cluster.sim is not None:
+            with contextlib.suppress(Exception):
+                sim_log = cluster.sim.log()
+        logs: list[LogLine] = []
+        for vm, agent in cluster.agents.items():
+            logs.extend(read_agent_log(vm, agent.log_path))
+        return sim_log, logs
+
+    def _stop_everything(self) -> None:
+        self._status_client.close()
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):
+                self.cluster.stop()
+        if self._own_ensemble:
+            self.ensemble.stop()
+        else:
+            for index, server in enumerate(self.ensemble.servers):
+                if not server.running:
+                    with contextlib.suppress(RuntimeError):
+                        self.ensemble.restart(index, timeout=45)

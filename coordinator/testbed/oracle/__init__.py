@@ -1,0 +1,93 @@
+"""An independent judge of the safety invariants S1-S5 (``docs/safety.md``), from what is seen outside.
+
+The oracle trusts no agent's own account. Its input is a record of what could be observed from outside
+the agents during a run (``Observations``):
+
+* the simulator's log: approvals received (with the VM whose port they came to, and when), every event's
+  lifecycle (created, Started, removed, with its Resources), impacts and the signals they sent, faults
+  served, and every request (to know which documents a VM was served);
+* ZooKeeper nodes as an observer with its own session saw them: creation time (the server's ctime),
+  owner session, when they were first seen and when they were first found gone;
+* probe samples of every agent (about every 100 ms), HAProxy server states (``show servers state``),
+  and the load sent through HAProxy (time, status, the server that answered);
+* the harness's own log of what it did (signals, restarts, ZooKeeper servers down, simulator faults),
+  the agent processes it started and how they ended, ``/status`` samples and the agents' log lines.
+
+``check(observations)`` is a pure function of that record and returns a ``Verdict``: every violation,
+each with the timeline around it (log lines and samples, sorted by time), and the run's statistics. The
+rules (see ``docs/reliability.md``):
+
+* S1: an approval of event E received while a VM of E's Resources that runs an agent had no ack node
+  created before it, or had answered its probe 200 less than the drain wait before it.
+* S2: a VM answered 200 while an event it had drained for was still present in the simulator (drained
+  for E: its ack of E exists, or it was served a document showing E Started and naming it); and at the
+  end, once every fault is healed and no event is left, every VM serves and is UP in HAProxy within a
+  bound.
+* S3: an approval received from a VM whose agent process was stopped (SIGSTOP) at that moment, or whose
+  ZooKeeper session had lapsed (expired during the pause, or expired by the harness) and had not been
+  re-established (no new member node yet).
+* S4: an approval received while no VM was UP in HAProxy; with ``max_events_in_maintenance: 1``, an
+  early approval of an event while another event approved early is still present with a VM out of
+  rotation.
+* S5: an agent process that exited without being killed, a traceback in an agent log, an agent that did
+  not stop cleanly when asked, or an agent whose completed cycles did not move for longer than the stall
+  limit while it ran and was not paused.
+
+An event that starts at its NotBefore without an approval is never a violation by itself (Azure starts
+it whatever the agents do), and a Started event created without notice (a hardware failure) is counted
+apart.
+
+The package's parts: ``records`` (the observations and their JSON form), ``context`` (the ground truth
+from the simulator's log and indexes over the samples), ``checks_s1_s3`` and ``checks_s4_s5`` (the
+rules), ``stats`` (the run's statistics) and ``report`` (the verdict, its violations and their
+timelines). This module holds ``check`` and re-exports what other code uses.
+"""
+
+from __future__ import annotations
+
+from coordinator.testbed.oracle.checks_s1_s3 import s1, s2, s3
+from coordinator.testbed.oracle.checks_s4_s5 import s4, s5
+from coordinator.testbed.oracle.context import Context
+from coordinator.testbed.oracle.records import (
+    HarnessRecord,
+    LogLine,
+    NodeSighting,
+    Observations,
+    OracleSettings,
+    ProbeSample,
+    ProcessRecord,
+    RequestSample,
+    ServerSample,
+    StatusSample,
+    dump,
+    load,
+)
+from coordinator.testbed.oracle.report import TimelineEntry, Verdict, Violation
+from coordinator.testbed.oracle.stats import statistics
+
+__all__ = [
+    "HarnessRecord",
+    "LogLine",
+    "NodeSighting",
+    "Observations",
+    "OracleSettings",
+    "ProbeSample",
+    "ProcessRecord",
+    "RequestSample",
+    "ServerSample",
+    "StatusSample",
+    "TimelineEntry",
+    "Verdict",
+    "Violation",
+    "check",
+    "dump",
+    "load",
+]
+
+
+def check(observations: Observations) -> Verdict:
+    """Judge one run's observations against S1-S5. Pure: reads ``observations`` only."""
+    ctx = Context(observations)
+    violations = [*s1(ctx), *s2(ctx), *s3(ctx), *s4(ctx), *s5(ctx)]
+    violations.sort(key=lambda v: (v.t, v.invariant))
+    return Verdict(tuple(violations), statistics(ctx))

@@ -1,0 +1,217 @@
+"""What the oracle reads: the record of one run as seen from outside the agents, and its JSON form.
+
+``Observations`` holds the run's settings (``OracleSettings``) and one list per source: probe samples,
+HAProxy server states, ZooKeeper node sightings, the load's requests, the harness's own log, the agent
+processes, ``/status`` samples and agent log lines. ``dump`` writes a record as JSON (a failing run's
+record is kept) and ``load`` reads it back, so a kept run can be judged again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "HarnessRecord",
+    "LogLine",
+    "NodeSighting",
+    "Observations",
+    "OracleSettings",
+    "ProbeSample",
+    "ProcessRecord",
+    "RequestSample",
+    "ServerSample",
+    "StatusSample",
+    "dump",
+    "load",
+]
+
+# HAProxy's srv_admin_state bits (``show servers state``): forced, inherited, configuration, resolver
+# and health maintenance; forced and inherited drain.
+_ADMIN_MAINT = 0x01 | 0x02 | 0x04 | 0x20 | 0x40
+_ADMIN_DRAIN = 0x08 | 0x10
+_OP_RUNNING = 2
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    """One GET of an agent's health probe: sent at ``t``, answered (or failed) at ``t_end``."""
+
+    vm: str
+    t: float
+    t_end: float
+    code: int | None  # None: no answer (process stopped or gone, port closed, timeout)
+
+
+@dataclass(frozen=True)
+class ServerSample:
+    """One server's line of ``show servers state`` at ``t``."""
+
+    t: float
+    server: str
+    op_state: int  # 0 stopped, 1 starting, 2 running, 3 stopping
+    admin_state: int  # bit field (maintenance, drain)
+    weight: int = 1
+
+    @property
+    def up(self) -> bool:
+        """Taking new requests: running, neither in maintenance nor draining, with a weight."""
+        return self.op_state == _OP_RUNNING and not self.admin_state & (_ADMIN_MAINT | _ADMIN_DRAIN) and self.weight > 0
+
+    @property
+    def label(self) -> str:
+        if self.admin_state & _ADMIN_MAINT:
+            return "MAINT"
+        if self.admin_state & _ADMIN_DRAIN:
+            return "DRAIN" if self.op_state == _OP_RUNNING else "DRAIN(down)"
+        return {0: "DOWN", 1: "STARTING", 2: "UP", 3: "STOPPING"}.get(self.op_state, f"op {self.op_state}")
+
+
+@dataclass(frozen=True)
+class NodeSighting:
+    """One ZooKeeper node (one creation of it) as the observer saw it.
+
+    ``kind``: member, leader, ack, approval, admitted or out. ``gone_seen`` is the first poll that no
+    longer found it (None: still there when the record ended).
+    """
+
+    kind: str
+    event_id: str | None
+    vm: str | None
+    ctime: float
+    owner: int
+    first_seen: float
+    gone_seen: float | None = None
+
+
+@dataclass(frozen=True)
+class RequestSample:
+    """One request of the load sent through HAProxy; ``server`` is who answered, when known."""
+
+    t: float
+    t_end: float
+    status: int | None
+    server: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+
+@dataclass(frozen=True)
+class HarnessRecord:
+    """Something the harness did or saw, at ``t``.
+
+    Kinds the oracle reads: ``sigstop``, ``sigcont``, ``sigkill`` and ``sigterm`` (``pid`` of the agent
+    of ``target``), ``session_expired`` (the harness expired the ZooKeeper session of ``target``'s
+    agent). Every other kind (``zk_down``, ``zk_up``, ``imds_fault``, ``schedule``, ``cancel``,
+    ``restart``, ``heal``, ...) only appears in timelines.
+    """
+
+    t: float
+    kind: str
+    target: str = ""
+    pid: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """An agent process the harness started, and how it ended (``exited`` None: still running)."""
+
+    vm: str
+    pid: int
+    started: float
+    exited: float | None = None
+    returncode: int | None = None
+
+
+@dataclass(frozen=True)
+class StatusSample:
+    """``/status`` of the agent process ``pid`` at ``t``: its count of completed cycles (None: no answer)."""
+
+    t: float
+    vm: str
+    pid: int
+    cycles: int | None
+    phase: str | None = None
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """A line of an agent's log; ``t`` when it carries a readable time. ``stderr``: written outside the
+    agent's logging (by the interpreter, for a thread's uncaught exception), one physical line."""
+
+    t: float | None
+    vm: str
+    text: str
+    stderr: bool = False
+
+
+@dataclass(frozen=True)
+class OracleSettings:
+    """What the run was configured with, and the oracle's tolerances (seconds)."""
+
+    agent_vms: tuple[str, ...]
+    drain_wait_seconds: float
+    drain_wait_by_type: Mapping[str, float] = field(default_factory=dict)
+    max_events_in_maintenance: int | None = 1
+    # A probe sample is taken every ~100 ms: a change is seen up to two intervals late.
+    probe_tolerance_seconds: float = 0.25
+    # From a document served to a VM to its probe showing the decision taken on it.
+    reaction_seconds: float = 2.0
+    # From "every fault healed and no event left" to every VM serving and UP in HAProxy.
+    recovery_bound_seconds: float = 20.0
+    stall_seconds: float = 30.0
+    # An approval already on its way when the harness stopped the process may be logged just after.
+    signal_tolerance_seconds: float = 0.1
+    # The longest gap between two HAProxy samples that still says what HAProxy did in between.
+    server_sample_gap_seconds: float = 1.5
+    # How late the observer may see a member node go once its session expired during a pause.
+    session_seen_slack_seconds: float = 1.0
+
+    def drain_wait(self, event_type: str) -> float:
+        return self.drain_wait_by_type.get(event_type, self.drain_wait_seconds)
+
+
+@dataclass
+class Observations:
+    """Everything recorded during one run; the oracle's only input."""
+
+    settings: OracleSettings
+    started_at: float
+    ended_at: float
+    healed_at: float | None = None  # every fault healed and no event left (None: never reached)
+    sim_log: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[NodeSighting] = field(default_factory=list)
+    probes: list[ProbeSample] = field(default_factory=list)
+    servers: list[ServerSample] = field(default_factory=list)
+    requests: list[RequestSample] = field(default_factory=list)
+    harness: list[HarnessRecord] = field(default_factory=list)
+    processes: list[ProcessRecord] = field(default_factory=list)
+    statuses: list[StatusSample] = field(default_factory=list)
+    agent_logs: list[LogLine] = field(default_factory=list)
+
+
+def dump(observations: Observations) -> str:
+    """The observations as JSON (to keep a failing run's record); ``load`` reads it back."""
+    body = asdict(observations)
+    body["settings"]["drain_wait_by_type"] = dict(observations.settings.drain_wait_by_type)
+    return json.dumps(body, default=str)
+
+
+def load(text: str) -> Observations:
+    """Observations written by ``dump``: a kept run can be judged again."""
+    body = json.loads(text)
+    settings = dict(body.pop("settings"))
+    settings["agent_vms"] = tuple(settings["agent_vms"])
+    kinds: dict[str, type[Any]] = {
+        "nodes": NodeSighting, "probes": ProbeSample, "servers": ServerSample, "requests": RequestSample,
+        "harness": HarnessRecord, "processes": ProcessRecord, "statuses": StatusSample, "agent_logs": LogLine,
+    }
+    lists: dict[str, Any] = {name: [kind(**item) for item in body.pop(name, [])] for name, kind in kinds.items()}
+    return Observations(settings=OracleSettings(**settings), started_at=body["started_at"], ended_at=body["ended_at"],
+                        healed_at=body.get("healed_at"), sim_log=body.get("sim_log", []), **lists)
