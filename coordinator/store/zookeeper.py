@@ -440,13 +440,24 @@ class ZooKeeperStore:
         return WriteResult.DONE
 
     def mark_done(self, event_id: str, at: float) -> WriteResult:
-        """Set ``done_at`` with a versioned write, keeping every other field of the record (including
-        fields unknown to this version). Raises ``StoreUnknownOutcome`` if the record does not parse."""
+        """Set ``done_at``, and delete ``admitted`` and ``approval``, in one versioned transaction: an
+        event that comes back (a flap, a reused EventId) inherits neither. Every other field of the
+        record is kept (including fields unknown to this version)."""
+        return self._set_done(event_id, at, drop=("admitted", "approval"))
+
+    def reopen(self, event_id: str) -> WriteResult:
+        """Clear ``done_at`` with a versioned write, keeping every other field of the record."""
+        return self._set_done(event_id, None, drop=())
+
+    def _set_done(self, event_id: str, done_at: float | None, *, drop: tuple[str, ...]) -> WriteResult:
+        """Rewrite the record's ``done_at`` (EXISTS if it already is set, or clear, as asked) and delete the
+        children named in ``drop``, in one transaction, versioned so that a concurrent writer is never
+        overwritten: re-read and decide again. Raises ``StoreUnknownOutcome`` if the record does not parse."""
         event_id = normalize_event_id(event_id)
         client, _ = self._session.connected(write=True)
         deadline = self._session.deadline()
         path = self._paths.event(event_id)
-        with self._session.writing(f"event {event_id}: mark done"):
+        with self._session.writing(f"event {event_id}: {'reopen' if done_at is None else 'mark done'}"):
             for _ in range(3):
                 try:
                     data, stat = self._session.wait(client.get_async(path), deadline)
@@ -456,50 +467,19 @@ class ZooKeeperStore:
                     node = EventNode.from_bytes(data, path)
                 except PayloadError as exc:
                     raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
-                if node.done_at is not None:
+                if (node.done_at is None) == (done_at is None):
                     return WriteResult.EXISTS
-                done = node.model_copy(update={"done_at": at}).to_bytes()
-                children: list[str] = self._session.wait(client.get_children_async(path), deadline)
-                # One transaction: versioned, so that a concurrent writer is not overwritten (re-read and
-                # decide again), and with the admission and approval gone, so that an event that comes back
-                # (a flap, a reused EventId) inherits neither.
+                children: list[str] = self._session.wait(client.get_children_async(path), deadline) if drop else []
                 transaction = client.transaction()
-                transaction.set_data(path, done, version=stat.version)
-                for child in ("admitted", "approval"):
+                rewritten = node.model_copy(update={"done_at": done_at}).to_bytes()
+                transaction.set_data(path, rewritten, version=stat.version)
+                for child in drop:
                     if child in children:
                         transaction.delete(f"{path}/{child}")
                 results = self._session.wait(transaction.commit_async(), deadline)
                 if not any(isinstance(result, Exception) for result in results):
                     return WriteResult.DONE
-        raise StoreUnknownOutcome(f"event {event_id}: record keeps changing while marking it done")
-
-    def reopen(self, event_id: str) -> WriteResult:
-        """Clear ``done_at`` with a versioned write, keeping every other field of the record."""
-        event_id = normalize_event_id(event_id)
-        client, _ = self._session.connected(write=True)
-        deadline = self._session.deadline()
-        path = self._paths.event(event_id)
-        with self._session.writing(f"event {event_id}: reopen"):
-            for _ in range(3):
-                try:
-                    data, stat = self._session.wait(client.get_async(path), deadline)
-                except NoNodeError:
-                    return WriteResult.MISSING
-                try:
-                    node = EventNode.from_bytes(data, path)
-                except PayloadError as exc:
-                    raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
-                if node.done_at is None:
-                    return WriteResult.EXISTS
-                try:
-                    reopened = node.model_copy(update={"done_at": None}).to_bytes()
-                    self._session.wait(client.set_async(path, reopened, version=stat.version), deadline)
-                    return WriteResult.DONE
-                except BadVersionError:
-                    continue
-                except NoNodeError:
-                    return WriteResult.MISSING
-        raise StoreUnknownOutcome(f"event {event_id}: record keeps changing while reopening it")
+        raise StoreUnknownOutcome(f"event {event_id}: record keeps changing")
 
     def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
         vm = normalize_vm_name(vm)
