@@ -138,14 +138,20 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
     # A dry run keeps the probe's answer as it is: serving, unless a real agent left the VM drained.
     probe = ProbeState(serving=dry_run and probe_serving_at_start(state_file))
     agent_ref: list[Agent] = []
-    http = HttpSurface(
-        probe_listen=settings.probe.listen,
-        probe_path=settings.probe.path,
-        admin_listen=settings.http.listen,
-        probe=probe,
-        registry=registry,
-        status=lambda: agent_ref[0].status() if agent_ref else {"phase": "starting"},
-    )
+    try:
+        http = HttpSurface(
+            probe_listen=settings.probe.listen,
+            probe_path=settings.probe.path,
+            admin_listen=settings.http.listen,
+            probe=probe,
+            registry=registry,
+            status=lambda: agent_ref[0].status() if agent_ref else {"phase": "starting"},
+        )
+    except OSError as exc:
+        log.error("cannot listen on probe.listen %s or http.listen %s: %s", settings.probe.listen,
+                  settings.http.listen, exc.strerror or exc)
+        imds.close()
+        return 2
     http.start()
     log.info("health probe on %s%s (503 until the first document clears this VM); admin on %s",
              settings.probe.listen, settings.probe.path, settings.http.listen)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from coordinator.actions.probe import ProbeState
@@ -43,3 +47,21 @@ def test_a_client_that_hangs_up_before_the_answer_leaves_no_traceback(capfd: pyt
         client_gone.set()
         surface.stop()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_agent_whose_probe_port_is_taken_says_so_and_exits(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "agent.yaml"
+        config.write_text(yaml.safe_dump({
+            "cluster": "web", "vm_name": "vm0", "probe": {"listen": f"127.0.0.1:{port}"},
+            "http": {"listen": "127.0.0.1:0"}, "zookeeper": {"hosts": "127.0.0.1:1"},
+            "state_file": str(tmp_path / "state.json"),
+        }))
+        run = subprocess.run([sys.executable, "-m", "coordinator", "run", "--config", str(config)],
+                             capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert f"cannot listen on probe.listen 127.0.0.1:{port}" in run.stderr + run.stdout
+    assert "Traceback" not in run.stderr + run.stdout
