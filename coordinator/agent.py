@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from coordinator import __version__
 from coordinator.actions.base import Action, ActionContext, run_drain, run_recover
-from coordinator.decide import LocalState, Phase, Plan, Policy, Sighting, Snapshot, decide, is_gone
+from coordinator.decide import LocalState, PeerSeen, Phase, Plan, Policy, Sighting, Snapshot, decide, is_gone
 from coordinator.errors import (
     ImdsBadRequest,
     ImdsError,
@@ -37,9 +37,17 @@ from coordinator.models import Document
 from coordinator.state import PersistedState, StateFile
 from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Store, WriteResult
 
-__all__ = ["Agent", "Clock", "Imds", "SystemClock"]
+__all__ = ["Agent", "Clock", "Imds", "Peers", "SystemClock"]
 
 log = logging.getLogger(__name__)
+
+
+class Peers(Protocol):
+    """What the agent needs of its peers' probes (``coordinator.peers.PeerProbes``)."""
+
+    def seen(self) -> dict[str, PeerSeen]: ...
+
+    def follow(self, store: Store, cluster: ClusterView, me: str, wanted: bool) -> None: ...
 
 
 class Imds(Protocol):
@@ -90,6 +98,7 @@ class Agent:
         executor: JobExecutor | None = None,
         member_info: dict[str, object] | None = None,
         state_file: StateFile | None = None,
+        peers: Peers | None = None,
     ) -> None:
         self.vm = vm
         self._wake = threading.Event()
@@ -103,6 +112,7 @@ class Agent:
         self._executor = executor or JobExecutor(on_done=self.wake)
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
         self._state_file = state_file or StateFile(None)
+        self._peers = peers
         saved = self._state_file.load()
         self._started = self._clock.monotonic()
         # After a restart: still drained for what it was drained for, and a full recovery (every
@@ -140,6 +150,10 @@ class Agent:
     def wake(self) -> None:
         self._wake.set()
 
+    def phase(self) -> str:
+        """This VM's phase, as its health probe tells the peers (``coordinator.peers``)."""
+        return self._local.phase.value
+
     def status(self) -> dict[str, Any]:
         with self._status_lock:
             st = self._status
@@ -175,6 +189,9 @@ class Agent:
         self._local = self._act(snap, local, plan)
         self._persist(snap)
         self._report(snap, plan)
+        if self._peers is not None and snap.cluster is not None:
+            # Peers are probed by those who may admit or approve: the leader, and the VMs events name.
+            self._peers.follow(self._store, snap.cluster, self.vm, snap.cluster.i_am_leader or bool(self._named))
         return plan
 
     # -- observe -----------------------------------------------------------------------------------
@@ -236,6 +253,7 @@ class Agent:
             absent_for={vm: mono - since for vm, since in self._absent_since.items()},
             disconnected_for=mono - (self._last_connected if self._last_connected is not None else self._started),
             uptime=mono - self._started,
+            peers=self._peers.seen() if self._peers is not None else None,
         )
 
     def _track(self, document: Document | None, cluster: ClusterView | None, mono: float) -> None:

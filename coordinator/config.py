@@ -151,6 +151,14 @@ class PolicyConfig(_Section):
         "holds the budget (the VM may still be rebooting)",
     )
     terminate_together: bool = Field(True, description="Approve Terminate events sharing one NotBefore together")
+    confirm_peers_by_probe: bool = Field(
+        True,
+        description="Count a peer as serving, for the budget and keep_one_serving, only while its health "
+        "probe answers 200 and says serving (the leader and the VMs an event names ask, as the load "
+        "balancer does); needs the probe port reachable between the VMs",
+    )
+    peer_probe_interval_seconds: float = Field(1.0, gt=0, le=30, description="Seconds between two probes of a peer")
+    peer_probe_timeout_seconds: float = Field(0.5, gt=0, le=10, description="Timeout of one probe of a peer")
 
     @field_validator("approval")
     @classmethod
@@ -297,8 +305,14 @@ ActionConfig = Annotated[
 class ProbeConfig(_Section):
     listen: str = Field("0.0.0.0:8090", description="Address the load balancer probes")
     path: str = Field("/health", description="HTTP path of the health probe")
+    advertise: str | None = Field(
+        None,
+        description="HOST:PORT at which the peers reach this probe (policy.confirm_peers_by_probe); "
+        "default: probe.listen, a wildcard host replaced by this VM's address toward ZooKeeper",
+    )
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: _host_port(v)))
+    _advertise = field_validator("advertise")(classmethod(lambda cls, v: v if v is None else _host_port(v)))
 
 
 class HttpConfig(_Section):

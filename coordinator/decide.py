@@ -39,6 +39,7 @@ from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.snapshot import (
     ApprovalIntent,
     LocalState,
+    PeerSeen,
     Phase,
     Plan,
     Policy,
@@ -52,6 +53,7 @@ from coordinator.store.base import ClusterView, ConnectionState, EventRecord
 __all__ = [
     "ApprovalIntent",
     "LocalState",
+    "PeerSeen",
     "Phase",
     "Plan",
     "Policy",
@@ -231,8 +233,29 @@ def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, 
         for vm in record.acks:
             if key not in out.setdefault(vm, []):
                 out[vm].append(key)
+    for vm in _unconfirmed(cluster, snap, policy):
+        out.setdefault(vm, [])
     return {vm: tuple(keys) for vm, keys in out.items()
             if vm in cluster.members or snap.absent_for.get(vm, 0.0) < policy.recovery_grace}
+
+
+def _unconfirmed(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, str]:
+    """Live members (this VM aside) that this agent cannot confirm in their load balancer's rotation,
+    with what their probe showed: when peers are probed, a member counts as serving only on a recent
+    answer of 200 from an agent saying "serving". A member whose agent died a moment ago keeps its
+    session for up to the session timeout, but its probe died with the agent."""
+    if snap.peers is None or policy.peer_fresh is None:
+        return {}
+    found: dict[str, str] = {}
+    for vm in sorted(cluster.members - {snap.me}):
+        seen = snap.peers.get(vm)
+        if seen is None:
+            found[vm] = "not probed yet"
+        elif not seen.in_rotation:
+            found[vm] = seen.detail
+        elif snap.mono - seen.at > policy.peer_fresh:
+            found[vm] = f"last answer {snap.mono - seen.at:.1f} s old"
+    return found
 
 
 def _in_flight(
@@ -297,7 +320,7 @@ def _admissions(
     for position, (_, members) in enumerate(order):
         keys = {ev.key or "" for ev in members}
         vms = frozenset().union(*(ev.resources for ev in members))
-        reason = _over_budget(keys, vms, flight, events, cluster, policy)
+        reason = _over_budget(keys, vms, flight, events, cluster, snap, policy)
         if reason:
             for _, rest in order[position:]:
                 for ev in rest:
@@ -311,7 +334,7 @@ def _admissions(
 
 def _over_budget(
     keys: set[str], vms: frozenset[str], flight: Mapping[str, frozenset[str]], events: Mapping[str, _Event],
-    cluster: ClusterView, policy: Policy,
+    cluster: ClusterView, snap: Snapshot, policy: Policy,
 ) -> str:
     """Why taking ``vms`` out for the events ``keys`` would break the budget, given what else is in
     flight (empty: it would not). Used at admission, and again at approval: between the two, VMs may
@@ -326,6 +349,10 @@ def _over_budget(
     if policy.max_vms is not None and others and len(busy | vms) > policy.max_vms:
         return f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}"
     if policy.keep_one_serving and cluster.members and not (cluster.members - busy - vms):
+        unconfirmed = _unconfirmed(cluster, snap, policy)
+        if unconfirmed:
+            seen = ", ".join(f"{vm}: {detail}" for vm, detail in unconfirmed.items())
+            return f"it would leave no VM serving (not confirmed in rotation: {seen})"
         return "it would leave no VM serving"
     return ""
 
@@ -403,7 +430,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                 reasons += ("no live agent named in Resources and no leader",)
             if not reasons and policy.budgeted:
                 batch = {k for k in by_key if _unit(k, by_key, policy) == _unit(ev.key, by_key, policy)}
-                over = _over_budget(batch, frozenset(ev.resources), flight, by_key, cluster, policy)
+                over = _over_budget(batch, frozenset(ev.resources), flight, by_key, cluster, snap, policy)
                 reasons = (f"at approval: {over}",) if over else ()
             if reasons:
                 blocked[ev.key] = reasons

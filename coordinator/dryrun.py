@@ -84,6 +84,9 @@ class DryRunStore:
     def campaign(self, vm: str) -> bool:
         return False
 
+    def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
+        return self._inner.member_info(vms)
+
     def read_view(self, vm: str) -> ClusterView:
         view = self._inner.read_view(vm)
         # Pretend to be a member, and to have acknowledged what it would have, so that the decisions

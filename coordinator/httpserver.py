@@ -18,6 +18,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from coordinator.actions.probe import ProbeState
+from coordinator.peers import PHASE_HEADER
 
 __all__ = ["HttpSurface", "split_host_port"]
 
@@ -28,6 +29,8 @@ def split_host_port(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
     return host.strip("[]"), int(port)
 
+
+_Answer = tuple[int, str, bytes, dict[str, str]]  # status, content type, body, extra headers
 
 _HUNG_UP = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
@@ -59,8 +62,10 @@ class HttpSurface:
         probe: ProbeState,
         registry: CollectorRegistry,
         status: Callable[[], dict[str, Any]],
+        phase: Callable[[], str] | None = None,
     ) -> None:
         self._probe = probe
+        self._phase = phase
         self._probe_path = probe_path
         self._registry = registry
         self._status = status
@@ -95,39 +100,44 @@ class HttpSurface:
             server.shutdown()
             server.server_close()
 
-    def _probe_routes(self, path: str) -> tuple[int, str, bytes]:
+    def _probe_routes(self, path: str) -> _Answer:
         if path != self._probe_path:
-            return 404, "text/plain", b"not found\n"
+            return 404, "text/plain", b"not found\n", {}
+        # The agent's phase goes with every answer: peers count this VM as in rotation only while it
+        # says "serving" (see coordinator.peers); the load balancer looks at the status alone.
+        headers = {PHASE_HEADER: self._phase()} if self._phase is not None else {}
         if self._probe.serving:
-            return 200, "text/plain", b"serving\n"
-        return 503, "text/plain", b"draining\n"
+            return 200, "text/plain", b"serving\n", headers
+        return 503, "text/plain", b"draining\n", headers
 
-    def _admin_routes(self, path: str) -> tuple[int, str, bytes]:
+    def _admin_routes(self, path: str) -> _Answer:
         if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self._registry)
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self._registry), {}
         if path == "/status":
             body = json.dumps(self._status(), indent=2, sort_keys=True).encode()
-            return 200, "application/json", body + b"\n"
+            return 200, "application/json", body + b"\n", {}
         if path == "/livez":
-            return 200, "text/plain", b"ok\n"
+            return 200, "text/plain", b"ok\n", {}
         if path == self._probe_path:
             return self._probe_routes(path)
-        return 404, "text/plain", b"not found\n"
+        return 404, "text/plain", b"not found\n", {}
 
     @staticmethod
-    def _handler(routes: Callable[[str], tuple[int, str, bytes]]) -> type[BaseHTTPRequestHandler]:
+    def _handler(routes: Callable[[str], _Answer]) -> type[BaseHTTPRequestHandler]:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
                 try:
-                    status, ctype, body = routes(self.path.split("?", 1)[0])
+                    status, ctype, body, headers = routes(self.path.split("?", 1)[0])
                 except Exception:
                     log.exception("HTTP handler failed for %s", self.path)
-                    status, ctype, body = 500, "text/plain", b"internal error\n"
+                    status, ctype, body, headers = 500, "text/plain", b"internal error\n", {}
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", ctype)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import socket
 import threading
 from types import FrameType
 
@@ -27,15 +28,16 @@ from coordinator.config import (
 from coordinator.decide import Policy
 from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
 from coordinator.errors import ImdsError, InvalidName
-from coordinator.httpserver import HttpSurface
+from coordinator.httpserver import HttpSurface, split_host_port
 from coordinator.imds import ImdsClient
 from coordinator.metrics import Metrics
 from coordinator.names import normalize_vm_name
+from coordinator.peers import PeerProbes
 from coordinator.state import StateFile
 from coordinator.store.base import Store
 from coordinator.store.zookeeper import ZooKeeperStore
 
-__all__ = ["build_actions", "policy_from", "run_agent"]
+__all__ = ["advertised_probe_url", "build_actions", "policy_from", "run_agent"]
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,43 @@ def policy_from(settings: Settings) -> Policy:
         session_timeout=settings.zookeeper.session_timeout,
         terminate_together=p.terminate_together,
         done_retention=settings.done_retention_seconds,
+        # An answer counts for two probing rounds and a timeout: one lost answer does not flap the budget.
+        peer_fresh=(2 * p.peer_probe_interval_seconds + p.peer_probe_timeout_seconds
+                    if p.confirm_peers_by_probe else None),
     )
+
+
+def advertised_probe_url(settings: Settings, bound: tuple[str, int]) -> str:
+    """The URL at which the peers reach this VM's health probe: ``probe.advertise`` if set, else the
+    address the probe is bound to, a wildcard host replaced by this VM's address toward ZooKeeper (the
+    interface the group shares)."""
+    if settings.probe.advertise is not None:
+        host, port = split_host_port(settings.probe.advertise)
+    else:
+        host, port = bound
+        if host in ("", "0.0.0.0", "::"):
+            host = _address_toward(settings.zookeeper.hosts)
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}{settings.probe.path}"
+
+
+def _address_toward(hosts: str) -> str:
+    """This machine's source address toward the first ZooKeeper server (a UDP connect sends nothing;
+    the kernel only picks the route). Falls back to the host name."""
+    first = hosts.split(",")[0].split("/")[0].strip()
+    zk_host, _, zk_port = first.rpartition(":") if ":" in first else (first, "", "2181")
+    zk_host = zk_host.strip("[]")
+    try:
+        family = socket.AF_INET6 if ":" in zk_host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((zk_host, int(zk_port or 2181)))
+            return str(sock.getsockname()[0])
+    except (OSError, ValueError) as exc:
+        name = socket.gethostname()
+        log.warning("cannot tell this VM's address toward ZooKeeper (%s); peers will probe %s "
+                    "(set probe.advertise to choose)", exc, name)
+        return name
 
 
 def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
@@ -146,6 +184,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
             probe=probe,
             registry=registry,
             status=lambda: agent_ref[0].status() if agent_ref else {"phase": "starting"},
+            phase=lambda: agent_ref[0].phase() if agent_ref else "starting",
         )
     except OSError as exc:
         log.error("cannot listen on probe.listen %s or http.listen %s: %s", settings.probe.listen,
@@ -171,6 +210,14 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         operation_timeout=settings.zookeeper.operation_timeout,
         create_layout=not dry_run,
     )
+    probe_url = advertised_probe_url(settings, http.probe_address)
+    peers: PeerProbes | None = None
+    if settings.policy.confirm_peers_by_probe:
+        peers = PeerProbes(interval=settings.policy.peer_probe_interval_seconds,
+                           timeout=settings.policy.peer_probe_timeout_seconds)
+        peers.start()
+        log.info("peers reach this VM's probe at %s; the budget counts a peer as serving only while "
+                 "its probe says so", probe_url)
     actions: list[Action] = [ProbeAction(probe), *build_actions(settings)]
     adapters_imds: Imds = imds
     if dry_run:
@@ -185,8 +232,9 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         policy=policy_from(settings),
         metrics=metrics,
         poll_interval=settings.imds.poll_interval,
-        member_info={"admin": settings.http.listen, **placement},
+        member_info={"admin": settings.http.listen, "probe": probe_url, **placement},
         state_file=state_file,
+        peers=peers,
     )
     agent_ref.append(agent)
     # The loop connects (and reconnects) by itself and keeps the VM on the safe side whether or not
@@ -196,6 +244,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
     try:
         agent.run(stop)
     finally:
+        if peers is not None:
+            peers.stop()
         store.stop()
         imds.close()
         http.stop()

@@ -14,6 +14,7 @@ from coordinator.store.base import ClusterView, EventRecord
 __all__ = [
     "ApprovalIntent",
     "LocalState",
+    "PeerSeen",
     "Phase",
     "Plan",
     "Policy",
@@ -65,6 +66,15 @@ def is_gone(sighting: Sighting | None, mono: float, gone_after: float) -> bool:
 
 
 @dataclass(frozen=True)
+class PeerSeen:
+    """One answer (or its absence) from a peer's health probe (see ``coordinator.peers``)."""
+
+    in_rotation: bool  # answered 200, and its agent says "serving": its return wait is over
+    at: float  # monotonic time the answer came (or the attempt failed)
+    detail: str  # what was seen, for logs and the status view: "serving", "503 draining", "no answer: ..."
+
+
+@dataclass(frozen=True)
 class Snapshot:
     me: str
     now: float  # wall clock, epoch seconds
@@ -77,6 +87,7 @@ class Snapshot:
     absent_for: Mapping[str, float] = field(default_factory=dict)  # vm -> seconds this agent saw it absent
     disconnected_for: float = 0.0  # seconds since the store connection was last seen CONNECTED
     uptime: float = float("inf")  # seconds since this process started
+    peers: Mapping[str, PeerSeen] | None = None  # vm -> last probe answer; None: peers are not probed
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,9 @@ class Policy:
     recover_retry: float = 5.0
     done_retention: float = 7 * 24 * 3600.0
     session_timeout: float = 30.0
+    # How old a peer's probe answer may be and still count; None: peers are not probed, and a live member
+    # without an /out node or an ack counts as in rotation.
+    peer_fresh: float | None = None
 
     @property
     def budgeted(self) -> bool:

@@ -140,6 +140,13 @@ MUTATIONS = [
         '                reasons = ()',
         'test_no_approval_that_would_leave_no_vm_in_rotation_even_after_admission',
     ),
+    (
+        'peers-confirmed-by-probe',
+        'coordinator/decide.py',
+        '    for vm in _unconfirmed(cluster, snap, policy):\n        out.setdefault(vm, [])\n',
+        '',
+        'test_a_peer_whose_agent_just_died_does_not_count_as_serving',
+    ),
 ]
 
 

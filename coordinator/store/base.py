@@ -2,7 +2,7 @@
 
 Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``)::
 
-    /members/{vm}               ephemeral   one per live agent: {"vm", "started_at", "version", "admin"}
+    /members/{vm}               ephemeral   one per live agent: {"vm", "started_at", "version", "admin", "probe"}
     /registry/{vm}              persistent  every VM that has ever run an agent here: {"vm", "first_seen"}
     /absent/{vm}                persistent  the leader saw this registered VM without an agent since {"since"}
     /leader                     ephemeral   held by the leader: {"vm", "since"}
@@ -181,6 +181,10 @@ class Store(Protocol):
 
     def read_view(self, vm: str) -> ClusterView:
         """Read members, leader and every event record with its acks and approval.
+        Raises ``StoreUnavailable``."""
+
+    def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
+        """The member info of those of ``vms`` that have a member node (what they joined with).
         Raises ``StoreUnavailable``."""
 
     def publish_event(self, record: EventRecord) -> WriteResult:

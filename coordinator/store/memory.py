@@ -284,6 +284,12 @@ class MemoryStore:
                 out=dict(self._cluster.out),
             )
 
+    def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
+        with self._cluster.lock:
+            self._session_for(write=False)
+            wanted = {normalize_vm_name(vm) for vm in vms}
+            return {vm: dict(m.info) for vm, m in self._cluster.members.items() if vm in wanted}
+
     # -- writes ---------------------------------------------------------------------------------------
 
     def publish_event(self, record: EventRecord) -> WriteResult:

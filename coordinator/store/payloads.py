@@ -85,7 +85,7 @@ class NodePayload(BaseModel):
 
 class MemberNode(NodePayload):
     """``/members/{vm}``: the VM name, plus the agent's member info as extra fields (``started_at``,
-    ``version``, ``admin``, placement...), stored as given. The store never reads it back."""
+    ``version``, ``admin``, ``probe``, placement...), stored as given; read back by ``member_info``."""
 
     model_config = ConfigDict(extra="allow")
 

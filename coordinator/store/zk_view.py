@@ -20,6 +20,7 @@ Child names that are not canonical VM names or event ids are skipped.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -34,13 +35,14 @@ from coordinator.store.payloads import (
     ApprovalNode,
     EventNode,
     LeaderNode,
+    MemberNode,
     OutNode,
     PayloadError,
 )
 from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_event_id, is_canonical_vm
 from coordinator.store.zk_session import Deadline, ZooKeeperSession
 
-__all__ = ["read_view"]
+__all__ = ["read_member_info", "read_view"]
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,27 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> Clus
         absent_since=absent_since,
         out=out,
     )
+
+
+def read_member_info(
+    session: ZooKeeperSession, paths: ZooKeeperPaths, vms: Iterable[str]
+) -> dict[str, dict[str, object]]:
+    """What the member nodes of ``vms`` say (their agents' member info), read at once without watches;
+    a VM without a member node, or whose node does not parse, is left out. Raises ``StoreUnavailable``."""
+    client, _ = session.connected(write=False)
+    deadline = session.deadline()
+    found: dict[str, dict[str, object]] = {}
+    with session.reading("read member info"):
+        pending = {vm: client.get_async(paths.member(vm)) for vm in vms if is_canonical_vm(vm)}
+        for vm, result in pending.items():
+            try:
+                data, _ = session.wait(result, deadline)
+                found[vm] = MemberNode.from_bytes(data, paths.member(vm)).model_dump()
+            except NoNodeError:
+                continue
+            except PayloadError as exc:
+                log.warning("undecodable member node, ignored: %s", exc)
+    return found
 
 
 def _children_or_empty(session: ZooKeeperSession, result: IAsyncResult[list[str]], deadline: Deadline) -> list[str]:

@@ -60,7 +60,7 @@ from coordinator.store.zk_session import (
     ZooKeeperSession,
     default_client_factory,
 )
-from coordinator.store.zk_view import read_view
+from coordinator.store.zk_view import read_member_info, read_view
 
 __all__ = [
     "ClientFactory",
@@ -246,6 +246,10 @@ class ZooKeeperStore:
     def read_view(self, vm: str) -> ClusterView:
         """See ``coordinator.store.zk_view.read_view``."""
         return read_view(self._session, self._paths, normalize_vm_name(vm))
+
+    def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
+        """See ``coordinator.store.zk_view.read_member_info``."""
+        return read_member_info(self._session, self._paths, [normalize_vm_name(vm) for vm in vms])
 
     # -- writes ---------------------------------------------------------------------------------------
 

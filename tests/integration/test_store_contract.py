@@ -456,3 +456,15 @@ def test_final_check_refuses_a_done_or_unadmitted_event(harness: Harness) -> Non
     a.admit(EVENT, "vm-a", T0 + 2)
     ok = a.approve(EVENT, "vm-a", ["vm-a", "vm-b"], as_leader=False, at=T0 + 2, admission=True)
     assert ok.outcome is ApprovalOutcome.APPROVED
+
+
+def test_member_info_returns_what_each_live_member_joined_with(harness: Harness) -> None:
+    a, b = harness.make(), harness.make()
+    assert a.join("vm-a", {"probe": "http://10.0.0.4:8090/health", "version": "1"}) is WriteResult.DONE
+    assert b.join("VM-B", {"probe": "http://10.0.0.5:8090/health"}) is WriteResult.DONE
+    info = a.member_info(["vm-a", "vm-b", "vm-c"])
+    assert set(info) == {"vm-a", "vm-b"}  # vm-c never joined
+    assert info["vm-a"]["probe"] == "http://10.0.0.4:8090/health" and info["vm-a"]["version"] == "1"
+    assert info["vm-b"] == {"vm": "vm-b", "probe": "http://10.0.0.5:8090/health"}
+    b.stop()
+    wait_until(lambda: "vm-b" not in a.member_info(["vm-a", "vm-b"]), message="vm-b's member node gone")

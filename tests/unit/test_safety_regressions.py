@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from coordinator.actions.base import ActionContext
 from coordinator.actions.probe import ProbeAction, ProbeState
 from coordinator.agent import Agent
 from coordinator.config import ApprovalRule
-from coordinator.decide import Phase, Policy
+from coordinator.decide import PeerSeen, Phase, Policy
 from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
 from coordinator.errors import ImdsFenced, ImdsUnavailable, StoreUnknownOutcome
 from coordinator.imds import ImdsClient
@@ -162,14 +162,37 @@ class Vm:
     running: bool = True
 
 
+class BenchPeers:
+    """The peers' probes as the load balancer would see them now: a VM is in rotation while its agent
+    runs, its probe answers 200 and its agent says "serving"; a VM whose agent is down does not answer."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+
+    def seen(self) -> dict[str, PeerSeen]:
+        found: dict[str, PeerSeen] = {}
+        for name, vm in self.bench.vms.items():
+            if not vm.running:
+                found[name] = PeerSeen(False, self.bench.clock.mono, "no answer: ConnectError")
+            else:
+                phase = vm.agent.phase()
+                found[name] = PeerSeen(vm.probe.serving and phase == "serving", self.bench.clock.mono,
+                                       f"{200 if vm.probe.serving else 503} {phase}")
+        return found
+
+    def follow(self, store: Any, cluster: Any, me: str, wanted: bool) -> None:
+        return None
+
+
 class Bench:
-    def __init__(self, tmp_path: Path, policy: Policy = POLICY) -> None:
+    def __init__(self, tmp_path: Path, policy: Policy = POLICY, *, probe_peers: bool = False) -> None:
         self.tmp = tmp_path
         self.clock = Clock()
         self.group = Group(self.clock)
         self.cluster = MemoryCluster()
         self.policy = policy
         self.vms: dict[str, Vm] = {}
+        self.peers = BenchPeers(self) if probe_peers else None
 
     def add(self, name: str, *, extra: Sequence[Any] = (), dry_run: bool = False) -> Vm:
         old = self.vms.get(name)
@@ -182,10 +205,14 @@ class Bench:
                       store=DryRunStore(store) if dry_run else store, actions=actions, policy=self.policy,
                       metrics=Metrics(CollectorRegistry()), clock=self.clock,
                       executor=InlineExecutor(),  # type: ignore[arg-type]
-                      state_file=DryRunStateFile(state) if dry_run else StateFile(state))
+                      state_file=DryRunStateFile(state) if dry_run else StateFile(state), peers=self.peers)
         vm = Vm(name, agent, probe, store, imds, state, old.history if old else [])
         self.vms[name] = vm
         return vm
+
+    def kill(self, name: str) -> None:
+        """The agent's process dies, and its session lives on until the ensemble expires it."""
+        self.vms[name].running = False
 
     def crash(self, name: str) -> None:
         """The agent's process dies: its session ends with it (the ensemble expires it)."""
@@ -473,6 +500,33 @@ def test_no_approval_that_would_leave_no_vm_in_rotation_even_after_admission(tmp
     bench.run(30, until=lambda: bool(bench.group.posts))
     for at in bench.group.approved(E):
         assert bench.drained_since("vm0", at) is None  # vm0 was back before the approval
+
+
+def test_a_peer_whose_agent_just_died_does_not_count_as_serving(tmp_path: Path) -> None:
+    # Found by the chaos oracle: the only VM outside the event had its agent killed; its ZooKeeper
+    # session lived on (no /out node, still a member), so the approver counted it as serving and
+    # approved, while the load balancer had already taken it out (its probe died with the agent).
+    bench = Bench(tmp_path, replace(POLICY, peer_fresh=3.0), probe_peers=True)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.run(10)
+    bench.group.schedule(E, ["vm1", "vm2"])
+    bench.run(3)
+    assert bench.cluster.events[E].admitted is not None
+    bench.kill("vm0")
+    bench.run(25)  # within the session timeout: vm0 is still a member
+    assert "vm0" in bench.cluster.members
+    assert set(bench.cluster.events[E].acks) == {"vm1", "vm2"}
+    assert not bench.group.posts
+    waits = bench.vms["vm1"].agent.status()["events"][0]["waiting_for"]
+    assert any("not confirmed in rotation: vm0: no answer" in reason for reason in waits), waits
+    bench.crash("vm0")
+    bench.add("vm0")
+    bench.run(40, until=lambda: bool(bench.group.posts))
+    assert bench.group.approved(E)
+    for at in bench.group.approved(E):
+        assert bench.drained_since("vm0", at) is None  # vm0 was back before the approval
+        assert bench.vms["vm0"].agent.phase() == "serving"
 
 
 # --- 7. the state is saved only after the drain started ----------------------------------------------

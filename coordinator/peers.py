@@ -1,0 +1,166 @@
+"""Whether the peers are in their load balancer's rotation, seen the way the load balancer sees it.
+
+The budget (``policy.keep_one_serving``, ``max_vms_in_maintenance``) must count a VM as serving only
+while the load balancer routes to it. ZooKeeper alone cannot say so: an agent killed a moment ago still
+has a live session (for up to the session timeout) and no ``/out`` node, yet its health probe died with
+it and the load balancer has taken the VM out. So the agents that may admit or approve (the leader, and
+the VMs an event names) ask each peer's health probe, as the load balancer does, and count a peer as in
+rotation only on a recent answer of 200 whose ``X-Coordinator-Phase`` header says ``serving``: the
+agent's own account that its return wait (the load balancer's rise time) is over.
+
+Probing runs on a thread of its own, never in the agent loop: the loop reads the last results, each
+stamped with the monotonic time it was taken, and ``coordinator.decide`` treats an old result as none.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from coordinator.errors import StoreError
+from coordinator.snapshot import PeerSeen
+from coordinator.store.base import ClusterView, Store
+
+__all__ = ["PHASE_HEADER", "PeerProbes", "PeerSeen", "probe_peer"]
+
+log = logging.getLogger(__name__)
+
+PHASE_HEADER = "X-Coordinator-Phase"
+
+
+def probe_peer(client: httpx.Client, url: str) -> tuple[bool, str]:
+    """Ask one probe. In rotation only on 200 with phase ``serving`` (a probe answering 200 without the
+    header is not an agent of this product, or an older one: it is not counted)."""
+    try:
+        response = client.get(url)
+    except httpx.HTTPError as exc:
+        return False, f"no answer: {type(exc).__name__}"
+    phase = response.headers.get(PHASE_HEADER, "")
+    if response.status_code == 200 and phase == "serving":
+        return True, "serving"
+    return False, f"{response.status_code} {phase or 'no phase header'}"
+
+
+class PeerProbes:
+    """Probes the targets it is given (vm -> probe URL) every ``interval`` seconds, concurrently, each
+    with ``timeout``. ``want`` sets the targets (an empty mapping pauses probing), ``follow`` derives them
+    from a cluster view; ``seen`` returns the last answer of each target. Thread-safe."""
+
+    REFRESH = 30.0  # seconds between two reads of the peers' probe addresses
+
+    def __init__(
+        self,
+        *,
+        interval: float = 1.0,
+        timeout: float = 0.5,
+        workers: int = 8,
+        clock: Callable[[], float] = time.monotonic,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self._interval = interval
+        self._clock = clock
+        # A new connection for every probe, as a load balancer opens one: an answer on a kept-alive
+        # connection could come from a server thread that outlived its listener.
+        self._client = client or httpx.Client(timeout=timeout, follow_redirects=False,
+                                              limits=httpx.Limits(max_keepalive_connections=0))
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-probe")
+        self._lock = threading.Lock()
+        self._targets: dict[str, str] = {}
+        self._seen: dict[str, PeerSeen] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.rounds = 0  # completed probing rounds (tests wait on it)
+        self._members: frozenset[str] = frozenset()
+        self._urls: dict[str, str] = {}
+        self._urls_at = float("-inf")
+        self._no_url: frozenset[str] = frozenset()
+
+    def want(self, targets: Mapping[str, str]) -> None:
+        with self._lock:
+            changed = dict(targets) != self._targets
+            self._targets = dict(targets)
+            for vm in [vm for vm in self._seen if vm not in self._targets]:
+                del self._seen[vm]
+        if changed and targets:
+            self._wake.set()
+
+    def follow(self, store: Store, cluster: ClusterView, me: str, wanted: bool) -> None:
+        """Called by the agent loop after each cycle with the view it read: probe the other live members
+        while ``wanted`` (this agent leads, or an event names its VM), at the probe URL each one joined
+        with. Member info is read again only when the membership changes, or every ``REFRESH`` seconds:
+        an agent that restarts on another port is found by the next refresh at the latest."""
+        if not wanted:
+            self.want({})
+            return
+        members = cluster.members - {me}
+        now = self._clock()
+        if members != self._members or now - self._urls_at >= self.REFRESH:
+            try:
+                info = store.member_info(members)
+            except StoreError as exc:
+                log.warning("cannot read the peers' probe addresses: %s", exc)
+                return
+            urls = {vm: str(i["probe"]) for vm, i in info.items() if isinstance(i.get("probe"), str)}
+            for vm in sorted(members - set(urls) - self._no_url):
+                log.warning("peer %s published no probe address (an older agent?): it never counts as "
+                            "in rotation for the budget", vm)
+            self._no_url = members - set(urls)
+            self._members, self._urls, self._urls_at = members, urls, now
+        self.want({vm: url for vm, url in self._urls.items() if vm in members})
+
+    def seen(self) -> dict[str, PeerSeen]:
+        with self._lock:
+            return dict(self._seen)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="peer-probes", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._client.close()
+
+    def probe_once(self) -> None:
+        """One round over the current targets (the thread's body; tests call it directly)."""
+        with self._lock:
+            targets = dict(self._targets)
+        if not targets:
+            return
+        futures = {vm: self._pool.submit(probe_peer, self._client, url) for vm, url in targets.items()}
+        results: dict[str, PeerSeen] = {}
+        for vm, future in futures.items():
+            try:
+                ok, detail = future.result()
+            except Exception as exc:  # a bug in a probe never stops the others
+                log.warning("probe of peer %s failed: %r", vm, exc)
+                ok, detail = False, f"error: {type(exc).__name__}"
+            results[vm] = PeerSeen(ok, self._clock(), detail)
+        with self._lock:
+            for vm, seen in results.items():
+                if vm in self._targets:
+                    before = self._seen.get(vm)
+                    if before is not None and before.in_rotation != seen.in_rotation:
+                        log.info("peer %s %s rotation (%s)", vm, "back in" if seen.in_rotation else "out of",
+                                 seen.detail)
+                    self._seen[vm] = seen
+            self.rounds += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = self._clock()
+            try:
+                self.probe_once()
+            except Exception:
+                log.exception("peer probing round failed")
+            self._wake.wait(max(self._interval - (self._clock() - started), 0.05))
+            self._wake.clear()

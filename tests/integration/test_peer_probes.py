@@ -1,0 +1,162 @@
+"""Peers' probes on real sockets: what ``PeerProbes`` concludes from a real ``HttpSurface`` in each state
+of its agent, how it follows the membership, and the address an agent advertises."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from coordinator.actions.probe import ProbeState
+from coordinator.config import Settings
+from coordinator.httpserver import HttpSurface
+from coordinator.peers import PHASE_HEADER, PeerProbes
+from coordinator.runtime import advertised_probe_url
+from coordinator.store.memory import MemoryCluster, MemoryStore
+from coordinator.testbed.waiting import wait_until
+
+
+class Peer:
+    """One peer's HTTP surface with a settable probe answer and agent phase."""
+
+    def __init__(self) -> None:
+        self.probe = ProbeState(serving=True)
+        self.phase = "serving"
+        self.surface = HttpSurface(probe_listen="127.0.0.1:0", probe_path="/health", admin_listen="127.0.0.1:0",
+                                   probe=self.probe, registry=CollectorRegistry(), status=dict,
+                                   phase=lambda: self.phase)
+        self.surface.start()
+        host, port = self.surface.probe_address
+        self.url = f"http://{host}:{port}/health"
+
+
+@pytest.fixture
+def peer() -> Peer:
+    return Peer()
+
+
+def test_only_a_200_from_an_agent_saying_serving_counts_as_in_rotation(peer: Peer) -> None:
+    probes = PeerProbes(interval=60, timeout=1.0)
+    try:
+        probes.want({"vm1": peer.url})
+
+        def look() -> tuple[bool, str]:
+            probes.probe_once()
+            seen = probes.seen()["vm1"]
+            return seen.in_rotation, seen.detail
+
+        assert look() == (True, "serving")
+        peer.phase = "recovering"  # the probe answers 200 again, but the load balancer's rise is not over
+        assert look() == (False, "200 recovering")
+        peer.probe.set(False)
+        peer.phase = "draining"
+        assert look() == (False, "503 draining")
+        peer.probe.set(True)
+        peer.phase = "serving"
+        assert look() == (True, "serving")
+        peer.surface.stop()  # the agent died: its probe went with it
+        in_rotation, detail = look()
+        assert not in_rotation and detail.startswith("no answer")
+    finally:
+        probes.stop()
+        peer.surface.stop()
+
+
+def test_a_probe_without_the_phase_header_is_not_counted(peer: Peer) -> None:
+    peer.surface.stop()
+    plain = HttpSurface(probe_listen="127.0.0.1:0", probe_path="/health", admin_listen="127.0.0.1:0",
+                        probe=ProbeState(serving=True), registry=CollectorRegistry(), status=dict)
+    plain.start()
+    probes = PeerProbes(interval=60, timeout=1.0)
+    try:
+        host, port = plain.probe_address
+        probes.want({"vm1": f"http://{host}:{port}/health"})
+        probes.probe_once()
+        seen = probes.seen()["vm1"]
+        assert (seen.in_rotation, seen.detail) == (False, "200 no phase header")
+    finally:
+        probes.stop()
+        plain.stop()
+
+
+def test_the_probe_answer_carries_the_phase_for_the_load_balancer_and_the_peers(peer: Peer) -> None:
+    try:
+        peer.phase = "drained"
+        peer.probe.set(False)
+        answer = httpx.get(peer.url)
+        assert answer.status_code == 503 and answer.headers[PHASE_HEADER] == "drained"
+    finally:
+        peer.surface.stop()
+
+
+def test_follow_probes_the_live_members_while_wanted_and_stops_when_not(peer: Peer) -> None:
+    cluster = MemoryCluster()
+    stores = {vm: MemoryStore(cluster) for vm in ("vm0", "vm1", "vm2")}
+    for store in stores.values():
+        store.start()
+    stores["vm0"].join("vm0", {"probe": "http://127.0.0.1:9/health"})
+    stores["vm1"].join("vm1", {"probe": peer.url})
+    stores["vm2"].join("vm2", {"version": "0.0.1"})  # an agent that publishes no probe address
+    probes = PeerProbes(interval=60, timeout=1.0)
+    try:
+        view = stores["vm0"].read_view("vm0")
+        probes.follow(stores["vm0"], view, "vm0", wanted=True)
+        probes.probe_once()
+        seen = probes.seen()
+        assert set(seen) == {"vm1"}  # never itself; vm2 has no address and is never counted as serving
+        assert seen["vm1"].in_rotation
+        stores["vm1"].stop()  # vm1 leaves: no longer a member, no longer probed
+        probes.follow(stores["vm0"], stores["vm0"].read_view("vm0"), "vm0", wanted=True)
+        probes.probe_once()
+        assert probes.seen() == {}
+        stores["vm1"] = MemoryStore(cluster)
+        stores["vm1"].start()
+        stores["vm1"].join("vm1", {"probe": peer.url})
+        probes.follow(stores["vm0"], stores["vm0"].read_view("vm0"), "vm0", wanted=False)
+        probes.probe_once()
+        assert probes.seen() == {}  # not wanted: nobody is probed
+        probes.follow(stores["vm0"], stores["vm0"].read_view("vm0"), "vm0", wanted=True)
+        probes.probe_once()
+        assert probes.seen()["vm1"].in_rotation
+    finally:
+        probes.stop()
+        peer.surface.stop()
+
+
+def test_the_background_thread_probes_without_being_asked(peer: Peer) -> None:
+    probes = PeerProbes(interval=0.1, timeout=1.0)
+    probes.start()
+    try:
+        probes.want({"vm1": peer.url})
+        assert wait_until(lambda: probes.rounds >= 3, 10)
+        assert probes.seen()["vm1"].in_rotation
+    finally:
+        probes.stop()
+        peer.surface.stop()
+
+
+@pytest.mark.parametrize(("probe", "zookeeper", "bound", "expected"), [
+    ({"listen": "127.0.0.1:8090"}, "127.0.0.1:2181", ("127.0.0.1", 8090), "http://127.0.0.1:8090/health"),
+    ({"listen": "0.0.0.0:8090"}, "127.0.0.1:2181", ("0.0.0.0", 8090), "http://127.0.0.1:8090/health"),
+    ({"listen": "0.0.0.0:0"}, "127.0.0.1:2181,127.0.0.2:2181", ("0.0.0.0", 41234), "http://127.0.0.1:41234/health"),
+    ({"listen": "0.0.0.0:8090", "advertise": "10.1.2.3:18090"}, "127.0.0.1:2181", ("0.0.0.0", 8090),
+     "http://10.1.2.3:18090/health"),
+    ({"listen": "[::1]:8090", "path": "/lb"}, "127.0.0.1:2181", ("::1", 8090), "http://[::1]:8090/lb"),
+])
+def test_the_advertised_probe_address(probe: dict[str, str], zookeeper: str, bound: tuple[str, int],
+                                      expected: str) -> None:
+    settings = Settings.model_validate({"cluster": "web", "probe": probe, "zookeeper": {"hosts": zookeeper}})
+    assert advertised_probe_url(settings, bound) == expected
+
+
+def test_a_broken_advertise_address_names_the_field() -> None:
+    with pytest.raises(ValueError, match=r"advertise"):
+        Settings.model_validate({"cluster": "web", "probe": {"advertise": "nohostport"}})
+
+
+def test_the_address_toward_zookeeper_falls_back_to_the_host_name() -> None:
+    settings = Settings.model_validate({"cluster": "web", "probe": {"listen": "0.0.0.0:8090"},
+                                        "zookeeper": {"hosts": "zk.invalid.:2181"}})
+    assert advertised_probe_url(settings, ("0.0.0.0", 8090)) == f"http://{socket.gethostname()}:8090/health"
