@@ -47,6 +47,8 @@ class Peers(Protocol):
 
     def seen(self) -> dict[str, PeerSeen]: ...
 
+    def confirm(self) -> dict[str, PeerSeen]: ...
+
     def follow(self, store: Store, cluster: ClusterView, me: str, wanted: bool) -> None: ...
 
 
@@ -113,6 +115,7 @@ class Agent:
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
         self._state_file = state_file or StateFile(None)
         self._peers = peers
+        self._peers_confirmed_at: float | None = None  # when this cycle asked the peers again, if it did
         saved = self._state_file.load()
         self._started = self._clock.monotonic()
         # After a restart: still drained for what it was drained for, and a full recovery (every
@@ -186,6 +189,19 @@ class Agent:
         snap = self._observe()
         local = self._job_status(self._local)
         plan = decide(snap, local, self._policy)
+        self._peers_confirmed_at = None
+        if plan.approve and self._peers is not None and self._policy.peer_fresh is not None:
+            # About to approve: what the budget counted as serving is asked again, now, and the
+            # decision taken again on that (the last probing round may be a second old).
+            self._peers_confirmed_at = self._clock.monotonic()
+            snap = replace(snap, peers=self._peers.confirm())
+            confirmed = decide(snap, local, self._policy)
+            for intent in plan.approve:
+                if intent not in confirmed.approve:
+                    reasons = "; ".join(confirmed.blocked.get(intent.key, ())) or "no longer approvable"
+                    log.info("approval held (vm=%s event=%s): peers probed again: %s", self.vm, intent.event_id,
+                             reasons)
+            plan = confirmed
         self._local = self._act(snap, local, plan)
         self._persist(snap)
         self._report(snap, plan)
@@ -421,6 +437,9 @@ class Agent:
         if not confirmed or checked_at is None or self._store.connection_state is not ConnectionState.CONNECTED:
             return local
         fence_until = checked_at + self._policy.session_timeout / 2
+        if self._peers_confirmed_at is not None and self._policy.peer_fresh is not None:
+            # Nor one sent so long after the peers were confirmed in rotation that they may have left.
+            fence_until = min(fence_until, self._peers_confirmed_at + self._policy.peer_fresh)
 
         def fence() -> bool:
             return (self._clock.monotonic() < fence_until
@@ -518,6 +537,10 @@ def _status_dict(vm: str, local: LocalState, st: _Status) -> dict[str, Any]:
         "i_am_leader": cluster.i_am_leader,
         "members": sorted(cluster.members),
     }
+    if snap.peers is not None:
+        # What this agent's probes of its peers showed, as the budget counts them (leader and named VMs).
+        out["peers"] = {vm: {"in_rotation": seen.in_rotation, "seen": seen.detail,
+                             "age_seconds": round(snap.mono - seen.at, 1)} for vm, seen in sorted(snap.peers.items())}
     events = []
     for event in snap.last_document.events if snap.last_document else ():
         key = event.event_id.upper()

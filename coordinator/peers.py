@@ -114,6 +114,13 @@ class PeerProbes:
             self._members, self._urls, self._urls_at = members, urls, now
         self.want({vm: url for vm, url in self._urls.items() if vm in members})
 
+    def confirm(self) -> dict[str, PeerSeen]:
+        """Probe every target now, on the caller's thread (bounded by the timeout), and return what was
+        seen: the agent does so right before it approves, so that a peer killed since the last round is
+        not counted as serving."""
+        self.probe_once()
+        return self.seen()
+
     def seen(self) -> dict[str, PeerSeen]:
         with self._lock:
             return dict(self._seen)
@@ -136,6 +143,9 @@ class PeerProbes:
             targets = dict(self._targets)
         if not targets:
             return
+        # Each answer is stamped with the time its request was queued, never later: an answer is no
+        # younger than the moment it was asked for.
+        asked = self._clock()
         futures = {vm: self._pool.submit(probe_peer, self._client, url) for vm, url in targets.items()}
         results: dict[str, PeerSeen] = {}
         for vm, future in futures.items():
@@ -144,11 +154,13 @@ class PeerProbes:
             except Exception as exc:  # a bug in a probe never stops the others
                 log.warning("probe of peer %s failed: %r", vm, exc)
                 ok, detail = False, f"error: {type(exc).__name__}"
-            results[vm] = PeerSeen(ok, self._clock(), detail)
+            results[vm] = PeerSeen(ok, asked, detail)
         with self._lock:
             for vm, seen in results.items():
                 if vm in self._targets:
                     before = self._seen.get(vm)
+                    if before is not None and before.at > seen.at:
+                        continue  # a round that began later has already answered
                     if before is not None and before.in_rotation != seen.in_rotation:
                         log.info("peer %s %s rotation (%s)", vm, "back in" if seen.in_rotation else "out of",
                                  seen.detail)

@@ -147,6 +147,13 @@ MUTATIONS = [
         '',
         'test_a_peer_whose_agent_just_died_does_not_count_as_serving',
     ),
+    (
+        'peers-asked-again-at-approval',
+        'coordinator/agent.py',
+        '            snap = replace(snap, peers=self._peers.confirm())\n',
+        '',
+        'test_an_approval_asks_the_peers_again_instead_of_trusting_the_last_round',
+    ),
 ]
 
 

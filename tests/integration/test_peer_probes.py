@@ -14,6 +14,7 @@ from coordinator.config import Settings
 from coordinator.httpserver import HttpSurface
 from coordinator.peers import PHASE_HEADER, PeerProbes
 from coordinator.runtime import advertised_probe_url
+from coordinator.snapshot import PeerSeen
 from coordinator.store.memory import MemoryCluster, MemoryStore
 from coordinator.testbed.waiting import wait_until
 
@@ -160,3 +161,18 @@ def test_the_address_toward_zookeeper_falls_back_to_the_host_name() -> None:
     settings = Settings.model_validate({"cluster": "web", "probe": {"listen": "0.0.0.0:8090"},
                                         "zookeeper": {"hosts": "zk.invalid.:2181"}})
     assert advertised_probe_url(settings, ("0.0.0.0", 8090)) == f"http://{socket.gethostname()}:8090/health"
+
+
+def test_confirm_asks_now_and_stamps_the_answer_with_the_time_it_was_asked(peer: Peer) -> None:
+    now = [100.0]
+    probes = PeerProbes(interval=60, timeout=1.0, clock=lambda: now[0])
+    try:
+        probes.want({"vm1": peer.url})
+        assert probes.confirm()["vm1"] == PeerSeen(True, 100.0, "serving")
+        peer.surface.stop()
+        now[0] = 101.0
+        seen = probes.confirm()["vm1"]
+        assert not seen.in_rotation and seen.at == 101.0
+    finally:
+        probes.stop()
+        peer.surface.stop()

@@ -168,8 +168,16 @@ class BenchPeers:
 
     def __init__(self, bench: Bench) -> None:
         self.bench = bench
+        self.lagging: set[str] = set()  # VMs the last background round saw serving, just before they died
+        self.confirmed = 0
 
     def seen(self) -> dict[str, PeerSeen]:
+        found = self.now()
+        for name in self.lagging:
+            found[name] = PeerSeen(True, self.bench.clock.mono - 0.5, "serving")
+        return found
+
+    def now(self) -> dict[str, PeerSeen]:
         found: dict[str, PeerSeen] = {}
         for name, vm in self.bench.vms.items():
             if not vm.running:
@@ -179,6 +187,10 @@ class BenchPeers:
                 found[name] = PeerSeen(vm.probe.serving and phase == "serving", self.bench.clock.mono,
                                        f"{200 if vm.probe.serving else 503} {phase}")
         return found
+
+    def confirm(self) -> dict[str, PeerSeen]:
+        self.confirmed += 1
+        return self.now()
 
     def follow(self, store: Any, cluster: Any, me: str, wanted: bool) -> None:
         return None
@@ -520,6 +532,8 @@ def test_a_peer_whose_agent_just_died_does_not_count_as_serving(tmp_path: Path) 
     assert not bench.group.posts
     waits = bench.vms["vm1"].agent.status()["events"][0]["waiting_for"]
     assert any("not confirmed in rotation: vm0: no answer" in reason for reason in waits), waits
+    peers = bench.vms["vm1"].agent.status()["peers"]
+    assert peers["vm0"]["in_rotation"] is False and peers["vm2"]["seen"] == "503 drained"
     bench.crash("vm0")
     bench.add("vm0")
     bench.run(40, until=lambda: bool(bench.group.posts))
@@ -527,6 +541,26 @@ def test_a_peer_whose_agent_just_died_does_not_count_as_serving(tmp_path: Path) 
     for at in bench.group.approved(E):
         assert bench.drained_since("vm0", at) is None  # vm0 was back before the approval
         assert bench.vms["vm0"].agent.phase() == "serving"
+
+
+def test_an_approval_asks_the_peers_again_instead_of_trusting_the_last_round(tmp_path: Path) -> None:
+    # Found by the chaos oracle after the fix above: the leader was killed just after the approver's last
+    # probing round; the approver decided on that round's answer, still fresh, and approved while the
+    # load balancer had taken the leader out.
+    bench = Bench(tmp_path, replace(POLICY, peer_fresh=3.0), probe_peers=True)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.run(10)
+    bench.group.schedule(E, ["vm1", "vm2"])
+    bench.run(3)
+    assert bench.cluster.events[E].admitted is not None
+    bench.kill("vm0")
+    assert bench.peers is not None
+    bench.peers.lagging = {"vm0"}  # every background round still shows vm0 serving a moment ago
+    bench.run(25)
+    assert set(bench.cluster.events[E].acks) == {"vm1", "vm2"}
+    assert bench.peers.confirmed > 0  # the approver was about to approve, and asked again
+    assert not bench.group.posts
 
 
 # --- 7. the state is saved only after the drain started ----------------------------------------------
