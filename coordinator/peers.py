@@ -58,7 +58,7 @@ class PeerProbes:
         *,
         interval: float = 1.0,
         timeout: float = 0.5,
-        workers: int = 8,
+        workers: int = 16,
         clock: Callable[[], float] = time.monotonic,
         client: httpx.Client | None = None,
     ) -> None:
