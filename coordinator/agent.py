@@ -116,6 +116,7 @@ class Agent:
         self._state_file = state_file or StateFile(None)
         self._peers = peers
         self._peers_confirmed_at: float | None = None  # when this cycle asked the peers again, if it did
+        self._drain_began: float | None = None  # when the last drain job began on the executor's thread
         saved = self._state_file.load()
         self._started = self._clock.monotonic()
         # After a restart: still drained for what it was drained for, and a full recovery (every
@@ -316,10 +317,19 @@ class Agent:
             self._named.setdefault(eid, Sighting(self._clock.monotonic()))
         self._local = replace(self._local, draining_for=self._local.draining_for | frozenset(event_ids))
 
+    def _drain_job(self, ctx: ActionContext) -> None:
+        """The drain, on the executor's thread. Jobs run one after the other: a drain queued behind a
+        recovery still running begins, and fails the probe, only once that recovery is over. The drain
+        wait is counted from here, not from the cycle that decided it."""
+        self._drain_began = self._clock.monotonic()
+        run_drain(self._actions, ctx)
+
     def _job_status(self, local: LocalState) -> LocalState:
         job = self._executor.current
         if not local.job_running or job is None or job.running:
             return local
+        if job.kind == "drain" and self._drain_began is not None:
+            local = replace(local, drain_started=max(local.drain_started, self._drain_began))
         error = job.error
         if error is not None:
             self._metrics.errors.labels("action").inc()
@@ -340,7 +350,7 @@ class Agent:
             self._save(PersistedState(Phase.DRAINING.value, frozenset(plan.holding), snap.now))
             holding = tuple(e for e in (snap.last_document.events if snap.last_document else ()) if e.names(self.vm))
             ctx = ActionContext(self.vm, holding)
-            self._executor.submit("drain", lambda: run_drain(self._actions, ctx))
+            self._executor.submit("drain", lambda: self._drain_job(ctx))
             log.info("draining (vm=%s events=%s)", self.vm, ctx.event_ids)
         if plan.start_recover:
             ctx = ActionContext(self.vm, ())

@@ -274,8 +274,11 @@ def _in_flight(
     covered = frozenset().union(*flight.values()) if flight else frozenset()
     for vm, keys in out.items():
         if vm not in covered:
-            unit = keys[0] if keys else f"vm:{vm}"
-            flight[unit] = flight.get(unit, frozenset()) | {vm}
+            # Out for events that no longer name it (Resources changed, or an EventId came back): under
+            # every one of them, so that each counts as in maintenance and the VM stays busy whichever
+            # of them is being admitted or approved.
+            for unit in keys or (f"vm:{vm}",):
+                flight[unit] = flight.get(unit, frozenset()) | {vm}
     return flight
 
 
@@ -340,13 +343,15 @@ def _over_budget(
     flight (empty: it would not). Used at admission, and again at approval: between the two, VMs may
     have gone out of rotation for other reasons (a forced drain, a restart, an event with no notice)."""
     others = {k: v for k, v in flight.items() if k not in keys}
-    busy = frozenset().union(*others.values()) if others else frozenset()
+    # Busy: every VM out of rotation but those the event itself is about to take; a VM filed under one
+    # of ``keys`` without being named by it (out for an earlier instance of the id) is busy too.
+    busy = frozenset().union(*flight.values()) - vms if flight else frozenset()
     # A VM out of rotation for no event (starting up, back from a crash) is not an event in
     # maintenance; it still counts against max_vms and keep_one_serving.
     in_maintenance = {_unit(k, events, policy) for k in others if not k.startswith("vm:")}
     if policy.max_events is not None and len(in_maintenance) >= policy.max_events:
         return f"maintenance budget: {len(in_maintenance)} event(s) in maintenance ({', '.join(sorted(others))})"
-    if policy.max_vms is not None and others and len(busy | vms) > policy.max_vms:
+    if policy.max_vms is not None and busy and len(busy | vms) > policy.max_vms:
         return f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}"
     if policy.keep_one_serving and cluster.members and not (cluster.members - busy - vms):
         unconfirmed = _unconfirmed(cluster, snap, policy)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = "tests/unit/test_safety_regressions.py"
+FOUND = "tests/model/test_found_by_model.py"  # reproductions of what the model-based suite found
 
 # (fix, file, the code of the fix, the code without it, the test that must then fail)
 MUTATIONS = [
@@ -154,6 +155,27 @@ MUTATIONS = [
         '',
         'test_an_approval_asks_the_peers_again_instead_of_trusting_the_last_round',
     ),
+    (
+        'out-vm-under-every-key',
+        'coordinator/decide.py',
+        '            for unit in keys or (f"vm:{vm}",):\n',
+        '            for unit in (keys[:1] or (f"vm:{vm}",)):\n',
+        f'{FOUND}::test_a_vm_out_for_another_event_is_not_counted_when_it_was_out_for_the_reused_id_first',
+    ),
+    (
+        'busy-includes-own-key',
+        'coordinator/decide.py',
+        '    busy = frozenset().union(*flight.values()) - vms if flight else frozenset()\n',
+        '    busy = frozenset().union(*others.values()) if others else frozenset()\n',
+        f'{FOUND}::test_a_reused_event_id_is_admitted_while_the_only_other_vm_is_out_for_its_earlier_instance',
+    ),
+    (
+        'drain-wait-from-job-start',
+        'coordinator/agent.py',
+        '            local = replace(local, drain_started=max(local.drain_started, self._drain_began))\n',
+        '            pass\n',
+        f'{FOUND}::test_a_drain_queued_behind_a_slow_recovery_is_acknowledged_before_the_drain_wait',
+    ),
 ]
 
 
@@ -162,7 +184,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="regressions-") as tmp:
         work = Path(tmp)
         shutil.copytree(ROOT / "coordinator", work / "coordinator")
-        shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__", "model", "e2e"))
+        shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__", "e2e"))
         shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
         for name, path, fixed, unfixed, test in MUTATIONS:
             target = work / path
@@ -173,8 +195,10 @@ def main() -> int:
                 continue
             target.write_text(original.replace(fixed, unfixed, 1))
             try:
-                run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", TESTS,
-                                      "-k", test], cwd=work, capture_output=True, text=True, timeout=300)
+                # A test is named alone (in TESTS) or by its node id (path::name).
+                selection = [test] if "::" in test else [TESTS, "-k", test]
+                run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *selection],
+                                     cwd=work, capture_output=True, text=True, timeout=300)
             finally:
                 target.write_text(original)
             caught = run.returncode == 1

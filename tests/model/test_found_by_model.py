@@ -1,0 +1,349 @@
+"""Agent bugs found by the model-based suite, each kept as a minimal deterministic regression, with the
+fix that closed it (``scripts/check_regressions.py`` undoes each fix and expects its test here to fail).
+
+The budget files a VM out of rotation under an event key
+----------------------------------------------------------
+``decide._in_flight`` files a VM that is out of rotation (it has an ``/out`` node or an ack) and that no
+event in flight names under the first event key it is out for (``keys[0]``: its ``/out`` node, then its
+acks). ``decide._over_budget`` then leaves out of ``others`` every unit of the event being admitted or
+approved. When that first key is the key of the event being admitted or approved, which happens when an
+EventId is reused or when an event's Resources no longer name the VM, the out-of-rotation VM is neither
+"busy" nor one of the event's VMs: ``keep_one_serving`` (and ``max_vms``) count it as serving, and
+``max_events`` does not count the other events it is still out for. docs/safety.md S4 promises that the
+budget counts every VM with an ``/out`` node or an ack until it is back in rotation, and that with
+``keep_one_serving`` nothing is admitted or approved unless a live member stays in rotation.
+
+Fixed: ``_in_flight`` files such a VM under every key it is out for, and ``_over_budget`` counts as busy
+every VM out of rotation but those the event itself takes.
+
+The drain wait is counted from the decision to drain
+----------------------------------------------------
+``decide`` acknowledges once ``snap.mono - drain_started`` reaches the drain wait, and ``drain_started`` is
+the cycle that decided the drain (``Agent._act``), not the moment the drain job ran. Jobs run one at a
+time in submission order: a drain decided while a recovery is still running (a slow webhook or HAProxy
+call) runs after it, so the recovery first puts the probe back to 200, then the drain fails it, and the
+VM acknowledges as soon as that drain is done, however little of the drain wait has passed since. S1
+(docs/safety.md) approves only VMs drained for the event now, the probe failing for the drain wait.
+
+Fixed: the agent counts the drain wait from the moment the drain job began on the executor's thread
+(``Agent._drain_job``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from coordinator.actions import Action, ActionContext, ProbeAction, ProbeState
+from coordinator.agent import Agent
+from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide
+from coordinator.errors import ActionError
+from coordinator.executor import JobExecutor
+from coordinator.metrics import Metrics
+from coordinator.models import parse_document
+from coordinator.state import StateFile
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord, OutMark
+from coordinator.store.memory import MemoryCluster, MemoryStore
+from tests.model.imds_model import FakeImds, ImdsGroup, ModelEvent, rfc_not_before
+
+pytestmark = pytest.mark.model
+
+NOW = 1_700_000_000.0
+MONO = 10_000.0
+K = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
+OTHER = "A626E37F-793E-44E1-89B5-99AE0B96044C"
+MEMBERS = frozenset({"vm0", "vm1", "vm2"})
+POLICY = Policy(drain_wait=10.0)  # the default budget: one event in maintenance, keep one serving
+SERVING = LocalState(phase=Phase.SERVING, phase_since=0.0)
+DRAINED = LocalState(phase=Phase.DRAINED, phase_since=0.0, drain_started=0.0, draining_for=frozenset({K}))
+
+def _snapshot(me: str, *, resources: list[str], out_for: tuple[str, ...], admitted: bool, acks: tuple[str, ...],
+              members: frozenset[str] = MEMBERS) -> Snapshot:
+    """``members`` run agents, vm0 leads; event K (a Reboot 10 minutes away) names ``resources``; vm2 is out
+    of rotation with an ``/out`` node for the events ``out_for``, and nothing in the document names it."""
+    not_before = NOW + 600
+    document = parse_document({"DocumentIncarnation": 3, "Events": [{
+        "EventId": K, "EventStatus": "Scheduled", "EventType": "Reboot", "ResourceType": "VirtualMachine",
+        "Resources": resources, "NotBefore": rfc_not_before(not_before),
+    }]})
+    record = EventRecord(
+        event_id=K, event_type="Reboot", resources=tuple(resources), not_before=not_before, published_by="vm0",
+        published_at=NOW - 60, acks={vm: NOW - 20 for vm in acks}, admitted_at=NOW - 30 if admitted else None,
+    )
+    cluster = ClusterView(
+        members=members, leader="vm0", i_am_leader=me == "vm0", records={K: record},
+        connection=ConnectionState.CONNECTED, known=members,
+        out={"vm2": OutMark(since=NOW - 120, events=out_for),
+             **{vm: OutMark(since=NOW - 40, events=(K,)) for vm in acks}},
+    )
+    return Snapshot(me=me, now=NOW, mono=MONO, document=document, last_document=document, cluster=cluster)
+
+
+def test_control_an_out_of_rotation_vm_filed_under_another_event_blocks_the_admission() -> None:
+    """The intended behaviour, and the contrast that locates the bug: vm2, still out of rotation for an
+    event that has ended, is counted (as an event in maintenance, and as a VM out of rotation), so K (vm0,
+    vm1) is not admitted."""
+    snap = _snapshot("vm0", resources=["vm0", "vm1"], out_for=(OTHER,), admitted=False, acks=())
+    plan = decide(snap, SERVING, POLICY)
+    assert plan.admit == ()
+    assert any("no VM serving" in reason or "maintenance budget" in reason for reason in plan.blocked[K])
+
+
+def test_a_reused_event_id_is_admitted_while_the_only_other_vm_is_out_for_its_earlier_instance() -> None:
+    """vm2 is still out of rotation for the earlier instance of K (its recovery, or the return wait, is not
+    over); K comes back (a reused EventId) for vm0 and vm1. Admitting it leaves no VM in rotation."""
+    plan = decide(_snapshot("vm0", resources=["vm0", "vm1"], out_for=(K,), admitted=False, acks=()), SERVING, POLICY)
+    assert K not in plan.admit
+
+
+def test_control_a_vm_still_out_for_an_ended_event_counts_as_an_event_in_maintenance() -> None:
+    """The intended behaviour: vm2 is still out of rotation for OTHER, which has ended; vm3 serves. With a
+    budget of one event, K is not admitted while OTHER is still in maintenance."""
+    snap = _snapshot("vm0", resources=["vm0", "vm1"], out_for=(OTHER,), admitted=False, acks=(),
+                     members=MEMBERS | {"vm3"})
+    plan = decide(snap, SERVING, POLICY)
+    assert plan.admit == ()
+    assert any("maintenance budget: 1 event" in reason for reason in plan.blocked[K])
+
+
+def test_a_vm_out_for_another_event_is_not_counted_when_it_was_out_for_the_reused_id_first() -> None:
+    """As above, but vm2 was first out for an earlier instance of K, then also for OTHER (still out for
+    both): K comes back for vm0 and vm1 and is admitted while OTHER is still in maintenance."""
+    snap = _snapshot("vm0", resources=["vm0", "vm1"], out_for=(K, OTHER), admitted=False, acks=(),
+                     members=MEMBERS | {"vm3"})
+    plan = decide(snap, SERVING, POLICY)
+    assert K not in plan.admit
+
+
+def test_an_event_whose_resources_dropped_a_vm_is_approved_while_that_vm_is_still_out() -> None:
+    """K was admitted for vm2 and vm1; its Resources then became vm0 and vm1. vm2 is still out of rotation
+    for K (recovering); vm0 and vm1 have drained and acknowledged. vm0, the approver, approves: no VM is in
+    rotation when K starts."""
+    snap = _snapshot("vm0", resources=["vm0", "vm1"], out_for=(K,), admitted=True, acks=("vm0", "vm1"))
+    plan = decide(snap, DRAINED, POLICY)
+    assert plan.approve == ()
+
+
+# -- the same bug end to end: real agents, an approval POST while no VM answers its probe ------------------
+
+
+@dataclass
+class _Job:
+    kind: str
+    error: BaseException | None
+    running: bool = False
+
+
+class _InlineExecutor:
+    """Runs each job at once, on the loop's thread."""
+
+    def __init__(self) -> None:
+        self.current: _Job | None = None
+
+    def submit(self, kind: str, fn: Callable[[], None]) -> _Job:
+        error: BaseException | None = None
+        try:
+            fn()
+        except Exception as exc:
+            error = exc
+        self.current = _Job(kind, error)
+        return self.current
+
+
+class _FailingRecovery:
+    """An action after the probe whose recoveries fail while ``failing`` (retried every few seconds); its
+    recover runs before the probe's (recoveries run in reverse), so the probe keeps failing meanwhile."""
+
+    name = "slow"
+
+    def __init__(self) -> None:
+        self.failing = False
+
+    def drain(self, ctx: ActionContext) -> None:
+        pass
+
+    def recover(self, ctx: ActionContext) -> None:
+        if self.failing:
+            raise ActionError("load balancer API unavailable")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.wall = NOW
+        self.mono = MONO
+
+    def now(self) -> float:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+
+def test_end_to_end_a_reused_event_id_is_approved_while_no_vm_answers_its_probe(tmp_path: Path) -> None:
+    """Real agents on the in-memory store, against the model of IMDS:
+
+    1. vm0, vm1 and vm2 run agents (the default budget) and are back in rotation after their start.
+    2. A Reboot K for vm2 alone is scheduled 10 minutes away: admitted, drained, acknowledged, approved by
+       vm2; it starts, and leaves the document a minute later.
+    3. vm2's recovery fails from then on (an action after the probe, retried every few seconds): vm2 stays
+       out of rotation, its ``/out`` node saying it is out for K.
+    4. IMDS reuses the EventId K for a Reboot of vm0 and vm1, 10 minutes away.
+    Nothing may be admitted or approved now: it would leave no VM in rotation. The leader admits K, vm0
+    and vm1 drain and acknowledge, and vm0 POSTs the approval while all three VMs answer 503."""
+    clock = _Clock()
+    group = ImdsGroup(lambda: clock.wall)
+    cluster = MemoryCluster()
+    probes: dict[str, ProbeState] = {}
+    agents: dict[str, Agent] = {}
+    slow = _FailingRecovery()
+    serving_at_posts: list[dict[str, bool]] = []
+
+    def on_post(fake: FakeImds, ids: list[str]) -> None:
+        serving_at_posts.append({vm: probe.serving for vm, probe in probes.items()})
+
+    for vm in ("vm0", "vm1", "vm2"):
+        probes[vm] = ProbeState()
+        actions: list[Action] = [ProbeAction(probes[vm])]
+        if vm == "vm2":
+            actions.append(slow)
+        agents[vm] = Agent(
+            vm=vm, imds=FakeImds(group, vm, on_post), store=MemoryStore(cluster, clock=clock.now),
+            actions=actions, policy=POLICY, metrics=Metrics(CollectorRegistry()), clock=clock,
+            executor=cast(JobExecutor, _InlineExecutor()), state_file=StateFile(tmp_path / vm / "state.json"),
+        )
+
+    def run(seconds: int) -> None:
+        for _ in range(seconds):
+            clock.wall += 1
+            clock.mono += 1
+            group.tick()
+            for agent in agents.values():
+                agent.cycle()
+
+    def schedule(resources: tuple[str, ...]) -> ModelEvent:
+        return group.add(ModelEvent(
+            serial=group.next_serial(), event_id=K, event_type="Reboot", source="Platform", resources=resources,
+            start_at=clock.wall + 600, not_before_raw=rfc_not_before(clock.wall + 600), impact=60,
+        ))
+
+    run(15)
+    assert all(probe.serving for probe in probes.values())
+    first = schedule(("vm2",))
+    run(30)
+    assert first.early and len(serving_at_posts) == 1  # approved by vm2 once drained, as it should be
+    slow.failing = True
+    run(60)
+    assert first.serial in group.ended
+    assert not probes["vm2"].serving  # its recovery keeps failing: out of rotation
+    assert cluster.out["vm2"].events == (K,)
+    assert cluster.events[K].record.done_at is not None
+    schedule(("vm0", "vm1"))
+    run(40)
+    assert not probes["vm2"].serving
+    # docs/safety.md S4: with keep_one_serving nothing is approved unless a live member stays in rotation.
+    assert all(any(seen.values()) for seen in serving_at_posts), serving_at_posts
+
+
+# -- the drain wait is counted from the decision, not from when the probe began failing ---------------------
+
+
+class _QueuedExecutor:
+    """``JobExecutor`` in submission order, one job at a time, run only when the test releases them: a
+    slow job (a recovery whose webhook takes long) as the real executor's worker thread would run it."""
+
+    def __init__(self) -> None:
+        self.current: _Job | None = None
+        self._queue: list[tuple[_Job, Callable[[], None]]] = []
+
+    def submit(self, kind: str, fn: Callable[[], None]) -> _Job:
+        self.current = _Job(kind, None, running=True)
+        self._queue.append((self.current, fn))
+        return self.current
+
+    def release(self) -> None:
+        while self._queue:
+            job, fn = self._queue.pop(0)
+            try:
+                fn()
+            except Exception as exc:
+                job.error = exc
+            job.running = False
+
+
+class _RecordedProbe(ProbeState):
+    """The probe, with the time of its last change to failing."""
+
+    def __init__(self, clock: _Clock) -> None:
+        super().__init__(False)
+        self._clock = clock
+        self.failing_since: float | None = clock.mono
+
+    def set(self, serving: bool) -> None:
+        if not serving and self.serving:
+            self.failing_since = self._clock.mono
+        elif serving:
+            self.failing_since = None
+        super().set(serving)
+
+
+def test_a_drain_queued_behind_a_slow_recovery_is_acknowledged_before_the_drain_wait(tmp_path: Path) -> None:
+    """Real agents on the in-memory store, against the model of IMDS (drain wait 10 s):
+
+    1. vm0, vm1 and vm2 start; vm1's start-up recovery is slow (its jobs wait in the executor), so vm1
+       stays out of rotation; vm0 and vm2 serve.
+    2. A Freeze for vm0 and vm1 is scheduled 10 minutes away; the leader admits it (vm2 keeps serving).
+       vm0 drains and acknowledges 10 s later. vm1 decides to drain: its drain job queues behind the
+       recovery.
+    3. 30 s later vm1's jobs run, in order: the recovery puts its probe back to 200, then the drain fails it.
+    4. On its next cycle vm1 is DRAINED and acknowledges at once (30 s since it decided to drain), and vm0
+       approves: the Freeze is released 2 s after vm1's probe began failing, while the load balancer may
+       still route to vm1 (docs/safety.md S1: drained for the event, the probe failing for the drain
+       wait)."""
+    clock = _Clock()
+    group = ImdsGroup(lambda: clock.wall)
+    cluster = MemoryCluster()
+    probes = {vm: _RecordedProbe(clock) for vm in ("vm0", "vm1", "vm2")}
+    agents: dict[str, Agent] = {}
+    slow = _QueuedExecutor()
+    failing_at_posts: list[dict[str, float | None]] = []
+
+    def on_post(fake: FakeImds, ids: list[str]) -> None:
+        failing_at_posts.append({vm: (clock.mono - p.failing_since) if p.failing_since is not None else None
+                                 for vm, p in probes.items()})
+
+    for vm in ("vm0", "vm1", "vm2"):
+        executor = slow if vm == "vm1" else _InlineExecutor()
+        agents[vm] = Agent(
+            vm=vm, imds=FakeImds(group, vm, on_post), store=MemoryStore(cluster, clock=clock.now),
+            actions=[ProbeAction(probes[vm])], policy=POLICY, metrics=Metrics(CollectorRegistry()), clock=clock,
+            executor=cast(JobExecutor, executor), state_file=StateFile(tmp_path / vm / "state.json"),
+        )
+
+    def run(seconds: int) -> None:
+        for _ in range(seconds):
+            clock.wall += 1
+            clock.mono += 1
+            group.tick()
+            for agent in agents.values():
+                agent.cycle()
+
+    run(15)
+    assert probes["vm0"].serving and probes["vm2"].serving and not probes["vm1"].serving
+    serial = group.next_serial()
+    event = group.add(ModelEvent(
+        serial=serial, event_id=K, event_type="Freeze", source="Platform", resources=("vm0", "vm1"),
+        start_at=clock.wall + 600, not_before_raw=rfc_not_before(clock.wall + 600), impact=60, duration=60,
+    ))
+    run(30)
+    assert not event.early and set(cluster.events[K].acks) == {"vm0"}
+    slow.release()
+    run(15)
+    assert event.early, "the Freeze is released once vm1 has acknowledged"
+    wait = POLICY.drain_wait
+    for failing in failing_at_posts:
+        assert all(failing[vm] is not None and failing[vm] >= wait for vm in ("vm0", "vm1")), failing_at_posts

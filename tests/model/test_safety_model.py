@@ -1,0 +1,1051 @@
+"""Model-based safety suite: real agents, a model of IMDS, and invariants checked after every step.
+
+What runs
+---------
+A ``hypothesis.stateful.RuleBasedStateMachine`` drives three or four REAL ``coordinator.agent.Agent``
+objects (the real decision code, state file, ``ProbeAction`` and ``ProbeState``) on one in-memory
+coordination store (``MemoryCluster``, one ``MemoryStore`` session per agent process), against
+``tests.model.imds_model.ImdsGroup``, a model of the Scheduled Events service of the group written here.
+Each VM has its own ``FakeImds`` (the agent's ``Imds`` protocol; documents go through the real
+``parse_document``, approvals are recorded by the model), its own wall clock (true time plus a per-VM
+skew; the monotonic clock is shared), a controllable executor and a recording action after the probe
+(``tests.model.harness``). vm0-vm2 always run agents; vm3 runs one, an observe-only one (``DryRunImds``,
+``DryRunStore``, ``DryRunAction``, ``DryRunStateFile`` and the probe answer ``probe_serving_at_start``
+gives, as ``--dry-run`` wires it) or none; vm9 never runs one. The policy is the default one (budget of
+one event, keep one serving) with a drain wait of 10 s to keep examples short, and the approver mode
+drawn per example.
+
+Model of the group (ground truth): an approval POST of a Scheduled event starts it at once (an approved
+Terminate waits for the other Terminates still Scheduled); a Scheduled event starts by itself at its
+NotBefore (at the drawn notice when its NotBefore is odd); a Started event leaves the group once its
+impact is over. An event names the VMs of ``Resources`` as served (none while the field is left out).
+Every change raises the incarnation; each VM may be served an offset of it.
+
+Rules (those acting on an agent do nothing on a VM without a running one; IMDS faults queued for a VM
+wait for its next agent)
+----------------------------------------------------------------------------------------------------
+* events: ``schedule`` (every type, an unknown one too, Platform/User/no source; Resources mostly agent
+  VMs, sometimes vm9, ``VM2`` or ``bad/name``), ``schedule_odd`` (NotBefore at the calendar's limits,
+  epoch 0, a wrong weekday, garbage or missing; Resources missing or empty; optional fields missing),
+  ``hardware_failure`` (appears Started), ``change_resources``, ``cancel``, ``reuse_event_id``;
+* IMDS faults: ``flap`` (an event left out of one read of one VM), ``incarnation`` (reset, skip),
+  ``read_faults`` (ImdsUnavailable, ImdsBadRequest, MalformedDocument, a body the parser refuses),
+  ``post_fault`` (lost, refused, applied with the answer lost);
+* time: ``advance`` (1 s to 1 h, nobody cycles), ``advance_to_next_change`` (to the next NotBefore or end
+  of impact);
+* agents: ``clock_ticks`` (5 s pass, every agent cycles), ``calm_minute`` (12 of them), ``cycle`` (one
+  agent), ``cycle_all`` (all, in a drawn order), ``operate`` (all, every 5 s, for a while); ``restart``,
+  ``stop`` (back after a while, or by ``start``), ``start``: state file kept, deleted or corrupted, first
+  IMDS reads failing, store unreachable at first; ``executor_mode`` (jobs done right after the cycle or at
+  submission), ``hold_jobs`` (slow jobs: a job starts, so a drain fails the probe at once, then waits in
+  the recording action for some cycles; the jobs behind it wait too) and ``release_jobs``;
+  ``action_failures``;
+* store: ``partition`` (suspended and back to the same session, or cut off while the ensemble expires
+  the session; as in ZooKeeper, a session suspended for a session timeout of the model's time expires),
+  ``heal``, ``expire`` (session loss), ``expire_leader`` (leader change),
+  ``arm_store_fault`` (expire or suspend the session inside the agent's next cycle: after it read the
+  view, before or after the store's last check of an approval; a session can only lapse after that
+  check once the ensemble has heard nothing for a session timeout, so the process is first paused that
+  long, as in the assumptions of ``docs/safety.md``);
+* liveness: ``settle`` heals one VM (its IMDS feed, executor and actions, not its store) and, when no
+  event names it and its documents parse, requires it to answer 200 within 30 cycles over 60 s.
+
+Invariants (checked after every step, from the model's ground truth and what is observable from outside
+the agents: each VM's probe, the state of its drain actions, its executor's jobs, the store's nodes and
+sessions, the POSTs). They are those of ``docs/safety.md``, no stronger.
+--------------------------------------------------------------------------------------------------------
+* S1: when a POST releases a Scheduled event, the event is of a known type and names at least one VM,
+  only valid names, and only VMs that run (or ran) a real agent; each of them has been out of rotation
+  (probe failing, or its agent down) for at least the drain wait and has its drain actions done. A
+  dry-run agent never POSTs.
+* S2: a VM does not answer 200 while an event naming it is present in the group, once it was out of
+  rotation at a moment when that event
+  - was Started and its agent had been served it so, and no recovery submitted before that read is
+    still running or queued (until then the VM is not drained for the event: the drain queued behind a
+    recovery runs after it, and the recovery may answer 200 in between);
+  - had been released early (before no restart that lost the state file);
+  - or held the VM's acknowledgement.
+  A flapped read does not make an event gone. A restart that deletes or corrupts the state file drops
+  what earlier agents of the VM were shown: the new agent is held to what it is shown itself (the
+  document promises no more for a missing or unreadable file). Liveness: ``settle``.
+* S3: a POST comes from an agent whose store connection is CONNECTED, under the session its cycle read
+  the view with, and whose session owns its member node or the leader node.
+* S4 (budget of one event, keep one serving): an event released early was admitted by the leader (this
+  instance of it, or, for an EventId back before the leader saw it gone, the record it inherits); when it
+  is admitted, and when it is released, some live VM outside it is not in maintenance; and when it is
+  released, no other early-released event (but one of the same Terminate batch) still has a VM that has
+  not answered 200 since, unless that VM's agent has been gone for ``policy.recovery_grace``.
+
+What this suite found is kept as deterministic regressions in ``tests/model/test_found_by_model.py``.
+* S5: ``Agent.cycle()`` never raises, whatever the document holds.
+
+Running
+-------
+``pytest tests/model`` (marker ``model``) runs ``MODEL_EXAMPLES`` examples (default 120) of up to
+``MODEL_STEPS`` steps (default 80), derandomized: the same steps on every run, without shrinking, so
+that a failure is reported within the run's time (the whole failing sequence is printed). Longer or
+other runs::
+
+    MODEL_EXAMPLES=2000 MODEL_STEPS=150 pytest tests/model
+    MODEL_SEED=12345 pytest tests/model                 # random exploration from that seed
+    MODEL_SHRINK=1 pytest tests/model                   # shrink a failure (this can take minutes)
+    MODEL_SKIP=schedule_odd,flap pytest tests/model     # leave rules out to look past a known break
+
+A failure prints the step sequence (the shortest one found with ``MODEL_SHRINK=1``), as calls on
+``CoordinatorModel``, with the violation.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+import pytest
+from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from prometheus_client import CollectorRegistry
+
+from coordinator.actions import Action, DryRunAction, ProbeAction
+from coordinator.agent import Agent, Imds
+from coordinator.config import ApproverMode
+from coordinator.decide import Policy
+from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
+from coordinator.errors import InvalidName
+from coordinator.executor import JobExecutor
+from coordinator.metrics import Metrics
+from coordinator.models import parse_document
+from coordinator.names import normalize_event_id
+from coordinator.state import StateFile
+from coordinator.store.base import ConnectionState, Store
+from coordinator.store.memory import MemoryCluster, MemoryStore
+from tests.model.harness import (
+    STORE_FAULT_POINTS,
+    ModelExecutor,
+    ModelStore,
+    ModelTime,
+    RecordingAction,
+    VmClock,
+    VmTruth,
+    WatchedProbe,
+)
+from tests.model.imds_model import (
+    KNOWN_TYPES,
+    READ_FAULTS,
+    STARTED,
+    FakeImds,
+    ImdsGroup,
+    ModelEvent,
+    event_id_for,
+    iso_not_before,
+    rfc_not_before,
+)
+
+pytestmark = pytest.mark.model
+
+EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "120"))
+STEPS = int(os.environ.get("MODEL_STEPS", "80"))
+SEED = os.environ.get("MODEL_SEED")
+SHRINK = os.environ.get("MODEL_SHRINK", "0") not in ("", "0")
+SKIP = os.environ.get("MODEL_SKIP", "")
+RULE_MARKER = "hypothesis_stateful_rule"
+
+VMS = ("vm0", "vm1", "vm2", "vm3")
+NAMES_IN_RESOURCES = ("vm0", "vm1", "vm2", "vm3", "VM2", "vm9", "bad/name")
+EVENT_TYPES = (*KNOWN_TYPES, "Unknown")
+SKEWS = (0.0, 0.0, 3.0, -4.0, 30.0, -30.0)
+START = 1_700_000_000.0
+SETTLE_CYCLES = 30  # the bound of the liveness check: 30 cycles over 60 s, twice the default ZooKeeper
+SETTLE_STEP = 2.0  # session timeout (an agent cut off from the store may wait for its acks to lapse)
+DRAIN_WAIT = 10.0  # probe interval x threshold + grace of a fast load balancer: keeps examples short
+
+ODD_NOT_BEFORE: dict[str, str | None] = {
+    "calendar-max": "9999-12-31T23:59:59-01:00",
+    "calendar-min": "0001-01-01T00:00:00+01:00",
+    "year-9999": "Fri, 31 Dec 9999 23:59:59 GMT",
+    "epoch-zero": "Thu, 01 Jan 1970 00:00:00 GMT",
+    "wrong-weekday": "Mon, 15 Nov 2023 00:00:00 GMT",
+    "garbage": "next tuesday",
+    "missing": None,
+}
+ODD_SHAPES = ("as-is", "no-resources", "empty-resources", "bare")
+
+vm_names = st.sampled_from(VMS)
+_plain_resources = st.lists(st.sampled_from(VMS), min_size=1, max_size=3, unique=True)
+_odd_resources = st.lists(st.sampled_from(NAMES_IN_RESOURCES), min_size=1, max_size=4, unique=True)
+resources_lists = st.one_of(_plain_resources, _plain_resources, _plain_resources, _odd_resources)
+indexes = st.integers(min_value=0, max_value=9)
+
+
+@dataclass
+class VmSlot:
+    vm: str
+    clock: VmClock
+    truth: VmTruth
+    state_path: Path
+    dry_run: bool = False
+    configured: bool = False  # an agent runs on this VM in this example (at times)
+    exec_mode: str = "deferred"
+    hold_cycles: int = 0  # jobs are held for so many more cycles of this agent
+    partition_cycles: int = 0  # the store connection comes back after so many more cycles
+    agent: Agent | None = None
+    store: ModelStore | None = None
+    imds: FakeImds | None = None
+    probe: WatchedProbe | None = None
+    executor: ModelExecutor | None = None
+    generation: int = 0  # agent processes started so far
+    out_since: float | None = START  # None while the probe answers 200
+    serve_epoch: int = 0  # counts the times the VM went back to answering 200
+    back_at: float | None = None  # a stopped agent is started again at this time
+    down_since: float | None = None  # its agent process has been stopped since then
+    # Events its agents were served Started, naming it: serial -> stamp of the first such read.
+    seen_started: dict[int, int] = field(default_factory=dict)
+    # Events released early before a restart lost the state file: the new agent cannot know of that.
+    forgotten_early: set[int] = field(default_factory=set)
+
+    @property
+    def serving(self) -> bool:
+        return self.agent is not None and self.probe is not None and self.probe.serving
+
+    @property
+    def had_agent(self) -> bool:
+        return self.generation > 0 and not self.dry_run
+
+
+@dataclass
+class EarlyRelease:
+    event: ModelEvent
+    at: float
+    epochs: dict[str, int]  # serve epoch, at the release, of each named VM that has run an agent
+
+
+class CoordinatorModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.time = ModelTime(START)
+        self.group = ImdsGroup(lambda: self.time.now)
+        self.group.on_early_approval = self._on_early_approval
+        self.cluster = MemoryCluster()
+        self.tmp = Path(tempfile.mkdtemp(prefix="coordinator-model-"))
+        self.slots: dict[str, VmSlot] = {}
+        self.policy = Policy()
+        self.violations: dict[str, list[str]] = {name: [] for name in ("S1", "S2", "S3", "S4", "S5")}
+        self.committed: dict[tuple[str, int], str] = {}  # (vm, event serial) -> why it must stay out
+        self.early: list[EarlyRelease] = []
+        self.admitted: set[int] = set()  # event serials admitted by the leader while present
+        self.sequence = 0  # orders job submissions and reads (see ``_stamp``)
+
+    def teardown(self) -> None:
+        for slot in self.slots.values():
+            if slot.executor is not None:
+                slot.executor.abandon()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- set-up ------------------------------------------------------------------------------------------
+
+    @initialize(
+        vm3=st.sampled_from(("agent", "none", "dry-run")),
+        leader_mode=st.booleans(),
+        skews=st.lists(st.sampled_from(SKEWS), min_size=len(VMS), max_size=len(VMS)),
+    )
+    def setup(self, vm3: str, leader_mode: bool, skews: list[float]) -> None:
+        """vm0-vm2 run agents; vm3 runs one, an observe-only one, or none (as vm9 never does)."""
+        self.policy = Policy(
+            approver=ApproverMode.LEADER if leader_mode else ApproverMode.FIRST_RESOURCE, drain_wait=DRAIN_WAIT
+        )
+        for index, vm in enumerate(VMS):
+            slot = VmSlot(vm, VmClock(self.time, skews[index]), VmTruth(vm), self.tmp / vm / "state.json")
+            slot.configured = vm != "vm3" or vm3 != "none"
+            slot.dry_run = vm == "vm3" and vm3 == "dry-run"
+            self.slots[vm] = slot
+        for slot in self.slots.values():
+            if slot.configured:
+                self._start(slot)
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def _violation(self, invariant: str, message: str) -> None:
+        found = self.violations[invariant]
+        if len(found) < 5:
+            found.append(message)
+
+    def _stamp(self) -> int:
+        self.sequence += 1
+        return self.sequence
+
+    def _t(self) -> str:
+        return f"t+{self.time.now - START:.0f}s"
+
+    def _live(self) -> frozenset[str]:
+        return frozenset(vm for vm, s in self.slots.items() if s.agent is not None and not s.dry_run)
+
+    @staticmethod
+    def _key(event: ModelEvent) -> str | None:
+        try:
+            return normalize_event_id(event.event_id)
+        except InvalidName:
+            return None
+
+    def _acked(self, vm: str, event: ModelEvent) -> bool:
+        key = self._key(event)
+        if key is None:
+            return False
+        with self.cluster.lock:
+            record = self.cluster.events.get(key)
+            return record is not None and vm in record.acks
+
+    def _store_admitted(self, event: ModelEvent) -> bool:
+        key = self._key(event)
+        if key is None:
+            return False
+        with self.cluster.lock:
+            record = self.cluster.events.get(key)
+            return record is not None and record.admitted is not None
+
+    def _acks_gone_event(self, vm: str) -> bool:
+        """``vm`` holds an ack on a record whose event is no longer in the group."""
+        present = {self._key(e) for e in self.group.events.values()}
+        with self.cluster.lock:
+            return any(vm in record.acks for key, record in self.cluster.events.items() if key not in present)
+
+    @staticmethod
+    def _same_batch(a: ModelEvent, b: ModelEvent) -> bool:
+        if a.event_type != "Terminate" or b.event_type != "Terminate":
+            return False
+        na, nb = a.not_before_epoch, b.not_before_epoch
+        return na is not None and nb is not None and round(na) == round(nb)
+
+    def _stuck(self, vm: str, release: EarlyRelease) -> bool:
+        """``vm``, named by an early release, has not answered 200 since, and still counts in the budget:
+        a VM whose agent has been gone for ``policy.recovery_grace`` no longer does (docs/safety.md S4)."""
+        slot = self.slots[vm]
+        gone = (slot.agent is None and slot.down_since is not None
+                and self.time.now - slot.down_since >= self.policy.recovery_grace)
+        return not slot.serving and slot.serve_epoch == release.epochs[vm] and not gone
+
+    def _pick(self, serials: list[int], index: int) -> ModelEvent | None:
+        if not serials:
+            return None
+        serial = sorted(serials)[index % len(serials)]
+        return self.group.events.get(serial) or self.group.ended.get(serial)
+
+    def _advance(self, seconds: float) -> None:
+        self.time.advance(seconds)
+        self.group.tick()
+        for slot in self.slots.values():
+            if slot.agent is not None and slot.store is not None:
+                slot.store.lapse_if_due(self.policy.session_timeout)  # the ensemble expires a silent session
+            if slot.agent is None and slot.back_at is not None and slot.back_at <= self.time.now:
+                self._start(slot)  # the process manager started it again
+        self._observe()
+
+    # -- agents ------------------------------------------------------------------------------------------
+
+    def _start(self, slot: VmSlot, state_file: str = "keep", failing_reads: int = 0, store_down: int = 0) -> None:
+        if state_file != "keep":
+            # What its predecessors saw is lost with the file: docs/safety.md promises only what an
+            # unreadable file (the first fresh document) or a missing one (the /out node) restores, and
+            # the new agent is held to what it is shown itself.
+            slot.seen_started.clear()
+            slot.forgotten_early |= {s for s, e in self.group.events.items() if e.early}
+            for key in [key for key in self.committed if key[0] == slot.vm]:
+                del self.committed[key]
+        if state_file == "delete":
+            slot.state_path.unlink(missing_ok=True)
+        elif state_file == "corrupt":
+            slot.state_path.parent.mkdir(parents=True, exist_ok=True)
+            slot.state_path.write_bytes(b'{"phase": "drained", "draining_for": ["')
+        feed = self.group.feed(slot.vm)
+        feed.read_faults[:0] = ["timeout"] * failing_reads
+        slot.generation += 1
+        slot.down_since = None
+        generation = slot.generation
+        # As ``coordinator run --dry-run`` wires it: the state file is read, never written, and the probe
+        # keeps the answer the VM had (200, unless the file says a real agent left it out of rotation).
+        saved = DryRunStateFile(slot.state_path) if slot.dry_run else StateFile(slot.state_path)
+        serving_at_start = slot.dry_run and probe_serving_at_start(saved)
+        probe = WatchedProbe(lambda serving: self._on_probe(slot, serving), serving=serving_at_start)
+        executor = ModelExecutor("held" if slot.hold_cycles else slot.exec_mode, before_run=self._observe,
+                                 stamp=self._stamp)
+        store = ModelStore(MemoryStore(self.cluster, clock=slot.clock.now), on_admit=self._on_admit,
+                           pause=lambda: self._advance(self.policy.session_timeout + 1), now=lambda: self.time.now)
+        store.suspended_at_start = store_down > 0
+        slot.partition_cycles = store_down
+        imds = FakeImds(self.group, slot.vm, lambda fake, ids: self._on_post(slot, generation, ids),
+                        lambda events: self._on_served(slot, events))
+        actions: list[Action] = [ProbeAction(probe), RecordingAction(slot.truth, executor.checkpoint)]
+        agent_store: Store = store
+        agent_imds: Imds = imds
+        if slot.dry_run:
+            actions = [DryRunAction(a) for a in actions]
+            agent_store = DryRunStore(store)
+            agent_imds = DryRunImds(imds)
+        slot.probe, slot.executor, slot.store, slot.imds = probe, executor, store, imds
+        if serving_at_start and slot.out_since is not None:
+            slot.out_since = None
+            slot.serve_epoch += 1
+        elif not serving_at_start and slot.out_since is None:
+            slot.out_since = self.time.now
+        slot.agent = Agent(
+            vm=slot.vm,
+            imds=agent_imds,
+            store=agent_store,
+            actions=actions,
+            policy=self.policy,
+            metrics=Metrics(CollectorRegistry()),
+            clock=slot.clock,
+            executor=cast(JobExecutor, executor),
+            state_file=saved,
+        )
+
+    def _stop(self, slot: VmSlot) -> None:
+        if slot.agent is None:
+            return
+        assert slot.executor is not None and slot.store is not None
+        slot.executor.abandon()
+        slot.store.stop()
+        if slot.serving:
+            slot.out_since = self.time.now
+        slot.agent = None
+        slot.probe = None
+        slot.back_at = None
+        slot.down_since = self.time.now
+
+    def _cycle(self, vm: str) -> None:
+        slot = self.slots[vm]
+        if slot.agent is None:
+            return
+        assert slot.store is not None and slot.executor is not None
+        slot.store.view_session = None
+        try:
+            slot.agent.cycle()
+        except Exception as exc:
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            self._violation("S5",
+                f"{self._t()} {vm}: cycle raised {type(exc).__name__}: {exc} "
+                f"(in {Path(frame.filename).name}:{frame.lineno} {frame.name})"
+            )
+        if slot.partition_cycles > 0:
+            slot.partition_cycles -= 1
+            if slot.partition_cycles == 0:
+                self._reconnect(slot.vm)
+        if slot.hold_cycles > 0:
+            slot.hold_cycles -= 1
+            if slot.hold_cycles == 0:
+                slot.executor.mode = slot.exec_mode
+        if slot.executor.mode != "held":
+            slot.executor.pump()
+        self._observe()
+
+    # -- observation hooks -------------------------------------------------------------------------------
+
+    def _observe(self) -> None:
+        """Note, for each VM out of rotation, the present events that now require it to stay out."""
+        self.group.tick()
+        for event in self.group.events.values():
+            for vm in event.named:
+                slot = self.slots.get(vm)
+                if slot is None or not slot.had_agent or slot.serving or (vm, event.serial) in self.committed:
+                    continue
+                why = None
+                if (event.status == STARTED and event.serial in slot.seen_started
+                        and not self._recovery_in_flight(slot, slot.seen_started[event.serial])):
+                    why = "it is Started and its agent was shown so"
+                elif event.early and event.serial not in slot.forgotten_early:
+                    why = "it was approved"
+                elif self._acked(vm, event):
+                    why = f"{vm} has acknowledged it"
+                if why is not None:
+                    self.committed[(vm, event.serial)] = f"{why} ({self._t()})"
+        for vm, serial in list(self.committed):
+            present = self.group.events.get(serial)
+            if present is None or vm not in present.named:
+                del self.committed[(vm, serial)]
+
+    @staticmethod
+    def _recovery_in_flight(slot: VmSlot, since: int) -> bool:
+        """A recover job submitted before ``since`` has not finished: it may still put the probe back
+        to 200 before the drain queued behind it runs. The VM is not drained for the event until then
+        (docs/safety.md, "drained for E now": its drain actions for E have finished)."""
+        executor = slot.executor
+        return executor is not None and any(
+            job.kind == "recover" and job.stamp < since for job in executor.pending()
+        )
+
+    def _on_served(self, slot: VmSlot, events: list[ModelEvent]) -> None:
+        for event in events:
+            if event.status == STARTED and slot.vm in event.named:
+                slot.seen_started.setdefault(event.serial, self._stamp())
+
+    def _on_probe(self, slot: VmSlot, serving: bool) -> None:
+        if not serving:
+            if slot.out_since is None:
+                slot.out_since = self.time.now
+            return
+        self._observe()  # the probe still fails here
+        for (vm, serial), why in self.committed.items():
+            if vm == slot.vm:
+                event = self.group.events[serial]
+                self._violation("S2",
+                    f"{self._t()} {vm} answers 200 again while {event.describe()} is present: {why}"
+                )
+        slot.out_since = None
+        slot.serve_epoch += 1
+
+    def _on_admit(self, key: str) -> None:
+        event = next((e for e in self.group.events.values() if self._key(e) == key), None)
+        if event is None:
+            return
+        self.admitted.add(event.serial)
+        outside = self._live() - event.named
+        busy = {vm: self._in_maintenance(vm, event) for vm in outside}
+        if all(busy.values()):
+            self._violation("S4",
+                f"{self._t()} admitted {event.describe()} with no live VM outside it left serving: "
+                f"live={sorted(self._live())} in maintenance={busy}"
+            )
+
+    def _in_maintenance(self, vm: str, event: ModelEvent) -> str | None:
+        """Why ``vm`` (out of rotation) counts as in maintenance for the budget, if it does."""
+        slot = self.slots[vm]
+        if slot.serving:
+            return None
+        for other in self.group.events.values():
+            if other is event or self._same_batch(other, event) or vm not in other.named:
+                continue
+            if other.status == STARTED or other.early or other.serial in self.admitted or self._acked(vm, other):
+                return f"held by {other.event_id}"
+        if self._acks_gone_event(vm):
+            return "acknowledged an event that has ended and not served since"
+        for release in self.early:
+            if release.event is not event and vm in release.epochs and self._stuck(vm, release):
+                return f"not back since {release.event.event_id} was released"
+        return None
+
+    def _avoidably_out(self, vm: str, event: ModelEvent) -> str | None:
+        """Why ``vm`` is out of rotation because of another event the budget let in, if it is."""
+        slot = self.slots[vm]
+        if slot.serving:
+            return None
+        for other in self.group.events.values():
+            if other is event or self._same_batch(other, event) or vm not in other.named:
+                continue
+            if other.early or other.serial in self.admitted or self._store_admitted(other):
+                return f"held by admitted {other.event_id}"
+        for release in self.early:
+            other = release.event
+            if other is not event and not self._same_batch(other, event) and vm in release.epochs and self._stuck(
+                vm, release
+            ):
+                return f"not back since {other.event_id} was released"
+        return None
+
+    def _on_post(self, slot: VmSlot, generation: int, ids: list[str]) -> None:
+        where = f"{self._t()} {slot.vm} POSTed {ids}"
+        if slot.dry_run:
+            self._violation("S1", f"{where}: a dry-run agent POSTed")
+        if slot.agent is None or slot.generation != generation:
+            self._violation("S3", f"{where}: the agent process had stopped")
+        assert slot.store is not None
+        inner = slot.store.inner
+        problems = []
+        state = inner.connection_state
+        if state is not ConnectionState.CONNECTED:
+            problems.append(f"its connection is {state.value}")
+        session = inner.session_id
+        if session is None or session != slot.store.view_session:
+            problems.append(f"its session is {session}, the cycle's view was read under {slot.store.view_session}")
+        with self.cluster.lock:
+            member = self.cluster.members.get(slot.vm)
+            leader = self.cluster.leader
+            owns = session is not None and (
+                (member is not None and member.session == session) or (leader is not None and leader.session == session)
+            )
+        if not owns:
+            problems.append("its session owns neither its member node nor the leader node")
+        if problems:
+            self._violation("S3", f"{where}: " + "; ".join(problems))
+
+    def _on_early_approval(self, event: ModelEvent, poster: str) -> None:
+        now = self.time.now
+        where = f"{self._t()} {poster} released {event.describe()}"
+        s1: list[str] = []
+        if not event.known_type:
+            s1.append("its type is unknown")
+        if event.bad_names:
+            s1.append(f"Resources holds invalid names {list(event.bad_names)}")
+        if not event.named:
+            s1.append("it names no VM")
+        wait = self.policy.drain_wait_by_type.get(event.event_type, self.policy.drain_wait)
+        for vm in sorted(event.named):
+            slot = self.slots.get(vm)
+            if slot is None or not slot.had_agent:
+                s1.append(f"{vm} runs no agent" + (" (dry-run only)" if slot is not None and slot.dry_run else ""))
+                continue
+            if slot.serving:
+                s1.append(f"{vm} answers 200")
+            elif slot.out_since is not None and now - slot.out_since < wait:
+                s1.append(f"{vm} has been out of rotation for only {now - slot.out_since:.0f}s "
+                          f"(drain wait {wait:.0f}s)")
+            if not slot.truth.actions_drained:
+                s1.append(f"{vm}'s drain actions are not done")
+        if s1:
+            self._violation("S1", f"{where}: " + "; ".join(s1))
+
+        s4: list[str] = []
+        if self.policy.max_events == 1 and self.policy.keep_one_serving:
+            if event.serial not in self.admitted:
+                s4.append("this event was never admitted into the budget")
+            outside = self._live() - event.named
+            reasons = {vm: self._avoidably_out(vm, event) for vm in sorted(outside)}
+            if outside and all(reasons.values()):
+                s4.append(f"no live VM outside it serves: {reasons}")
+            for release in self.early:
+                other = release.event
+                if other is event or self._same_batch(other, event):
+                    continue
+                present = other.serial in self.group.events
+                stuck = sorted(vm for vm in release.epochs
+                               if self._stuck(vm, release) and (present or vm not in event.named))
+                if stuck:
+                    s4.append(f"{other.event_id} (released at t+{release.at - START:.0f}s, "
+                              f"{'present' if present else 'ended'}) still has {stuck} out of rotation")
+        if s4:
+            self._violation("S4", f"{where}: " + "; ".join(s4))
+        epochs = {vm: self.slots[vm].serve_epoch for vm in event.named if vm in self.slots and self.slots[vm].had_agent}
+        self.early.append(EarlyRelease(event, now, epochs))
+
+    # -- rules: events -----------------------------------------------------------------------------------
+
+    @rule(
+        event_type=st.sampled_from(EVENT_TYPES),
+        source=st.sampled_from(("Platform", "User", None)),
+        resources=resources_lists,
+        notice=st.sampled_from((600, 900, 300, 130, 60, 30, 1800)),
+        impact=st.sampled_from((15, 5, 60, 600)),
+        style=st.sampled_from(("rfc", "iso", "lower-id")),
+    )
+    def schedule(self, event_type: str, source: str | None, resources: list[str], notice: int, impact: int,
+                 style: str) -> None:
+        serial = self.group.next_serial()
+        start = self.time.now + notice
+        self.group.add(ModelEvent(
+            serial=serial,
+            event_id=event_id_for(serial, lower=style == "lower-id"),
+            event_type=event_type,
+            source=source,
+            resources=tuple(resources),
+            start_at=start,
+            not_before_raw=iso_not_before(start) if style == "iso" else rfc_not_before(start),
+            impact=impact,
+            duration=impact if event_type == "Freeze" else -1,
+        ))
+
+    @rule(
+        not_before=st.sampled_from(tuple(ODD_NOT_BEFORE)),
+        shape=st.sampled_from(ODD_SHAPES),
+        event_type=st.sampled_from(EVENT_TYPES),
+        resources=resources_lists,
+        notice=st.sampled_from((300, 30, 900)),
+    )
+    def schedule_odd(self, not_before: str, shape: str, event_type: str, resources: list[str], notice: int) -> None:
+        serial = self.group.next_serial()
+        omit: frozenset[str] = frozenset()
+        named = tuple(resources)
+        if shape == "no-resources":
+            named, omit = (), frozenset({"Resources"})
+        elif shape == "empty-resources":
+            named = ()
+        elif shape == "bare":
+            omit = frozenset({"Description", "EventSource", "ResourceType", "DurationInSeconds"})
+        self.group.add(ModelEvent(
+            serial=serial,
+            event_id=event_id_for(serial),
+            event_type=event_type,
+            source="Platform",
+            resources=named,
+            start_at=self.time.now + notice,
+            not_before_raw=ODD_NOT_BEFORE[not_before],
+            impact=30,
+            omit=omit,
+        ))
+
+    @rule(
+        event_type=st.sampled_from(("Reboot", "Redeploy", "Freeze")),
+        resources=resources_lists,
+        impact=st.sampled_from((30, 5, 120)),
+    )
+    def hardware_failure(self, event_type: str, resources: list[str], impact: int) -> None:
+        serial = self.group.next_serial()
+        self.group.add(ModelEvent(
+            serial=serial,
+            event_id=event_id_for(serial),
+            event_type=event_type,
+            source="Platform",
+            resources=tuple(resources),
+            start_at=self.time.now,
+            not_before_raw=None,
+            impact=impact,
+            status=STARTED,
+        ))
+
+    def _scheduled(self) -> list[int]:
+        return [s for s, e in self.group.events.items() if e.status != STARTED]
+
+    @precondition(lambda self: bool(self._scheduled()))
+    @rule(index=indexes, resources=resources_lists)
+    def change_resources(self, index: int, resources: list[str]) -> None:
+        event = self._pick(self._scheduled(), index)
+        if event is not None:
+            self.group.change_resources(event.serial, tuple(resources))
+            self._observe()
+
+    @precondition(lambda self: bool(self._scheduled()))
+    @rule(index=indexes)
+    def cancel(self, index: int) -> None:
+        event = self._pick(self._scheduled(), index)
+        if event is not None:
+            self.group.cancel(event.serial)
+            self._observe()
+
+    @precondition(lambda self: bool(self.group.ended))
+    @rule(
+        index=indexes,
+        event_type=st.sampled_from(EVENT_TYPES),
+        resources=resources_lists,
+        notice=st.sampled_from((600, 130, 1800)),
+    )
+    def reuse_event_id(self, index: int, event_type: str, resources: list[str], notice: int) -> None:
+        old = self._pick(list(self.group.ended), index)
+        assert old is not None
+        if any(self._key(e) == self._key(old) for e in self.group.events.values()):
+            return
+        start = self.time.now + notice
+        event = self.group.add(ModelEvent(
+            serial=self.group.next_serial(),
+            event_id=old.event_id,
+            event_type=event_type,
+            source="Platform",
+            resources=tuple(resources),
+            start_at=start,
+            not_before_raw=rfc_not_before(start),
+            impact=60,
+            duration=-1,
+        ))
+        key = self._key(event)
+        with self.cluster.lock:
+            record = self.cluster.events.get(key) if key is not None else None
+            inherited = record is not None and record.record.done_at is None and record.admitted is not None
+        if inherited:
+            # Back before the leader saw it gone (and marked its record done): to the agents it is the
+            # same event, still admitted. "A reused EventId inherits nothing" needs the gap to be seen.
+            self.admitted.add(event.serial)
+
+    # -- rules: IMDS faults ------------------------------------------------------------------------------
+
+    @precondition(lambda self: bool(self.group.events))
+    @rule(vm=vm_names, index=indexes)
+    def flap(self, vm: str, index: int) -> None:
+        event = self._pick(list(self.group.events), index)
+        if event is not None:
+            self.group.flap(vm, event.serial)
+
+    @rule(vm=vm_names, reset=st.booleans(), by=st.integers(min_value=1, max_value=5))
+    def incarnation(self, vm: str, reset: bool, by: int) -> None:
+        if reset:
+            self.group.reset_incarnation(vm)
+        else:
+            self.group.skip_incarnation(vm, by)
+
+    @rule(vm=vm_names, faults=st.lists(st.sampled_from(READ_FAULTS), min_size=1, max_size=3))
+    def read_faults(self, vm: str, faults: list[str]) -> None:
+        self.group.feed(vm).read_faults.extend(faults)
+
+    @rule(vm=vm_names, fault=st.sampled_from(("lost", "refused", "answer-lost")))
+    def post_fault(self, vm: str, fault: str) -> None:
+        self.group.feed(vm).post_faults.append(fault)
+
+    # -- rules: time and cycles --------------------------------------------------------------------------
+
+    @rule(seconds=st.sampled_from((1, 5, 15, 35, 60, 120, 300, 900, 3600)))
+    def advance(self, seconds: int) -> None:
+        self._advance(seconds)
+
+    @precondition(lambda self: bool(self.group.events))
+    @rule(extra=st.sampled_from((0, 1, 30)))
+    def advance_to_next_change(self, extra: int) -> None:
+        at = self.group.next_start()
+        if at is not None and at < self.time.now + 24 * 3600:
+            self._advance(max(at - self.time.now, 0.0) + extra)
+
+    @rule()
+    def clock_ticks(self) -> None:
+        """Normal operation: 5 s pass, then every agent runs one cycle."""
+        self._advance(5)
+        for vm in VMS:
+            self._cycle(vm)
+
+    @rule()
+    def calm_minute(self) -> None:
+        """A minute of normal operation."""
+        for _ in range(12):
+            self.clock_ticks()
+
+    @rule(vm=vm_names)
+    def cycle(self, vm: str) -> None:
+        self._cycle(vm)
+
+    @rule(order=st.permutations(VMS), rounds=st.integers(min_value=1, max_value=3))
+    def cycle_all(self, order: list[str], rounds: int) -> None:
+        for _ in range(rounds):
+            for vm in order:
+                self._cycle(vm)
+
+    @rule(seconds=st.sampled_from((10, 30, 60, 150)), order=st.permutations(VMS))
+    def operate(self, seconds: int, order: list[str]) -> None:
+        for _ in range(seconds // 5):
+            self._advance(5)
+            for vm in order:
+                self._cycle(vm)
+
+    # -- rules: agent processes --------------------------------------------------------------------------
+
+    @rule(vm=vm_names, state_file=st.sampled_from(("keep", "delete", "corrupt")),
+          failing_reads=st.integers(min_value=0, max_value=3), store_down=st.sampled_from((0, 3, 20)))
+    def restart(self, vm: str, state_file: str, failing_reads: int, store_down: int) -> None:
+        """A new process: its state file kept, deleted or corrupted; its first IMDS reads failing; the
+        store unreachable for its first ``store_down`` cycles."""
+        slot = self.slots[vm]
+        if slot.agent is not None:
+            self._stop(slot)
+            self._start(slot, state_file, failing_reads, store_down)
+
+    def _stopped(self) -> list[str]:
+        return [vm for vm, s in self.slots.items() if s.configured and s.agent is None]
+
+    @rule(vm=vm_names, down_for=st.sampled_from((30, 300, 1200, None)))
+    def stop(self, vm: str, down_for: int | None) -> None:
+        """The agent process dies (its session ends with it) and the VM fails its probe until it is
+        started again: after ``down_for`` seconds (state file kept), or by ``start`` (None)."""
+        slot = self.slots[vm]
+        self._stop(slot)
+        if down_for is not None and slot.configured:
+            slot.back_at = self.time.now + down_for
+
+    @precondition(lambda self: bool(self._stopped()))
+    @rule(index=indexes, state_file=st.sampled_from(("keep", "delete", "corrupt")),
+          failing_reads=st.integers(min_value=0, max_value=3), store_down=st.sampled_from((0, 3, 20)))
+    def start(self, index: int, state_file: str, failing_reads: int, store_down: int) -> None:
+        """Start a stopped agent, as ``restart`` does."""
+        stopped = self._stopped()
+        self._start(self.slots[stopped[index % len(stopped)]], state_file, failing_reads, store_down)
+
+    @rule(vm=vm_names, eager=st.booleans())
+    def executor_mode(self, vm: str, eager: bool) -> None:
+        """Jobs finish at submission (eager) or right after the cycle that submitted them."""
+        slot = self.slots[vm]
+        slot.exec_mode = "eager" if eager else "deferred"
+        if slot.executor is not None and slot.hold_cycles == 0:
+            slot.executor.mode = slot.exec_mode
+
+    @rule(vm=vm_names, cycles=st.sampled_from((3, 10, 40)))
+    def hold_jobs(self, vm: str, cycles: int) -> None:
+        """Slow drains and recoveries: jobs wait for so many cycles of the agent (or ``release_jobs``)."""
+        slot = self.slots[vm]
+        if slot.executor is not None and slot.agent is not None:
+            slot.hold_cycles = cycles
+            slot.executor.mode = "held"
+
+    @rule(vm=vm_names, count=st.integers(min_value=1, max_value=2))
+    def release_jobs(self, vm: str, count: int) -> None:
+        slot = self.slots[vm]
+        if slot.executor is not None and slot.agent is not None:
+            slot.executor.pump(count)
+            self._observe()
+
+    @rule(vm=vm_names, drains=st.integers(min_value=0, max_value=3), recovers=st.integers(min_value=0, max_value=3))
+    def action_failures(self, vm: str, drains: int, recovers: int) -> None:
+        """The next so many drains and recoveries of the VM's actions fail."""
+        truth = self.slots[vm].truth
+        truth.fail_drains, truth.fail_recovers = drains, recovers
+
+    # -- rules: coordination store -----------------------------------------------------------------------
+
+    def _store(self, vm: str) -> ModelStore | None:
+        slot = self.slots[vm]
+        if slot.agent is None or slot.store is None or slot.store.inner.connection_state is ConnectionState.LOST:
+            return None
+        return slot.store
+
+    @rule(vm=vm_names, cycles=st.sampled_from((2, 5, 30, 0)), lapse=st.booleans())
+    def partition(self, vm: str, cycles: int, lapse: bool) -> None:
+        """The agent loses the store for so many of its cycles (0: until ``heal``): the connection is
+        SUSPENDED and comes back to the same session, or (``lapse``) the ensemble, cut off from the
+        agent, expires its session meanwhile and the client finds it LOST when it is reachable again. A
+        suspension that lasts a session timeout becomes the latter (``ModelStore.lapse_if_due``)."""
+        store = self._store(vm)
+        if store is None:
+            return
+        if lapse:
+            store.partition()
+        else:
+            store.suspend()
+        self.slots[vm].partition_cycles = cycles
+
+    def _reconnect(self, vm: str) -> None:
+        slot = self.slots[vm]
+        if slot.store is None or slot.agent is None:
+            return
+        slot.store.reconnect()
+
+    @rule(vm=vm_names)
+    def heal(self, vm: str) -> None:
+        self._reconnect(vm)
+        self.slots[vm].partition_cycles = 0
+
+    @rule(vm=vm_names)
+    def expire(self, vm: str) -> None:
+        """Session loss: the session expires, the client reconnects at once with a new one."""
+        store = self._store(vm)
+        if store is not None and store.inner.connection_state is ConnectionState.CONNECTED:
+            store.inner.expire_session()
+
+    @rule()
+    def expire_leader(self) -> None:
+        with self.cluster.lock:
+            leader = self.cluster.leader
+        if leader is None:
+            return
+        for vm in VMS:
+            store = self._store(vm)
+            if store is not None and store.inner.session_id is not None and store.inner.session_id == leader.session:
+                store.inner.expire_session()
+                return
+
+    @rule(vm=vm_names, point=st.sampled_from(STORE_FAULT_POINTS), fault=st.sampled_from(("expire", "suspend")))
+    def arm_store_fault(self, vm: str, point: str, fault: str) -> None:
+        slot = self.slots[vm]
+        if slot.store is not None:
+            slot.store.armed[point] = fault
+
+    # -- rules: liveness ---------------------------------------------------------------------------------
+
+    @rule(vm=vm_names)
+    def settle(self, vm: str) -> None:
+        """Heal one VM; if no event names it, it must answer 200 within a bounded number of cycles."""
+        slot = self.slots[vm]
+        if slot.agent is None or slot.dry_run:
+            return
+        assert slot.executor is not None
+        self.group.heal(vm)
+        slot.truth.fail_drains = slot.truth.fail_recovers = 0
+        slot.hold_cycles = 0
+        slot.exec_mode = slot.executor.mode = "deferred"
+        slot.executor.pump()
+        readable = True
+        for _ in range(SETTLE_CYCLES):
+            if any(vm in e.named for e in self.group.events.values()):
+                return
+            try:
+                parse_document(self.group.serve(vm, consume=False)[1])
+            except Exception:
+                readable = False
+            self._cycle(vm)
+            if slot.serving:
+                return
+            self._advance(SETTLE_STEP)
+        if readable and not any(vm in e.named for e in self.group.events.values()):
+            self._violation("S2",
+                f"{self._t()} {vm} is named by no event, reads documents fine, and still fails its probe "
+                f"after {SETTLE_CYCLES} cycles and {SETTLE_CYCLES * SETTLE_STEP:.0f}s"
+            )
+
+    # -- invariants --------------------------------------------------------------------------------------
+
+    @invariant()
+    def s1_released_only_when_drained(self) -> None:
+        assert not self.violations["S1"], "S1 violated:\n" + "\n".join(self.violations["S1"])
+
+    @invariant()
+    def s2_drained_until_gone(self) -> None:
+        self._observe()
+        for (vm, serial), why in self.committed.items():
+            if self.slots[vm].serving and not self.violations["S2"]:
+                self._violation("S2",
+                    f"{self._t()} {vm} answers 200 while {self.group.events[serial].describe()} is present: {why}"
+                )
+        assert not self.violations["S2"], "S2 violated:\n" + "\n".join(self.violations["S2"])
+
+    @invariant()
+    def s3_posts_hold_the_session(self) -> None:
+        assert not self.violations["S3"], "S3 violated:\n" + "\n".join(self.violations["S3"])
+
+    @invariant()
+    def s4_budget(self) -> None:
+        assert not self.violations["S4"], "S4 violated:\n" + "\n".join(self.violations["S4"])
+
+    @invariant()
+    def s5_cycles_never_raise(self) -> None:
+        assert not self.violations["S5"], "S5 violated:\n" + "\n".join(self.violations["S5"])
+
+
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=STEPS,
+    deadline=None,  # a step runs many agent cycles: its time says nothing
+    derandomize=SEED is None,
+    database=None,
+    # Shrinking re-runs hundreds of sequences of agent cycles: minutes. Off unless asked for.
+    phases=(Phase.explicit, Phase.generate, *((Phase.shrink,) if SHRINK else ())),
+    # Steps run agent cycles (slow on a loaded machine); long MODEL_STEPS sequences draw much data.
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=False,
+)
+
+
+def _machine() -> type[CoordinatorModel]:
+    """The state machine, without the rules named in ``MODEL_SKIP`` and seeded by ``MODEL_SEED``."""
+    skipped = {name.strip() for name in SKIP.split(",") if name.strip()}
+    rules = {name for name in dir(CoordinatorModel) if hasattr(getattr(CoordinatorModel, name), RULE_MARKER)}
+    unknown = skipped - rules
+    if unknown:
+        raise ValueError(f"MODEL_SKIP names no rule: {sorted(unknown)}")
+    if not skipped and SEED is None:
+        return CoordinatorModel
+    overrides: dict[str, object] = {name: _not_a_rule for name in skipped}
+    machine = type("ConfiguredCoordinatorModel", (CoordinatorModel,), overrides)
+    return seed(int(SEED))(machine) if SEED is not None else machine
+
+
+def _not_a_rule(self: CoordinatorModel) -> None:
+    """Stands for a rule left out with ``MODEL_SKIP``."""
+
+
+@pytest.fixture
+def quiet_agents() -> Iterator[None]:
+    """Agents log every decision; thousands of cycles of it only slow the run and bury the report."""
+    logger = logging.getLogger("coordinator")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def test_safety_model(quiet_agents: None) -> None:
+    run_state_machine_as_test(_machine(), settings=SETTINGS)
