@@ -130,13 +130,11 @@ def advertised_probe_url(settings: Settings, bound: tuple[str, int]) -> str:
 def _address_toward(hosts: str) -> str:
     """This machine's source address toward the first ZooKeeper server (a UDP connect sends nothing;
     the kernel only picks the route). Falls back to the host name."""
-    first = hosts.split(",")[0].split("/")[0].strip()
-    zk_host, _, zk_port = first.rpartition(":") if ":" in first else (first, "", "2181")
-    zk_host = zk_host.strip("[]")
+    zk_host, zk_port = split_host_port(hosts.split(",")[0].strip())  # validated HOST:PORT
     try:
         family = socket.AF_INET6 if ":" in zk_host else socket.AF_INET
         with socket.socket(family, socket.SOCK_DGRAM) as sock:
-            sock.connect((zk_host, int(zk_port or 2181)))
+            sock.connect((zk_host, zk_port))
             return str(sock.getsockname()[0])
     except (OSError, ValueError) as exc:
         name = socket.gethostname()

@@ -31,7 +31,7 @@ Fixed: the agent counts the drain wait from the moment the drain job began on th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -184,6 +184,16 @@ class _Clock:
         return self.mono
 
 
+def _run(clock: _Clock, group: ImdsGroup, agents: Mapping[str, Agent], seconds: int) -> None:
+    """``seconds`` seconds pass, one at a time: the group moves on, then every agent cycles once."""
+    for _ in range(seconds):
+        clock.wall += 1
+        clock.mono += 1
+        group.tick()
+        for agent in agents.values():
+            agent.cycle()
+
+
 def test_end_to_end_a_reused_event_id_is_approved_while_no_vm_answers_its_probe(tmp_path: Path) -> None:
     """Real agents on the in-memory store, against the model of IMDS:
 
@@ -218,12 +228,7 @@ def test_end_to_end_a_reused_event_id_is_approved_while_no_vm_answers_its_probe(
         )
 
     def run(seconds: int) -> None:
-        for _ in range(seconds):
-            clock.wall += 1
-            clock.mono += 1
-            group.tick()
-            for agent in agents.values():
-                agent.cycle()
+        _run(clock, group, agents, seconds)
 
     def schedule(resources: tuple[str, ...]) -> ModelEvent:
         return group.add(ModelEvent(
@@ -325,12 +330,7 @@ def test_a_drain_queued_behind_a_slow_recovery_is_acknowledged_before_the_drain_
         )
 
     def run(seconds: int) -> None:
-        for _ in range(seconds):
-            clock.wall += 1
-            clock.mono += 1
-            group.tick()
-            for agent in agents.values():
-                agent.cycle()
+        _run(clock, group, agents, seconds)
 
     run(15)
     assert probes["vm0"].serving and probes["vm2"].serving and not probes["vm1"].serving

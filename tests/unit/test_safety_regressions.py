@@ -514,10 +514,9 @@ def test_no_approval_that_would_leave_no_vm_in_rotation_even_after_admission(tmp
         assert bench.drained_since("vm0", at) is None  # vm0 was back before the approval
 
 
-def test_a_peer_whose_agent_just_died_does_not_count_as_serving(tmp_path: Path) -> None:
-    # Found by the chaos oracle: the only VM outside the event had its agent killed; its ZooKeeper
-    # session lived on (no /out node, still a member), so the approver counted it as serving and
-    # approved, while the load balancer had already taken it out (its probe died with the agent).
+def _admitted_with_the_only_other_agent_killed(tmp_path: Path) -> Bench:
+    """Three VMs whose agents probe their peers; E on [vm1, vm2] admitted; then vm0's agent killed, its
+    session left to live on."""
     bench = Bench(tmp_path, replace(POLICY, peer_fresh=3.0), probe_peers=True)
     for name in ("vm0", "vm1", "vm2"):
         bench.add(name)
@@ -526,6 +525,14 @@ def test_a_peer_whose_agent_just_died_does_not_count_as_serving(tmp_path: Path) 
     bench.run(3)
     assert bench.cluster.events[E].admitted is not None
     bench.kill("vm0")
+    return bench
+
+
+def test_a_peer_whose_agent_just_died_does_not_count_as_serving(tmp_path: Path) -> None:
+    # Found by the chaos oracle: the only VM outside the event had its agent killed; its ZooKeeper
+    # session lived on (no /out node, still a member), so the approver counted it as serving and
+    # approved, while the load balancer had already taken it out (its probe died with the agent).
+    bench = _admitted_with_the_only_other_agent_killed(tmp_path)
     bench.run(25)  # within the session timeout: vm0 is still a member
     assert "vm0" in bench.cluster.members
     assert set(bench.cluster.events[E].acks) == {"vm1", "vm2"}
@@ -547,14 +554,7 @@ def test_an_approval_asks_the_peers_again_instead_of_trusting_the_last_round(tmp
     # Found by the chaos oracle after the fix above: the leader was killed just after the approver's last
     # probing round; the approver decided on that round's answer, still fresh, and approved while the
     # load balancer had taken the leader out.
-    bench = Bench(tmp_path, replace(POLICY, peer_fresh=3.0), probe_peers=True)
-    for name in ("vm0", "vm1", "vm2"):
-        bench.add(name)
-    bench.run(10)
-    bench.group.schedule(E, ["vm1", "vm2"])
-    bench.run(3)
-    assert bench.cluster.events[E].admitted is not None
-    bench.kill("vm0")
+    bench = _admitted_with_the_only_other_agent_killed(tmp_path)
     assert bench.peers is not None
     bench.peers.lagging = {"vm0"}  # every background round still shows vm0 serving a moment ago
     bench.run(25)
