@@ -1,0 +1,113 @@
+"""``approve`` of the ZooKeeper store: the last gate before the POST to IMDS.
+
+It re-confirms everything from the server itself, never from what an earlier read saw: the connection is
+CONNECTED; after a ``sync``, this session owns ``/leader`` (and holds it for this VM) or
+``/members/{vm}``; the record exists and is not done; with ``admission``, the event is admitted; every
+required VM has acknowledged; the session did not change meanwhile. Only then is ``approval`` created (or
+found: approval is idempotent, whoever wrote it).
+
+Node data that does not parse: the leader node counts as held by nobody (REFUSED); a record that does not
+parse is REFUSED; an existing approval record that does not parse raises ``StoreUnknownOutcome``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from coordinator.errors import StoreUnknownOutcome
+from coordinator.names import normalize_event_id, normalize_vm_name
+from coordinator.store.base import Approval, ApprovalOutcome, ApprovalResult, ConnectionState
+from coordinator.store.payloads import ApprovalNode, EventNode, LeaderNode, PayloadError
+from coordinator.store.zk_context import StoreContext
+
+__all__ = ["approve"]
+
+log = logging.getLogger(__name__)
+
+
+def approve(
+    ctx: StoreContext, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float,
+    admission: bool,
+) -> ApprovalResult:
+    """See ``Store.approve`` and the module docstring. Raises ``StoreUnknownOutcome`` when it cannot tell."""
+    event_id = normalize_event_id(event_id)
+    vm = normalize_vm_name(vm)
+    needed = {normalize_vm_name(name) for name in required}
+    paths, wait = ctx.paths, ctx.session.wait
+
+    # 1. The connection is CONNECTED (SUSPENDED may mean that our session, and leadership, are gone).
+    try:
+        client, session = ctx.session.connected(write=True)
+    except StoreUnknownOutcome as exc:
+        return ApprovalResult(ApprovalOutcome.REFUSED, reason=str(exc))
+    deadline = ctx.session.deadline()
+    with ctx.session.writing(f"event {event_id}: approve as {vm}"):
+        # 2. A synced read: the server we talk to has caught up with the ensemble's leader, so a node
+        # deleted elsewhere (an expired leader) is not still seen here.
+        wait(client.sync_async(paths.base), deadline)
+        owner_path = paths.leader if as_leader else paths.member(vm)
+        try:
+            data, stat = wait(client.get_async(owner_path), deadline)
+        except NoNodeError:
+            role = "the leader" if as_leader else "a member"
+            return _refused(f"{owner_path} does not exist: this agent is not {role}")
+        if stat.ephemeralOwner != session:
+            return _refused(f"{owner_path} belongs to session 0x{stat.ephemeralOwner:x}, not ours (0x{session:x})")
+        if as_leader:
+            try:
+                holder: str | None = LeaderNode.from_bytes(data, owner_path).vm
+            except PayloadError as exc:
+                log.warning("undecodable leader node, held by nobody: %s", exc)
+                holder = None
+            if holder != vm:
+                return _refused(f"{owner_path} is held by this session for {holder!r}, not {vm!r}")
+
+        # 3. The record is not done (a returning event is reopened first), it is admitted if it must be,
+        # and every required VM has acknowledged.
+        try:
+            record_data, _ = wait(client.get_async(paths.event(event_id)), deadline)
+            done_at = EventNode.from_bytes(record_data, paths.event(event_id)).done_at
+        except NoNodeError:
+            return _refused(f"event {event_id} has no record in the store")
+        except PayloadError as exc:
+            return _refused(f"event {event_id}: undecodable record: {exc}")
+        if done_at is not None:
+            return _refused(f"event {event_id} is marked done")
+        if admission and wait(client.exists_async(paths.admitted(event_id)), deadline) is None:
+            return _refused(f"event {event_id} is not admitted")
+        try:
+            ack_names: list[str] = wait(client.get_children_async(paths.acks(event_id)), deadline)
+        except NoNodeError:
+            return _refused(f"event {event_id} has no record in the store")
+        missing = sorted(needed - set(ack_names))
+        if missing:
+            return _refused(f"event {event_id}: no ack yet from {', '.join(missing)}")
+
+        # 4. Nothing changed locally meanwhile, then write the approval once (or find it).
+        client_id = client.client_id
+        state = ctx.session.connection_state
+        if state is not ConnectionState.CONNECTED or client_id is None or client_id[0] != session:
+            return _refused("the ZooKeeper session changed during the checks")
+        approval = Approval(by=vm, at=at, as_leader=as_leader)
+        try:
+            wait(client.create_async(paths.approval(event_id), ApprovalNode.of(approval).to_bytes()), deadline)
+            log.info("event %s: approval recorded by %s (as leader: %s)", event_id, vm, as_leader)
+            return ApprovalResult(ApprovalOutcome.APPROVED, record=approval)
+        except NoNodeError:
+            return _refused(f"event {event_id} has no record in the store")
+        except NodeExistsError:
+            pass
+        data, _ = wait(client.get_async(paths.approval(event_id)), deadline)
+    try:
+        existing = ApprovalNode.from_bytes(data, paths.approval(event_id)).to_approval()
+    except PayloadError as exc:
+        raise StoreUnknownOutcome(f"event {event_id}: undecodable approval record: {exc}") from exc
+    return ApprovalResult(ApprovalOutcome.APPROVED, reason="approved before", record=existing)
+
+
+def _refused(reason: str) -> ApprovalResult:
+    log.info("approval refused: %s", reason)
+    return ApprovalResult(ApprovalOutcome.REFUSED, reason=reason)

@@ -1,0 +1,278 @@
+"""The writes of the ZooKeeper store other than membership and approval: event records (publish, acks,
+admission, done and reopened, purge), absences and out-of-rotation marks.
+
+Each function is one store method (see ``coordinator.store.base`` for the contract): it sends nothing
+unless CONNECTED, is bounded by one deadline, and turns a kazoo failure into ``StoreUnknownOutcome``.
+
+Node data that does not parse: the record read by ``mark_done`` or ``reopen`` raises
+``StoreUnknownOutcome``; ``purge_done`` leaves such a record, with a warning; ``mark_out`` rewrites an
+``/out/{vm}`` it cannot read, with ``since`` set to now.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from coordinator.errors import StoreUnknownOutcome
+from coordinator.names import normalize_event_id, normalize_vm_name
+from coordinator.store.base import EventRecord, WriteResult
+from coordinator.store.payloads import AbsentNode, AckNode, AdmittedNode, EventNode, OutNode, PayloadError
+from coordinator.store.zk_context import StoreContext
+from coordinator.store.zk_session import Deadline
+
+__all__ = [
+    "acknowledge",
+    "admit",
+    "clear_absent",
+    "clear_out",
+    "mark_absent",
+    "mark_out",
+    "publish_event",
+    "purge_done",
+    "set_done",
+    "withdraw_ack",
+]
+
+log = logging.getLogger(__name__)
+
+
+def publish_event(ctx: StoreContext, record: EventRecord) -> WriteResult:
+    """Create ``/events/{EVENT_ID}`` and its ``acks`` node atomically. The record's ``acks``, ``approval``
+    and ``admitted_at`` are not written (they have their own methods)."""
+    event_id = normalize_event_id(record.event_id)
+    published_by = normalize_vm_name(record.published_by)
+    client, _ = ctx.session.connected(write=True)
+    deadline = ctx.session.deadline()
+    data = EventNode.of(
+        EventRecord(
+            event_id=event_id,
+            event_type=record.event_type,
+            resources=record.resources,
+            not_before=record.not_before,
+            published_by=published_by,
+            published_at=record.published_at,
+            done_at=record.done_at,
+        )
+    ).to_bytes()
+    with ctx.session.writing(f"publish event {event_id}"):
+        for _ in range(2):
+            transaction = client.transaction()
+            transaction.create(ctx.paths.event(event_id), data)
+            transaction.create(ctx.paths.acks(event_id), b"")
+            results = ctx.session.wait(transaction.commit_async(), deadline)
+            first = results[0] if results else None
+            if isinstance(first, NodeExistsError):
+                return WriteResult.EXISTS
+            if isinstance(first, NoNodeError):
+                ctx.ensure_layout(client, deadline)
+                continue
+            failure = next((r for r in results if isinstance(r, BaseException)), None)
+            if failure is not None:
+                raise failure
+            log.info("event %s: published by %s", event_id, published_by)
+            return WriteResult.DONE
+    return WriteResult.MISSING
+
+
+def acknowledge(ctx: StoreContext, event_id: str, vm: str, at: float) -> WriteResult:
+    event_id = normalize_event_id(event_id)
+    vm = normalize_vm_name(vm)
+    client, _ = ctx.session.connected(write=True)
+    deadline = ctx.session.deadline()
+    data = AckNode(vm=vm, at=at).to_bytes()
+    with ctx.session.writing(f"event {event_id}: acknowledge for {vm}"):
+        try:
+            # Ephemeral: the ack stands only as long as the session of the agent that drained.
+            ctx.session.wait(client.create_async(ctx.paths.ack(event_id, vm), data, ephemeral=True), deadline)
+        except NodeExistsError:
+            return WriteResult.EXISTS
+        except NoNodeError:
+            return WriteResult.MISSING
+    return WriteResult.DONE
+
+
+def withdraw_ack(ctx: StoreContext, event_id: str, vm: str) -> WriteResult:
+    event_id = normalize_event_id(event_id)
+    vm = normalize_vm_name(vm)
+    return _delete(ctx, ctx.paths.ack(event_id, vm), f"event {event_id}: withdraw the ack of {vm}")
+
+
+def admit(ctx: StoreContext, event_id: str, vm: str, at: float) -> WriteResult:
+    """Create ``admitted`` under the event, once. The store does not check that ``vm`` leads."""
+    event_id = normalize_event_id(event_id)
+    vm = normalize_vm_name(vm)
+    client, _ = ctx.session.connected(write=True)
+    deadline = ctx.session.deadline()
+    data = AdmittedNode(by=vm, at=at).to_bytes()
+    with ctx.session.writing(f"event {event_id}: admit (by {vm})"):
+        try:
+            ctx.session.wait(client.create_async(ctx.paths.admitted(event_id), data), deadline)
+        except NodeExistsError:
+            return WriteResult.EXISTS
+        except NoNodeError:
+            return WriteResult.MISSING
+    log.info("event %s: admitted by %s", event_id, vm)
+    return WriteResult.DONE
+
+
+def mark_absent(ctx: StoreContext, vm: str, at: float) -> WriteResult:
+    vm = normalize_vm_name(vm)
+    client, _ = ctx.session.connected(write=True)
+    deadline = ctx.session.deadline()
+    data = AbsentNode(since=at).to_bytes()
+    with ctx.session.writing(f"mark {vm} absent"):
+        for _ in range(2):
+            try:
+                ctx.session.wait(client.create_async(ctx.paths.absent_vm(vm), data), deadline)
+                return WriteResult.DONE
+            except NodeExistsError:
+                return WriteResult.EXISTS
+            except NoNodeError:
+                ctx.ensure_layout(client, deadline)
+    raise StoreUnknownOutcome(f"{ctx.paths.absent} keeps disappearing")
+
+
+def clear_absent(ctx: StoreContext, vm: str) -> WriteResult:
+    vm = normalize_vm_name(vm)
+    return _delete(ctx, ctx.paths.absent_vm(vm), f"clear the absence of {vm}")
+
+
+def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *, drop: tuple[str, ...]) -> WriteResult:
+    """Rewrite the record's ``done_at`` (EXISTS if it already is set, or clear, as asked) and delete the
+    children named in ``drop``, in one transaction, versioned so that a concurrent writer is never
+    overwritten: re-read and decide again. Every other field of the record is kept (including fields
+    unknown to this version). Raises ``StoreUnknownOutcome`` if the record does not parse."""
+    event_id = normalize_event_id(event_id)
+    client, _ = ctx.session.connected(write=True)
+    deadline = ctx.session.deadline()
+    path = ctx.paths.event(event_id)
+    wait = ctx.session.wait
+    with ctx.session.writing(f"event {event_id}: {'reopen' if done_at is None else 'mark done'}"):
+        for _ in range(3):
+            try:
+                data, stat = wait(client.get_async(path), deadline)
+            except NoNodeError:
+                return WriteResult.MISSING
+            try:
+                node = EventNode.from_bytes(data, path)
+            except PayloadError as exc:
+                raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
+            if (node.done_at is None) == (done_at is None):
+                return WriteResult.EXISTS
+            children: list[str] = wait(client.get_children_async(path), deadline) if drop else []
+            transaction = client.transaction()
+            rewritten = node.model_copy(update={"done_at": done_at}).to_bytes()
+            transaction.set_data(path, rewritten, version=stat.version)
+            for child in drop:
+                if child in children:
+                    transaction.delete(f"{path}/{child}")
+            results = wait(transaction.commit_async(), deadline)
+            if not any(isinstance(result, Exception) for result in results):
+                return WriteResult.DONE
+    raise StoreUnknownOutcome(f"event {event_id}: record keeps changing")
+
+
+def mark_out(ctx: StoreContext, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
+    vm = normalize_vm_name(vm)
+    client, _ = ctx.session.connected(write=True)
+    deadline = ctx.session.deadline()
+    path = ctx.paths.out_vm(vm)
+    wait = ctx.session.wait
+    with ctx.session.writing(f"mark {vm} out of rotation"):
+        for _ in range(3):
+            try:
+                data, stat = wait(client.get_async(path), deadline)
+            except NoNodeError:
+                try:
+                    fresh = OutNode(vm=vm, since=at, events=events).to_bytes()
+                    wait(client.create_async(path, fresh), deadline)
+                    return WriteResult.DONE
+                except NodeExistsError:
+                    continue
+                except NoNodeError:
+                    ctx.ensure_layout(client, deadline)
+                    continue
+            try:
+                existing = OutNode.from_bytes(data, path)
+                if existing.events == tuple(events):
+                    return WriteResult.EXISTS
+                since = existing.since
+            except PayloadError:
+                since = at
+            updated = OutNode(vm=vm, since=since, events=events).to_bytes()
+            try:
+                wait(client.set_async(path, updated, version=stat.version), deadline)
+                return WriteResult.DONE
+            except (BadVersionError, NoNodeError):
+                continue
+    raise StoreUnknownOutcome(f"{path} keeps changing")
+
+
+def clear_out(ctx: StoreContext, vm: str) -> WriteResult:
+    vm = normalize_vm_name(vm)
+    return _delete(ctx, ctx.paths.out_vm(vm), f"clear {vm} out of rotation")
+
+
+def purge_done(ctx: StoreContext, older_than: float) -> int:
+    """Delete, each in one transaction with its whole subtree, the records done before ``older_than``.
+    A record that gains a child meanwhile is left for the next call; one that does not parse is left
+    too, with a warning."""
+    client, _ = ctx.session.connected(write=True)
+    deadline = ctx.session.deadline()
+    wait = ctx.session.wait
+    deleted = 0
+    with ctx.session.writing("purge done events"):
+        try:
+            event_ids = wait(client.get_children_async(ctx.paths.events), deadline)
+        except NoNodeError:
+            return 0
+        reads = {e: client.get_async(ctx.paths.event(e)) for e in event_ids}
+        for event_id, result in reads.items():
+            try:
+                data, _ = wait(result, deadline)
+                done_at = EventNode.from_bytes(data, ctx.paths.event(event_id)).done_at
+            except NoNodeError:
+                continue
+            except PayloadError as exc:
+                log.warning("event %s: undecodable record, not purged: %s", event_id, exc)
+                continue
+            if done_at is None or done_at >= older_than:
+                continue
+            subtree = _subtree(ctx, client, ctx.paths.event(event_id), deadline)
+            transaction = client.transaction()
+            for path in reversed(subtree):  # children before parents
+                transaction.delete(path)
+            results = wait(transaction.commit_async(), deadline)
+            if all(result is True for result in results):
+                deleted += 1
+                log.info("event %s: record purged (done at %.0f)", event_id, done_at)
+    return deleted
+
+
+def _delete(ctx: StoreContext, path: str, what: str) -> WriteResult:
+    """Delete ``path``: DONE, or MISSING if it was not there."""
+    client, _ = ctx.session.connected(write=True)
+    deadline = ctx.session.deadline()
+    with ctx.session.writing(what):
+        try:
+            ctx.session.wait(client.delete_async(path), deadline)
+        except NoNodeError:
+            return WriteResult.MISSING
+    return WriteResult.DONE
+
+
+def _subtree(ctx: StoreContext, client: KazooClient, path: str, deadline: Deadline) -> list[str]:
+    """``path`` and every node below it, parents before children."""
+    nodes = [path]
+    index = 0
+    while index < len(nodes):
+        try:
+            children = ctx.session.wait(client.get_children_async(nodes[index]), deadline)
+        except NoNodeError:
+            children = []
+        nodes.extend(f"{nodes[index]}/{child}" for child in children)
+        index += 1
+    return nodes
