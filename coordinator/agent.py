@@ -1,12 +1,17 @@
-"""The agent loop: one thread, one cycle at a time.
+"""The agent loop: one thread, one cycle at a time, never waiting on IMDS.
 
 Each cycle:
-1. observe: read the IMDS document and the cluster view (join, campaign, read), each failure-bounded;
+1. observe: take the latest IMDS reading (``coordinator.poller``: a poller thread reads IMDS at its own
+   steady rate) and the cluster view (join, campaign, read: served from a watched cache when nothing
+   changed), each failure-bounded;
 2. decide: ``coordinator.decide.decide`` (pure);
 3. act: start drain/recover jobs on the executor, write to the store, POST approvals;
 4. describe the cycle in one log line (INFO when it did something or its blockers changed).
 
-Other threads (ZooKeeper watches, connection listeners, signal handlers) only call ``wake``.
+A cycle runs when something changed: a new reading, a ZooKeeper watch, a job that ended; and at least
+every ``idle_cycle`` seconds as a safety net. Each run recomputes everything from the latest reading and
+view (level-triggered), so a missed wake-up costs time, never correctness. Other threads (the poller,
+ZooKeeper watches, connection listeners, signal handlers) only call ``wake``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from coordinator.errors import (
 from coordinator.executor import JobExecutor
 from coordinator.metrics import Metrics
 from coordinator.models import Document
+from coordinator.poller import ReadEachCycle, Reading, Readings
 from coordinator.state import PersistedState, StateFile
 from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Store, WriteResult
 
@@ -84,7 +90,10 @@ class _Status:
 
 class Agent:
     PURGE_EVERY = 300.0  # seconds between purges of old done records (leader only)
-    MIN_CYCLE_GAP = 0.2  # a burst of watch wake-ups never makes more than 5 cycles per second
+    # A burst of wake-ups is coalesced into at most one cycle per gap. A loop that reads IMDS itself
+    # (no poller) keeps 0.2 s, so that wake-ups never drive IMDS beyond 5 reads a second.
+    MIN_CYCLE_GAP = 0.01
+    MIN_CYCLE_GAP_READING = 0.2
 
     def __init__(
         self,
@@ -101,7 +110,15 @@ class Agent:
         member_info: dict[str, object] | None = None,
         state_file: StateFile | None = None,
         peers: Peers | None = None,
+        readings: Readings | None = None,
+        idle_cycle: float | None = None,
     ) -> None:
+        """``readings``: where documents come from; by default ``imds`` is read once per cycle, on the
+        loop's thread (``ReadEachCycle``). With a poller, a cycle runs on each of its readings, and
+        a reading serves cycles woken by other changes (a watch, a job) while it is at most
+        1.5 poll intervals old: no approval, publication or recovery rests on an older one.
+        ``idle_cycle``: the longest time between two cycles with nothing to wake the loop (default
+        the poll interval)."""
         self.vm = vm
         self._wake = threading.Event()
         self._imds = imds
@@ -111,6 +128,11 @@ class Agent:
         self._metrics = metrics
         self._poll_interval = poll_interval
         self._clock = clock or SystemClock()
+        self._readings: Readings = readings or ReadEachCycle(imds.get_document, self._clock.monotonic)
+        self._min_gap = self.MIN_CYCLE_GAP if readings is not None else self.MIN_CYCLE_GAP_READING
+        self._idle_cycle = idle_cycle if idle_cycle is not None else poll_interval
+        self._document_fresh = 1.5 * poll_interval
+        self._reading = Reading(0, self._clock.monotonic())
         self._executor = executor or JobExecutor(on_done=self.wake)
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
         self._state_file = state_file or StateFile(None)
@@ -164,6 +186,10 @@ class Agent:
             local = self._local
         status = _status_dict(self.vm, local, st)
         status["action_error"] = self._action_error
+        if "imds" in status:
+            reading = self._reading
+            status["imds"]["reading_age_seconds"] = round(self._clock.monotonic() - reading.at, 2)
+            status["imds"]["last_error"] = str(reading.error) if reading.error is not None else None
         return status
 
     # -- the loop ----------------------------------------------------------------------------------
@@ -172,6 +198,8 @@ class Agent:
         """Run cycles until ``stop`` is set. Never raises: a bug in a cycle is logged and counted."""
         self._member_info["started_at"] = self._clock.now()
         while not stop.is_set():
+            # Cleared before the cycle, not after: a wake-up during the cycle makes the next one.
+            self._wake.clear()
             started = self._clock.monotonic()
             try:
                 self.cycle()
@@ -179,11 +207,10 @@ class Agent:
                 self._metrics.errors.labels("bug").inc()
                 log.exception("cycle failed unexpectedly; the VM stays as it is (vm=%s)", self.vm)
             self._metrics.cycle_seconds.observe(self._clock.monotonic() - started)
-            stop.wait(max(self.MIN_CYCLE_GAP - (self._clock.monotonic() - started), 0))
-            remaining = self._poll_interval - (self._clock.monotonic() - started)
-            if remaining > 0:
+            stop.wait(max(self._min_gap - (self._clock.monotonic() - started), 0))
+            remaining = self._idle_cycle - (self._clock.monotonic() - started)
+            if remaining > 0 and not stop.is_set():
                 self._wake.wait(remaining)
-            self._wake.clear()
 
     def cycle(self) -> Plan:
         """One observe-decide-act cycle. Returns the plan it carried out."""
@@ -206,34 +233,33 @@ class Agent:
         self._local = self._act(snap, local, plan)
         self._persist(snap)
         self._report(snap, plan)
-        if self._peers is not None and snap.cluster is not None:
-            # Peers are probed by those who may admit or approve: the leader, and the VMs events name.
-            self._peers.follow(self._store, snap.cluster, self.vm, snap.cluster.i_am_leader or bool(self._named))
+        if snap.cluster is not None:
+            if self._peers is not None:
+                # Peers are probed by those who may admit or approve: the leader, and the VMs events name.
+                self._peers.follow(self._store, snap.cluster, self.vm,
+                                   snap.cluster.i_am_leader or bool(self._named))
+            members = sorted(snap.cluster.members)
+            if self.vm in members:
+                self._readings.align(members.index(self.vm), len(members))
         return plan
 
     # -- observe -----------------------------------------------------------------------------------
 
     def _observe(self) -> Snapshot:
-        document: Document | None = None
-        try:
-            document = self._imds.get_document()
-        except MalformedDocument as exc:
-            self._metrics.documents_invalid.inc()
-            self._metrics.errors.labels("imds").inc()
-            log.warning("IMDS document ignored (vm=%s): %s; content: %s", self.vm, exc, exc.content)
-        except ImdsBadRequest as exc:
-            self._metrics.errors.labels("imds").inc()
-            log.error("IMDS refused our request (a bug; vm=%s): %s %s", self.vm, exc, exc.body[:500])
-        except ImdsUnavailable as exc:
-            self._metrics.errors.labels("imds").inc()
-            log.warning("IMDS unavailable (vm=%s, %s): %s", self.vm, exc.outcome, exc)
-        except ImdsError as exc:
-            self._metrics.errors.labels("imds").inc()
-            log.warning("IMDS error (vm=%s): %s", self.vm, exc)
-        if document is not None:
-            self._last_document = document
-            self._metrics.document_incarnation.set(document.document_incarnation)
-            self._metrics.set_events(Counter((e.event_type, e.event_status) for e in document.events))
+        reading = self._readings.latest()
+        new = reading.seq != self._reading.seq
+        self._reading = reading
+        if new and reading.error is not None:
+            self._note_imds_error(reading.error)
+        if new and reading.document is not None:
+            self._last_document = reading.document
+            self._metrics.document_incarnation.set(reading.document.document_incarnation)
+            self._metrics.set_events(Counter((e.event_type, e.event_status) for e in reading.document.events))
+        # A reading is fresh evidence while it is recent, for the cycle it arrives in and for cycles
+        # woken by something else; the sightings below count each reading once.
+        age = self._clock.monotonic() - reading.at
+        document = reading.document if age <= self._document_fresh else None
+        self._metrics.document_age.set(age if reading.seq else float("nan"))
 
         cluster: ClusterView | None = None
         try:
@@ -257,7 +283,7 @@ class Agent:
         mono = self._clock.monotonic()
         if connection is ConnectionState.CONNECTED:
             self._last_connected = mono
-        self._track(document, cluster, mono)
+        self._track(document if new else None, cluster, mono)
         return Snapshot(
             me=self.vm,
             now=self._clock.now(),
@@ -272,6 +298,18 @@ class Agent:
             uptime=mono - self._started,
             peers=self._peers.seen() if self._peers is not None else None,
         )
+
+    def _note_imds_error(self, exc: ImdsError) -> None:
+        self._metrics.errors.labels("imds").inc()
+        if isinstance(exc, MalformedDocument):
+            self._metrics.documents_invalid.inc()
+            log.warning("IMDS document ignored (vm=%s): %s; content: %s", self.vm, exc, exc.content)
+        elif isinstance(exc, ImdsBadRequest):
+            log.error("IMDS refused our request (a bug; vm=%s): %s %s", self.vm, exc, exc.body[:500])
+        elif isinstance(exc, ImdsUnavailable):
+            log.warning("IMDS unavailable (vm=%s, %s): %s", self.vm, exc.outcome, exc)
+        else:
+            log.warning("IMDS error (vm=%s): %s", self.vm, exc)
 
     def _track(self, document: Document | None, cluster: ClusterView | None, mono: float) -> None:
         """Keep what the snapshot needs beyond one read: when each event last named this VM and was

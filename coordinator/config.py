@@ -59,7 +59,16 @@ class ImdsConfig(_Section):
     poll_interval: float = Field(1.0, gt=0, le=30, description="Seconds between polls; Microsoft advises 1 s")
     request_timeout: float = Field(10.0, gt=0, description="Timeout of each IMDS request after the first success")
     first_request_timeout: float = Field(120.0, gt=0, description="The first call may take up to 2 minutes")
-    max_attempts: int = Field(3, ge=1, le=10, description="Attempts per call on timeouts, 410, 429 and 5xx")
+    max_attempts: int = Field(
+        3, ge=1, le=10, description="Attempts per approval POST on timeouts, 410, 429 and 5xx (a poll is one "
+        "attempt: the next poll is its retry)"
+    )
+    backoff_max_seconds: float = Field(
+        8.0, gt=0, le=60, description="Longest gap between polls while IMDS keeps failing (jittered, doubling)"
+    )
+    stagger: bool = Field(
+        True, description="Spread the group's polls over the interval, by each agent's rank among the members"
+    )
     max_requests_per_second: float = Field(5.0, gt=0, le=5.0, description="IMDS allows 5/s per VM in all")
 
     @field_validator("url")
@@ -377,6 +386,11 @@ class Settings(_Section):
             raise ValueError(
                 "zookeeper.session_timeout must be at least 3 x imds.poll_interval "
                 f"({self.zookeeper.session_timeout} < 3 x {self.imds.poll_interval})"
+            )
+        if self.imds.backoff_max_seconds < self.imds.poll_interval:
+            raise ValueError(
+                "imds.backoff_max_seconds must be at least imds.poll_interval "
+                f"({self.imds.backoff_max_seconds} < {self.imds.poll_interval})"
             )
         names = [a.name for a in self.actions if isinstance(a, CommandActionConfig | WebhookActionConfig)]
         if len(names) != len(set(names)):

@@ -283,11 +283,13 @@ class ImdsClient:
 
     # -- public operations -------------------------------------------------------------------------------
 
-    def get_document(self) -> Document:
+    def get_document(self, *, attempts: int | None = None) -> Document:
         """GET the Scheduled Events document.
 
         Returns the parsed ``Document``. Raises ``ImdsUnavailable``, ``ImdsBadRequest`` or
-        ``MalformedDocument`` as described on the class; retries transient failures within the call.
+        ``MalformedDocument`` as described on the class; retries transient failures within the call,
+        up to ``attempts`` (default ``max_attempts``). The agent's poller asks for 1: its next poll is
+        the retry.
         """
         return self._call(
             "GET",
@@ -296,6 +298,7 @@ class ImdsClient:
             cooldown_key="GET scheduledevents",
             scheduled_events=True,
             parse=lambda response: parse_document(response.content),
+            attempts=attempts,
         )
 
     def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
@@ -359,12 +362,16 @@ class ImdsClient:
         parse: Callable[[httpx.Response], _T],
         json_body: dict[str, Any] | None = None,
         fence: Callable[[], bool] | None = None,
+        attempts: int | None = None,
     ) -> _T:
         label = f"{method} {path}"
+        max_attempts = self._max_attempts if attempts is None else attempts
+        if max_attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {attempts!r}")
         self._refuse_during_cooldown(cooldown_key, label)
         outcome = "other"
         detail = ""
-        for attempt in range(1, self._max_attempts + 1):
+        for attempt in range(1, max_attempts + 1):
             wait = self._limiter.reserve() - self._clock()
             if wait > 0:
                 self._sleep(wait)
@@ -421,21 +428,21 @@ class ImdsClient:
                     )
                 retry_after = _retry_after(response)
                 detail = f"HTTP {status}"
-            if attempt == self._max_attempts:
+            if attempt == max_attempts:
                 break
             delay = self._backoff(attempt, retry_after)
             logger.debug(
                 "IMDS %s attempt %d/%d failed (%s); retrying in %.2f s",
                 label,
                 attempt,
-                self._max_attempts,
+                max_attempts,
                 detail,
                 delay,
             )
             if delay > 0:
                 self._sleep(delay)
         raise ImdsUnavailable(
-            f"IMDS {label} failed after {self._max_attempts} attempt(s); last: {detail}", outcome=outcome
+            f"IMDS {label} failed after {max_attempts} attempt(s); last: {detail}", outcome=outcome
         )
 
     def _timeout(self, scheduled_events: bool) -> httpx.Timeout:

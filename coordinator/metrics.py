@@ -32,6 +32,11 @@ class Metrics:
             "coordinator_imds_document_incarnation", "DocumentIncarnation of the last valid document",
             registry=registry,
         )
+        self.document_age = Gauge(
+            "coordinator_imds_reading_age_seconds",
+            "Age of the latest IMDS reading (document or error) when the last cycle ran; NaN before the first",
+            registry=registry,
+        )
         self.events = Gauge(
             "coordinator_events", "Events in the current document by type and status",
             ["type", "status"], registry=registry,

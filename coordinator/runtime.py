@@ -33,6 +33,7 @@ from coordinator.imds import ImdsClient
 from coordinator.metrics import Metrics
 from coordinator.names import normalize_vm_name
 from coordinator.peers import PeerProbes
+from coordinator.poller import ImdsPoller, Reading
 from coordinator.state import StateFile
 from coordinator.store.base import Store
 from coordinator.store.zookeeper import ZooKeeperStore
@@ -143,6 +144,19 @@ def _address_toward(hosts: str) -> str:
         return name
 
 
+class _Unstaggered:
+    """The poller's readings, with every agent polling on its own schedule (``imds.stagger: false``)."""
+
+    def __init__(self, poller: ImdsPoller) -> None:
+        self._poller = poller
+
+    def latest(self) -> Reading:
+        return self._poller.latest()
+
+    def align(self, rank: int, members: int) -> None:
+        return None
+
+
 def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
     """Run one agent until SIGTERM or SIGINT. Returns the process exit code."""
     stop = threading.Event()
@@ -222,6 +236,13 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         store = DryRunStore(store)
         actions = [DryRunAction(a) for a in actions]
         adapters_imds = DryRunImds(imds)
+    # Reads are the same in a dry run (only the approval is not sent): the poller uses the client itself.
+    poller = ImdsPoller(
+        lambda: imds.get_document(attempts=1),
+        interval=settings.imds.poll_interval,
+        backoff_max=settings.imds.backoff_max_seconds,
+        on_reading=lambda: agent_ref[0].wake() if agent_ref else None,
+    )
     agent = Agent(
         vm=vm,
         imds=adapters_imds,
@@ -233,8 +254,11 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         member_info={"admin": settings.http.listen, "probe": probe_url, **placement},
         state_file=state_file,
         peers=peers,
+        readings=poller if settings.imds.stagger else _Unstaggered(poller),
+        idle_cycle=max(5.0, 2 * settings.imds.poll_interval),
     )
     agent_ref.append(agent)
+    poller.start()
     # The loop connects (and reconnects) by itself and keeps the VM on the safe side whether or not
     # ZooKeeper is reachable yet.
     log.info("agent for %s in cluster %s running (approver mode %s)", vm, settings.cluster,
@@ -242,6 +266,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
     try:
         agent.run(stop)
     finally:
+        poller.stop(timeout=0)
         if peers is not None:
             peers.stop()
         store.stop()

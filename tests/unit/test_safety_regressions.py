@@ -206,7 +206,8 @@ class Bench:
         self.vms: dict[str, Vm] = {}
         self.peers = BenchPeers(self) if probe_peers else None
 
-    def add(self, name: str, *, extra: Sequence[Any] = (), dry_run: bool = False) -> Vm:
+    def add(self, name: str, *, extra: Sequence[Any] = (), dry_run: bool = False,
+            readings: Callable[[FakeImds], Any] | None = None) -> Vm:
         old = self.vms.get(name)
         store = MemoryStore(self.cluster, clock=self.clock.now)
         imds = old.imds if old else FakeImds(self.group, name)
@@ -217,7 +218,8 @@ class Bench:
                       store=DryRunStore(store) if dry_run else store, actions=actions, policy=self.policy,
                       metrics=Metrics(CollectorRegistry()), clock=self.clock,
                       executor=InlineExecutor(),  # type: ignore[arg-type]
-                      state_file=DryRunStateFile(state) if dry_run else StateFile(state), peers=self.peers)
+                      state_file=DryRunStateFile(state) if dry_run else StateFile(state), peers=self.peers,
+                      readings=readings(imds) if readings is not None else None)
         vm = Vm(name, agent, probe, store, imds, state, old.history if old else [])
         self.vms[name] = vm
         return vm

@@ -1,0 +1,279 @@
+"""The IMDS poller and the loop that never waits on it (``coordinator.poller``, ``coordinator.agent``).
+
+Schedules are checked with fake clocks; the two tests about threads run the real poller and the real
+loop for about two seconds each."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from coordinator.actions.probe import ProbeAction, ProbeState
+from coordinator.agent import Agent
+from coordinator.decide import Policy
+from coordinator.errors import ImdsUnavailable
+from coordinator.imds import ImdsClient
+from coordinator.metrics import Metrics
+from coordinator.models import Document, parse_document
+from coordinator.poller import ImdsPoller, Reading
+from coordinator.store.memory import MemoryCluster, MemoryStore
+from tests.unit.test_safety_regressions import POLICY, Bench, E, FakeImds
+
+EMPTY = parse_document({"DocumentIncarnation": 1, "Events": []})
+
+
+class Top(random.Random):
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.mono = 100.0
+        self.wall = 1_000.37
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += seconds
+
+
+def test_a_poll_is_one_attempt_its_retry_is_the_next_poll() -> None:
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(500)
+
+    with ImdsClient(transport=httpx.MockTransport(handler), sleep=lambda s: None) as client:
+        poller = ImdsPoller(lambda: client.get_document(attempts=1))
+        reading = poller.poll_once()
+    assert len(sent) == 1
+    assert isinstance(reading.error, ImdsUnavailable) and reading.document is None
+    assert reading.seq == 1 and poller.failures == 1
+
+
+def test_failures_back_off_across_polls_and_a_success_restores_the_interval() -> None:
+    ticks = Ticks()
+    failing = [True]
+
+    def read() -> Document:
+        if failing[0]:
+            raise ImdsUnavailable("IMDS timed out", outcome="timeout")
+        return EMPTY
+
+    poller = ImdsPoller(read, interval=1.0, backoff_max=8.0, clock=lambda: ticks.mono, rng=Top())
+    delays = []
+    for _ in range(6):
+        began = ticks.mono
+        poller.poll_once()
+        ticks.advance(0.25)  # the read itself took a quarter of a second
+        delays.append(poller.next_delay(began))
+    assert delays == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]  # doubling from the interval, capped
+    failing[0] = False
+    began = ticks.mono
+    assert poller.poll_once().document is EMPTY
+    ticks.advance(0.25)
+    assert poller.next_delay(began) == pytest.approx(0.75)  # the steady schedule, counted from the poll
+
+
+def test_a_slow_failing_read_still_waits_an_interval_before_the_next() -> None:
+    ticks = Ticks()
+
+    def read() -> Document:
+        raise ImdsUnavailable("IMDS timed out", outcome="timeout")
+
+    poller = ImdsPoller(read, interval=1.0, clock=lambda: ticks.mono, rng=random.Random(7))
+    for _ in range(20):
+        began = ticks.mono
+        poller.poll_once()
+        ticks.advance(3.0)
+        assert poller.next_delay(began) >= 1.0  # never two reads in a row, whatever the jitter
+
+
+def test_staggered_polls_land_on_each_ranks_offset_of_the_shared_grid() -> None:
+    ticks = Ticks()  # wall clock at .37 of a second
+    poller = ImdsPoller(lambda: EMPTY, interval=1.0, clock=lambda: ticks.mono, wall=lambda: ticks.wall)
+    poller.align(2, 4)  # offset 0.5 s
+    began = ticks.mono
+    poller.poll_once()
+    delay = poller.next_delay(began)
+    assert delay == pytest.approx(1.13)  # 1000.37 -> 1001.50: an interval at least, then the grid
+    ticks.advance(delay)
+    for _ in range(5):
+        began = ticks.mono
+        poller.poll_once()
+        ticks.advance(0.05)
+        assert poller.next_delay(began) == pytest.approx(0.95)  # steady: once a second at .50
+        ticks.advance(0.95)
+    assert ticks.wall % 1.0 == pytest.approx(0.5)
+    poller.align(0, 4)  # the group changed: offset 0; still no two polls less than ~an interval apart
+    began = ticks.mono
+    poller.poll_once()
+    assert poller.next_delay(began) == pytest.approx(1.5)
+
+
+def test_wake_ups_never_drive_imds_beyond_the_poll_rate(tmp_path: Path) -> None:
+    """A storm of wake-ups (ZooKeeper watches) makes cycles, not reads: the poller reads at its rate."""
+    reads: list[float] = []
+
+    def read() -> Document:
+        reads.append(time.monotonic())
+        return EMPTY
+
+    agent, stop, thread, poller = _running_agent(tmp_path, read, interval=0.5)
+    try:
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            agent.wake()
+            time.sleep(0.001)
+    finally:
+        stop.set()
+        agent.wake()
+        thread.join(5)
+        poller.stop(5)
+    span = reads[-1] - reads[0]
+    assert agent.status()["cycles"] > 3 * len(reads)  # the storm did make cycles
+    assert len(reads) <= span / 0.5 * 1.0 + 1 + 1e-9  # at most one read per interval
+    assert min(b - a for a, b in itertools.pairwise(reads)) >= 0.45
+
+
+def test_the_loop_serves_the_group_while_imds_hangs(tmp_path: Path) -> None:
+    """IMDS never answers (a first call can take two minutes): the agent still joins, leads and marks
+    absent peers, duties the others depend on."""
+    release = threading.Event()
+
+    def read() -> Document:
+        release.wait(30)
+        return EMPTY
+
+    cluster = MemoryCluster()
+    cluster.registry["vm9"] = 0.0  # a VM that once joined and whose agent is gone
+    agent, stop, thread, poller = _running_agent(tmp_path, read, interval=1.0, cluster=cluster)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and agent.status().get("cluster") is None:
+            time.sleep(0.05)
+        status = agent.status()
+        assert status["cluster"] is not None, status
+        assert status["cluster"]["i_am_leader"] and status["cluster"]["members"] == ["vm0"]
+        assert status["imds"]["fresh"] is False and poller.latest().seq == 0  # still no answer
+        assert status["phase"] == "unknown"  # and the VM stays out of rotation meanwhile
+        while time.monotonic() < deadline and "vm9" not in cluster.absent:
+            time.sleep(0.05)
+        assert "vm9" in cluster.absent  # the leader's absence mark, written without any document
+    finally:
+        release.set()
+        stop.set()
+        agent.wake()
+        thread.join(5)
+        poller.stop(5)
+
+
+def _running_agent(tmp_path: Path, read: object, *, interval: float,
+                   cluster: MemoryCluster | None = None) -> tuple[Agent, threading.Event, threading.Thread, ImdsPoller]:
+    agent_ref: list[Agent] = []
+    poller = ImdsPoller(read, interval=interval, on_reading=lambda: agent_ref[0].wake() if agent_ref else None)  # type: ignore[arg-type]
+    store = MemoryStore(cluster or MemoryCluster())
+    agent = Agent(vm="vm0", imds=FakeImds.__new__(FakeImds), store=store, actions=[ProbeAction(ProbeState())],
+                  policy=POLICY, metrics=Metrics(CollectorRegistry()), poll_interval=interval, readings=poller,
+                  idle_cycle=5.0)
+    agent_ref.append(agent)
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    poller.start()
+    return agent, stop, thread, poller
+
+
+# -- readings serve the cycles woken by other changes, while recent --------------------------------------
+
+
+class HeldReadings:
+    """A poller the test drives: ``refresh`` reads IMDS once; cycles in between see the same reading."""
+
+    def __init__(self, imds: FakeImds, bench: Bench) -> None:
+        self.imds, self.bench = imds, bench
+        self.reading = Reading(0, bench.clock.mono)
+
+    def refresh(self) -> None:
+        self.reading = Reading(self.reading.seq + 1, self.bench.clock.mono, document=self.imds.get_document())
+
+    def latest(self) -> Reading:
+        return self.reading
+
+    def align(self, rank: int, members: int) -> None:
+        return None
+
+
+def _two_vms(tmp_path: Path, policy: Policy = POLICY) -> tuple[Bench, HeldReadings]:
+    bench = Bench(tmp_path, policy)
+    held: list[HeldReadings] = []
+
+    def readings(imds: FakeImds) -> HeldReadings:
+        held.append(HeldReadings(imds, bench))
+        return held[-1]
+
+    bench.add("vm0", readings=readings)
+    bench.add("vm1")
+    bench.add("vm2")  # serves while the others are in maintenance
+    return bench, held[0]
+
+
+def test_an_ack_woken_cycle_approves_on_a_recent_reading(tmp_path: Path) -> None:
+    bench, vm0 = _two_vms(tmp_path)
+    bench.group.schedule(E, ["vm0", "vm1"], in_s=100)
+    for _ in range(15):  # both drain for the drain wait (10 s) and acknowledge
+        vm0.refresh()
+        bench.step()
+        if E in bench.cluster.events and bench.cluster.events[E].acks.keys() >= {"vm0", "vm1"}:
+            break
+    assert not bench.group.approved(E)
+    # vm0 ran on its latest reading before vm1 acknowledged; a second later, with no new reading,
+    # vm1's ack wakes it.
+    assert vm0.reading.at == bench.clock.mono - 1.0
+    bench.vms["vm0"].agent.cycle()
+    assert bench.group.approved(E), "approval waited for the next poll"
+
+
+def test_no_approval_rests_on_a_reading_older_than_one_and_a_half_polls(tmp_path: Path) -> None:
+    bench, vm0 = _two_vms(tmp_path)
+    bench.group.schedule(E, ["vm0", "vm1"], in_s=100)
+    for _ in range(15):
+        vm0.refresh()
+        bench.step()
+        if E in bench.cluster.events and bench.cluster.events[E].acks.keys() >= {"vm0", "vm1"}:
+            break
+    vm0.refresh()
+    bench.clock.advance(1.6)  # the poller stalled: the last reading is 1.6 poll intervals old
+    bench.vms["vm0"].agent.cycle()
+    assert not bench.group.approved(E)
+    assert bench.vms["vm0"].agent.status()["imds"]["fresh"] is False
+    vm0.refresh()
+    bench.vms["vm0"].agent.cycle()
+    assert bench.group.approved(E)
+
+
+def test_a_reading_counts_once_towards_an_event_being_gone(tmp_path: Path) -> None:
+    """Gone needs two fresh documents without the event: cycles woken between polls reuse one reading
+    and must not count it again (else one flapped read would put the VM back)."""
+    policy = Policy(drain_wait=1.0, return_wait=0.5, gone_after=1.0, latest_start=120.0, session_timeout=30.0)
+    bench, vm0 = _two_vms(tmp_path, policy)
+    bench.group.schedule(E, ["vm0"], in_s=100)
+    for _ in range(4):
+        vm0.refresh()
+        bench.step()
+    assert not bench.vms["vm0"].probe.serving
+    bench.vms["vm0"].imds.omit_once = {E}  # one read misses the event
+    vm0.refresh()
+    for _ in range(14):  # 1.4 s of cycles woken by other changes, on that one reading
+        bench.clock.advance(0.1)
+        bench.vms["vm0"].agent.cycle()
+    assert not bench.vms["vm0"].probe.serving, "one flapped read put the VM back"
+    assert "C7061BAC" in str(bench.vms["vm0"].agent.status()["drained_for"]).upper()
