@@ -133,6 +133,7 @@ class Agent:
         self._idle_cycle = idle_cycle if idle_cycle is not None else poll_interval
         self._document_fresh = 1.5 * poll_interval
         self._reading = Reading(0, self._clock.monotonic())
+        self._asked: set[str] = set()  # records published by peers for which an early read was asked
         self._executor = executor or JobExecutor(on_done=self.wake)
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
         self._state_file = state_file or StateFile(None)
@@ -241,7 +242,22 @@ class Agent:
             members = sorted(snap.cluster.members)
             if self.vm in members:
                 self._readings.align(members.index(self.vm), len(members))
+            self._read_what_peers_saw(snap)
         return plan
+
+    def _read_what_peers_saw(self, snap: Snapshot) -> None:
+        """A peer published an event this VM's latest document does not show: read IMDS now rather than
+        at this agent's next poll (staggered polls: the first agent to see an event brings the others to
+        it). Every decision still rests on this VM's own document; asked once per record."""
+        assert snap.cluster is not None
+        records = snap.cluster.records
+        shown = {e.event_id.upper() for e in snap.last_document.events} if snap.last_document else set()
+        new = {key for key, record in records.items() if record.done_at is None and key not in shown} - self._asked
+        self._asked = (self._asked & set(records)) | new
+        if new:
+            log.debug("peers published %s before this VM's IMDS showed it: reading now (vm=%s)",
+                      ",".join(sorted(new)), self.vm)
+            self._readings.poll_soon()
 
     # -- observe -----------------------------------------------------------------------------------
 

@@ -14,7 +14,11 @@ the loop's rate. Here:
   members polls at offset k/n of each interval, on the wall clock the VMs share, so the group as a
   whole samples IMDS n times per interval;
 * every answer, document or error, is a ``Reading`` with a sequence number; the loop takes the latest
-  one when it runs (``latest``) and is woken by ``on_reading``.
+  one when it runs (``latest``) and is woken by ``on_reading``;
+* ``poll_soon`` asks for one read now, outside the schedule: the agent does so when a peer has published
+  an event its own latest document does not show, so the first agent of a staggered group to see an
+  event brings the others to their own documents within milliseconds. It is honoured at most once per
+  ``EARLY_GAP`` seconds and never moves the schedule; the client's rate limiter still caps the total.
 
 The approval POST does not go through this thread (it must follow the decision at once), but it goes
 through the same ``ImdsClient``, whose rate limiter counts every request of the process.
@@ -60,6 +64,9 @@ class Readings(Protocol):
     def align(self, rank: int, members: int) -> None:
         """Spread the group's polls: this agent is number ``rank`` (0-based) of ``members``."""
 
+    def poll_soon(self) -> None:
+        """Read once more as soon as allowed, outside the schedule (a peer saw something new)."""
+
 
 class ReadEachCycle:
     """Reads the document on the caller's thread each time ``latest`` is called."""
@@ -80,12 +87,17 @@ class ReadEachCycle:
     def align(self, rank: int, members: int) -> None:
         return None  # read when asked: nothing to spread
 
+    def poll_soon(self) -> None:
+        return None  # the next cycle reads anyway
+
 
 class ImdsPoller:
     """Polls IMDS on its own thread. ``read`` does one attempt (``ImdsClient.get_document`` with
     ``attempts=1``); ``on_reading`` is called after every answer, from the poller's thread, and must not
     block (the agent's ``wake``). Times: ``clock`` schedules and stamps readings, ``wall`` places the
     group's staggered polls on a grid the VMs share."""
+
+    EARLY_GAP = 0.1  # seconds: the least time between a poll and a read asked for by ``poll_soon``
 
     def __init__(
         self,
@@ -114,6 +126,8 @@ class ImdsPoller:
         self._offset: float | None = None  # seconds into each interval, once aligned
         self._failures = 0
         self._stop = threading.Event()
+        self._soon = threading.Event()
+        self._last_began = float("-inf")
         self._thread: threading.Thread | None = None
 
     # -- the loop's side ---------------------------------------------------------------------------------
@@ -126,6 +140,9 @@ class ImdsPoller:
         offset = (rank % members) / members * self._interval if members > 0 and rank >= 0 else None
         with self._lock:
             self._offset = offset
+
+    def poll_soon(self) -> None:
+        self._soon.set()
 
     @property
     def failures(self) -> int:
@@ -143,6 +160,7 @@ class ImdsPoller:
         """Stop polling. A read in flight is left to finish (bounded by the client's timeout); the
         thread is a daemon, so it never holds the process."""
         self._stop.set()
+        self._soon.set()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -191,6 +209,22 @@ class ImdsPoller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            began = self._clock()
+            pause = self._last_began + self.EARLY_GAP - self._clock()
+            if pause > 0 and self._stop.wait(pause):  # just read early: the scheduled poll waits a little
+                break
+            began = self._last_began = self._clock()
             self.poll_once()
-            self._stop.wait(self.next_delay(began))
+            due = self._clock() + self.next_delay(began)
+            while not self._stop.is_set() and (remaining := due - self._clock()) > 0:
+                if not self._soon.wait(remaining):
+                    break
+                self._soon.clear()
+                pause = self._last_began + self.EARLY_GAP - self._clock()
+                if pause > 0:
+                    if pause >= due - self._clock():
+                        break  # the scheduled poll comes first anyway
+                    self._stop.wait(pause)
+                if self._stop.is_set():
+                    break
+                self._last_began = self._clock()
+                self.poll_once()  # an extra read: the schedule stays as it was

@@ -156,6 +156,9 @@ class _Unstaggered:
     def align(self, rank: int, members: int) -> None:
         return None
 
+    def poll_soon(self) -> None:
+        self._poller.poll_soon()
+
 
 def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
     """Run one agent until SIGTERM or SIGINT. Returns the process exit code."""

@@ -119,6 +119,50 @@ def test_staggered_polls_land_on_each_ranks_offset_of_the_shared_grid() -> None:
     assert poller.next_delay(began) == pytest.approx(1.5)
 
 
+def test_poll_soon_reads_at_once_without_moving_the_schedule_and_is_bounded() -> None:
+    reads: list[float] = []
+
+    def read() -> Document:
+        reads.append(time.monotonic())
+        return EMPTY
+
+    poller = ImdsPoller(read, interval=1.0)
+    poller.start()
+    try:
+        time.sleep(0.3)
+        asked = time.monotonic()
+        poller.poll_soon()
+        time.sleep(0.05)
+        assert len(reads) == 2 and reads[1] - asked < 0.05  # read at once
+        storm_end = time.monotonic() + 0.5
+        while time.monotonic() < storm_end:  # a flood of requests for early reads
+            poller.poll_soon()
+            time.sleep(0.001)
+        time.sleep(0.3)  # past the first scheduled poll (1.0 s after the first)
+    finally:
+        poller.stop(5)
+    gaps = [b - a for a, b in itertools.pairwise(reads)]
+    assert min(gaps) >= ImdsPoller.EARLY_GAP - 0.01
+    assert len(reads) <= 2 + 0.5 / ImdsPoller.EARLY_GAP + 2
+    assert any(abs(t - (reads[0] + 1.0)) < 0.05 for t in reads), "the scheduled poll moved"
+
+
+def test_a_peers_record_the_document_does_not_show_asks_for_one_early_read(tmp_path: Path) -> None:
+    bench, vm0 = _two_vms(tmp_path)
+    vm0.refresh()  # vm0's latest reading: no event
+    bench.step()
+    bench.group.schedule(E, ["vm0", "vm1"], in_s=100)
+    bench.vms["vm1"].agent.cycle()  # vm1 polls first and publishes the record
+    assert E in bench.cluster.events
+    bench.vms["vm0"].agent.cycle()  # woken by the record's watch
+    assert vm0.asked == 1
+    bench.vms["vm0"].agent.cycle()
+    assert vm0.asked == 1  # once per record
+    vm0.refresh()
+    bench.vms["vm0"].agent.cycle()
+    assert vm0.asked == 1  # its own document shows the event now: nothing more to ask
+
+
 def test_wake_ups_never_drive_imds_beyond_the_poll_rate(tmp_path: Path) -> None:
     """A storm of wake-ups (ZooKeeper watches) makes cycles, not reads: the poller reads at its rate."""
     reads: list[float] = []
@@ -201,6 +245,7 @@ class HeldReadings:
     def __init__(self, imds: FakeImds, bench: Bench) -> None:
         self.imds, self.bench = imds, bench
         self.reading = Reading(0, bench.clock.mono)
+        self.asked = 0
 
     def refresh(self) -> None:
         self.reading = Reading(self.reading.seq + 1, self.bench.clock.mono, document=self.imds.get_document())
@@ -210,6 +255,9 @@ class HeldReadings:
 
     def align(self, rank: int, members: int) -> None:
         return None
+
+    def poll_soon(self) -> None:
+        self.asked += 1
 
 
 def _two_vms(tmp_path: Path, policy: Policy = POLICY) -> tuple[Bench, HeldReadings]:
