@@ -236,9 +236,13 @@ class Agent:
         self._report(snap, plan)
         if snap.cluster is not None:
             if self._peers is not None:
-                # Peers are probed by those who may admit or approve: the leader, and the VMs events name.
+                # Peers are probed by those who may admit or approve, while there is something to admit
+                # or approve: the VMs events name, and the leader while any event is known. An idle
+                # group probes nothing; the first round starts at once when an event appears.
+                busy = bool(snap.last_document and snap.last_document.events) or any(
+                    record.done_at is None for record in snap.cluster.records.values())
                 self._peers.follow(self._store, snap.cluster, self.vm,
-                                   snap.cluster.i_am_leader or bool(self._named))
+                                   bool(self._named) or (snap.cluster.i_am_leader and busy))
             members = sorted(snap.cluster.members)
             if self.vm in members:
                 self._readings.align(members.index(self.vm), len(members))

@@ -18,7 +18,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from coordinator.errors import ConfigError
     from coordinator.logsetup import configure_logging
     from coordinator.runtime import run_agent
+    from coordinator.support.memory import limit_malloc_arenas
 
+    limit_malloc_arenas()
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:

@@ -67,7 +67,8 @@ class ImdsConfig(_Section):
         8.0, gt=0, le=60, description="Longest gap between polls while IMDS keeps failing (jittered, doubling)"
     )
     stagger: bool = Field(
-        True, description="Spread the group's polls over the interval, by each agent's rank among the members"
+        True, description="Spread the group's polls over the interval by each agent's rank among the members, "
+        "and read at once when a peer publishes an event this VM's document does not show yet"
     )
     max_requests_per_second: float = Field(5.0, gt=0, le=5.0, description="IMDS allows 5/s per VM in all")
 

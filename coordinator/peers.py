@@ -61,8 +61,12 @@ class PeerProbes:
         workers: int = 16,
         clock: Callable[[], float] = time.monotonic,
         client: httpx.Client | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
+        """``on_change`` is called (from the probing thread; it must not block) after a round that saw a
+        target for the first time or saw it enter or leave rotation: the agent's ``wake``."""
         self._interval = interval
+        self._on_change = on_change
         self._clock = clock
         # A new connection for every probe, as a load balancer opens one: an answer on a kept-alive
         # connection could come from a server thread that outlived its listener.
@@ -155,6 +159,7 @@ class PeerProbes:
                 log.warning("probe of peer %s failed: %r", vm, exc)
                 ok, detail = False, f"error: {type(exc).__name__}"
             results[vm] = PeerSeen(ok, asked, detail)
+        changed = False
         with self._lock:
             for vm, seen in results.items():
                 if vm in self._targets:
@@ -164,8 +169,11 @@ class PeerProbes:
                     if before is not None and before.in_rotation != seen.in_rotation:
                         log.info("peer %s %s rotation (%s)", vm, "back in" if seen.in_rotation else "out of",
                                  seen.detail)
+                    changed = changed or before is None or before.in_rotation != seen.in_rotation
                     self._seen[vm] = seen
             self.rounds += 1
+        if changed and self._on_change is not None:
+            self._on_change()
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -145,7 +145,8 @@ def _address_toward(hosts: str) -> str:
 
 
 class _Unstaggered:
-    """The poller's readings, with every agent polling on its own schedule (``imds.stagger: false``)."""
+    """The poller's readings with every agent on its own schedule, reading only on its own polls
+    (``imds.stagger: false``): neither spread over the interval nor read early for a peer's record."""
 
     def __init__(self, poller: ImdsPoller) -> None:
         self._poller = poller
@@ -157,7 +158,7 @@ class _Unstaggered:
         return None
 
     def poll_soon(self) -> None:
-        self._poller.poll_soon()
+        return None
 
 
 def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
@@ -229,7 +230,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
     peers: PeerProbes | None = None
     if settings.policy.confirm_peers_by_probe:
         peers = PeerProbes(interval=settings.policy.peer_probe_interval_seconds,
-                           timeout=settings.policy.peer_probe_timeout_seconds)
+                           timeout=settings.policy.peer_probe_timeout_seconds,
+                           on_change=lambda: agent_ref[0].wake() if agent_ref else None)
         peers.start()
         log.info("peers reach this VM's probe at %s; the budget counts a peer as serving only while "
                  "its probe says so", probe_url)

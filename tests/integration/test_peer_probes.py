@@ -138,6 +138,23 @@ def test_the_background_thread_probes_without_being_asked(peer: Peer) -> None:
         peer.surface.stop()
 
 
+def test_a_first_answer_and_a_change_of_rotation_wake_the_agent(peer: Peer) -> None:
+    woken: list[int] = []
+    probes = PeerProbes(interval=5.0, timeout=1.0, on_change=lambda: woken.append(probes.rounds))
+    probes.start()
+    try:
+        probes.want({"vm1": peer.url})  # becoming wanted starts a round at once, not after the interval
+        assert wait_until(lambda: woken == [1], 2)
+        probes.probe_once()
+        assert woken == [1]  # the same answer again: nothing to wake for
+        peer.probe.set(False)
+        probes.probe_once()
+        assert woken == [1, 3] and not probes.seen()["vm1"].in_rotation
+    finally:
+        probes.stop()
+        peer.surface.stop()
+
+
 @pytest.mark.parametrize(("probe", "zookeeper", "bound", "expected"), [
     ({"listen": "127.0.0.1:8090"}, "127.0.0.1:2181", ("127.0.0.1", 8090), "http://127.0.0.1:8090/health"),
     ({"listen": "0.0.0.0:8090"}, "127.0.0.1:2181", ("0.0.0.0", 8090), "http://127.0.0.1:8090/health"),
