@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.snapshot import PeerSeen
-from tests.unit.test_safety_regressions import E, Bench
+from tests.unit.test_safety_regressions import Bench, E
 
 
 class RecordingPeers:
