@@ -335,6 +335,11 @@ class Agent:
         """Keep what the snapshot needs beyond one read: when each event last named this VM and was
         last present at all (for ``is_gone``), and since when each registered VM has been seen without
         its agent. Counted only over reads that happened: a failed read neither confirms nor misses."""
+        records = set(cluster.records) if cluster is not None else set()
+        for key in records - set(self._seen):
+            # First heard of from the store: assume just seen. Done on every cycle, with or without a new
+            # reading: a record a peer published since this VM's last poll is never taken for one gone.
+            self._seen[key] = Sighting(mono)
         if document is not None:
             naming = {e.event_id for e in document.events if e.names(self.vm)}
             if self._assume_worst:
@@ -346,9 +351,6 @@ class Agent:
                 if eid not in self._local.draining_for and is_gone(sighting, mono, gone_after):
                     del self._named[eid]
             present = {e.event_id.upper() for e in document.events}
-            records = set(cluster.records) if cluster is not None else set()
-            for key in records - set(self._seen):
-                self._seen[key] = Sighting(mono)  # first heard of from the store: assume just seen
             _sight(self._seen, present, mono)
             for key, sighting in list(self._seen.items()):
                 if key not in records and is_gone(sighting, mono, gone_after):

@@ -176,6 +176,27 @@ MUTATIONS = [
         '            pass\n',
         f'{FOUND}::test_a_drain_queued_behind_a_slow_recovery_is_acknowledged_before_the_drain_wait',
     ),
+    (
+        'records-seen-without-a-new-reading',
+        'coordinator/agent.py',
+        '        for key in records - set(self._seen):\n',
+        '        for key in (records - set(self._seen)) if document is not None else ():\n',
+        'tests/unit/test_poller.py::test_a_record_published_since_the_leaders_last_poll_is_not_taken_for_one_gone',
+    ),
+    (
+        'a-reading-counts-once',
+        'coordinator/agent.py',
+        '        self._track(document if new else None, cluster, mono)\n',
+        '        self._track(document, cluster, mono)\n',
+        'tests/unit/test_poller.py::test_a_reading_counts_once_towards_an_event_being_gone',
+    ),
+    (
+        'no-approval-on-an-old-reading',
+        'coordinator/agent.py',
+        '        document = reading.document if age <= self._document_fresh else None\n',
+        '        document = reading.document\n',
+        'tests/unit/test_poller.py::test_no_approval_rests_on_a_reading_older_than_one_and_a_half_polls',
+    ),
 ]
 
 

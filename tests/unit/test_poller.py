@@ -325,3 +325,18 @@ def test_a_reading_counts_once_towards_an_event_being_gone(tmp_path: Path) -> No
         bench.vms["vm0"].agent.cycle()
     assert not bench.vms["vm0"].probe.serving, "one flapped read put the VM back"
     assert "C7061BAC" in str(bench.vms["vm0"].agent.status()["drained_for"]).upper()
+
+
+def test_a_record_published_since_the_leaders_last_poll_is_not_taken_for_one_gone(tmp_path: Path) -> None:
+    """The leader marks a record done once its own documents have missed the event; a record a peer
+    published after the leader's last poll has not been missed by any of them yet."""
+    bench, vm0 = _two_vms(tmp_path)
+    bench.run(3)  # vm0 leads
+    vm0.refresh()
+    bench.vms["vm0"].agent.cycle()  # its latest poll: no event
+    bench.group.schedule(E, ["vm1", "vm2"], in_s=100)
+    bench.vms["vm1"].agent.cycle()  # vm1 polls first and publishes
+    assert E in bench.cluster.events
+    bench.clock.advance(0.3)
+    bench.vms["vm0"].agent.cycle()  # the leader, woken by the record, on its reading from before
+    assert bench.cluster.events[E].record.done_at is None
