@@ -134,6 +134,7 @@ class Agent:
         self._document_fresh = 1.5 * poll_interval
         self._reading = Reading(0, self._clock.monotonic())
         self._asked: set[str] = set()  # records published by peers for which an early read was asked
+        self._approvable_since: dict[str, float] = {}  # event key -> first cycle that found it approvable
         self._executor = executor or JobExecutor(on_done=self.wake)
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
         self._state_file = state_file or StateFile(None)
@@ -215,9 +216,10 @@ class Agent:
 
     def cycle(self) -> Plan:
         """One observe-decide-act cycle. Returns the plan it carried out."""
+        started = self._clock.monotonic()
         snap = self._observe()
         local = self._job_status(self._local)
-        plan = decide(snap, local, self._policy)
+        plan = self._fresh_for_approval(decide(snap, local, self._policy), started)
         self._peers_confirmed_at = None
         if plan.approve and self._peers is not None and self._policy.peer_fresh is not None:
             # About to approve: what the budget counted as serving is asked again, now, and the
@@ -262,6 +264,24 @@ class Agent:
             log.debug("peers published %s before this VM's IMDS showed it: reading now (vm=%s)",
                       ",".join(sorted(new)), self.vm)
             self._readings.poll_soon()
+
+    def _fresh_for_approval(self, plan: Plan, started: float) -> Plan:
+        """An approval rests on a document whose request was sent no earlier than the cycle that first
+        found the event approvable: IMDS may have changed the event (its Resources, a reused id) since
+        an older reading. A held approval asks the poller for one read now; the reading wakes the loop
+        and the next cycle approves on it (a loop that reads IMDS each cycle always has one)."""
+        ready = {intent.key for intent in plan.approve}
+        self._approvable_since = {k: self._approvable_since.get(k, started) for k in ready}
+        if not ready:
+            return plan
+        sent = self._reading.sent
+        stale = [i for i in plan.approve if sent < self._approvable_since[i.key]]
+        if not stale:
+            return plan
+        self._readings.poll_soon()
+        why = "approval waits for a document read after it became approvable"
+        blocked = {**plan.blocked, **{i.key: (why,) for i in stale}}
+        return replace(plan, approve=tuple(i for i in plan.approve if i not in stale), blocked=blocked)
 
     # -- observe -----------------------------------------------------------------------------------
 

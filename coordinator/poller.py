@@ -17,8 +17,10 @@ the loop's rate. Here:
   one when it runs (``latest``) and is woken by ``on_reading``;
 * ``poll_soon`` asks for one read now, outside the schedule: the agent does so when a peer has published
   an event its own latest document does not show, so the first agent of a staggered group to see an
-  event brings the others to their own documents within milliseconds. It is honoured at most once per
-  ``EARLY_GAP`` seconds and never moves the schedule; the client's rate limiter still caps the total.
+  event brings the others to their own documents within milliseconds, and an approver reads once more
+  before it approves. Early reads never move the schedule, come at least ``EARLY_GAP`` seconds after
+  any read, and number at most ``EARLY_PER_INTERVAL`` in any interval (a request beyond that waits, it
+  is not dropped); the client's rate limiter still caps everything the process sends.
 
 The approval POST does not go through this thread (it must follow the decision at once), but it goes
 through the same ``ImdsClient``, whose rate limiter counts every request of the process.
@@ -49,12 +51,18 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Reading:
     """One answer of IMDS: a document, or the error that stood in for it. ``seq`` 0 is "nothing read
-    yet"; ``at`` is when the answer arrived, on the reader's monotonic clock."""
+    yet"; ``at`` is when the answer arrived and ``began`` when its request was sent, on the reader's
+    monotonic clock (``began`` defaults to ``at``)."""
 
     seq: int
     at: float
     document: Document | None = None
     error: ImdsError | None = None
+    began: float | None = None
+
+    @property
+    def sent(self) -> float:
+        return self.at if self.began is None else self.began
 
 
 class Readings(Protocol):
@@ -78,11 +86,12 @@ class ReadEachCycle:
 
     def latest(self) -> Reading:
         self._seq += 1
+        began = self._clock()
         try:
             document = self._read()
         except ImdsError as exc:
-            return Reading(self._seq, self._clock(), error=exc)
-        return Reading(self._seq, self._clock(), document=document)
+            return Reading(self._seq, self._clock(), error=exc, began=began)
+        return Reading(self._seq, self._clock(), document=document, began=began)
 
     def align(self, rank: int, members: int) -> None:
         return None  # read when asked: nothing to spread
@@ -97,7 +106,8 @@ class ImdsPoller:
     block (the agent's ``wake``). Times: ``clock`` schedules and stamps readings, ``wall`` places the
     group's staggered polls on a grid the VMs share."""
 
-    EARLY_GAP = 0.1  # seconds: the least time between a poll and a read asked for by ``poll_soon``
+    EARLY_GAP = 0.02  # seconds: the least time between any read and a read asked for by ``poll_soon``
+    EARLY_PER_INTERVAL = 2  # early reads in any one interval, at most
 
     def __init__(
         self,
@@ -128,6 +138,7 @@ class ImdsPoller:
         self._stop = threading.Event()
         self._soon = threading.Event()
         self._last_began = float("-inf")
+        self._early: list[float] = []  # when the early reads of the last interval began
         self._thread: threading.Thread | None = None
 
     # -- the loop's side ---------------------------------------------------------------------------------
@@ -170,6 +181,7 @@ class ImdsPoller:
         """Read once, publish the reading, and tell the loop. Public for tests; the thread calls it."""
         document: Document | None = None
         error: ImdsError | None = None
+        began = self._clock()
         try:
             document = self._read()
         except ImdsError as exc:
@@ -179,7 +191,7 @@ class ImdsPoller:
             error = ImdsError(f"unexpected {type(exc).__name__}: {exc}")
         with self._lock:
             self._failures = 0 if error is None else self._failures + 1
-            self._latest = Reading(self._latest.seq + 1, self._clock(), document, error)
+            self._latest = Reading(self._latest.seq + 1, self._clock(), document, error, began)
             reading = self._latest
         if self._on_reading is not None:
             try:
@@ -216,15 +228,18 @@ class ImdsPoller:
             self.poll_once()
             due = self._clock() + self.next_delay(began)
             while not self._stop.is_set() and (remaining := due - self._clock()) > 0:
-                if not self._soon.wait(remaining):
+                if not self._soon.wait(remaining) or self._stop.is_set():
                     break
                 self._soon.clear()
-                pause = self._last_began + self.EARLY_GAP - self._clock()
-                if pause > 0:
-                    if pause >= due - self._clock():
-                        break  # the scheduled poll comes first anyway
-                    self._stop.wait(pause)
-                if self._stop.is_set():
+                now = self._clock()
+                self._early = [t for t in self._early if now - t < self._interval]
+                allowed_at = self._last_began + self.EARLY_GAP
+                if len(self._early) >= self.EARLY_PER_INTERVAL:
+                    allowed_at = max(allowed_at, self._early[0] + self._interval)
+                if allowed_at >= due:
+                    continue  # the scheduled poll comes first: it answers this request
+                if allowed_at > now and self._stop.wait(allowed_at - now):
                     break
                 self._last_began = self._clock()
+                self._early.append(self._last_began)
                 self.poll_once()  # an extra read: the schedule stays as it was

@@ -191,6 +191,13 @@ MUTATIONS = [
         'tests/unit/test_poller.py::test_a_reading_counts_once_towards_an_event_being_gone',
     ),
     (
+        'approval-on-a-read-after-approvable',
+        'coordinator/agent.py',
+        '        stale = [i for i in plan.approve if sent < self._approvable_since[i.key]]\n',
+        '        stale = [i for i in plan.approve if False]\n',
+        'tests/unit/test_poller.py::test_resources_changed_since_the_last_reading_are_seen_before_approving',
+    ),
+    (
         'no-approval-on-an-old-reading',
         'coordinator/agent.py',
         '        document = reading.document if age <= self._document_fresh else None\n',

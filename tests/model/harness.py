@@ -26,7 +26,9 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from coordinator.actions import ActionContext, ProbeState
-from coordinator.errors import ActionError
+from coordinator.errors import ActionError, ImdsError
+from coordinator.models import Document
+from coordinator.poller import Reading
 from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, WriteResult
 from coordinator.store.memory import MemoryStore
 
@@ -365,3 +367,33 @@ class ModelStore:
 
     def __getattr__(self, name: str) -> Any:  # anything else the contract grows
         return getattr(self.inner, name)
+
+
+class ModelReadings:
+    """The IMDS poller as the model drives it (``coordinator.poller.Readings``): ``poll`` reads the
+    agent's IMDS once; cycles in between, woken by the store or a job, see the same reading; a request
+    for an early read (``poll_soon``) is noted and served when the model chooses."""
+
+    def __init__(self, read: Callable[[], Document], monotonic: Callable[[], float]) -> None:
+        self._read = read
+        self._monotonic = monotonic
+        self.reading = Reading(0, monotonic())
+        self.asked = False
+
+    def poll(self) -> None:
+        began = self._monotonic()
+        seq = self.reading.seq + 1
+        try:
+            self.reading = Reading(seq, self._monotonic(), document=self._read(), began=began)
+        except ImdsError as exc:
+            self.reading = Reading(seq, self._monotonic(), error=exc, began=began)
+        self.asked = False
+
+    def latest(self) -> Reading:
+        return self.reading
+
+    def align(self, rank: int, members: int) -> None:
+        return None
+
+    def poll_soon(self) -> None:
+        self.asked = True

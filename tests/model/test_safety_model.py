@@ -136,6 +136,7 @@ from coordinator.store.memory import MemoryCluster, MemoryStore
 from tests.model.harness import (
     STORE_FAULT_POINTS,
     ModelExecutor,
+    ModelReadings,
     ModelStore,
     ModelTime,
     RecordingAction,
@@ -205,6 +206,7 @@ class VmSlot:
     agent: Agent | None = None
     store: ModelStore | None = None
     imds: FakeImds | None = None
+    readings: ModelReadings | None = None
     probe: WatchedProbe | None = None
     executor: ModelExecutor | None = None
     generation: int = 0  # agent processes started so far
@@ -395,6 +397,7 @@ class CoordinatorModel(RuleBasedStateMachine):
             agent_store = DryRunStore(store)
             agent_imds = DryRunImds(imds)
         slot.probe, slot.executor, slot.store, slot.imds = probe, executor, store, imds
+        slot.readings = ModelReadings(agent_imds.get_document, slot.clock.monotonic)
         if serving_at_start and slot.out_since is not None:
             slot.out_since = None
             slot.serve_epoch += 1
@@ -410,6 +413,7 @@ class CoordinatorModel(RuleBasedStateMachine):
             clock=slot.clock,
             executor=cast(JobExecutor, executor),
             state_file=saved,
+            readings=slot.readings,
         )
 
     def _stop(self, slot: VmSlot) -> None:
@@ -425,11 +429,15 @@ class CoordinatorModel(RuleBasedStateMachine):
         slot.back_at = None
         slot.down_since = self.time.now
 
-    def _cycle(self, vm: str) -> None:
+    def _cycle(self, vm: str, poll: bool = True) -> None:
+        """One cycle of ``vm``'s agent: after a poll of its IMDS (the poller's reading wakes the loop), or,
+        with ``poll`` False, woken by something else (a watch, a job) on the reading it already has."""
         slot = self.slots[vm]
         if slot.agent is None:
             return
-        assert slot.store is not None and slot.executor is not None
+        assert slot.store is not None and slot.executor is not None and slot.readings is not None
+        if poll:
+            slot.readings.poll()
         slot.store.view_session = None
         try:
             slot.agent.cycle()
@@ -808,6 +816,17 @@ class CoordinatorModel(RuleBasedStateMachine):
     @rule(vm=vm_names)
     def cycle(self, vm: str) -> None:
         self._cycle(vm)
+
+    @rule(vm=vm_names, seconds=st.sampled_from((0, 0, 0.5, 1, 2)), serve_early=st.booleans())
+    def woken(self, vm: str, seconds: float, serve_early: bool) -> None:
+        """A cycle woken between polls (a watch, a job), on the last reading, ``seconds`` after it; then,
+        if the agent asked for an early read and the model serves it, the cycle that reading wakes."""
+        if seconds:
+            self._advance(seconds)
+        self._cycle(vm, poll=False)
+        readings = self.slots[vm].readings
+        if serve_early and readings is not None and readings.asked:
+            self._cycle(vm)
 
     @rule(order=st.permutations(VMS), rounds=st.integers(min_value=1, max_value=3))
     def cycle_all(self, order: list[str], rounds: int) -> None:
