@@ -3,6 +3,11 @@ and ``campaign`` (``/leader``, ephemeral).
 
 A member node left by an older session of the same VM (the agent restarted before that session expired)
 is replaced, deleting exactly the version seen so that a newer node is never removed.
+
+Both answer from the watched view (``coordinator.store.zk_watch``) when it is current and already shows
+the answer, sending nothing: ``join`` when the view shows this session's own member node, made by this
+store, and the VM registered; ``campaign`` when it shows a ``/leader`` node. Whatever they send counts as
+a change (the next ``read_view`` reads again).
 """
 
 from __future__ import annotations
@@ -20,21 +25,26 @@ from coordinator.store.base import WriteResult
 from coordinator.store.payloads import LeaderNode, MemberNode, RegistryNode
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_session import Deadline
+from coordinator.store.zk_watch import WatchedView
 
 __all__ = ["campaign", "join"]
 
 log = logging.getLogger(__name__)
 
 
-def join(ctx: StoreContext, vm: str, info: Mapping[str, object]) -> WriteResult:
+def join(ctx: StoreContext, watched: WatchedView, vm: str, info: Mapping[str, object]) -> WriteResult:
     """See ``Store.join``."""
     vm = normalize_vm_name(vm)
     client, session = ctx.session.connected(write=True)
+    if watched.join_answer(vm, session):
+        return WriteResult.EXISTS
+    watched.joined(vm, None)
     deadline = ctx.session.deadline()
     data = MemberNode.of(vm, info).to_bytes()
     with ctx.session.writing(f"join as {vm}"):
         result = _join_members(ctx, client, session, vm, data, deadline)
         _register(ctx, client, vm, deadline)
+    watched.joined(vm, session)
     return result
 
 
@@ -89,10 +99,20 @@ def _register(ctx: StoreContext, client: KazooClient, vm: str, deadline: Deadlin
     raise StoreUnknownOutcome(f"{ctx.paths.registry} keeps disappearing")
 
 
-def campaign(ctx: StoreContext, vm: str) -> bool:
+def campaign(ctx: StoreContext, watched: WatchedView, vm: str) -> bool:
     """See ``Store.campaign``: create ``/leader`` if nobody holds it; True if this session holds it."""
     vm = normalize_vm_name(vm)
     client, session = ctx.session.connected(write=False)
+    answer = watched.campaign_answer(session)
+    if answer is not None:
+        return answer
+    try:
+        return _campaign(ctx, client, session, vm)
+    finally:
+        ctx.session.changed()  # a write was sent, or may have been
+
+
+def _campaign(ctx: StoreContext, client: KazooClient, session: int, vm: str) -> bool:
     deadline = ctx.session.deadline()
     data = LeaderNode(vm=vm, since=ctx.clock()).to_bytes()
     with ctx.session.reading(f"campaign as {vm}"):

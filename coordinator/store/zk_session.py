@@ -17,8 +17,15 @@ Timing and failure rules (the store's methods rely on them):
   minutes later, instead of moving to another server of the ensemble. The quiet period ends early when
   kazoo reports a new state or when the unanswered request is answered after all (a slow server); at
   its end, kazoo has either dropped the connection (SUSPENDED, then reconnection) or had a ping answered.
-* The kazoo connection listener and every watch (``watch``) only record the state and fire the wakeup
-  callback (kazoo requires listeners not to block).
+* The kazoo connection listener and every watch (``watch``) only record the state, count a change and
+  fire the wakeup callback (kazoo requires listeners not to block).
+
+Change counters, for the cached view (``coordinator.store.zk_watch``): ``generation`` grows on every watch
+event, every connection state change (kazoo's listener, the start and end of a quiet period, connect and
+close) and every write sent through ``writing`` (or counted with ``changed``); ``epoch`` grows on the
+connection changes only. A read that noted ``generation`` before sending its requests is still current
+while ``generation`` has not moved and the session is the same: every node it read carries a watch, and
+any watch that fires moves the counter before the wakeup callback runs.
 
 Authentication and TLS: ``ClientOptions`` carries ``auth_data`` (kazoo ``(scheme, credential)`` pairs)
 and ``TlsOptions``; ``default_client_factory`` passes them to ``KazooClient``. Nodes are created with the
@@ -142,6 +149,9 @@ class ZooKeeperSession:
         self._timeouts: tuple[type[BaseException], ...] = (KazooTimeoutError,)
         self._quiet_period = options.session_timeout * 2.0 / 3.0 + 0.5
         self._quiet_until = 0.0  # time.monotonic() before which nothing is sent (see module docstring)
+        self._counters = threading.Lock()
+        self._generation = 0  # see the module docstring
+        self._epoch = 0
         # One bound method object, so that kazoo's per-path watcher sets hold it once.
         self.watch: Callable[[WatchedEvent], None] = self._on_watch
 
@@ -171,9 +181,29 @@ class ZooKeeperSession:
     def connection_state(self) -> ConnectionState:
         """kazoo's state, except SUSPENDED during the quiet period that follows an unanswered request."""
         state = self._state
-        if state is ConnectionState.CONNECTED and time.monotonic() < self._quiet_until:
-            return ConnectionState.SUSPENDED
+        quiet_until = self._quiet_until
+        if state is ConnectionState.CONNECTED and quiet_until:
+            if time.monotonic() < quiet_until:
+                return ConnectionState.SUSPENDED
+            self._end_quiet_period(quiet_until)
         return state
+
+    @property
+    def generation(self) -> int:
+        """Grows whenever something read may have changed (see the module docstring). Thread-safe."""
+        return self._generation
+
+    @property
+    def epoch(self) -> int:
+        """Grows on every connection change (state, quiet period, connect, close). Thread-safe."""
+        return self._epoch
+
+    def changed(self, *, connection: bool = False) -> None:
+        """Count a change: ``generation`` always, ``epoch`` too for a ``connection`` change. Thread-safe."""
+        with self._counters:
+            self._generation += 1
+            if connection:
+                self._epoch += 1
 
     def deadline(self) -> Deadline:
         """A fresh deadline of ``operation_timeout``: one per store method."""
@@ -194,6 +224,7 @@ class ZooKeeperSession:
             if self._client is client:
                 self._state = _STATES.get(state, ConnectionState.SUSPENDED)
                 self._quiet_until = 0.0  # kazoo has decided about the connection
+                self.changed(connection=True)
                 self.notify()
 
         client.add_listener(listener)
@@ -208,12 +239,14 @@ class ZooKeeperSession:
             self.close()
             raise
         self._state = ConnectionState.CONNECTED
+        self.changed(connection=True)
         return client
 
     def close(self) -> None:
         """Close the session (its ephemeral nodes vanish). Bounded by ``operation_timeout``; never raises."""
         client, self._client = self._client, None
         self._state = ConnectionState.LOST
+        self.changed(connection=True)
         if client is None:
             return
 
@@ -240,6 +273,7 @@ class ZooKeeperSession:
         self._wakeup.fire()
 
     def _on_watch(self, event: WatchedEvent) -> None:
+        self.changed()
         self.notify()
 
     # -- requests -------------------------------------------------------------------------------------
@@ -276,11 +310,14 @@ class ZooKeeperSession:
 
     @contextlib.contextmanager
     def writing(self, what: str) -> Iterator[None]:
-        """Turn kazoo failures (errors and timeouts) inside the block into ``StoreUnknownOutcome``."""
+        """Turn kazoo failures (errors and timeouts) inside the block into ``StoreUnknownOutcome``. The
+        block is counted as a change however it ends: what was read before may be stale now."""
         try:
             yield
         except self._failures as exc:
             raise StoreUnknownOutcome(f"{what}: {self._describe(exc)}") from exc
+        finally:
+            self.changed()
 
     def _describe(self, exc: BaseException) -> str:
         if isinstance(exc, self._timeouts):
@@ -293,6 +330,7 @@ class ZooKeeperSession:
         if self._state is not ConnectionState.CONNECTED:
             return
         self._quiet_until = time.monotonic() + self._quiet_period
+        self.changed(connection=True)
         log.warning(
             "ZooKeeper did not answer within %.1fs: connection treated as suspended for up to %.1fs",
             self._operation_timeout,
@@ -307,5 +345,15 @@ class ZooKeeperSession:
         if isinstance(result.exception, ConnectionLoss | SessionExpiredError) or self._quiet_until == 0.0:
             return
         self._quiet_until = 0.0
+        self.changed(connection=True)
         log.info("ZooKeeper answered late: connection usable again")
         self.notify()
+
+    def _end_quiet_period(self, quiet_until: float) -> None:
+        """The quiet period ``quiet_until`` is over by the clock: count it as a connection change, once."""
+        with self._counters:
+            if self._quiet_until != quiet_until:
+                return  # ended or restarted meanwhile
+            self._quiet_until = 0.0
+            self._generation += 1
+            self._epoch += 1

@@ -1,8 +1,19 @@
-"""``read_view`` of the ZooKeeper store: members, registry, leader, absences and every event record.
+"""The reads of the ZooKeeper store: the cluster view (members, registry, leader, absences, out-of-rotation
+marks and every event record) and the member info of given VMs.
 
 All requests of one read are sent at once (kazoo pipelines them) and awaited against one deadline. A watch
-is set on every list and record read; watches are one-shot and are set again by each read, which suits a
-level-triggered loop: a missed or reset watch costs at most one poll interval.
+is set on every node whose change matters, so that a read stays current until one fires (the cache of
+``coordinator.store.zk_watch``):
+
+* the lists ``/members``, ``/registry``, ``/absent``, ``/out`` and ``/events`` (a list that does not
+  exist yet gets an ``exists`` watch instead, so that its creation is seen);
+* ``/leader`` (``exists``, whether or not it is there, and its data), and ``/members/{vm}`` of the reading
+  VM (``exists``: whose session owns it);
+* the data of ``/absent/{vm}``, ``/out/{vm}`` and ``/events/{EVENT_ID}``, and the children of each event
+  and of its ``acks``. An ack, ``approval`` and ``admitted`` are only ever created and deleted, never
+  rewritten: the watches on the lists they belong to cover them;
+* the data of each ``/members/{vm}`` that ``read_member_info`` reads (a member node is rewritten only by
+  being deleted and created again).
 
 Nodes that do not parse (see ``coordinator.store.payloads``) never make the read fail:
 
@@ -20,12 +31,13 @@ Child names that are not canonical VM names or event ids are skipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.interfaces import IAsyncResult
-from kazoo.protocol.states import ZnodeStat
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark
 from coordinator.store.payloads import (
@@ -42,33 +54,52 @@ from coordinator.store.payloads import (
 from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_event_id, is_canonical_vm
 from coordinator.store.zk_session import Deadline, ZooKeeperSession
 
-__all__ = ["read_member_info", "read_view"]
+__all__ = ["ViewRead", "Watcher", "read_member_info", "read_view"]
 
 log = logging.getLogger(__name__)
 
+Watcher = Callable[[WatchedEvent], None]
 
-def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> ClusterView:
-    """The cluster as seen now by ``vm`` (already normalised). Raises ``StoreUnavailable`` if not
-    connected, or if a request fails or is not answered within the operation timeout."""
+
+@dataclass(frozen=True)
+class ViewRead:
+    """One read of the view, with what the view does not show: the session the read was made in, and
+    the session owning ``/leader`` and the reading VM's ``/members/{vm}`` (None: no such node)."""
+
+    view: ClusterView
+    session_id: int
+    leader_owner: int | None
+    member_owner: int | None
+
+
+def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, watch: Watcher) -> ViewRead:
+    """The cluster as seen now by ``vm`` (already normalised), every node read watched by ``watch``.
+    Raises ``StoreUnavailable`` if not connected, or if a request fails or is not answered within the
+    operation timeout."""
     client, session_id = session.connected(write=False)
     deadline = session.deadline()
-    watch = session.watch
     with session.reading("read the cluster view"):
         members_r = client.get_children_async(paths.members, watch=watch)
         registry_r = client.get_children_async(paths.registry, watch=watch)
         # exists() sets a watch whether or not the node is there, so a new leader wakes us up too.
         leader_r = client.exists_async(paths.leader, watch=watch)
+        member_r = client.exists_async(paths.member(vm), watch=watch)
         events_r = client.get_children_async(paths.events, watch=watch)
 
         absent_r = client.get_children_async(paths.absent, watch=watch)
         out_r = client.get_children_async(paths.out, watch=watch)
-        members = frozenset(name for name in _children_or_empty(session, members_r, deadline) if is_canonical_vm(name))
-        known = frozenset(name for name in _children_or_empty(session, registry_r, deadline) if is_canonical_vm(name))
+        lists = _Lists(session, client, deadline, watch)
+        members = frozenset(name for name in lists.names(paths.members, members_r) if is_canonical_vm(name))
+        known = frozenset(name for name in lists.names(paths.registry, registry_r) if is_canonical_vm(name))
+        member_stat = session.wait(member_r, deadline)
+        member_owner = member_stat.ephemeralOwner if member_stat is not None else None
         leader: str | None = None
+        leader_owner: int | None = None
         i_am_leader = False
         if session.wait(leader_r, deadline) is not None:
             try:
-                data, stat = session.wait(client.get_async(paths.leader), deadline)
+                data, stat = session.wait(client.get_async(paths.leader, watch=watch), deadline)
+                leader_owner = stat.ephemeralOwner
                 leader = LeaderNode.from_bytes(data, paths.leader).vm
                 i_am_leader = stat.ephemeralOwner == session_id and leader == vm
             except NoNodeError:
@@ -77,8 +108,9 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> Clus
                 log.warning("undecodable leader node, leader treated as unknown: %s", exc)
 
         absent_since: dict[str, float] = {}
-        absent_names = [n for n in _children_or_empty(session, absent_r, deadline) if is_canonical_vm(n)]
-        absent_data = {name: client.get_async(paths.absent_vm(name)) for name in absent_names}
+        absent_names = [n for n in lists.names(paths.absent, absent_r) if is_canonical_vm(n)]
+        # Never rewritten today (created, then deleted), but watched all the same: the cost is nil.
+        absent_data = {name: client.get_async(paths.absent_vm(name), watch=watch) for name in absent_names}
         for name, result in absent_data.items():
             try:
                 data, _ = session.wait(result, deadline)
@@ -89,7 +121,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> Clus
                 log.warning("undecodable absence node, ignored: %s", exc)
 
         out: dict[str, OutMark] = {}
-        out_names = [n for n in _children_or_empty(session, out_r, deadline) if is_canonical_vm(n)]
+        out_names = [n for n in lists.names(paths.out, out_r) if is_canonical_vm(n)]
         out_data = {name: client.get_async(paths.out_vm(name), watch=watch) for name in out_names}
         for name, result in out_data.items():
             try:
@@ -104,7 +136,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> Clus
                 log.warning("undecodable out-of-rotation node, counted as out: %s", exc)
                 out[name] = OutMark(since=0.0)
 
-        event_ids = [e for e in _children_or_empty(session, events_r, deadline) if is_canonical_event_id(e)]
+        event_ids = [e for e in lists.names(paths.events, events_r) if is_canonical_event_id(e)]
         pending = {
             event_id: (
                 client.get_async(paths.event(event_id), watch=watch),
@@ -118,7 +150,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> Clus
             record = _read_record(session, client, paths, event_id, record_r, children_r, acks_r, deadline)
             if record is not None:
                 records[event_id] = record
-    return ClusterView(
+    view = ClusterView(
         members=members,
         leader=leader,
         i_am_leader=i_am_leader,
@@ -128,18 +160,20 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str) -> Clus
         absent_since=absent_since,
         out=out,
     )
+    return ViewRead(view, session_id, leader_owner, member_owner)
 
 
 def read_member_info(
-    session: ZooKeeperSession, paths: ZooKeeperPaths, vms: Iterable[str]
+    session: ZooKeeperSession, paths: ZooKeeperPaths, vms: Iterable[str], watch: Watcher
 ) -> dict[str, dict[str, object]]:
-    """What the member nodes of ``vms`` say (their agents' member info), read at once without watches;
-    a VM without a member node, or whose node does not parse, is left out. Raises ``StoreUnavailable``."""
+    """What the member nodes of ``vms`` say (their agents' member info), read at once, each node watched
+    by ``watch``; a VM without a member node, or whose node does not parse, is left out. Raises
+    ``StoreUnavailable``."""
     client, _ = session.connected(write=False)
     deadline = session.deadline()
     found: dict[str, dict[str, object]] = {}
     with session.reading("read member info"):
-        pending = {vm: client.get_async(paths.member(vm)) for vm in vms if is_canonical_vm(vm)}
+        pending = {vm: client.get_async(paths.member(vm), watch=watch) for vm in vms if is_canonical_vm(vm)}
         for vm, result in pending.items():
             try:
                 data, _ = session.wait(result, deadline)
@@ -149,6 +183,27 @@ def read_member_info(
             except PayloadError as exc:
                 log.warning("undecodable member node, ignored: %s", exc)
     return found
+
+
+class _Lists:
+    """The top-level lists of one read. A list whose node does not exist yet (an observer's store before
+    any agent created the layout) reads as empty, and an ``exists`` watch is set on it, since a children
+    watch is not set on a missing node; should it exist by then, the read counts as stale at once."""
+
+    def __init__(self, session: ZooKeeperSession, client: KazooClient, deadline: Deadline, watch: Watcher) -> None:
+        self._session = session
+        self._client = client
+        self._deadline = deadline
+        self._watch = watch
+
+    def names(self, path: str, result: IAsyncResult[list[str]]) -> list[str]:
+        try:
+            return self._session.wait(result, self._deadline)
+        except NoNodeError:
+            pass
+        if self._session.wait(self._client.exists_async(path, watch=self._watch), self._deadline) is not None:
+            self._session.changed()  # created between the two requests: what was read is not current
+        return []
 
 
 def _children_or_empty(session: ZooKeeperSession, result: IAsyncResult[list[str]], deadline: Deadline) -> list[str]:

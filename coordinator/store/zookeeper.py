@@ -12,8 +12,10 @@ The modules behind it:
   CONNECTED, a failed write is an unknown outcome, a quiet period after an unanswered request;
 * ``coordinator.store.zk_context``: what the modules share (session, paths, clock, base layout);
 * ``coordinator.store.zk_membership``: ``join`` and ``campaign``;
-* ``coordinator.store.zk_view``: ``read_view`` and ``member_info``, and what a read does with nodes that
-  do not parse;
+* ``coordinator.store.zk_view``: the reads behind ``read_view`` and ``member_info``, the watches they
+  set, and what a read does with nodes that do not parse;
+* ``coordinator.store.zk_watch``: the watched view: ``read_view``, ``member_info``, ``join`` and
+  ``campaign`` answered with no request while nothing changed (an idle agent sends nothing);
 * ``coordinator.store.zk_records``: the writes of event records, absences and out-of-rotation marks;
 * ``coordinator.store.zk_gate``: ``approve``, the last gate before the POST to IMDS;
 * ``coordinator.store.payloads``: the node data (UTF-8 JSON, one pydantic model per node kind).
@@ -40,7 +42,7 @@ from coordinator.store.zk_session import (
     ZooKeeperSession,
     default_client_factory,
 )
-from coordinator.store.zk_view import read_member_info, read_view
+from coordinator.store.zk_watch import WatchedView
 
 __all__ = [
     "ClientFactory",
@@ -86,6 +88,7 @@ class ZooKeeperStore:
         options = ClientOptions(hosts=hosts, session_timeout=session_timeout, auth_data=tuple(auth_data), tls=tls)
         self._session = ZooKeeperSession(options, operation_timeout, client_factory)
         self._ctx = StoreContext(self._session, self._paths, clock, create_layout)
+        self._watched = WatchedView(self._session, self._paths)
 
     # -- introspection ------------------------------------------------------------------------------
 
@@ -141,21 +144,21 @@ class ZooKeeperStore:
 
     def join(self, vm: str, info: Mapping[str, object]) -> WriteResult:
         """See ``coordinator.store.zk_membership.join``."""
-        return zk_membership.join(self._ctx, vm, info)
+        return zk_membership.join(self._ctx, self._watched, vm, info)
 
     def campaign(self, vm: str) -> bool:
         """See ``coordinator.store.zk_membership.campaign``."""
-        return zk_membership.campaign(self._ctx, vm)
+        return zk_membership.campaign(self._ctx, self._watched, vm)
 
     # -- reads ----------------------------------------------------------------------------------------
 
     def read_view(self, vm: str) -> ClusterView:
-        """See ``coordinator.store.zk_view.read_view``."""
-        return read_view(self._session, self._paths, normalize_vm_name(vm))
+        """See ``coordinator.store.zk_watch.WatchedView.read_view``."""
+        return self._watched.read_view(normalize_vm_name(vm))
 
     def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
-        """See ``coordinator.store.zk_view.read_member_info``."""
-        return read_member_info(self._session, self._paths, [normalize_vm_name(vm) for vm in vms])
+        """See ``coordinator.store.zk_watch.WatchedView.member_info``."""
+        return self._watched.member_info([normalize_vm_name(vm) for vm in vms])
 
     # -- the approval gate ----------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ or a three-node ensemble) that this process owns. Standard library only.
 Every server is a ``java`` child process started with ``QuorumPeerMain``; its PID is recorded and only
 that PID is ever signalled (SIGTERM, then SIGKILL; SIGSTOP/SIGCONT for ``pause``/``resume``). Servers
 listen on 127.0.0.1 only, the admin HTTP server is disabled, and the four-letter words ``ruok``,
-``srvr``, ``stat`` and ``mntr`` are enabled because readiness is detected with them.
+``srvr``, ``stat`` and ``mntr`` are enabled because readiness is detected with them, and ``cons`` to
+count each client's requests as the server sees them (``connection_stats``).
 
 Debian's ``zookeeper.jar`` manifest pulls in most of its dependencies, but not ``netty-codec.jar``,
 ``netty-resolver.jar`` or a logging binding (without netty-codec every client connection drops), so
@@ -19,6 +20,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -35,11 +37,14 @@ from coordinator.testbed.processes import free_port
 
 __all__ = [
     "DEFAULT_JAR_DIR",
+    "ConnectionStats",
     "LocalEnsemble",
     "LocalZooKeeper",
     "QuorumPeer",
+    "connection_stats",
     "find_classpath",
     "four_letter_word",
+    "parse_cons",
     "render_zoo_cfg",
 ]
 
@@ -67,7 +72,7 @@ _CLASSPATH_JARS = (
 )
 _MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 _JVM_OPTIONS = ("-Xmx256m", "-XX:-UsePerfData", "-XX:+UseSerialGC")
-_FOUR_LETTER_WORDS = "ruok,srvr,stat,mntr"
+_FOUR_LETTER_WORDS = "ruok,srvr,stat,mntr,cons"
 _LOG4J_PROPERTIES = """\
 log4j.rootLogger=INFO, FILE
 log4j.appender.FILE=org.apache.log4j.FileAppender
@@ -151,6 +156,52 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> s
                 break
             chunks.append(chunk)
     return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class ConnectionStats:
+    """One client connection as ``cons`` shows it. ``lcxid`` is the xid of the last request the server
+    answered on it: clients number their requests 1, 2, 3... on each connection, and pings (xid -2) and
+    other special packets do not count, so its growth over an interval is how many requests (reads and
+    writes) the client sent, by the server's own count. ``recved`` and ``sent`` count packets, pings
+    included; ``lop`` is the last operation (``PING``, ``GETD``, ``EXIS``, ``GETC``, ``CREA``...)."""
+
+    session_id: int
+    recved: int
+    sent: int
+    lcxid: int
+    lop: str
+
+
+# "/127.0.0.1:41234[1](queued=0,recved=12,sent=12,sid=0x1000...,lop=GETD,est=...,to=4000,lcxid=0x5,...)"
+_CONS_LINE = re.compile(r"^\s*/\S+\[\d+\]\((?P<fields>[^)]*)\)\s*$")
+
+
+def parse_cons(text: str) -> dict[int, ConnectionStats]:
+    """The connections of a ``cons`` answer that have a session, by session id. Lines of connections
+    without one yet (the connection asking, a client still handshaking) are left out."""
+    stats: dict[int, ConnectionStats] = {}
+    for line in text.splitlines():
+        match = _CONS_LINE.match(line)
+        if match is None:
+            continue
+        fields = dict(item.split("=", 1) for item in match["fields"].split(",") if "=" in item)
+        if not {"sid", "recved", "sent", "lcxid", "lop"} <= fields.keys():
+            continue
+        session_id = int(fields["sid"], 16)
+        stats[session_id] = ConnectionStats(
+            session_id=session_id,
+            recved=int(fields["recved"]),
+            sent=int(fields["sent"]),
+            lcxid=int(fields["lcxid"], 16),
+            lop=fields["lop"],
+        )
+    return stats
+
+
+def connection_stats(host: str, port: int, timeout: float = 2.0) -> dict[int, ConnectionStats]:
+    """Ask a server for ``cons`` and parse its answer (``parse_cons``). Raises ``OSError``."""
+    return parse_cons(four_letter_word(host, port, "cons", timeout=timeout))
 
 
 # Servers still running when the interpreter exits (a test run interrupted between start and stop)
@@ -342,6 +393,11 @@ class LocalZooKeeper:
                     f"end of {self.log_file}:\n{self._log_tail()}"
                 )
             time.sleep(0.05)
+
+    def connection_stats(self, timeout: float = 2.0) -> dict[int, ConnectionStats]:
+        """The client connections of this server, by session id (see ``ConnectionStats``). Raises
+        ``OSError`` when the server does not answer."""
+        return connection_stats("127.0.0.1", self.port, timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server: SIGTERM, then SIGKILL after ``timeout``. Only this server's PID is signalled.

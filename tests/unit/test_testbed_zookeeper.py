@@ -1,4 +1,5 @@
-"""The pure parts of coordinator.testbed.zookeeper: zoo.cfg rendering and the class path check."""
+"""The pure parts of coordinator.testbed.zookeeper: zoo.cfg rendering, the class path check and the
+parsing of ``cons``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.testbed.zookeeper import LocalZooKeeper, QuorumPeer, find_classpath, render_zoo_cfg
+from coordinator.testbed.zookeeper import (
+    ConnectionStats,
+    LocalZooKeeper,
+    QuorumPeer,
+    find_classpath,
+    parse_cons,
+    render_zoo_cfg,
+)
 
 
 def parse(cfg: str) -> dict[str, str]:
@@ -23,7 +31,7 @@ def test_standalone_config_listens_on_loopback_without_admin_server() -> None:
     assert cfg["clientPort"] == "21810"
     assert cfg["clientPortAddress"] == "127.0.0.1"
     assert cfg["admin.enableServer"] == "false"
-    assert cfg["4lw.commands.whitelist"] == "ruok,srvr,stat,mntr"
+    assert cfg["4lw.commands.whitelist"] == "ruok,srvr,stat,mntr,cons"
     assert (cfg["tickTime"], cfg["minSessionTimeout"], cfg["maxSessionTimeout"]) == ("500", "1000", "60000")
     assert not any(key.startswith("server.") for key in cfg)
 
@@ -83,3 +91,26 @@ def test_hosts_is_unknown_before_start_when_the_port_is_picked(tmp_path: Path) -
     with pytest.raises(RuntimeError, match="start"):
         _ = LocalZooKeeper(tmp_path).hosts
     assert LocalZooKeeper(tmp_path, 2181).hosts == "127.0.0.1:2181"
+
+
+CONS = """\
+ /127.0.0.1:50732[1](queued=0,recved=8,sent=8,sid=0x1000167e6d80000,lop=PING,est=1795467797507,to=4000,\
+lcxid=0x1f,lzxid=0x1,lresp=23586931,llat=12,minlat=0,avglat=12,maxlat=12)
+ /127.0.0.1:50740[1](queued=0,recved=3,sent=3,sid=0x1000167e6d80001,lop=GETD,est=1795467797600,to=4000,\
+lcxid=0x2,lzxid=0xffffffffffffffff,lresp=23586990,llat=1,minlat=0,avglat=1,maxlat=1)
+ /127.0.0.1:50738[0](queued=0,recved=1,sent=0)
+
+"""
+
+
+def test_cons_is_parsed_by_session_with_hex_fields_as_integers() -> None:
+    stats = parse_cons(CONS)
+    assert stats == {
+        0x1000167E6D80000: ConnectionStats(0x1000167E6D80000, recved=8, sent=8, lcxid=0x1F, lop="PING"),
+        0x1000167E6D80001: ConnectionStats(0x1000167E6D80001, recved=3, sent=3, lcxid=2, lop="GETD"),
+    }
+
+
+def test_cons_lines_without_a_session_and_other_text_are_skipped() -> None:
+    assert parse_cons(" /127.0.0.1:50738[0](queued=0,recved=1,sent=0)\n\nThis ZooKeeper instance is not currently "
+                      "serving requests\n") == {}

@@ -1,0 +1,164 @@
+"""The watched view of the ZooKeeper store: an idle agent sends no request at all.
+
+The agent asks, every cycle, for its membership (``join``), for leadership (``campaign``) and for the
+view (``read_view``), and the agents that probe their peers for the peers' member info
+(``member_info``). ``WatchedView`` answers from what the last read saw, for as long as that read is
+provably current:
+
+* ``read_view`` notes the session's change counter (``ZooKeeperSession.generation``) *before* it sends
+  its requests, and keeps the view with that number. Every node whose change matters is read with a
+  watch (see ``coordinator.store.zk_view``); a watch that fires, a connection change (SUSPENDED, LOST,
+  reconnection, the start or end of a quiet period) and every write made through this store move the
+  counter. A later ``read_view`` for the same VM returns the kept view, with no request, when the
+  counter has not moved, the session is the same and the connection is CONNECTED; otherwise it reads
+  again, setting the watches again. A change made while a read was under way moves the counter past the
+  number noted, so that read is never served twice.
+* ``join`` answers EXISTS with no request when this session created (or found as its own) the member
+  node and the current view shows the node, owned by this session, and the VM in the registry.
+* ``campaign`` answers from the current view when it shows a ``/leader`` node: True if this session owns
+  it. With no leader in sight it tries to take the node, as always.
+* ``member_info`` keeps what each member node said, read with a watch on that node, while the members
+  (the list, or any member node) and the connection have not changed.
+
+Nothing is ever served while the connection is not CONNECTED: the same ``StoreUnavailable`` (reads) or
+``StoreUnknownOutcome`` (``join``) as without the cache. A new session (after an expiry) never serves
+what the old one read: its watches died with it.
+
+What the cache does not change: a view is as current as the watches that reached this client, which
+they do within a network round trip of the change (ZooKeeper sends a watch event before the new data can
+be read by the watcher). ``approve`` never uses the cache: it re-reads everything itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import threading
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from kazoo.protocol.states import WatchedEvent
+
+from coordinator.store.base import ClusterView, ConnectionState
+from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_vm
+from coordinator.store.zk_session import ZooKeeperSession
+from coordinator.store.zk_view import ViewRead, read_member_info, read_view
+
+__all__ = ["CachedView", "WatchedView"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CachedView:
+    """The last read for ``vm``, current while ``generation`` is the session's and ``read.session_id``
+    the session's id."""
+
+    vm: str
+    generation: int
+    read: ViewRead
+
+
+@dataclass(frozen=True)
+class _MemberInfo:
+    """Member info read while the session was ``session_id`` at ``epoch`` and the members were at
+    ``members_generation``; by VM."""
+
+    session_id: int
+    epoch: int
+    members_generation: int
+    by_vm: dict[str, dict[str, object]]
+
+
+class WatchedView:
+    """The cache of one store (see the module docstring). Called from the agent loop, except ``watch``,
+    which kazoo calls from its threads."""
+
+    def __init__(self, session: ZooKeeperSession, paths: ZooKeeperPaths) -> None:
+        self._session = session
+        self._paths = paths
+        self._cached: CachedView | None = None
+        self._joined: tuple[str, int] | None = None  # (vm, session id) whose member node this store made
+        self._member_info: _MemberInfo | None = None
+        self._members_lock = threading.Lock()
+        self._members_generation = 0  # moved by every watch event on /members or a member node
+        # One bound method object, so that kazoo's per-path watcher sets hold it once.
+        self.watch = self._on_watch
+
+    # -- the view -------------------------------------------------------------------------------------
+
+    def read_view(self, vm: str) -> ClusterView:
+        """The view for ``vm`` (normalised): the kept one if current, else a new read. Raises
+        ``StoreUnavailable`` when not CONNECTED (nothing is served then) or when the read fails."""
+        generation = self._session.generation  # before anything is sent: see the module docstring
+        _, session_id = self._session.connected(write=False)
+        cached = self.current(session_id, vm)
+        if cached is not None:
+            return dataclasses.replace(cached.read.view, connection=self._session.connection_state)
+        read = read_view(self._session, self._paths, vm, self.watch)
+        self._cached = CachedView(vm, generation, read)
+        return read.view
+
+    def current(self, session_id: int, vm: str | None = None) -> CachedView | None:
+        """The kept read, if it is still current for ``session_id`` (and was made for ``vm``, if given)
+        and the connection is CONNECTED; else None."""
+        cached = self._cached
+        if cached is None or (vm is not None and cached.vm != vm):
+            return None
+        if cached.generation != self._session.generation or cached.read.session_id != session_id:
+            return None
+        if self._session.session_id != session_id or self._session.connection_state is not ConnectionState.CONNECTED:
+            return None
+        return cached
+
+    # -- membership -----------------------------------------------------------------------------------
+
+    def joined(self, vm: str, session_id: int | None) -> None:
+        """``join`` made sure that ``session_id`` owns the member node of ``vm`` (None: it could not
+        tell)."""
+        self._joined = (vm, session_id) if session_id is not None else None
+
+    def join_answer(self, vm: str, session_id: int) -> bool:
+        """True if the current view shows that the member node of ``vm`` is this session's own, made by
+        this store, and that ``vm`` is registered: ``join`` has nothing to do."""
+        cached = self.current(session_id)
+        if cached is None or self._joined != (vm, session_id):
+            return False
+        view = cached.read.view
+        return cached.read.member_owner == session_id and cached.vm == vm and vm in view.members and vm in view.known
+
+    def campaign_answer(self, session_id: int) -> bool | None:
+        """Whether this session holds ``/leader``, if the current view shows the node; None otherwise."""
+        cached = self.current(session_id)
+        if cached is None or cached.read.leader_owner is None:
+            return None
+        return cached.read.leader_owner == session_id
+
+    # -- member info ----------------------------------------------------------------------------------
+
+    def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
+        """What the member nodes of ``vms`` (normalised) say, from the kept answers where current. Raises
+        ``StoreUnavailable`` when not CONNECTED or when a read fails."""
+        _, session_id = self._session.connected(write=False)
+        stamp = (session_id, self._session.epoch, self._members_generation)
+        kept = self._member_info
+        current = kept is not None and (kept.session_id, kept.epoch, kept.members_generation) == stamp
+        known = kept.by_vm if kept is not None and current else {}
+        wanted = [vm for vm in dict.fromkeys(vms) if is_canonical_vm(vm)]
+        missing = [vm for vm in wanted if vm not in known]
+        fresh = read_member_info(self._session, self._paths, missing, self.watch) if missing else {}
+        if fresh and stamp == (self._session.session_id, self._session.epoch, self._members_generation):
+            self._member_info = _MemberInfo(*stamp, by_vm={**known, **fresh})
+        found = {**known, **fresh}
+        return {vm: copy.deepcopy(found[vm]) for vm in wanted if vm in found}
+
+    # -- watches --------------------------------------------------------------------------------------
+
+    def _on_watch(self, event: WatchedEvent) -> None:
+        # Runs on kazoo's event thread: count, then let the session count and wake the agent.
+        path = event.path
+        if path is None or path == self._paths.members or path.startswith(self._paths.members + "/"):
+            with self._members_lock:
+                self._members_generation += 1
+        self._session.watch(event)

@@ -1,0 +1,414 @@
+"""The watched view of the ZooKeeper store (coordinator.store.zk_watch), against a real ZooKeeper.
+
+Requests are counted by the server itself: ``cons`` shows, per session, the xid of the last request it
+answered (``lcxid``); pings do not move it, so its growth is the number of requests the client sent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.interfaces import IAsyncResult
+
+from coordinator.errors import StoreUnavailable, StoreUnknownOutcome
+from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, EventRecord, WriteResult
+from coordinator.store.zookeeper import ClientOptions, ZooKeeperStore
+from coordinator.testbed.zookeeper import ConnectionStats, LocalZooKeeper
+from tests.plugins.zookeeper import StoreMaker, expire_session, wait_until
+
+EVENT = "3F2A9C51-7B1D-4E8A-9C2B-5D6E7F8A9B01"
+OTHER = "3F2A9C51-7B1D-4E8A-9C2B-5D6E7F8A9B02"
+T0 = 1_700_000_000.0
+SEEN_WITHIN = 5.0  # seconds for a watch to reach the reader: a round trip on the loopback, under load
+
+
+def record(event_id: str = EVENT, resources: tuple[str, ...] = ("vm-a", "vm-b")) -> EventRecord:
+    return EventRecord(
+        event_id=event_id,
+        event_type="Reboot",
+        resources=resources,
+        not_before=T0 + 900,
+        published_by="vm-b",
+        published_at=T0,
+    )
+
+
+def stats(server: LocalZooKeeper, store: ZooKeeperStore) -> ConnectionStats:
+    """What the server says of this store's connection."""
+    session_id = store.session_id
+    assert session_id is not None
+    return server.connection_stats()[session_id]
+
+
+def requests_sent(server: LocalZooKeeper, store: ZooKeeperStore) -> int:
+    """The xid of the last request the server answered for this store's session (see module docstring)."""
+    return stats(server, store).lcxid
+
+
+def cycle(store: ZooKeeperStore, vm: str, info: dict[str, object]) -> ClusterView:
+    """What the agent loop asks of the store every cycle (the member info as a leader's peer probes do)."""
+    store.join(vm, info)
+    store.campaign(vm)
+    view = store.read_view(vm)
+    store.member_info(view.members - {vm})
+    return view
+
+
+def eventually(store: ZooKeeperStore, vm: str, condition: Callable[[ClusterView], bool], what: str) -> ClusterView:
+    """The first view of ``store`` for which ``condition`` holds, polled until ``SEEN_WITHIN``."""
+    view: ClusterView = wait_until(
+        lambda: (lambda v: v if condition(v) else None)(store.read_view(vm)), timeout=SEEN_WITHIN, message=what
+    )
+    return view
+
+
+# -- an idle agent ------------------------------------------------------------------------------------
+
+
+def test_an_idle_agent_sends_no_request_at_all(
+    zk_server: LocalZooKeeper, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    a, b = make_store(zk_server.hosts, zk_chroot), make_store(zk_server.hosts, zk_chroot)
+    b.join("vm-b", {"probe": "http://10.0.0.5:8090/health"})
+    b.publish_event(record())
+    b.acknowledge(EVENT, "vm-b", T0)
+    b.mark_out("vm-b", (EVENT,), T0)
+    b.mark_absent("vm-c", T0)
+    info: dict[str, object] = {"probe": "http://10.0.0.4:8090/health", "version": "1"}
+    cycle(a, "vm-a", info)  # joins and campaigns: writes, then one full read
+    cycle(a, "vm-a", info)
+
+    before = stats(zk_server, a)
+    views = []
+    for _ in range(20):
+        views.append(cycle(a, "vm-a", info))
+        time.sleep(0.25)
+    after = stats(zk_server, a)
+
+    assert after.lcxid - before.lcxid == 0, f"{after.lcxid - before.lcxid} requests in 20 idle rounds"
+    assert after.recved > before.recved  # the measure is live: kazoo's pings reached the server meanwhile
+    assert after.lop == "PING"
+    view = views[-1]
+    assert (view.members, view.leader, view.i_am_leader) == ({"vm-a", "vm-b"}, "vm-a", True)
+    assert view.connection is ConnectionState.CONNECTED
+    assert view.records[EVENT].acks == {"vm-b": T0}
+    assert view.out["vm-b"].events == (EVENT,)
+    assert view.absent_since == {"vm-c": T0}
+    assert a.join("vm-a", {}) is WriteResult.EXISTS
+    assert a.campaign("vm-a") is True
+    assert a.member_info(["vm-b"]) == {"vm-b": {"vm": "vm-b", "probe": "http://10.0.0.5:8090/health"}}
+    assert requests_sent(zk_server, a) == after.lcxid
+
+    # The same count moves as soon as something changes: one read, then idle again.
+    b.acknowledge(EVENT, "vm-a", T0 + 1)
+    eventually(a, "vm-a", lambda v: "vm-a" in v.records[EVENT].acks, "the new ack")
+    reread = requests_sent(zk_server, a)
+    assert reread > after.lcxid
+    for _ in range(5):
+        cycle(a, "vm-a", info)
+    assert requests_sent(zk_server, a) == reread
+
+
+def test_a_returned_view_is_not_shared_member_info_either(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    a = make_store(zk_hosts, zk_chroot)
+    a.join("vm-a", {"probe": "http://10.0.0.4:8090/health", "placement": {"zone": "1"}})
+    first = a.member_info(["vm-a"])
+    first["vm-a"]["probe"] = "changed by the caller"
+    placement = first["vm-a"]["placement"]
+    assert isinstance(placement, dict)
+    placement["zone"] = "2"
+    assert a.member_info(["vm-a"]) == {
+        "vm-a": {"vm": "vm-a", "probe": "http://10.0.0.4:8090/health", "placement": {"zone": "1"}}
+    }
+
+
+# -- changes made by others ---------------------------------------------------------------------------
+
+
+def test_every_change_by_another_store_is_seen_by_the_next_read_after_its_watch(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    a, b, c = (make_store(zk_hosts, zk_chroot) for _ in range(3))
+    a.join("vm-a", {})
+    b.join("vm-b", {"probe": "http://10.0.0.5:8090/health"})
+    assert b.campaign("vm-b") is True
+    view = a.read_view("vm-a")
+    assert (view.members, view.leader) == ({"vm-a", "vm-b"}, "vm-b")
+    assert a.member_info(["vm-b"])["vm-b"]["probe"] == "http://10.0.0.5:8090/health"
+
+    b.publish_event(record())
+    eventually(a, "vm-a", lambda v: EVENT in v.records, "a new event record")
+    b.acknowledge(EVENT, "vm-b", T0 + 1)
+    eventually(a, "vm-a", lambda v: v.records[EVENT].acks == {"vm-b": T0 + 1}, "an ack")
+    b.admit(EVENT, "vm-b", T0 + 2)
+    eventually(a, "vm-a", lambda v: v.records[EVENT].admitted_at == T0 + 2, "an admission")
+    b.withdraw_ack(EVENT, "vm-b")
+    eventually(a, "vm-a", lambda v: v.records[EVENT].acks == {}, "a withdrawn ack")
+    b.acknowledge(EVENT, "vm-b", T0 + 3)
+    a.acknowledge(EVENT, "vm-a", T0 + 3)  # a's own session: it outlives b
+    assert b.approve(EVENT, "vm-b", ["vm-a", "vm-b"], as_leader=True, at=T0 + 4).outcome is ApprovalOutcome.APPROVED
+    eventually(a, "vm-a", lambda v: v.records[EVENT].approval is not None, "an approval")
+    b.mark_done(EVENT, T0 + 5)  # rewrites the record's data, deletes approval and admitted
+    eventually(a, "vm-a", lambda v: v.records[EVENT].done_at == T0 + 5 and v.records[EVENT].approval is None,
+               "a record marked done")
+    b.reopen(EVENT)
+    eventually(a, "vm-a", lambda v: v.records[EVENT].done_at is None, "a record reopened")
+
+    b.mark_out("vm-b", (EVENT,), T0 + 6)
+    eventually(a, "vm-a", lambda v: "vm-b" in v.out and v.out["vm-b"].events == (EVENT,), "an out node")
+    b.mark_out("vm-b", (EVENT, OTHER), T0 + 7)  # the same node, rewritten
+    eventually(a, "vm-a", lambda v: v.out["vm-b"].events == (EVENT, OTHER), "an out node rewritten")
+    b.clear_out("vm-b")
+    eventually(a, "vm-a", lambda v: v.out == {}, "an out node cleared")
+
+    b.mark_absent("vm-z", T0 + 8)
+    eventually(a, "vm-a", lambda v: v.absent_since == {"vm-z": T0 + 8}, "an absence")
+    b.clear_absent("vm-z")
+    eventually(a, "vm-a", lambda v: v.absent_since == {}, "an absence cleared")
+
+    c.join("vm-c", {})
+    eventually(a, "vm-a", lambda v: v.members == {"vm-a", "vm-b", "vm-c"} and "vm-c" in v.known, "a new member")
+    b.stop()  # the leader and a member leave; its acks go with its session
+    view = eventually(a, "vm-a", lambda v: v.members == {"vm-a", "vm-c"} and v.leader is None, "a member leaving")
+    assert view.records[EVENT].acks == {"vm-a": T0 + 3}
+    assert view.known == {"vm-a", "vm-b", "vm-c"}
+    assert c.campaign("vm-c") is True
+    eventually(a, "vm-a", lambda v: v.leader == "vm-c" and not v.i_am_leader, "a new leader")
+    assert a.campaign("vm-a") is False  # answered from the view: vm-c leads
+
+    # vm-b comes back elsewhere: its new member info replaces what was kept.
+    b_again = make_store(zk_hosts, zk_chroot)
+    b_again.join("vm-b", {"probe": "http://10.0.0.9:8090/health"})
+    wait_until(lambda: a.member_info(["vm-b"]).get("vm-b", {}).get("probe") == "http://10.0.0.9:8090/health",
+               timeout=SEEN_WITHIN, message="the new member info of vm-b")
+
+
+def test_a_leader_taken_from_a_store_is_seen_by_its_campaign(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    a, b = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
+    assert a.campaign("vm-a") is True
+    assert a.read_view("vm-a").i_am_leader is True
+    assert a.campaign("vm-a") is True  # answered from the view
+    a_client = a.client
+    assert a_client is not None
+    a_client.delete(f"{a.base_path}/leader")  # by hand, behind the store's back
+    b.campaign("vm-b")
+    wait_until(lambda: a.campaign("vm-a") is False, timeout=SEEN_WITHIN, message="a to see that vm-b leads")
+    view = a.read_view("vm-a")
+    assert (view.leader, view.i_am_leader) == ("vm-b", False)
+
+
+def test_join_sees_that_another_session_took_the_member_node(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """Two agents with the same VM name (an agent restarted while its old session lingers): the view
+    still lists the VM, but the node is not this session's any more, so join does its work again."""
+    a, a_again = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
+    assert a.join("vm-a", {}) is WriteResult.DONE
+    assert a.read_view("vm-a").members == {"vm-a"}
+    assert a.join("vm-a", {}) is WriteResult.EXISTS  # from the view
+    woken = threading.Event()
+    a.set_wakeup(woken.set)
+    assert a_again.join("vm-a", {}) is WriteResult.DONE  # replaces a's node
+    assert woken.wait(SEEN_WITHIN), "no watch fired for a when its member node was replaced"
+    client = a_again.client
+    assert client is not None
+    path = f"{a.base_path}/members/vm-a"
+
+    def owner() -> int | None:
+        stat = client.exists(path)
+        return stat.ephemeralOwner if stat is not None else None
+
+    assert owner() == a_again.session_id
+    # The replacement deleted a's node: a's watch fired, and its next read shows vm-a (a_again's node).
+    assert a.read_view("vm-a").members == {"vm-a"}
+    assert a.join("vm-a", {}) is WriteResult.DONE  # taken back: not EXISTS from a view of another's node
+    assert owner() == a.session_id
+
+
+def test_an_observer_sees_the_layout_created_after_its_first_read(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """A store that creates nothing (a dry run) may read before any agent created the lists: it must
+    still hear of the first member."""
+    observer = ZooKeeperStore(zk_hosts, zk_chroot, "alpha", session_timeout=4.0, operation_timeout=3.0,
+                              create_layout=False)
+    observer.start()
+    try:
+        assert observer.read_view("vm-o").members == frozenset()
+        assert observer.read_view("vm-o").members == frozenset()
+        agent = make_store(zk_hosts, zk_chroot)
+        agent.join("vm-a", {})
+        eventually(observer, "vm-o", lambda v: v.members == {"vm-a"}, "the first member")
+    finally:
+        observer.stop()
+
+
+# -- a change while a read is under way ---------------------------------------------------------------
+
+
+class InterleavingClient(KazooClient):
+    """Runs ``hook`` once, right after the server answered the read of ``path`` (and set its watch), as
+    if another agent wrote at that moment, before the rest of the read is sent."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.path = ""
+        self.hook: Callable[[], None] | None = None
+
+    def _interleave(self, path: str, result: IAsyncResult[Any]) -> None:
+        hook = self.hook
+        if hook is not None and path == self.path:
+            self.hook = None
+            result.get(timeout=5)
+            hook()
+
+    def get_children_async(self, path: str, watch: Any = None, include_data: bool = False) -> Any:
+        result = super().get_children_async(path, watch=watch, include_data=include_data)
+        self._interleave(path, result)
+        return result
+
+    def get_async(self, path: str, watch: Any = None) -> Any:
+        result = super().get_async(path, watch=watch)
+        self._interleave(path, result)
+        return result
+
+
+def interleaving_store(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> tuple[ZooKeeperStore, InterleavingClient, threading.Event]:
+    clients: list[InterleavingClient] = []
+
+    def factory(options: ClientOptions) -> KazooClient:
+        client = InterleavingClient(hosts=options.hosts, timeout=options.session_timeout)
+        clients.append(client)
+        return client
+
+    store = make_store(zk_hosts, zk_chroot, client_factory=factory)
+    woken = threading.Event()
+    store.set_wakeup(woken.set)
+    return store, clients[0], woken
+
+
+def test_a_watch_firing_during_a_read_makes_the_next_read_read_again(
+    zk_server: LocalZooKeeper, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    a, client, woken = interleaving_store(zk_server.hosts, zk_chroot, make_store)
+    b = make_store(zk_server.hosts, zk_chroot)
+    a.join("vm-a", {})
+
+    def b_joins_and_a_is_told() -> None:
+        woken.clear()
+        b.join("vm-b", {})
+        assert woken.wait(5), "the watch on /members did not fire"
+
+    client.path, client.hook = f"{a.base_path}/members", b_joins_and_a_is_told
+    during = a.read_view("vm-a")
+    assert client.hook is None, "the read did not go through the interleaving"
+    assert during.members == {"vm-a"}  # the list was read before vm-b joined
+
+    sent = requests_sent(zk_server, a)
+    after = a.read_view("vm-a")
+    assert after.members == {"vm-a", "vm-b"}, "the read made during the change was served again"
+    assert requests_sent(zk_server, a) > sent
+    settled = requests_sent(zk_server, a)
+    assert a.read_view("vm-a").members == {"vm-a", "vm-b"}
+    assert requests_sent(zk_server, a) == settled
+
+
+def test_a_member_leaving_during_a_member_info_read_is_not_served_from_the_cache(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    a, client, woken = interleaving_store(zk_hosts, zk_chroot, make_store)
+    b = make_store(zk_hosts, zk_chroot)
+    b.join("vm-b", {"probe": "http://10.0.0.5:8090/health"})
+
+    def b_leaves_and_a_is_told() -> None:
+        woken.clear()
+        b.stop()
+        assert woken.wait(5), "the watch on /members/vm-b did not fire"
+
+    client.path, client.hook = f"{a.base_path}/members/vm-b", b_leaves_and_a_is_told
+    assert set(a.member_info(["vm-b"])) == {"vm-b"}  # read before vm-b left
+    assert client.hook is None
+    assert a.member_info(["vm-b"]) == {}
+
+
+# -- sessions and connection --------------------------------------------------------------------------
+
+
+def test_nothing_is_served_from_a_session_that_expired(
+    zk_server: LocalZooKeeper, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    a = make_store(zk_server.hosts, zk_chroot)
+    for _ in range(2):
+        cycle(a, "vm-a", {})
+    kept = a.read_view("vm-a")
+    assert ("vm-a" in kept.members, kept.i_am_leader) == (True, True)
+
+    old_session = expire_session(a)
+    # Between the expiry and the new session nothing is served; once the new session is there, the view
+    # is read again and shows that the member and leader nodes went with the old session.
+    try:
+        early = a.read_view("vm-a")
+    except StoreUnavailable:
+        pass
+    else:
+        assert a.session_id != old_session
+        assert ("vm-a" in early.members, early.i_am_leader) == (False, False)
+    wait_until(lambda: a.connection_state is ConnectionState.CONNECTED, message="a new session")
+    assert a.session_id not in (None, old_session)
+    fresh = a.read_view("vm-a")
+    assert "vm-a" not in fresh.members
+    assert (fresh.leader, fresh.i_am_leader) == (None, False)
+    assert requests_sent(zk_server, a) > 0
+
+    assert a.join("vm-a", {}) is WriteResult.DONE  # created again, not EXISTS from the old session's view
+    assert a.campaign("vm-a") is True
+    view = a.read_view("vm-a")
+    assert ("vm-a" in view.members, view.i_am_leader) == (True, True)
+    assert a.client is not None and a.client.exists(f"{a.base_path}/members/vm-a").ephemeralOwner == a.session_id
+
+
+def test_nothing_is_served_while_the_connection_is_suspended(
+    zk_server_factory: Callable[[], LocalZooKeeper], make_store: StoreMaker
+) -> None:
+    server = zk_server_factory()
+    store = make_store(server.hosts, "/suspended", session_timeout=3.0, operation_timeout=0.5)
+    store.join("vm-a", {"probe": "http://10.0.0.4:8090/health"})
+    store.campaign("vm-a")
+    store.read_view("vm-a")
+    store.member_info(["vm-a"])
+    idle = requests_sent(server, store)
+    assert store.read_view("vm-a").i_am_leader is True
+    assert requests_sent(server, store) == idle
+
+    server.pause()
+    try:
+        # No request is sent, so only kazoo's ping finds the server frozen.
+        wait_until(lambda: store.connection_state is not ConnectionState.CONNECTED, timeout=10,
+                   message="the client to notice the frozen server")
+        with pytest.raises(StoreUnavailable):
+            store.read_view("vm-a")
+        with pytest.raises(StoreUnavailable):
+            store.campaign("vm-a")
+        with pytest.raises(StoreUnavailable):
+            store.member_info(["vm-a"])
+        with pytest.raises(StoreUnknownOutcome):
+            store.join("vm-a", {})
+    finally:
+        server.resume()
+    wait_until(lambda: store.connection_state is ConnectionState.CONNECTED, timeout=15, message="reconnected")
+    # The session may or may not have outlived the freeze (the server's clock ran on): either way the
+    # view is read again, and a cycle leaves the agent a member and the leader.
+    view = cycle(store, "vm-a", {"probe": "http://10.0.0.4:8090/health"})
+    assert (view.members, view.i_am_leader) == ({"vm-a"}, True)
+    assert view.connection is ConnectionState.CONNECTED
