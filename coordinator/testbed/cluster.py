@@ -132,7 +132,8 @@ class LocalCluster:
                 self.start_agent(vm)
             if wait_joined:
                 self.wait_members(len(self.vms))
-                on_step(f"{len(self.vms)} agents joined")
+                self.wait_first_documents()
+                on_step(f"{len(self.vms)} agents joined, each has read its first document")
         except BaseException:
             self.stop()
             raise
@@ -266,6 +267,18 @@ class LocalCluster:
             return False
 
         _wait(joined, timeout, f"{n} agents to join")
+
+    def wait_first_documents(self, timeout: float = 30) -> None:
+        """Until every agent has acted on its first document: an agent joins the group before IMDS
+        first answers (its loop never waits on IMDS), and stays out of rotation until then."""
+        def acted() -> bool:
+            for agent in self.agents.values():
+                st = agent.status() if agent.alive() else None
+                if not st or st.get("phase") == "unknown" or not (st.get("imds") or {}).get("incarnation"):
+                    return False
+            return True
+
+        _wait(acted, timeout, "every agent's first document")
 
     def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         _wait(predicate, timeout, what)
