@@ -54,18 +54,18 @@ def _join_members(
     path = ctx.paths.member(vm)
     wait = ctx.session.wait
     for _ in range(3):
-        try:
-            wait(client.create_async(path, data, ephemeral=True), deadline)
-            log.info("joined as %s (session 0x%x)", vm, session)
-            return WriteResult.DONE
-        except NoNodeError:
-            ctx.ensure_layout(client, deadline)
-            continue
-        except NodeExistsError:
-            pass
+        # Looked at before a create is tried: a create that fails still costs the ensemble a transaction.
         stat = wait(client.exists_async(path), deadline)
         if stat is None:
-            continue  # vanished in between: create again
+            try:
+                wait(client.create_async(path, data, ephemeral=True), deadline)
+                log.info("joined as %s (session 0x%x)", vm, session)
+                return WriteResult.DONE
+            except NoNodeError:
+                ctx.ensure_layout(client, deadline)
+                continue
+            except NodeExistsError:
+                continue  # created in between: look again
         if stat.ephemeralOwner == session:
             return WriteResult.EXISTS
         # Left by an older session of this VM (agent restart before the old session expired):
@@ -117,13 +117,14 @@ def _campaign(ctx: StoreContext, client: KazooClient, session: int, vm: str) -> 
     data = LeaderNode(vm=vm, since=ctx.clock()).to_bytes()
     with ctx.session.reading(f"campaign as {vm}"):
         for _ in range(2):
+            # Looked at first: a create that fails on a held node still costs the ensemble a transaction.
+            stat = ctx.session.wait(client.exists_async(ctx.paths.leader), deadline)
+            if stat is not None:
+                return stat.ephemeralOwner == session
             try:
                 ctx.session.wait(client.create_async(ctx.paths.leader, data, ephemeral=True), deadline)
                 log.info("%s is the leader now (session 0x%x)", vm, session)
                 return True
             except NodeExistsError:
-                pass
-            stat = ctx.session.wait(client.exists_async(ctx.paths.leader), deadline)
-            if stat is not None:
-                return stat.ephemeralOwner == session
+                continue  # taken in between: look again
     return False

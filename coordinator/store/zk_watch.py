@@ -14,9 +14,12 @@ provably current:
   again, setting the watches again. A change made while a read was under way moves the counter past the
   number noted, so that read is never served twice.
 * ``join`` answers EXISTS with no request when this session created (or found as its own) the member
-  node and the current view shows the node, owned by this session, and the VM in the registry.
-* ``campaign`` answers from the current view when it shows a ``/leader`` node: True if this session owns
-  it. With no leader in sight it tries to take the node, as always.
+  node and the last view shows the node, owned by this session, and the VM in the registry, while
+  nothing of the membership has changed since (the members list, a member node, the registry, the
+  connection): a change elsewhere, such as an ack, does not make the agent join again.
+* ``campaign`` answers likewise from the last view when it shows a ``/leader`` node and neither that
+  node nor the connection has changed since: True if this session owns it. With no leader in sight it
+  tries to take the node, as always.
 * ``member_info`` keeps what each member node said, read with a watch on that node, while the members
   (the list, or any member node) and the connection have not changed.
 
@@ -58,6 +61,7 @@ class CachedView:
     vm: str
     generation: int
     read: ViewRead
+    standing: tuple[int, int] = (-1, -1)  # (standing generation, epoch) noted before the read
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class WatchedView:
         self._member_info: _MemberInfo | None = None
         self._members_lock = threading.Lock()
         self._members_generation = 0  # moved by every watch event on /members or a member node
+        self._standing_generation = 0  # moved by watch events on /members, a member, /registry, /leader
         # One bound method object, so that kazoo's per-path watcher sets hold it once.
         self.watch = self._on_watch
 
@@ -92,13 +97,28 @@ class WatchedView:
         """The view for ``vm`` (normalised): the kept one if current, else a new read. Raises
         ``StoreUnavailable`` when not CONNECTED (nothing is served then) or when the read fails."""
         generation = self._session.generation  # before anything is sent: see the module docstring
+        standing = self._standing()
         _, session_id = self._session.connected(write=False)
         cached = self.current(session_id, vm)
         if cached is not None:
             return dataclasses.replace(cached.read.view, connection=self._session.connection_state)
         read = read_view(self._session, self._paths, vm, self.watch)
-        self._cached = CachedView(vm, generation, read)
+        self._cached = CachedView(vm, generation, read, standing)
         return read.view
+
+    def _standing(self) -> tuple[int, int]:
+        with self._members_lock:
+            return self._standing_generation, self._session.epoch
+
+    def _standing_read(self, session_id: int) -> CachedView | None:
+        """The kept read, if nothing of membership or leadership has changed since it was made (other
+        changes do not matter to ``join`` and ``campaign``), for this session, while CONNECTED."""
+        cached = self._cached
+        if cached is None or cached.read.session_id != session_id or cached.standing != self._standing():
+            return None
+        if self._session.session_id != session_id or self._session.connection_state is not ConnectionState.CONNECTED:
+            return None
+        return cached
 
     def current(self, session_id: int, vm: str | None = None) -> CachedView | None:
         """The kept read, if it is still current for ``session_id`` (and was made for ``vm``, if given)
@@ -122,15 +142,16 @@ class WatchedView:
     def join_answer(self, vm: str, session_id: int) -> bool:
         """True if the current view shows that the member node of ``vm`` is this session's own, made by
         this store, and that ``vm`` is registered: ``join`` has nothing to do."""
-        cached = self.current(session_id)
+        cached = self._standing_read(session_id)
         if cached is None or self._joined != (vm, session_id):
             return False
         view = cached.read.view
         return cached.read.member_owner == session_id and cached.vm == vm and vm in view.members and vm in view.known
 
     def campaign_answer(self, session_id: int) -> bool | None:
-        """Whether this session holds ``/leader``, if the current view shows the node; None otherwise."""
-        cached = self.current(session_id)
+        """Whether this session holds ``/leader``, if the last view shows the node and nothing of
+        membership or leadership has changed since; None otherwise."""
+        cached = self._standing_read(session_id)
         if cached is None or cached.read.leader_owner is None:
             return None
         return cached.read.leader_owner == session_id
@@ -158,7 +179,9 @@ class WatchedView:
     def _on_watch(self, event: WatchedEvent) -> None:
         # Runs on kazoo's event thread: count, then let the session count and wake the agent.
         path = event.path
-        if path is None or path == self._paths.members or path.startswith(self._paths.members + "/"):
+        members = path is None or path == self._paths.members or path.startswith(self._paths.members + "/")
+        if members or path in (self._paths.registry, self._paths.leader):
             with self._members_lock:
-                self._members_generation += 1
+                self._members_generation += 1 if members else 0
+                self._standing_generation += 1
         self._session.watch(event)

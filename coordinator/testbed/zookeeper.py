@@ -399,6 +399,15 @@ class LocalZooKeeper:
         ``OSError`` when the server does not answer."""
         return connection_stats("127.0.0.1", self.port, timeout)
 
+    def zxid(self, timeout: float = 2.0) -> int:
+        """The last transaction id this server has seen (``srvr``): it grows by one with every write
+        transaction, including a create or delete that fails, and not with reads or pings."""
+        text = four_letter_word("127.0.0.1", self.port, "srvr", timeout)
+        match = re.search(r"Zxid: (0x[0-9a-fA-F]+)", text)
+        if match is None:
+            raise OSError(f"no Zxid in the server's srvr answer: {text[:200]!r}")
+        return int(match.group(1), 16)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server: SIGTERM, then SIGKILL after ``timeout``. Only this server's PID is signalled.
         Never raises; a second call does nothing."""

@@ -114,6 +114,38 @@ def test_an_idle_agent_sends_no_request_at_all(
     assert requests_sent(zk_server, a) == reread
 
 
+def test_a_change_outside_membership_costs_one_view_read_and_no_write(
+    zk_server: LocalZooKeeper, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """Another VM's ack makes the next cycle read the view again, but join and campaign still answer
+    from what they saw: no request of theirs, and no write at all (a create that fails on an existing
+    node would still cost the ensemble a transaction, as ``srvr``'s zxid shows)."""
+    a, b = make_store(zk_server.hosts, zk_chroot), make_store(zk_server.hosts, zk_chroot)
+    b.join("vm-b", {})
+    b.publish_event(record())
+    info: dict[str, object] = {"version": "1"}
+    cycle(a, "vm-a", info)
+    cycle(a, "vm-a", info)
+    a.read_view("vm-a")
+    reads_only_view = requests_sent(zk_server, a)
+    a.join("vm-a", info)
+    a.campaign("vm-a")
+    assert requests_sent(zk_server, a) == reads_only_view
+
+    woken = threading.Event()
+    a.set_wakeup(woken.set)
+    b.acknowledge(EVENT, "vm-b", T0)
+    assert woken.wait(SEEN_WITHIN), "the ack's watch never reached a"  # a's view is stale now
+    before, zxid = requests_sent(zk_server, a), zk_server.zxid()
+    assert a.join("vm-a", info) is WriteResult.EXISTS
+    assert a.campaign("vm-a") is True
+    assert requests_sent(zk_server, a) == before
+    view = a.read_view("vm-a")
+    assert view.members == {"vm-a", "vm-b"} and "vm-b" in view.records[EVENT].acks
+    assert requests_sent(zk_server, a) > before  # the view itself was read again
+    assert zk_server.zxid() == zxid  # nothing written by a's cycle
+
+
 def test_a_returned_view_is_not_shared_member_info_either(
     zk_hosts: str, zk_chroot: str, make_store: StoreMaker
 ) -> None:
