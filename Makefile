@@ -1,4 +1,4 @@
-.PHONY: setup test demo lint chaos
+.PHONY: setup test demo lint chaos bench
 setup:
 	bash scripts/setup.sh
 test:
@@ -11,3 +11,7 @@ lint:
 # The long chaos run (about a minute per run): seeds 1-200, each judged by the oracle; see docs/reliability.md.
 chaos:
 	.venv/bin/python -m coordinator.testbed.chaos --runs 200 --seed 1 --json docs/chaos-results.json
+# The benchmarks (about 40 minutes on 2 cores): bench/results.json and docs/benchmarks.md are rewritten.
+bench:
+	bash scripts/setup.sh
+	.venv/bin/python bench/run.py

@@ -35,8 +35,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
 if [ ! -f "$stamp" ]; then
-    echo "setup: installing the project and its test dependencies into .venv"
-    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+    echo "setup: installing the project and its test and benchmark dependencies into .venv"
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[test,bench]'
     rm -f .venv/.installed-* && touch "$stamp"
 fi
 # The real Compose v2 binary, only to validate docker-compose.yml (no container engine is needed):
