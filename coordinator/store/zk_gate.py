@@ -45,12 +45,18 @@ def approve(
         return ApprovalResult(ApprovalOutcome.REFUSED, reason=str(exc))
     deadline = ctx.session.deadline()
     with ctx.session.writing(f"event {event_id}: approve as {vm}"):
-        # 2. A synced read: the server we talk to has caught up with the ensemble's leader, so a node
-        # deleted elsewhere (an expired leader) is not still seen here.
-        wait(client.sync_async(paths.base), deadline)
+        # 2. Synced reads: the server we talk to has caught up with the ensemble's leader, so a node
+        # deleted elsewhere (an expired leader) is not still seen here. All are sent at once: a server
+        # answers one session's requests in order, so the reads are served after the sync is done.
         owner_path = paths.leader if as_leader else paths.member(vm)
+        sync_r = client.sync_async(paths.base)
+        owner_r = client.get_async(owner_path)
+        record_r = client.get_async(paths.event(event_id))
+        admitted_r = client.exists_async(paths.admitted(event_id)) if admission else None
+        acks_r = client.get_children_async(paths.acks(event_id))
+        wait(sync_r, deadline)
         try:
-            data, stat = wait(client.get_async(owner_path), deadline)
+            data, stat = wait(owner_r, deadline)
         except NoNodeError:
             role = "the leader" if as_leader else "a member"
             return _refused(f"{owner_path} does not exist: this agent is not {role}")
@@ -68,7 +74,7 @@ def approve(
         # 3. The record is not done (a returning event is reopened first), it is admitted if it must be,
         # and every required VM has acknowledged.
         try:
-            record_data, _ = wait(client.get_async(paths.event(event_id)), deadline)
+            record_data, _ = wait(record_r, deadline)
             done_at = EventNode.from_bytes(record_data, paths.event(event_id)).done_at
         except NoNodeError:
             return _refused(f"event {event_id} has no record in the store")
@@ -76,10 +82,10 @@ def approve(
             return _refused(f"event {event_id}: undecodable record: {exc}")
         if done_at is not None:
             return _refused(f"event {event_id} is marked done")
-        if admission and wait(client.exists_async(paths.admitted(event_id)), deadline) is None:
+        if admitted_r is not None and wait(admitted_r, deadline) is None:
             return _refused(f"event {event_id} is not admitted")
         try:
-            ack_names: list[str] = wait(client.get_children_async(paths.acks(event_id)), deadline)
+            ack_names: list[str] = wait(acks_r, deadline)
         except NoNodeError:
             return _refused(f"event {event_id} has no record in the store")
         missing = sorted(needed - set(ack_names))
