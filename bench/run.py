@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.detection import bench_detection  # noqa: E402
 from bench.group import bench_group, percentiles  # noqa: E402
+from bench.scale import bench_scale  # noqa: E402
 from coordinator.actions import ProbeAction, ProbeState  # noqa: E402
 from coordinator.agent import Agent  # noqa: E402
 from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide  # noqa: E402
@@ -107,7 +108,7 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
 # -- results and the document ---------------------------------------------------------------------------
 
 RESULTS = ROOT / "bench" / "results.json"
-SECTIONS = ("decide", "cycle", "group", "detection")
+SECTIONS = ("decide", "cycle", "group", "detection", "scale")
 
 
 def _machine() -> str:
@@ -162,7 +163,29 @@ this is the cost of a cycle woken by a reading that brings nothing new. {_stamp(
         parts.append(_render_group(results["group"]))
     if "detection" in results:
         parts.append(_render_detection(results["detection"]))
+    if "scale" in results:
+        parts.append(_render_scale(results["scale"]))
     return "\n".join(parts)
+
+
+def _render_scale(entry: dict[str, Any]) -> str:
+    gate = percentiles(entry["gate_ms"])
+    events = entry["groups"] * entry["rounds"]
+    return f"""## Scale: {entry['groups']} groups of {entry['size']} agents on one ZooKeeper
+
+{entry['groups'] * entry['size']} agents in {entry['workers']} processes (each agent with its own IMDS client,
+poller, ZooKeeper session, loop and executor; no HTTP surface and no peer probes, so the budget counts
+VMs by their `/out` nodes), one IMDS simulator per group, one ZooKeeper server. {entry['rounds']} rounds; in
+each, every group gets a Freeze on two of its VMs at once. {_stamp(entry)}
+
+| measure | p50 | p90 | p99 | max | n | target |
+|---|---|---|---|---|---|---|
+| gate: last ack's ZooKeeper ctime -> approval POST (ms) | {_fmt(gate)} | p99 < 100 ms: {_met(gate['p99'] < 100)} |
+
+Events: {events}; missed (not approved within a minute): {len(entry['missed'])} (target 0: \
+{_met(not entry['missed'])}); approved but not timed (the acks came and went between two looks of the
+harness): {entry['unmeasured']}.
+"""
 
 
 def _fmt(stats: dict[str, float], digits: int = 1) -> str:
@@ -267,6 +290,10 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=600.0, help="seconds of the idle window (default 600)")
     parser.add_argument("--sizes", default="3,10,30", help="group sizes of the detection section")
     parser.add_argument("--detection-events", type=int, default=20, help="events per detection group")
+    parser.add_argument("--groups", type=int, default=20, help="groups of the scale section (default 20)")
+    parser.add_argument("--size", type=int, default=10, help="agents per group in the scale section (default 10)")
+    parser.add_argument("--workers", type=int, default=4, help="processes running the scale section's agents")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds of events in the scale section")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     if args.quick:
@@ -298,6 +325,11 @@ def main() -> int:
                 print(f"bench: a group of three, {args.events} events, then {args.idle:.0f} s idle ...", flush=True)
                 result = bench_group(zk, events=args.events, idle_seconds=args.idle)
                 results["group"] = {**stamp, "result": asdict(result), "notes": result.notes}
+                save()
+            if "scale" in sections:
+                with tempfile.TemporaryDirectory(prefix="coordinator-bench-scale-") as work:
+                    results["scale"] = {**stamp, **bench_scale(zk, Path(work), groups=args.groups, size=args.size,
+                                                               workers=args.workers, rounds=args.rounds)}
                 save()
             if "detection" in sections:
                 sizes = tuple(int(x) for x in args.sizes.split(","))
