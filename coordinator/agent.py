@@ -226,16 +226,20 @@ class Agent:
             # decision taken again on that (the last probing round may be a second old).
             self._peers_confirmed_at = self._clock.monotonic()
             snap = replace(snap, peers=self._peers.confirm())
-            confirmed = decide(snap, local, self._policy)
+            confirmed = self._fresh_for_approval(decide(snap, local, self._policy), started)
             for intent in plan.approve:
                 if intent not in confirmed.approve:
                     reasons = "; ".join(confirmed.blocked.get(intent.key, ())) or "no longer approvable"
                     log.info("approval held (vm=%s event=%s): peers probed again: %s", self.vm, intent.event_id,
                              reasons)
             plan = confirmed
+        decided = self._clock.monotonic()
         self._local = self._act(snap, local, plan)
         self._persist(snap)
         self._report(snap, plan)
+        log.debug("cycle took %.1f ms: observe %.1f, decide %.1f, act %.1f (vm=%s)",
+                  (self._clock.monotonic() - started) * 1e3, (snap.mono - started) * 1e3,
+                  (decided - snap.mono) * 1e3, (self._clock.monotonic() - decided) * 1e3, self.vm)
         if snap.cluster is not None:
             if self._peers is not None:
                 # Peers are probed by those who may admit or approve, while there is something to admit

@@ -198,6 +198,13 @@ MUTATIONS = [
         'tests/unit/test_poller.py::test_resources_changed_since_the_last_reading_are_seen_before_approving',
     ),
     (
+        'fresh-read-kept-after-peers-asked-again',
+        'coordinator/agent.py',
+        '            confirmed = self._fresh_for_approval(decide(snap, local, self._policy), started)\n',
+        '            confirmed = decide(snap, local, self._policy)\n',
+        'tests/unit/test_poller.py::test_peers_asked_again_do_not_release_an_approval_held_for_a_fresh_read',
+    ),
+    (
         'no-approval-on-an-old-reading',
         'coordinator/agent.py',
         '        document = reading.document if age <= self._document_fresh else None\n',

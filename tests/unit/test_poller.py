@@ -9,6 +9,7 @@ import itertools
 import random
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -24,7 +25,7 @@ from coordinator.metrics import Metrics
 from coordinator.models import Document, parse_document
 from coordinator.poller import ImdsPoller, Reading
 from coordinator.store.memory import MemoryCluster, MemoryStore
-from tests.unit.test_safety_regressions import POLICY, Bench, E, FakeImds
+from tests.unit.test_safety_regressions import E2, POLICY, Bench, E, FakeImds
 
 EMPTY = parse_document({"DocumentIncarnation": 1, "Events": []})
 
@@ -368,3 +369,44 @@ def test_a_record_published_since_the_leaders_last_poll_is_not_taken_for_one_gon
     bench.clock.advance(0.3)
     bench.vms["vm0"].agent.cycle()  # the leader, woken by the record, on its reading from before
     assert bench.cluster.events[E].record.done_at is None
+
+
+def test_peers_asked_again_do_not_release_an_approval_held_for_a_fresh_read(tmp_path: Path) -> None:
+    """Right before approving, the agent asks its peers again and decides again; that second decision
+    must hold back, as the first did, an event that became approvable after the reading was sent."""
+    bench = Bench(tmp_path, replace(POLICY, max_events=None, peer_fresh=3.0), probe_peers=True)
+    held: list[HeldReadings] = []
+
+    def readings(imds: FakeImds) -> HeldReadings:
+        held.append(HeldReadings(imds, bench))
+        return held[-1]
+
+    bench.add("vm0", readings=readings)
+    for name in ("vm1", "vm2", "vm3"):
+        bench.add(name)
+    vm0 = held[0]
+    bench.group.schedule(E, ["vm0", "vm1"], in_s=100)
+    bench.group.schedule(E2, ["vm0", "vm2"], in_s=100)
+
+    def others(*names: str) -> None:
+        for name in names:
+            bench.vms[name].agent.cycle()
+
+    for _ in range(15):  # vm2 stays away: E becomes approvable, E2 waits for vm2's ack
+        vm0.refresh()
+        bench.vms["vm0"].agent.cycle()
+        others("vm1", "vm3")
+        bench.clock.advance(0.1)
+        bench.vms["vm0"].agent.cycle()  # woken by what vm1 and vm3 wrote
+        if vm0.asked:
+            break
+        bench.clock.advance(0.9)
+    assert vm0.asked and not bench.group.posts  # E held for a fresh read
+    for _ in range(12):  # meanwhile vm2 drains and acknowledges E2; vm0 waits for its read
+        others("vm1", "vm2", "vm3")
+        bench.clock.advance(1.0)
+    assert "vm2" in bench.cluster.events[E2].acks
+    vm0.refresh()  # the read vm0 asked for, sent before E2 was ever approvable at vm0
+    bench.clock.advance(0.01)
+    bench.vms["vm0"].agent.cycle()  # the cycle that reading wakes
+    assert [ids for _, ids, _ in bench.group.posts] == [(E,)]  # E2 waits for a read of its own
