@@ -187,8 +187,11 @@ class LocalCluster:
         config: dict[str, Any] = {
             "cluster": self.cluster,
             "vm_name": vm,
+            # Time runs compressed here (polls every 0.3-1 s, events minutes long at most): failed polls
+            # back off to 2 s at most, where a VM would wait up to the 8 s default.
             "imds": {"url": self.imds_urls[vm], "poll_interval": self._poll_interval,
-                     "first_request_timeout": 10, "request_timeout": 2},
+                     "first_request_timeout": 10, "request_timeout": 2,
+                     "backoff_max_seconds": max(2.0, self._poll_interval)},
             "zookeeper": {"hosts": self.zk_hosts, "session_timeout": self._session_timeout,
                           "operation_timeout": 2},
             "policy": {"approver": self._approver},
