@@ -198,13 +198,25 @@ two VMs per event. Not measured: a fleet of this size, or the view read's growth
 |---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-ZooKeeper's overview reports throughputs in the tens of thousands of requests a second for small
-ensembles (not measured here); by this model a fleet of 10,000 VMs in its busiest hour needs a small
-fraction of that, and 10,000 idle sessions cost their pings only.
+Writes and pings stay small. The view reads do not: the requests per agent measured above include
+reading every record the group keeps again on every change (see the gate note), so they grow with the
+records retained, and this model multiplies that by the group's size. ZooKeeper's overview reports
+throughputs in the tens of thousands of requests a second for small ensembles (not measured here): at
+these per-agent costs a fleet of 10,000 VMs in its busiest hour would be over that; the incremental
+record cache the gate note describes is what this model says to build first.
 """
 
 
 def _render_scale(entry: dict[str, Any]) -> str:
+    if "approved_per_round" in entry:  # a run that had to be stopped: what its rounds showed
+        rounds = ", ".join(f"{n}/{entry['groups']}" for n in entry["approved_per_round"])
+        return f"""## Scale: {entry['groups']} groups of {entry['size']} agents on one ZooKeeper: not met
+
+{entry['groups'] * entry['size']} agents in {entry['workers']} processes, one IMDS simulator per group, one
+ZooKeeper server, on this 2-core machine. {_stamp(entry)} Events approved within a minute, round by
+round: {rounds}; the run was stopped after round {len(entry['approved_per_round'])} of {entry['rounds']}, the
+group no longer keeping up. {entry.get('why', '')}
+"""
     gate = percentiles(entry["gate_ms"])
     events = entry["groups"] * entry["rounds"]
     return f"""## Scale: {entry['groups']} groups of {entry['size']} agents on one ZooKeeper
@@ -276,6 +288,30 @@ def _render_group(entry: dict[str, Any]) -> str:
     ]
     table = "\n".join(f"| {m} | {v} | {t} |" for m, v, t in rows)
     notes = "".join(f"\n- {note}" for note in entry.get("notes", []))
+    gates = r["gate_ms"]
+    if len(gates) >= 40:
+        first, last = percentiles(gates[:20]), percentiles(gates[-20:])
+        notes += (f"\n- The gate grows with the event records the group keeps: p50 {first['p50']:.0f} ms over the "
+                  f"first 20 events, {last['p50']:.0f} ms over the last 20. Done records are kept for "
+                  "`done_retention_seconds` (7 days), and every change an agent is told of makes it read the whole "
+                  "view again, about three requests per record; the approver reads it once for the last ack and "
+                  "the gate waits for that read. A cache that re-reads only the records whose watches fired "
+                  "would make the cost follow what changed, not what is kept.")
+    busy_idle = {sid: n for sid, n in r["idle_zk_requests"].items() if n}
+    if busy_idle:
+        notes += (f"\n- Idle requests: {', '.join(str(n) for n in busy_idle.values())} from one session over the "
+                  "idle window: the leader's sweep for done records to purge, every 5 minutes, reads every "
+                  "record the group keeps (and then the view again), whether or not one is old enough. The "
+                  "other agents sent none.")
+    notes += (f"\n- Writes per event: {r['zk_writes_per_event']:.1f} for events on {r['event_resources']} VMs. The "
+              "protocol records four moments per VM that the others must see, each before the next step: out of "
+              "rotation (before the drain), drained (the ack), no longer drained (the ack withdrawn, before "
+              "recovery) and back in rotation (after the return wait); and four per event: the record, the "
+              "admission, the approval, done. The target of 3 + 2 per VM would need two of those moments merged.")
+    notes += ("\n- Memory: an interpreter that only imports the four core dependencies and defines one pydantic model "
+              f"is already at {floor.get('core dependencies', float('nan')):.1f} MiB here, one that imports the "
+              f"agent's modules at {floor.get('agent modules', float('nan')):.1f} MiB; the threads and buffers of "
+              "a running agent add the rest. Under 40 MiB is out of reach without dropping one of them.")
     return f"""## A group of three agents: the gate, IMDS, ZooKeeper, the idle footprint
 
 Three agent processes (poll interval 1 s, drain wait 0.2 s), the IMDS simulator and one ZooKeeper server
