@@ -21,7 +21,7 @@ import httpx
 from coordinator.testbed.cluster import LocalCluster
 from coordinator.testbed.zookeeper import LocalZooKeeper
 
-from .group import percentiles
+from .group import percentiles, wait_for
 
 __all__ = ["bench_detection"]
 
@@ -52,7 +52,7 @@ def _one_group(zk: LocalZooKeeper, n: int, stagger: bool, events: int, rng: rand
             cluster.wait_members(n, timeout=30 + 3 * n)
             assert cluster.sim is not None
             sim = cluster.sim
-            _wait(lambda: all(a.probe() == 200 for a in cluster.agents.values()), 120, "every VM serving")
+            wait_for(lambda: all(a.probe() == 200 for a in cluster.agents.values()), 120, "every VM serving")
             time.sleep(3)  # a few polls: the staggered schedule settles on the ranks
             for k in range(events):
                 pair = [vms[(2 * k) % n], vms[(2 * k + 1) % n]]
@@ -69,8 +69,8 @@ def _one_group(zk: LocalZooKeeper, n: int, stagger: bool, events: int, rng: rand
                     raise TimeoutError(f"event {eid}: the probes of {sorted(set(pair) - set(failed))} never failed")
                 created = next(e["t"] for e in sim.log(kind="transition") if e["event_id"] == eid and e["from"] is None)
                 samples.append((max(failed.values()) - created) * 1e3)
-                _wait(lambda eid=eid: sim.event(eid) is None, 60, "the event to end")  # type: ignore[misc]
-                _wait(lambda: all(a.probe() == 200 for a in cluster.agents.values()), 60, "every VM serving")
+                wait_for(lambda eid=eid: sim.event(eid) is None, 60, "the event to end")  # type: ignore[misc]
+                wait_for(lambda: all(a.probe() == 200 for a in cluster.agents.values()), 60, "every VM serving")
         finally:
             cluster.stop()
     return samples
@@ -82,11 +82,3 @@ def _status(http: httpx.Client, url: str) -> int | None:
     except httpx.HTTPError:
         return None
 
-
-def _wait(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")

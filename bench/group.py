@@ -16,7 +16,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,10 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from coordinator.testbed.cluster import LocalCluster
+from coordinator.testbed.waiting import wait_until
 from coordinator.testbed.zookeeper import LocalZooKeeper
 
-__all__ = ["GroupResult", "bench_group", "percentiles"]
+__all__ = ["GroupResult", "bench_group", "percentiles", "wait_for"]
 
 ROOT = Path(__file__).resolve().parent.parent
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -125,7 +126,7 @@ def bench_group(zk: LocalZooKeeper, *, events: int, idle_seconds: float, storm_s
                 log = sim.log(kind="approval")
                 post = next(e["t"] for e in log if eid in e.get("event_ids", ()) and e.get("status") == 200)
                 result.gate_ms.append((post - max(acks.values())) * 1e3)
-                _wait(lambda eid=eid: sim.event(eid) is None, 60, "the event to end")  # type: ignore[misc]
+                wait_for(lambda eid=eid: sim.event(eid) is None, 60, "the event to end")  # type: ignore[misc]
                 start = next(e["t"] for e in sim.log(kind="transition")
                              if e["event_id"] == eid and e["to"] == "Started")
                 result.schedule_to_start_s.append(start - scheduled)
@@ -232,14 +233,11 @@ def _await_approval(observer: KazooClient, sim: Any, eid: str, vms: Sequence[str
 
 
 def _wait_serving(cluster: LocalCluster) -> None:
-    _wait(lambda: all(a.probe() == 200 and (a.status() or {}).get("phase") == "serving"
+    wait_for(lambda: all(a.probe() == 200 and (a.status() or {}).get("phase") == "serving"
                       for a in cluster.agents.values()), 60, "every VM serving")
 
 
-def _wait(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> None:
+    """``wait_until``, raising ``TimeoutError`` naming ``what`` when the time is up."""
+    if not wait_until(predicate, timeout, interval=interval):
+        raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.group import wait_for  # noqa: E402
 from coordinator.actions import ProbeAction, ProbeState  # noqa: E402
 from coordinator.agent import Agent  # noqa: E402
 from coordinator.decide import Policy  # noqa: E402
@@ -122,8 +123,9 @@ def bench_scale(zk: LocalZooKeeper, workdir: Path, *, groups: int, size: int, wo
             procs.append(subprocess.Popen([sys.executable, str(Path(__file__)), "--worker", str(spec)],
                                           stdout=log, stderr=subprocess.STDOUT, cwd=ROOT))
         observer.start(timeout=10)
-        _wait(lambda: all(_members(observer, g) >= size for g in names), 60 + groups * size / 5, "every agent to join")
-        _wait(lambda: all(_serving(observer, g, size) for g in names), 120, "every VM to serve")
+        wait_for(lambda: all(_members(observer, g) >= size for g in names), 60 + groups * size / 5,
+                 "every agent to join", interval=0.2)
+        wait_for(lambda: all(_serving(observer, g, size) for g in names), 120, "every VM to serve", interval=0.2)
         for r in range(rounds):
             events = {g: sims[g][1].schedule("Freeze", [vms[(2 * r) % size], vms[(2 * r + 1) % size]])["event_id"]
                       for g, vms in names.items()}
@@ -152,8 +154,9 @@ def bench_scale(zk: LocalZooKeeper, workdir: Path, *, groups: int, size: int, wo
                 else:
                     unmeasured += 1  # the acks came and went between two looks
             progress(f"bench: scale: round {r + 1}/{rounds}: {len(posted)}/{len(events)} approved")
-            _wait(lambda: all(not sims[g][1].events()["events"] for g in names), 60, "every event to end")
-            _wait(lambda: all(_serving(observer, g, size) for g in names), 60, "every VM to serve")
+            wait_for(lambda: all(not sims[g][1].events()["events"] for g in names), 60, "every event to end",
+                     interval=0.2)
+            wait_for(lambda: all(_serving(observer, g, size) for g in names), 60, "every VM to serve", interval=0.2)
     finally:
         for proc in procs:
             stop_process(proc, timeout=20)
@@ -172,7 +175,7 @@ def _start_sim(workdir: Path, group: str, vms: list[str]) -> tuple[subprocess.Po
     proc = subprocess.Popen([sys.executable, "-m", "coordinator.sim", "--vms", ",".join(vms), "--base-port", "0",
                              "--control", "127.0.0.1:0", "--ready-file", str(ready), "--started-for", "2"],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT)
-    _wait(lambda: ready.exists() or proc.poll() is not None, 30, f"the simulator of {group}")
+    wait_for(lambda: ready.exists() or proc.poll() is not None, 30, f"the simulator of {group}", interval=0.2)
     info = json.loads(ready.read_text())
     return proc, SimControl(info["control"]), dict(info["vms"])
 
@@ -191,15 +194,6 @@ def _serving(observer: KazooClient, group: str, size: int) -> bool:
                 and not observer.get_children(f"{ZK_ROOT}/{group}/out"))
     except Exception:
         return False
-
-
-def _wait(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 if __name__ == "__main__":
