@@ -31,7 +31,7 @@ Child names that are not canonical VM names or event ids are skipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -72,10 +72,16 @@ class ViewRead:
     member_owner: int | None
 
 
-def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, watch: Watcher) -> ViewRead:
+def read_view(
+    session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, watch: Watcher,
+    reuse: Mapping[str, EventRecord] | None = None,
+) -> ViewRead:
     """The cluster as seen now by ``vm`` (already normalised), every node read watched by ``watch``.
-    Raises ``StoreUnavailable`` if not connected, or if a request fails or is not answered within the
-    operation timeout."""
+    Event records in ``reuse`` (by event id) are taken as they are, without a request, when the events
+    list still holds them: the caller vouches that nothing of theirs changed since they were read (their
+    watches have not fired, so they are still set). Raises ``StoreUnavailable`` if not connected, or if a
+    request fails or is not answered within the operation timeout."""
+    reuse = reuse or {}
     client, session_id = session.connected(write=False)
     deadline = session.deadline()
     with session.reading("read the cluster view"):
@@ -144,9 +150,14 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, watch: 
                 client.get_children_async(paths.acks(event_id), watch=watch),
             )
             for event_id in event_ids
+            if event_id not in reuse
         }
         records: dict[str, EventRecord] = {}
-        for event_id, (record_r, children_r, acks_r) in pending.items():
+        for event_id in event_ids:
+            if event_id in reuse:
+                records[event_id] = reuse[event_id]
+                continue
+            record_r, children_r, acks_r = pending[event_id]
             record = _read_record(session, client, paths, event_id, record_r, children_r, acks_r, deadline)
             if record is not None:
                 records[event_id] = record

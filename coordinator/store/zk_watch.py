@@ -22,6 +22,11 @@ provably current:
   tries to take the node, as always.
 * ``member_info`` keeps what each member node said, read with a watch on that node, while the members
   (the list, or any member node) and the connection have not changed.
+* When the view must be read again, the event records are not all read again: a record is kept, with
+  no request, while no watch on it (its node, its children, its acks) has fired and this store has
+  not written to it since it was read, in the same session and connection. Only the lists and the
+  records that changed are read: the cost of a change follows what changed, not how many records the
+  group keeps (done records stay for ``done_retention_seconds``).
 
 Nothing is ever served while the connection is not CONNECTED: the same ``StoreUnavailable`` (reads) or
 ``StoreUnknownOutcome`` (``join``) as without the cache. A new session (after an expiry) never serves
@@ -43,7 +48,7 @@ from dataclasses import dataclass
 
 from kazoo.protocol.states import WatchedEvent
 
-from coordinator.store.base import ClusterView, ConnectionState
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord
 from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_vm
 from coordinator.store.zk_session import ZooKeeperSession
 from coordinator.store.zk_view import ViewRead, read_member_info, read_view
@@ -88,6 +93,9 @@ class WatchedView:
         self._members_lock = threading.Lock()
         self._members_generation = 0  # moved by every watch event on /members or a member node
         self._standing_generation = 0  # moved by watch events on /members, a member, /registry, /leader
+        self._record_generations: dict[str, int] = {}  # event id -> watch events on its record, own writes
+        self._records: dict[str, tuple[int, EventRecord]] = {}  # event id -> (its generation, the record read)
+        self._records_stamp: tuple[int, int] = (-1, -1)  # (session id, epoch) the kept records were read in
         # One bound method object, so that kazoo's per-path watcher sets hold it once.
         self.watch = self._on_watch
 
@@ -98,13 +106,30 @@ class WatchedView:
         ``StoreUnavailable`` when not CONNECTED (nothing is served then) or when the read fails."""
         generation = self._session.generation  # before anything is sent: see the module docstring
         standing = self._standing()
+        with self._members_lock:
+            record_generations = dict(self._record_generations)
+        epoch = self._session.epoch
         _, session_id = self._session.connected(write=False)
         cached = self.current(session_id, vm)
         if cached is not None:
             return dataclasses.replace(cached.read.view, connection=self._session.connection_state)
-        read = read_view(self._session, self._paths, vm, self.watch)
+        if self._records_stamp != (session_id, epoch):
+            self._records = {}  # another session or connection: watches may have been lost with it
+        reuse = {eid: record for eid, (gen, record) in self._records.items() if record_generations.get(eid, 0) == gen}
+        read = read_view(self._session, self._paths, vm, self.watch, reuse)
         self._cached = CachedView(vm, generation, read, standing)
+        self._records = {eid: (record_generations.get(eid, 0), record) for eid, record in read.view.records.items()}
+        self._records_stamp = (session_id, epoch)
         return read.view
+
+    def touch(self, event_id: str) -> None:
+        """This store wrote to the record of ``event_id`` (normalised): read it again next time."""
+        with self._members_lock:
+            self._record_generations[event_id] = self._record_generations.get(event_id, 0) + 1
+
+    def forget_records(self) -> None:
+        """Read every record again next time (after a purge)."""
+        self._records = {}
 
     def _standing(self) -> tuple[int, int]:
         with self._members_lock:
@@ -179,6 +204,9 @@ class WatchedView:
     def _on_watch(self, event: WatchedEvent) -> None:
         # Runs on kazoo's event thread: count, then let the session count and wake the agent.
         path = event.path
+        events = self._paths.events + "/"
+        if path is not None and path.startswith(events):
+            self.touch(path[len(events):].split("/", 1)[0])
         members = path is None or path == self._paths.members or path.startswith(self._paths.members + "/")
         if members or path in (self._paths.registry, self._paths.leader):
             with self._members_lock:

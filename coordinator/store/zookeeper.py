@@ -23,14 +23,15 @@ The modules behind it:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from kazoo.client import KazooClient
 
-from coordinator.errors import ConfigError
-from coordinator.names import normalize_vm_name
+from coordinator.errors import ConfigError, InvalidName
+from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store import zk_gate, zk_membership, zk_records
 from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, WriteResult
 from coordinator.store.zk_context import StoreContext
@@ -167,21 +168,27 @@ class ZooKeeperStore:
         admission: bool = False,
     ) -> ApprovalResult:
         """See ``coordinator.store.zk_gate.approve``."""
-        return zk_gate.approve(self._ctx, event_id, vm, required, as_leader=as_leader, at=at, admission=admission)
+        with self._touching(event_id):
+            return zk_gate.approve(self._ctx, event_id, vm, required, as_leader=as_leader, at=at,
+                                   admission=admission)
 
     # -- writes (``coordinator.store.zk_records``) ----------------------------------------------------
 
     def publish_event(self, record: EventRecord) -> WriteResult:
-        return zk_records.publish_event(self._ctx, record)
+        with self._touching(record.event_id):
+            return zk_records.publish_event(self._ctx, record)
 
     def acknowledge(self, event_id: str, vm: str, at: float) -> WriteResult:
-        return zk_records.acknowledge(self._ctx, event_id, vm, at)
+        with self._touching(event_id):
+            return zk_records.acknowledge(self._ctx, event_id, vm, at)
 
     def withdraw_ack(self, event_id: str, vm: str) -> WriteResult:
-        return zk_records.withdraw_ack(self._ctx, event_id, vm)
+        with self._touching(event_id):
+            return zk_records.withdraw_ack(self._ctx, event_id, vm)
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
-        return zk_records.admit(self._ctx, event_id, vm, at)
+        with self._touching(event_id):
+            return zk_records.admit(self._ctx, event_id, vm, at)
 
     def mark_absent(self, vm: str, at: float) -> WriteResult:
         return zk_records.mark_absent(self._ctx, vm, at)
@@ -192,11 +199,13 @@ class ZooKeeperStore:
     def mark_done(self, event_id: str, at: float) -> WriteResult:
         """Set ``done_at``, and delete ``admitted`` and ``approval``, in one versioned transaction: an
         event that comes back (a flap, a reused EventId) inherits neither."""
-        return zk_records.set_done(self._ctx, event_id, at, drop=("admitted", "approval"))
+        with self._touching(event_id):
+            return zk_records.set_done(self._ctx, event_id, at, drop=("admitted", "approval"))
 
     def reopen(self, event_id: str) -> WriteResult:
         """Clear ``done_at`` with a versioned write, keeping every other field of the record."""
-        return zk_records.set_done(self._ctx, event_id, None, drop=())
+        with self._touching(event_id):
+            return zk_records.set_done(self._ctx, event_id, None, drop=())
 
     def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
         return zk_records.mark_out(self._ctx, vm, events, at)
@@ -205,4 +214,16 @@ class ZooKeeperStore:
         return zk_records.clear_out(self._ctx, vm)
 
     def purge_done(self, older_than: float) -> int:
-        return zk_records.purge_done(self._ctx, older_than)
+        try:
+            return zk_records.purge_done(self._ctx, older_than)
+        finally:
+            self._watched.forget_records()
+
+    @contextlib.contextmanager
+    def _touching(self, event_id: str) -> Iterator[None]:
+        """Whatever the write's outcome, the record is read again by the next ``read_view``."""
+        try:
+            yield
+        finally:
+            with contextlib.suppress(InvalidName):
+                self._watched.touch(normalize_event_id(event_id))

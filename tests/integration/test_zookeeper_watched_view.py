@@ -444,3 +444,35 @@ def test_nothing_is_served_while_the_connection_is_suspended(
     view = cycle(store, "vm-a", {"probe": "http://10.0.0.4:8090/health"})
     assert (view.members, view.i_am_leader) == ({"vm-a"}, True)
     assert view.connection is ConnectionState.CONNECTED
+
+
+def test_a_change_to_one_record_reads_that_record_again_not_every_record(
+    zk_server: LocalZooKeeper, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """Done records stay for days; the view read after a change must not cost a request per record."""
+    a, b = make_store(zk_server.hosts, zk_chroot), make_store(zk_server.hosts, zk_chroot)
+    b.join("vm-b", {})
+    kept = [f"3F2A9C51-7B1D-4E8A-9C2B-5D6E7F8A{n:04X}" for n in range(30)]
+    for event_id in kept:
+        b.publish_event(record(event_id))
+        b.mark_done(event_id, T0)
+    b.publish_event(record())
+    info: dict[str, object] = {"version": "1"}
+    cycle(a, "vm-a", info)
+    first = a.read_view("vm-a")
+    assert set(kept) <= set(first.records)
+
+    woken = threading.Event()
+    a.set_wakeup(woken.set)
+    b.acknowledge(EVENT, "vm-b", T0)
+    assert woken.wait(SEEN_WITHIN)
+    before = requests_sent(zk_server, a)
+    view = eventually(a, "vm-a", lambda v: "vm-b" in v.records[EVENT].acks, "vm-b's ack")
+    sent = requests_sent(zk_server, a) - before
+    assert sent < 30, f"{sent} requests to see one ack among {len(view.records)} records"
+    assert {k: view.records[k] for k in kept} == {k: first.records[k] for k in kept}
+
+    a.acknowledge(kept[0], "vm-a", T0)  # a write of its own to a kept record: read again, at once
+    assert "vm-a" in a.read_view("vm-a").records[kept[0]].acks
+    b.reopen(kept[1])  # another store's write to a kept record: read again once its watch fires
+    eventually(a, "vm-a", lambda v: v.records[kept[1]].done_at is None, "the reopened record")
