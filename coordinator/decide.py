@@ -481,7 +481,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         clear_absent=tuple(clear_absent),
         mark_out=mark_out,
         clear_out=clear_out,
-        purge_before=(snap.now - policy.done_retention) if cluster and cluster.i_am_leader else None,
+        purge_before=_purge_before(snap, cluster, policy),
         holding=tuple(holding),
         approvers=approvers,
         blocked=blocked,
@@ -558,3 +558,13 @@ def _hold_terminate_batches(
                 if key in ready:
                     del ready[key]
                     blocked[key] = ("waiting for the other deletes that share its NotBefore",)
+
+
+def _purge_before(snap: Snapshot, cluster: ClusterView | None, policy: Policy) -> float | None:
+    """The leader purges records done before the retention cutoff, and only when its view shows one:
+    an idle group costs ZooKeeper no periodic sweep of every record."""
+    if cluster is None or not cluster.i_am_leader:
+        return None
+    cutoff = snap.now - policy.done_retention
+    expired = any(r.done_at is not None and r.done_at < cutoff for r in cluster.records.values())
+    return cutoff if expired else None

@@ -250,11 +250,16 @@ def test_vm_not_named_never_drains_nor_acks() -> None:
     assert plan.ack == ()
 
 
-def test_leader_marks_gone_events_done_and_purges() -> None:
+def test_leader_marks_gone_events_done_and_purges_once_one_has_expired() -> None:
     cluster = view(ALL3, (record(("vm0",)),), leader="vm2", me="vm2")
     plan = decide(snap("vm2", doc(), cluster), SERVING, POLICY)
     assert plan.mark_done == (EID,)
-    assert plan.purge_before == NOW - POLICY.done_retention
+    assert plan.purge_before is None  # nothing done yet, so nothing to purge: no sweep of the records
+    cutoff = NOW - POLICY.done_retention
+    recent = view(ALL3, (record(("vm0",), done_at=cutoff + 1),), leader="vm2", me="vm2")
+    assert decide(snap("vm2", doc(), recent), SERVING, POLICY).purge_before is None
+    expired = view(ALL3, (record(("vm0",), done_at=cutoff - 1),), leader="vm2", me="vm2")
+    assert decide(snap("vm2", doc(), expired), SERVING, POLICY).purge_before == cutoff
     follower = decide(snap("vm1", doc(), view(ALL3, (record(("vm0",)),), leader="vm2", me="vm1")), SERVING, POLICY)
     assert follower.mark_done == ()
     assert follower.purge_before is None
