@@ -8,6 +8,7 @@ server's own statistics (``cons`` per connection, ``srvr``'s zxid), CPU and memo
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -18,6 +19,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ from coordinator.testbed.cluster import LocalCluster
 from coordinator.testbed.waiting import wait_until
 from coordinator.testbed.zookeeper import LocalZooKeeper
 
-__all__ = ["GroupResult", "bench_group", "percentiles", "wait_for"]
+__all__ = ["GroupResult", "bench_group", "gate_hops", "percentiles", "wait_for"]
 
 ROOT = Path(__file__).resolve().parent.parent
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -48,6 +50,8 @@ def percentiles(samples: Sequence[float]) -> dict[str, float]:
 class GroupResult:
     events: int = 0
     gate_ms: list[float] = field(default_factory=list)  # last ack's ctime -> the approval POST
+    # The gate in hops (ms), from the approver's JSON log lines and the simulator's log: see ``gate_hops``.
+    gate_hops_ms: dict[str, list[float]] = field(default_factory=dict)
     schedule_to_start_s: list[float] = field(default_factory=list)
     event_resources: int = 2
     zk_writes_per_event: float = 0.0
@@ -106,7 +110,8 @@ def bench_group(zk: LocalZooKeeper, *, events: int, idle_seconds: float, storm_s
     with tempfile.TemporaryDirectory(prefix="coordinator-bench-") as tmp:
         cluster = LocalCluster(Path(tmp), vms, cluster=f"b{uuid.uuid4().hex[:8]}", zk_hosts=zk.hosts,
                                drain_wait=0.2, poll_interval=1.0, started_for=0.3, session_timeout=10.0,
-                               extra_config={"drain": {"return_wait_seconds": 0.5, "gone_after_seconds": 1.0}})
+                               extra_config={"drain": {"return_wait_seconds": 0.5, "gone_after_seconds": 1.0},
+                                             "logging": {"format": "json"}})
         cluster.start()
         observer = KazooClient(hosts=f"{zk.hosts}/azure-maintenance/{cluster.cluster}")
         observer.start(timeout=10)
@@ -115,6 +120,7 @@ def bench_group(zk: LocalZooKeeper, *, events: int, idle_seconds: float, storm_s
             assert cluster.sim is not None
             sim = cluster.sim
             _wait_serving(cluster)
+            gated: list[tuple[str, float, float]] = []  # (event id, last ack's ctime, POST in the simulator's log)
             began_t, zxid0 = time.time(), zk.zxid()
             sessions_before = _requests_by_session(zk)
             observer_sid = observer.client_id[0] if observer.client_id else None
@@ -126,6 +132,7 @@ def bench_group(zk: LocalZooKeeper, *, events: int, idle_seconds: float, storm_s
                 log = sim.log(kind="approval")
                 post = next(e["t"] for e in log if eid in e.get("event_ids", ()) and e.get("status") == 200)
                 result.gate_ms.append((post - max(acks.values())) * 1e3)
+                gated.append((eid, max(acks.values()), post))
                 wait_for(lambda eid=eid: sim.event(eid) is None, 60, "the event to end")  # type: ignore[misc]
                 start = next(e["t"] for e in sim.log(kind="transition")
                              if e["event_id"] == eid and e["to"] == "Started")
@@ -142,6 +149,7 @@ def bench_group(zk: LocalZooKeeper, *, events: int, idle_seconds: float, storm_s
                 f"0x{sid:x}": (sessions_after[sid] - sessions_before[sid]) / max(events, 1)
                 for sid in sessions_after if sid in sessions_before and sid != observer_sid}
             requests = sim.log(kind="request")
+            result.gate_hops_ms = gate_hops(gated, {vm: a.log_path for vm, a in cluster.agents.items()}, requests)
             by_vm = _imds_requests(requests, began_t, ended_t)
             for vm in vms:
                 times = sorted(by_vm.get(vm, []))
@@ -193,6 +201,51 @@ def bench_group(zk: LocalZooKeeper, *, events: int, idle_seconds: float, storm_s
             cluster.stop()
     result.rss_floor_mib = _rss_floor()
     return result
+
+
+_HOPS = ("ack -> approver decided", "decided -> fresh IMDS read sent", "read sent -> approval recorded in ZooKeeper",
+         "recorded -> POST in the simulator's log")
+
+
+def gate_hops(gated: Sequence[tuple[str, float, float]], logs: dict[str, Path],
+              requests: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """Where the gate's time goes, event by event, from the approver's log (JSON lines, millisecond stamps)
+    and the simulator's request log: the last ack's ctime -> the approver's first cycle line naming the
+    event after it (it holds the approval for a fresh read, or approves) -> its next IMDS GET -> its
+    "approval recorded" line (the read, a cycle, the peers probed again, the gate) -> the POST. An event
+    approved on a read already fresh enough has no hold: its middle hops are left out."""
+    lines: dict[str, list[tuple[float, str]]] = {}
+    for vm, path in logs.items():
+        entries = []
+        for raw in path.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(raw)
+                when = datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC).timestamp()
+            except (ValueError, KeyError, TypeError):
+                continue
+            entries.append((when, str(entry.get("message", ""))))
+        lines[vm] = entries
+    hops: dict[str, list[float]] = {name: [] for name in _HOPS}
+    for event_id, acked, posted in gated:
+        approver = next((vm for vm, entries in lines.items() for _, m in entries
+                         if f"event {event_id}: approval recorded by {vm}" in m), None)
+        if approver is None:
+            continue
+        mine = lines[approver]
+        recorded = next(t for t, m in mine if f"event {event_id}: approval recorded" in m)
+        # Log stamps have millisecond resolution, ack ctimes too: a line may carry the ack's own millisecond.
+        decided = next((t for t, m in mine if t >= acked - 0.001 and m.startswith("cycle (") and event_id in m), None)
+        held = decided is not None and decided < recorded
+        if decided is None:
+            continue
+        hops[_HOPS[0]].append(max(decided - acked, 0.0) * 1e3)
+        read = next((e["t"] for e in requests if e["vm"] == approver and e["method"] == "GET" and e["t"] >= decided),
+                    None)
+        if held and read is not None and read <= recorded:
+            hops[_HOPS[1]].append((read - decided) * 1e3)
+            hops[_HOPS[2]].append((recorded - read) * 1e3)
+        hops[_HOPS[3]].append(max(posted - recorded, 0.0) * 1e3)
+    return hops
 
 
 def _rss_floor() -> dict[str, float]:
