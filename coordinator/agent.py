@@ -169,6 +169,7 @@ class Agent:
         self._status = _Status()
         self._status_lock = threading.Lock()
         self._last_purge = float("-inf")
+        self._paused_seen = False  # for the log line when an operator's pause starts or ends
         self._last_described = ""
         self._action_error: str | None = None
         store.set_wakeup(self.wake)
@@ -602,6 +603,16 @@ class Agent:
             if problem not in self._last_described:
                 log.warning("cannot coordinate (vm=%s): %s", self.vm, problem)
         self._last_described = description + "".join(plan.invalid)
+        if snap.cluster is not None:
+            paused = snap.cluster.paused
+            if (paused is not None) != self._paused_seen:
+                if paused is not None:
+                    log.warning("early approvals paused for the group by %s: %s; drains go on (vm=%s)",
+                                paused.by, paused.reason, self.vm)
+                else:
+                    log.info("pause lifted: early approvals resume (vm=%s)", self.vm)
+            self._paused_seen = paused is not None
+            self._metrics.paused.set(1 if paused is not None else 0)
         with self._status_lock:
             self._status = _Status(plan=plan, snapshot=snap, description=description,
                                    cycles=self._status.cycles + 1)
@@ -630,6 +641,8 @@ def _status_dict(vm: str, local: LocalState, st: _Status) -> dict[str, Any]:
         "leader": cluster.leader,
         "i_am_leader": cluster.i_am_leader,
         "members": sorted(cluster.members),
+        "paused": None if cluster.paused is None else {
+            "reason": cluster.paused.reason, "by": cluster.paused.by, "at": cluster.paused.at},
     }
     if snap.peers is not None:
         # What this agent's probes of its peers showed, as the budget counts them (leader and named VMs).

@@ -7,8 +7,12 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coordinator import __version__
+
+if TYPE_CHECKING:
+    from coordinator.control import GroupAddress
 
 __all__ = ["main"]
 
@@ -75,6 +79,66 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _group_address(args: argparse.Namespace) -> GroupAddress | int:
+    """The group a control command acts on: from ``--config`` (the agents' file), or ``--zookeeper``
+    and ``--cluster`` (and ``--root``). Returns a ``GroupAddress``, or an exit code after a message."""
+    from coordinator.config import load_settings
+    from coordinator.control import GroupAddress
+    from coordinator.errors import ConfigError
+
+    if args.config is not None:
+        try:
+            settings = load_settings(args.config)
+        except ConfigError as exc:
+            print(f"coordinator: {exc}", file=sys.stderr)
+            return 2
+        return GroupAddress(settings.zookeeper.hosts, settings.zookeeper.root, settings.cluster)
+    if args.zookeeper is None or args.cluster is None:
+        print("coordinator: name the group with --config FILE, or with --zookeeper HOSTS and --cluster NAME",
+              file=sys.stderr)
+        return 2
+    return GroupAddress(args.zookeeper, args.root, args.cluster)
+
+
+def _cmd_pause(args: argparse.Namespace) -> int:
+    import time
+
+    from coordinator.control import ControlError, pause
+    from coordinator.errors import ConfigError
+
+    group = _group_address(args)
+    if isinstance(group, int):
+        return group
+    try:
+        found, created = pause(group, args.reason)
+    except (ControlError, ConfigError) as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        return 1
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(found.at))
+    if created:
+        print(f"group {group.cluster}: early approvals paused ({found.reason}); drains go on. "
+              "Lift with: coordinator resume")
+    else:
+        print(f"group {group.cluster}: already paused since {since} by {found.by} ({found.reason}); kept as it is")
+    return 0
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from coordinator.control import ControlError, resume
+    from coordinator.errors import ConfigError
+
+    group = _group_address(args)
+    if isinstance(group, int):
+        return group
+    try:
+        lifted = resume(group)
+    except (ControlError, ConfigError) as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        return 1
+    print(f"group {group.cluster}: " + ("pause lifted: early approvals resume" if lifted else "was not paused"))
+    return 0
+
+
 def _cmd_imds_sim(args: argparse.Namespace) -> int:
     from coordinator.sim.cli import run
 
@@ -111,6 +175,19 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--url", default="http://127.0.0.1:9110", help="the agent's admin address")
     status.add_argument("--json", action="store_true", help="print the raw JSON")
     status.set_defaults(func=_cmd_status)
+
+    for name, func, summary in (
+        ("pause", _cmd_pause, "stop early approvals for the whole group (drains go on)"),
+        ("resume", _cmd_resume, "lift a pause: early approvals resume"),
+    ):
+        control = sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".")
+        control.add_argument("--config", type=Path, help="an agent's configuration file: its zookeeper and cluster")
+        control.add_argument("--zookeeper", metavar="HOSTS", help="the ensemble, host:port,host:port")
+        control.add_argument("--cluster", metavar="NAME", help="the group's cluster name")
+        control.add_argument("--root", default="/azure-maintenance", help="zookeeper.root of the agents")
+        if name == "pause":
+            control.add_argument("--reason", required=True, help="why; shown in status and in the agents' logs")
+        control.set_defaults(func=func)
 
     from coordinator.sim.cli import add_arguments as sim_arguments
 

@@ -8,11 +8,13 @@ so ``true``, ``5`` and ``1.5`` have their natural types). Errors name the field:
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from coordinator.actions.connections import probe_wait_seconds
 from coordinator.errors import ConfigError, InvalidName
 from coordinator.names import normalize_vm_name
+from coordinator.windows import WEEKDAYS, Weekday, Window
 
 __all__ = [
     "ApprovalRule",
@@ -28,6 +31,7 @@ __all__ = [
     "HttpConfig",
     "ImdsConfig",
     "LoggingConfig",
+    "MaintenanceWindowConfig",
     "PeersPolicy",
     "PolicyConfig",
     "ProbeConfig",
@@ -122,6 +126,45 @@ class PeersPolicy(StrEnum):
     IGNORE = "ignore"  # ... is not waited for
 
 
+def _clock_time(value: str) -> dt.time:
+    try:
+        hours, minutes = value.split(":")
+        return dt.time(int(hours), int(minutes))
+    except ValueError:
+        raise ValueError(f"{value!r} is not a time of day as HH:MM (00:00 to 23:59)") from None
+
+
+class MaintenanceWindowConfig(_Section):
+    days: list[Weekday] = Field(
+        default_factory=lambda: list(WEEKDAYS), description="Weekdays on which the window opens"
+    )
+    start: str = Field(description="Opening time, HH:MM, in timezone")
+    end: str = Field(description="Closing time, HH:MM; not after start: the window runs past midnight")
+    timezone: str = Field("UTC", description="IANA time zone name, such as Europe/Amsterdam")
+
+    _times = field_validator("start", "end")(classmethod(lambda cls, v: (_clock_time(v), v)[1]))
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r} (an IANA name such as UTC or Europe/Amsterdam)") from None
+        return value
+
+    @field_validator("days")
+    @classmethod
+    def _some_day(cls, value: list[Weekday]) -> list[Weekday]:
+        if not value:
+            raise ValueError("a window needs at least one day")
+        return value
+
+    def to_window(self) -> Window:
+        return Window(frozenset(WEEKDAYS.index(d) for d in self.days), _clock_time(self.start),
+                      _clock_time(self.end), ZoneInfo(self.timezone))
+
+
 class PolicyConfig(_Section):
     approver: ApproverMode = Field(
         ApproverMode.FIRST_RESOURCE,
@@ -169,6 +212,11 @@ class PolicyConfig(_Section):
     )
     peer_probe_interval_seconds: float = Field(1.0, gt=0, le=30, description="Seconds between two probes of a peer")
     peer_probe_timeout_seconds: float = Field(0.5, gt=0, le=10, description="Timeout of one probe of a peer")
+    maintenance_windows: list[MaintenanceWindowConfig] = Field(
+        default_factory=list,
+        description="Approve early only inside one of these windows (days, start, end, timezone); outside, "
+        "events are neither admitted nor approved early and start at NotBefore; empty: always",
+    )
 
     @field_validator("approval")
     @classmethod

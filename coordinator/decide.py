@@ -49,6 +49,7 @@ from coordinator.snapshot import (
     rule_for,
 )
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord
+from coordinator.windows import in_windows
 
 __all__ = [
     "ApprovalIntent",
@@ -134,11 +135,12 @@ def _record(ev: _Event, snap: Snapshot) -> EventRecord:
 
 def _approvable(ev: _Event, cluster: ClusterView | None, snap: Snapshot, policy: Policy) -> bool:
     """Whether the event could be approved early at all: a known type whose rule is ``after-drain``,
-    a usable id and NotBefore, only valid names, and nobody to wait for who cannot ever acknowledge
-    (a VM without an agent). Unknown (no view): assume it could."""
+    a usable id and NotBefore, only valid names, inside a maintenance window, and nobody to wait for who
+    cannot ever acknowledge (a VM without an agent). Unknown (no view): assume it could. An operator's
+    pause is not checked here: it holds approvals only, and drains go on."""
     if ev.rule is not ApprovalRule.AFTER_DRAIN or ev.key is None or ev.bad_names or not ev.resources:
         return False
-    if ev.not_before is None:
+    if ev.not_before is None or not in_windows(policy.windows, snap.now):
         return False
     if cluster is None:
         return True
@@ -528,6 +530,10 @@ def _approval_blockers(
     if record is None:
         return ("event record not published yet",)
     reasons: list[str] = []
+    if cluster.paused is not None:
+        reasons.append(f"approvals paused by {cluster.paused.by}: {cluster.paused.reason}")
+    if not in_windows(policy.windows, snap.now):
+        reasons.append("outside the maintenance windows")
     if record.done_at is not None:
         reasons.append("its record is marked done: reopened by the leader first")
     if ev.rule is ApprovalRule.AFTER_DRAIN:

@@ -55,6 +55,8 @@ class Metrics:
         )
         self.phase = Gauge("coordinator_drain_phase", "1 for this VM's current drain phase", ["phase"],
                            registry=registry)
+        self.paused = Gauge("coordinator_paused", "1 while an operator has paused early approvals for the group",
+                            registry=registry)
         self.members = Gauge("coordinator_cluster_members", "Live agents seen in ZooKeeper", registry=registry)
         self.drain_seconds = Histogram(
             "coordinator_drain_duration_seconds", "From the start of a drain to the acknowledgement",

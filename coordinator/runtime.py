@@ -107,6 +107,7 @@ def policy_from(settings: Settings) -> Policy:
         session_timeout=settings.zookeeper.session_timeout,
         terminate_together=p.terminate_together,
         done_retention=settings.done_retention_seconds,
+        windows=tuple(w.to_window() for w in p.maintenance_windows),
         # An answer counts for two probing rounds and a timeout: one lost answer does not flap the budget.
         peer_fresh=(2 * p.peer_probe_interval_seconds + p.peer_probe_timeout_seconds
                     if p.confirm_peers_by_probe else None),

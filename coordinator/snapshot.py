@@ -10,6 +10,7 @@ from enum import StrEnum
 from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
 from coordinator.models import Document, EventSource, EventType, ScheduledEvent
 from coordinator.store.base import ClusterView, EventRecord
+from coordinator.windows import Window
 
 __all__ = [
     "ApprovalIntent",
@@ -115,6 +116,7 @@ class Policy:
     # How old a peer's probe answer may be and still count; None: peers are not probed, and a live member
     # without an /out node or an ack counts as in rotation.
     peer_fresh: float | None = None
+    windows: tuple[Window, ...] = ()  # maintenance windows: approve early only inside one (none: always)
 
     @property
     def budgeted(self) -> bool:

@@ -211,6 +211,27 @@ MUTATIONS = [
         '        document = reading.document\n',
         'tests/unit/test_poller.py::test_no_approval_rests_on_a_reading_older_than_one_and_a_half_polls',
     ),
+    (
+        'a-pause-holds-approvals',
+        'coordinator/decide.py',
+        '    if cluster.paused is not None:\n',
+        '    if False:\n',
+        'tests/unit/test_policy.py::test_a_pause_holds_every_approval_and_says_who_paused_and_why',
+    ),
+    (
+        'the-gate-checks-the-pause',
+        'coordinator/store/zk_gate.py',
+        '        if wait(pause_r, deadline) is not None:\n',
+        '        if False:\n',
+        'tests/integration/test_controls.py::test_a_pause_reaches_every_agents_view_and_the_gate_refuses_until_resumed',
+    ),
+    (
+        'no-early-approval-outside-the-windows',
+        'coordinator/decide.py',
+        '    if ev.not_before is None or not in_windows(policy.windows, snap.now):\n',
+        '    if ev.not_before is None:\n',
+        'tests/unit/test_policy.py::test_outside_the_windows_an_event_is_neither_admitted_nor_drained_early_nor_approved',
+    ),
 ]
 
 

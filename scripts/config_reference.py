@@ -18,6 +18,7 @@ from coordinator.config import (
     CommandActionConfig,
     ConnectionsActionConfig,
     HAProxyActionConfig,
+    MaintenanceWindowConfig,
     Settings,
     WebhookActionConfig,
 )
@@ -54,6 +55,7 @@ def tables() -> str:
         (ConnectionsActionConfig, "connections"),
     ):
         parts.append(f"#### `actions` entries with `type: {kind}`\n\n" + header + "\n".join(_rows(model)))
+    parts.append("#### `policy.maintenance_windows` entries\n\n" + header + "\n".join(_rows(MaintenanceWindowConfig)))
     return "\n\n".join(parts) + "\n"
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "ConnectionState",
     "EventRecord",
     "OutMark",
+    "Pause",
     "Store",
     "Wakeup",
     "WriteResult",
@@ -103,6 +104,15 @@ class OutMark:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """An operator's pause of early approvals for the whole group (``coordinator pause``)."""
+
+    reason: str
+    by: str
+    at: float
+
+
+@dataclass(frozen=True)
 class ClusterView:
     """One consistent-enough read of the store, taken once per cycle and never mutated."""
 
@@ -114,6 +124,7 @@ class ClusterView:
     known: frozenset[str] = frozenset()  # every VM that has ever joined (the registry)
     absent_since: Mapping[str, float] = field(default_factory=dict)  # leader-observed, may be stale
     out: Mapping[str, OutMark] = field(default_factory=dict)  # VMs out of rotation, by their own account
+    paused: Pause | None = None  # early approvals paused by an operator: none is approved, drains go on
 
 
 class ApprovalOutcome(Enum):

@@ -36,6 +36,7 @@ from coordinator.store.base import (
     ConnectionState,
     EventRecord,
     OutMark,
+    Pause,
     Wakeup,
     WriteResult,
 )
@@ -78,6 +79,7 @@ class MemoryCluster:
         self.leader: _Leader | None = None
         self.events: dict[str, _Event] = {}
         self.out: dict[str, OutMark] = {}
+        self.paused: Pause | None = None  # ``/pause``: set by ``pause`` / ``resume`` (an operator's command)
         self._stores: list[MemoryStore] = []
 
     def new_session(self) -> int:
@@ -110,6 +112,17 @@ class MemoryCluster:
             stores = list(self._stores)
         for store in stores:
             store.notify()
+
+    def pause(self, reason: str, by: str, at: float) -> None:
+        """What ``coordinator pause`` does to the ZooKeeper store: early approvals stop group-wide."""
+        with self.lock:
+            self.paused = Pause(reason=reason, by=by, at=at)
+        self.changed()
+
+    def resume(self) -> None:
+        with self.lock:
+            self.paused = None
+        self.changed()
 
     # Convenience for tests.
     @property
@@ -282,6 +295,7 @@ class MemoryStore:
                 known=frozenset(self._cluster.registry),
                 absent_since=dict(self._cluster.absent),
                 out=dict(self._cluster.out),
+                paused=self._cluster.paused,
             )
 
     def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
@@ -357,6 +371,8 @@ class MemoryStore:
                     return _refused(f"/members/{vm} does not exist: this agent is not a member")
                 if member.session != session:
                     return _refused(f"/members/{vm} belongs to session {member.session}, not ours ({session})")
+            if self._cluster.paused is not None:
+                return _refused("approvals are paused for the group (coordinator resume lifts it)")
             event = self._cluster.events.get(event_id)
             if event is None:
                 return _refused(f"event {event_id} has no record in the store")

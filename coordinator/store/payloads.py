@@ -38,6 +38,7 @@ __all__ = [
     "MemberNode",
     "NodePayload",
     "OutNode",
+    "PauseNode",
     "PayloadError",
     "RegistryNode",
 ]
@@ -123,6 +124,15 @@ class LeaderNode(NodePayload):
 
     vm: str
     since: float | None = None
+
+
+class PauseNode(NodePayload):
+    """``/pause``: early approvals are paused for the whole group, by whom, why and since when. Written
+    and deleted by ``coordinator pause`` / ``resume``, never by an agent."""
+
+    reason: str
+    by: str
+    at: float
 
 
 class EventNode(NodePayload):

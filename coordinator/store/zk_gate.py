@@ -2,9 +2,9 @@
 
 It re-confirms everything from the server itself, never from what an earlier read saw: the connection is
 CONNECTED; after a ``sync``, this session owns ``/leader`` (and holds it for this VM) or
-``/members/{vm}``; the record exists and is not done; with ``admission``, the event is admitted; every
-required VM has acknowledged; the session did not change meanwhile. Only then is ``approval`` created (or
-found: approval is idempotent, whoever wrote it).
+``/members/{vm}``; no operator has paused approvals (``/pause``); the record exists and is not done;
+with ``admission``, the event is admitted; every required VM has acknowledged; the session did not change
+meanwhile. Only then is ``approval`` created (or found: approval is idempotent, whoever wrote it).
 
 Node data that does not parse: the leader node counts as held by nobody (REFUSED); a record that does not
 parse is REFUSED; an existing approval record that does not parse raises ``StoreUnknownOutcome``.
@@ -54,6 +54,7 @@ def approve(
         record_r = client.get_async(paths.event(event_id))
         admitted_r = client.exists_async(paths.admitted(event_id)) if admission else None
         acks_r = client.get_children_async(paths.acks(event_id))
+        pause_r = client.exists_async(paths.pause)
         wait(sync_r, deadline)
         try:
             data, stat = wait(owner_r, deadline)
@@ -70,6 +71,9 @@ def approve(
                 holder = None
             if holder != vm:
                 return _refused(f"{owner_path} is held by this session for {holder!r}, not {vm!r}")
+
+        if wait(pause_r, deadline) is not None:
+            return _refused("approvals are paused for the group (coordinator resume lifts it)")
 
         # 3. The record is not done (a returning event is reopened first), it is admitted if it must be,
         # and every required VM has acknowledged.

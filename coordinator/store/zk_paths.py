@@ -39,6 +39,7 @@ class ZooKeeperPaths:
         self.leader = f"{base}/leader"
         self.events = f"{base}/events"
         self.out = f"{base}/out"
+        self.pause = f"{base}/pause"  # present while an operator has paused early approvals
 
     def member(self, vm: str) -> str:
         return f"{self.members}/{vm}"

@@ -7,8 +7,8 @@ is set on every node whose change matters, so that a read stays current until on
 
 * the lists ``/members``, ``/registry``, ``/absent``, ``/out`` and ``/events`` (a list that does not
   exist yet gets an ``exists`` watch instead, so that its creation is seen);
-* ``/leader`` (``exists``, whether or not it is there, and its data), and ``/members/{vm}`` of the reading
-  VM (``exists``: whose session owns it);
+* ``/leader`` and ``/pause`` (``exists``, whether or not they are there, and their data), and
+  ``/members/{vm}`` of the reading VM (``exists``: whose session owns it);
 * the data of ``/absent/{vm}``, ``/out/{vm}`` and ``/events/{EVENT_ID}``, and the children of each event
   and of its ``acks``. An ack, ``approval`` and ``admitted`` are only ever created and deleted, never
   rewritten: the watches on the lists they belong to cover them;
@@ -18,6 +18,7 @@ is set on every node whose change matters, so that a read stays current until on
 Nodes that do not parse (see ``coordinator.store.payloads``) never make the read fail:
 
 * ``/leader``: the leader is reported unknown (and this agent not the leader), with a warning;
+* ``/pause``: approvals count as paused (for "undecodable pause node"), with a warning;
 * ``/absent/{vm}``: that absence is left out, with a warning;
 * ``/out/{vm}``: the VM is counted out of rotation, for no known event, with a warning;
 * ``/events/{EVENT_ID}``: the record is left out, with a warning;
@@ -39,7 +40,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
-from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark
+from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark, Pause
 from coordinator.store.payloads import (
     AbsentNode,
     AckNode,
@@ -49,6 +50,7 @@ from coordinator.store.payloads import (
     LeaderNode,
     MemberNode,
     OutNode,
+    PauseNode,
     PayloadError,
 )
 from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_event_id, is_canonical_vm
@@ -94,6 +96,7 @@ def read_view(
 
         absent_r = client.get_children_async(paths.absent, watch=watch)
         out_r = client.get_children_async(paths.out, watch=watch)
+        pause_r = client.exists_async(paths.pause, watch=watch)
         lists = _Lists(session, client, deadline, watch)
         members = frozenset(name for name in lists.names(paths.members, members_r) if is_canonical_vm(name))
         known = frozenset(name for name in lists.names(paths.registry, registry_r) if is_canonical_vm(name))
@@ -142,6 +145,8 @@ def read_view(
                 log.warning("undecodable out-of-rotation node, counted as out: %s", exc)
                 out[name] = OutMark(since=0.0)
 
+        paused = _read_pause(session, client, paths, pause_r, deadline, watch)
+
         event_ids = [e for e in lists.names(paths.events, events_r) if is_canonical_event_id(e)]
         pending = {
             event_id: (
@@ -170,6 +175,7 @@ def read_view(
         known=known,
         absent_since=absent_since,
         out=out,
+        paused=paused,
     )
     return ViewRead(view, session_id, leader_owner, member_owner)
 
@@ -222,6 +228,27 @@ def _children_or_empty(session: ZooKeeperSession, result: IAsyncResult[list[str]
         return session.wait(result, deadline)
     except NoNodeError:
         return []
+
+
+def _read_pause(
+    session: ZooKeeperSession, client: KazooClient, paths: ZooKeeperPaths,
+    exists_r: IAsyncResult[ZnodeStat | None], deadline: Deadline, watch: Watcher,
+) -> Pause | None:
+    """The operator's pause, if ``/pause`` exists. A node that does not parse still pauses: an operator
+    meant to stop approvals, and the safe side is not to approve."""
+    if session.wait(exists_r, deadline) is None:
+        return None
+    try:
+        data, stat = session.wait(client.get_async(paths.pause, watch=watch), deadline)
+    except NoNodeError:
+        session.changed()  # deleted between the two requests: what was read is not current
+        return None
+    try:
+        node = PauseNode.from_bytes(data, paths.pause)
+    except PayloadError as exc:
+        log.warning("undecodable pause node, approvals stay paused: %s", exc)
+        return Pause(reason="undecodable pause node", by="?", at=stat.ctime / 1000.0)
+    return Pause(reason=node.reason, by=node.by, at=node.at)
 
 
 def _read_record(

@@ -3,6 +3,7 @@ peers that run no agent."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from coordinator.config import ApprovalRule, PeersPolicy
 from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide, rule_for
 from coordinator.models import Document, parse_document
-from coordinator.store.base import ClusterView, ConnectionState, EventRecord
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Pause
+from coordinator.windows import Window
 
 NOW = 1_700_000_000.0
 A = "AAAAAAAA-0000-0000-0000-000000000001"
@@ -298,3 +300,68 @@ def test_vm_going_from_one_event_into_the_next_counts_once() -> None:
     other = doc(ev(B, ["vm1"]))
     holding = view(rec(A, ("vm0",), ("vm0",), admitted=True, done_at=NOW - 5), rec(B, ("vm1",)))
     assert run("vm3", other, holding, BUDGET).admit == ()
+
+
+# --- an operator's pause, maintenance windows -------------------------------------------------------------
+
+PAUSE = Pause(reason="incident 4711", by="ops@bastion", at=NOW - 5)
+FREE = Policy(max_events=None, keep_one_serving=False)
+
+
+def _window(start: float, end: float) -> Window:
+    """A daily window from ``start`` to ``end`` (epoch seconds on NOW's day), in UTC."""
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    def clock(t: float) -> Any:
+        return datetime.fromtimestamp(t, UTC).time().replace(second=0, microsecond=0)
+
+    return Window(frozenset(range(7)), clock(start), clock(end), ZoneInfo("UTC"))
+
+
+INSIDE = _window(NOW - 3600, NOW + 3600)
+OUTSIDE = _window(NOW + 3600, NOW + 7200)
+
+
+def test_a_pause_holds_every_approval_and_says_who_paused_and_why() -> None:
+    d = doc(ev(A, ["vm0", "vm1"]))
+    acked = rec(A, ("vm0", "vm1"), ("vm0", "vm1"))
+    assert [i.event_id for i in run("vm0", d, view(acked, me="vm0"), FREE, DRAINED).approve] == [A]
+    paused = replace(view(acked, me="vm0"), paused=PAUSE)
+    plan = run("vm0", d, paused, FREE, DRAINED)
+    assert plan.approve == ()
+    assert "approvals paused by ops@bastion: incident 4711" in plan.blocked[A]
+    # Approved at once by rule or not: a pause holds it all the same.
+    quick = Policy(freeze_immediately_below=10, max_events=None, keep_one_serving=False)
+    freeze = doc(ev(A, ["vm0"], etype="Freeze", duration=5))
+    assert run("vm0", freeze, replace(view(rec(A, ("vm0",)), me="vm0"), paused=PAUSE), quick).approve == ()
+
+
+def test_a_pause_lets_admissions_drains_and_acknowledgements_go_on() -> None:
+    d = doc(ev(A, ["vm0"], in_s=900))
+    assert run("vm3", d, replace(view(rec(A, ("vm0",))), paused=PAUSE), BUDGET).admit == (A,)
+    admitted = replace(view(rec(A, ("vm0",), admitted=True), me="vm0"), paused=PAUSE)
+    assert run("vm0", d, admitted, BUDGET).start_drain
+    drained = LocalState(phase=Phase.DRAINED, drain_started=0.0)
+    assert run("vm0", d, admitted, BUDGET, drained).ack == (A,)
+
+
+def test_outside_the_windows_an_event_is_neither_admitted_nor_drained_early_nor_approved() -> None:
+    d = doc(ev(A, ["vm0"], in_s=900))
+    outside = replace(BUDGET, windows=(OUTSIDE,))
+    assert run("vm3", d, view(rec(A, ("vm0",))), outside).admit == ()
+    assert not run("vm0", d, view(rec(A, ("vm0",), admitted=True), me="vm0"), outside).start_drain
+    acked = view(rec(A, ("vm0",), ("vm0",), admitted=True), me="vm0")
+    plan = run("vm0", d, acked, outside, DRAINED)
+    assert plan.approve == () and "outside the maintenance windows" in plan.blocked[A]
+    # Just in time all the same: latest_start before NotBefore it drains, whatever the windows.
+    assert run("vm0", doc(ev(A, ["vm0"], in_s=60)), view(rec(A, ("vm0",)), me="vm0"), outside).start_drain
+
+
+def test_inside_a_window_an_event_is_admitted_drained_and_approved_as_without_windows() -> None:
+    d = doc(ev(A, ["vm0"], in_s=900))
+    inside = replace(BUDGET, windows=(OUTSIDE, INSIDE))
+    assert run("vm3", d, view(rec(A, ("vm0",))), inside).admit == (A,)
+    assert run("vm0", d, view(rec(A, ("vm0",), admitted=True), me="vm0"), inside).start_drain
+    acked = view(rec(A, ("vm0",), ("vm0",), admitted=True), me="vm0")
+    assert [i.event_id for i in run("vm0", d, acked, inside, DRAINED).approve] == [A]

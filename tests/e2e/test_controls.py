@@ -1,0 +1,84 @@
+"""End to end for the operator's controls: a group-wide pause through ZooKeeper, and maintenance windows."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+
+import pytest
+
+from coordinator.testbed.cluster import LocalCluster
+from tests.e2e.support import ClusterFactory, approvals, gone, transitions, waiting_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
+
+
+def _control(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    config = cluster.agents["vm2"].config_path  # any agent's file names the group
+    return subprocess.run([sys.executable, "-m", "coordinator", *args, "--config", str(config)],
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+def _acked_by(cluster: LocalCluster, vm: str, event_id: str) -> bool:
+    status = cluster.agents[vm].status() or {}
+    return any(e["event_id"] == event_id and vm in e["acks"] for e in status.get("events", []))
+
+
+def test_pause_holds_every_early_approval_while_drains_go_on_and_resume_releases_them(
+    make_cluster: ClusterFactory,
+) -> None:
+    cluster = make_cluster(drain_wait=0.5)
+    assert cluster.sim is not None
+    paused = _control(cluster, "pause", "--reason", "incident 4711: keep capacity")
+    assert paused.returncode == 0, paused.stderr
+    assert "paused" in paused.stdout
+    again = _control(cluster, "pause", "--reason", "a second pause")
+    assert again.returncode == 0 and "already paused" in again.stdout and "incident 4711" in again.stdout
+
+    event_id = cluster.sim.schedule("Reboot", ["vm0", "vm1"], not_before_in=600)["event_id"]
+    # Drains and acknowledgements go on: both VMs drain and acknowledge...
+    cluster.wait(lambda: _acked_by(cluster, "vm0", event_id) and _acked_by(cluster, "vm1", event_id), 20,
+                 "both VMs to drain and acknowledge while paused")
+    assert cluster.agents["vm0"].probe() == 503 and cluster.agents["vm1"].probe() == 503
+    # ...but the approver holds the approval, says why, and shows the pause.
+    cluster.wait(lambda: waiting_for(cluster, "vm0", "approvals paused by"), 10, "the approver to name the pause")
+    status = cluster.agents["vm0"].status() or {}
+    assert status["cluster"]["paused"]["reason"] == "incident 4711: keep capacity"
+    assert "coordinator_paused 1.0" in cluster.agents["vm0"].metrics()
+    assert approvals(cluster, event_id) == []
+
+    resumed = _control(cluster, "resume")
+    assert resumed.returncode == 0 and "lifted" in resumed.stdout, resumed.stderr
+    cluster.wait(lambda: approvals(cluster, event_id) != [], 15, "the approval once the pause is lifted")
+    cluster.wait(lambda: gone(cluster, event_id), 30, "the event to run and end")
+    assert ("Scheduled", "Started", "approved") in transitions(cluster, event_id)
+    assert _control(cluster, "resume").stdout.strip().endswith("was not paused")
+
+
+def test_an_event_outside_the_maintenance_windows_starts_at_not_before(make_cluster: ClusterFactory) -> None:
+    # A window that closed an hour ago and opens again in a day: now is outside it.
+    now = dt.datetime.now(dt.UTC)
+    start, end = (now - dt.timedelta(hours=3)).strftime("%H:%M"), (now - dt.timedelta(hours=1)).strftime("%H:%M")
+    window = {"days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"], "start": start, "end": end}
+    cluster = make_cluster(drain_wait=0.5, extra_config={
+        "policy": {"maintenance_windows": [window]},
+        "drain": {"latest_start_seconds": 3},
+    })
+    assert cluster.sim is not None
+    event_id = cluster.sim.schedule("Reboot", ["vm0"], not_before_in=8)["event_id"]
+    cluster.wait(lambda: waiting_for(cluster, "vm0", "outside the maintenance windows"), 10,
+                 "the approver to say the event waits for a window")
+    cluster.wait(lambda: gone(cluster, event_id), 40, "the event to start at NotBefore and end")
+    assert approvals(cluster, event_id) == []
+    assert ("Scheduled", "Started", "not_before") in transitions(cluster, event_id)
+
+
+def test_an_event_inside_a_maintenance_window_is_approved_early(make_cluster: ClusterFactory) -> None:
+    now = dt.datetime.now(dt.UTC)
+    start, end = (now - dt.timedelta(hours=1)).strftime("%H:%M"), (now + dt.timedelta(hours=1)).strftime("%H:%M")
+    cluster = make_cluster(drain_wait=0.5, extra_config={
+        "policy": {"maintenance_windows": [{"start": start, "end": end, "timezone": "UTC"}]}})
+    assert cluster.sim is not None
+    event_id = cluster.sim.schedule("Reboot", ["vm0"], not_before_in=600)["event_id"]
+    cluster.wait(lambda: approvals(cluster, event_id) != [], 20, "an early approval inside the window")
