@@ -129,6 +129,7 @@ class Agent:
         self._poll_interval = poll_interval
         self._clock = clock or SystemClock()
         self._readings: Readings = readings or ReadEachCycle(imds.get_document, self._clock.monotonic)
+        self._polled = readings is not None  # readings arrive on their own (a poller), not read by the cycle
         self._min_gap = self.MIN_CYCLE_GAP if readings is not None else self.MIN_CYCLE_GAP_READING
         self._idle_cycle = idle_cycle if idle_cycle is not None else poll_interval
         self._document_fresh = 1.5 * poll_interval
@@ -172,11 +173,21 @@ class Agent:
         self._paused_seen = False  # for the log line when an operator's pause starts or ends
         self._last_described = ""
         self._action_error: str | None = None
+        # A quiet group costs one cycle per idle_cycle, not one per reading: see ``_quiet_reading``.
+        self._woken_by_other = True
+        self._quiet_since: float | None = None  # when the last cycle found nothing at all to watch
+        self._quiet_incarnation: int | None = None
         store.set_wakeup(self.wake)
 
     # -- threads other than the loop call only these -------------------------------------------
 
     def wake(self) -> None:
+        self._woken_by_other = True
+        self._wake.set()
+
+    def reading_arrived(self) -> None:
+        """The poller's wake-up: a new reading. Told apart from other wake-ups (``wake``) so that a reading
+        that repeats a quiet document can skip its cycle (see ``_quiet_reading``)."""
         self._wake.set()
 
     def phase(self) -> str:
@@ -204,6 +215,11 @@ class Agent:
             # Cleared before the cycle, not after: a wake-up during the cycle makes the next one.
             self._wake.clear()
             started = self._clock.monotonic()
+            if self._quiet_reading(started):
+                self._metrics.document_age.set(started - self._readings.latest().at)
+                self._wake.wait(max(self._idle_cycle - (started - (self._quiet_since or started)), 0))
+                continue
+            self._woken_by_other = False
             try:
                 self.cycle()
             except Exception:
@@ -214,6 +230,34 @@ class Agent:
             remaining = self._idle_cycle - (self._clock.monotonic() - started)
             if remaining > 0 and not stop.is_set():
                 self._wake.wait(remaining)
+
+    def _quiet_reading(self, now: float) -> bool:
+        """Whether this wake-up is only a new reading that repeats the quiet document of the last cycle, so
+        that the cycle can be skipped: the last cycle acted on nothing and found nothing to watch (no
+        event in its document, no open record, serving, no job, CONNECTED), the reading is a document
+        without events of the same incarnation, nothing else woke the loop (a watch, a job, a peer), and
+        the last full cycle is less than ``idle_cycle`` old. A document with an event, an error, a new
+        incarnation or any other change runs the cycle at once; the idle cycle runs in any case."""
+        if (not self._polled or self._quiet_since is None or self._woken_by_other
+                or now - self._quiet_since >= self._idle_cycle):
+            return False
+        reading = self._readings.latest()
+        document = reading.document
+        return (reading.seq != self._reading.seq and document is not None and not document.events
+                and document.document_incarnation == self._quiet_incarnation)
+
+    def _note_quiet(self, snap: Snapshot, local: LocalState, plan: Plan) -> None:
+        cluster, document = snap.cluster, snap.document
+        quiet = (
+            not plan.acts and not plan.blocked and not plan.waiting
+            and document is not None and not document.events
+            and cluster is not None and cluster.connection is ConnectionState.CONNECTED
+            and all(record.done_at is not None for record in cluster.records.values())
+            and local.phase is Phase.SERVING and not local.job_running and not local.draining_for
+            and not self._named
+        )
+        self._quiet_since = snap.mono if quiet else None
+        self._quiet_incarnation = document.document_incarnation if quiet and document is not None else None
 
     def cycle(self) -> Plan:
         """One observe-decide-act cycle. Returns the plan it carried out."""
@@ -236,6 +280,7 @@ class Agent:
             plan = confirmed
         decided = self._clock.monotonic()
         self._local = self._act(snap, local, plan)
+        self._note_quiet(snap, self._local, plan)
         self._persist(snap)
         self._report(snap, plan)
         log.debug("cycle took %.1f ms: observe %.1f, decide %.1f, act %.1f (vm=%s)",

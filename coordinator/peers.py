@@ -70,7 +70,9 @@ class PeerProbes:
         self._clock = clock
         # A new connection for every probe, as a load balancer opens one: an answer on a kept-alive
         # connection could come from a server thread that outlived its listener.
-        self._client = client or httpx.Client(timeout=timeout, follow_redirects=False,
+        # Probe URLs are plain HTTP (``http://host:port/path``, as each agent advertises its probe): no
+        # certificate store is loaded for them (about 1-3 MiB per process).
+        self._client = client or httpx.Client(timeout=timeout, follow_redirects=False, verify=False,
                                               limits=httpx.Limits(max_keepalive_connections=0))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-probe")
         self._lock = threading.Lock()

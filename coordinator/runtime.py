@@ -247,7 +247,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         lambda: imds.get_document(attempts=1),
         interval=settings.imds.poll_interval,
         backoff_max=settings.imds.backoff_max_seconds,
-        on_reading=lambda: agent_ref[0].wake() if agent_ref else None,
+        on_reading=lambda: agent_ref[0].reading_arrived() if agent_ref else None,
     )
     agent = Agent(
         vm=vm,

@@ -222,14 +222,67 @@ def test_the_loop_serves_the_group_while_imds_hangs(tmp_path: Path) -> None:
         poller.stop(5)
 
 
-def _running_agent(tmp_path: Path, read: object, *, interval: float,
-                   cluster: MemoryCluster | None = None) -> tuple[Agent, threading.Event, threading.Thread, ImdsPoller]:
+AT_ONCE = replace(POLICY, return_wait=0.0)  # serving as soon as the start-up recovery is done
+
+
+def test_a_quiet_group_runs_one_cycle_per_idle_cycle_not_one_per_reading(tmp_path: Path) -> None:
+    """Readings that repeat an empty document, with nothing else changing, skip their cycles: an idle
+    agent costs one cycle per ``idle_cycle`` (and one read per poll)."""
+    reads: list[float] = []
+
+    def read() -> Document:
+        reads.append(time.monotonic())
+        return EMPTY
+
+    agent, stop, thread, poller = _running_agent(tmp_path, read, interval=0.1, idle_cycle=1.0, policy=AT_ONCE)
+    try:
+        time.sleep(0.5)  # joined, leading, serving: quiet from here
+        cycles0, reads0 = agent.status()["cycles"], len(reads)
+        time.sleep(2.0)
+        cycles, n_reads = agent.status()["cycles"] - cycles0, len(reads) - reads0
+    finally:
+        stop.set()
+        agent.wake()
+        thread.join(5)
+        poller.stop(5)
+    assert agent.status()["phase"] == "serving"
+    assert n_reads >= 15  # the poller went on reading at its rate...
+    assert 1 <= cycles <= 4  # ...and the loop ran on the idle cycle, not on each reading
+
+
+def test_a_reading_with_an_event_runs_its_cycle_at_once_in_a_quiet_group(tmp_path: Path) -> None:
+    named = parse_document({"DocumentIncarnation": 2, "Events": [{
+        "EventId": E, "EventType": "Reboot", "ResourceType": "VirtualMachine", "Resources": ["vm0"],
+        "EventStatus": "Started", "NotBefore": "", "Description": "", "EventSource": "Platform"}]})
+    document = [EMPTY]
+    agent, stop, thread, poller = _running_agent(tmp_path, lambda: document[0], interval=0.1, idle_cycle=5.0,
+                                                 policy=AT_ONCE)
+    try:
+        time.sleep(0.5)
+        assert agent.status()["phase"] == "serving"
+        document[0] = named  # the idle cycle is 5 s away: only the reading itself can run the cycle
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and agent.status()["phase"] == "serving":
+            time.sleep(0.02)
+        phase = agent.status()["phase"]
+    finally:
+        stop.set()
+        agent.wake()
+        thread.join(5)
+        poller.stop(5)
+    assert phase in ("draining", "drained")
+
+
+def _running_agent(tmp_path: Path, read: object, *, interval: float, cluster: MemoryCluster | None = None,
+                   idle_cycle: float = 5.0,
+                   policy: Policy = POLICY) -> tuple[Agent, threading.Event, threading.Thread, ImdsPoller]:
     agent_ref: list[Agent] = []
-    poller = ImdsPoller(read, interval=interval, on_reading=lambda: agent_ref[0].wake() if agent_ref else None)  # type: ignore[arg-type]
+    poller = ImdsPoller(read, interval=interval,  # type: ignore[arg-type]
+                        on_reading=lambda: agent_ref[0].reading_arrived() if agent_ref else None)
     store = MemoryStore(cluster or MemoryCluster())
     agent = Agent(vm="vm0", imds=FakeImds.__new__(FakeImds), store=store, actions=[ProbeAction(ProbeState())],
-                  policy=POLICY, metrics=Metrics(CollectorRegistry()), poll_interval=interval, readings=poller,
-                  idle_cycle=5.0)
+                  policy=policy, metrics=Metrics(CollectorRegistry()), poll_interval=interval, readings=poller,
+                  idle_cycle=idle_cycle)
     agent_ref.append(agent)
     stop = threading.Event()
     thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
