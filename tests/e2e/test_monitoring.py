@@ -85,3 +85,19 @@ def test_every_metric_the_rules_and_dashboards_query_is_exported_by_a_live_agent
     assert queried["deploy/prometheus/alerts.yml"], "the rules query no coordinator metric"
     missing = {source: sorted(names - exported) for source, names in queried.items() if names - exported}
     assert not missing, f"queried but not exported: {missing}"
+
+
+def test_the_dashboard_is_provisioned_and_every_panel_queries_something() -> None:
+    dashboards = sorted((GRAFANA / "dashboards").glob("*.json"))
+    assert dashboards
+    for path in dashboards:
+        dashboard = json.loads(path.read_text())
+        assert dashboard["uid"] and dashboard["title"]
+        ids = [panel["id"] for panel in dashboard["panels"]]
+        assert len(ids) == len(set(ids)), f"{path.name}: panel ids repeat"
+        for panel in dashboard["panels"]:
+            exprs = [target["expr"] for target in panel["targets"]]
+            assert exprs and all(METRIC.search(e) for e in exprs), f"{path.name}: {panel['title']!r} queries nothing"
+    assert _queried_metrics()["deploy/grafana/dashboards/coordinator.json"]
+    provider = (GRAFANA / "provisioning" / "dashboards" / "coordinator.yml").read_text()
+    assert "path: /var/lib/grafana/dashboards" in provider
