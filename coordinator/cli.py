@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
+DEFAULT_ADMIN_URL = "http://127.0.0.1:9110"
+
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from coordinator.config import load_settings
@@ -49,13 +51,23 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from coordinator.groupstatus.options import group_mode
+
+    if group_mode(args):
+        from coordinator.groupstatus.command import run
+
+        return run(args)
+    if args.watch is not None:
+        print("coordinator: status: --watch needs --config, or --zookeeper and --cluster", file=sys.stderr)
+        return 2
     import httpx
 
+    url = args.url or DEFAULT_ADMIN_URL
     try:
-        response = httpx.get(args.url.rstrip("/") + "/status", timeout=5, trust_env=False)
+        response = httpx.get(url.rstrip("/") + "/status", timeout=5, trust_env=False)
         response.raise_for_status()
     except httpx.HTTPError as exc:
-        print(f"coordinator: cannot read {args.url}/status: {exc}", file=sys.stderr)
+        print(f"coordinator: cannot read {url}/status: {exc}", file=sys.stderr)
         return 1
     status = response.json()
     if args.json:
@@ -170,10 +182,17 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config", type=Path, required=True)
     check.set_defaults(func=_cmd_check_config)
 
-    status = sub.add_parser("status", help="show an agent's view: phase, leader, events, acks, blockers",
-                            description="Read an agent's /status endpoint and print it.")
-    status.add_argument("--url", default="http://127.0.0.1:9110", help="the agent's admin address")
-    status.add_argument("--json", action="store_true", help="print the raw JSON")
+    from coordinator.groupstatus.options import add_arguments as status_arguments
+
+    status = sub.add_parser(
+        "status", help="show the whole group (from ZooKeeper) or one agent's view",
+        description="With --config or --zookeeper/--cluster: the whole group read from ZooKeeper (read-only) and "
+        "from each member's /status: pause, leader, members, events, acks, approvals and what blocks them. "
+        "Otherwise: one agent's /status (--url).")
+    status.add_argument("--url", default=None, help=f"one agent's admin address (default {DEFAULT_ADMIN_URL})")
+    status.add_argument("--json", action="store_true",
+                        help="print JSON: the agent's raw /status, or the group's (schema in docs/status.md)")
+    status_arguments(status)
     status.set_defaults(func=_cmd_status)
 
     for name, func, summary in (

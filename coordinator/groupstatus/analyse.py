@@ -1,0 +1,431 @@
+"""From one read of the group to the ``GroupStatus`` model: who approves each event and what blocks it,
+worked out by the agents' own decision function, and what looks stuck.
+
+Blockers: for each event not done, ``coordinator.decide.decide`` is run from its approver's perspective
+(the approver chosen by ``choose_approver``, as every agent does), on a snapshot rebuilt from what
+ZooKeeper holds: a document made of the records not done (type, Resources, NotBefore; the status as the
+agents' last documents report it, else Scheduled until NotBefore and Started after), the cluster view as
+read, the approver's leadership, the absences (their ages from ``absent/{vm}``), and, when every member's
+agent answered, what each says its phase is (standing in for the probes of ``confirm_peers_by_probe``:
+"serving" is in rotation). The approver's own local state is taken as serving, so that the reasons come
+from ZooKeeper's state alone and never from an acknowledgement the approver is about to write. The
+reasons are the strings the agents log and show in their ``/status`` ("vm1 has not acknowledged", "not
+admitted by the maintenance budget yet", ...). When the approver is not the leader, the admission reason
+is completed with the leader's: ``decide`` from the leader's perspective says why it does not admit the
+event (the budget), or that it admits it now.
+
+What ZooKeeper does not hold, and is therefore assumed: the event's ``EventSource`` and
+``DurationInSeconds`` (a ``User`` rule or ``freeze_immediately_below_seconds`` cannot be applied), the
+approver's own IMDS reading and its clocks. The policy is the one of the configuration given with
+``--config`` (the group shares one), else the defaults.
+
+Should ``decide`` fail (a bug), the blockers fall back to a plain derivation from the records: missing
+acks, no admission, no approver, NotBefore.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from coordinator.config import ApprovalRule
+from coordinator.decide import (
+    LocalState,
+    PeerSeen,
+    Phase,
+    Plan,
+    Policy,
+    Sighting,
+    Snapshot,
+    choose_approver,
+    decide,
+)
+from coordinator.groupstatus.model import (
+    Absent,
+    Ack,
+    AgentReport,
+    Approval,
+    Attention,
+    Blocker,
+    EventState,
+    EventStatus,
+    GroupStatus,
+    Leader,
+    Member,
+    OutOfRotation,
+    Paused,
+    Placement,
+    utc,
+)
+from coordinator.groupstatus.read import AgentAnswer, GroupRead
+from coordinator.models import Document
+from coordinator.store.base import ClusterView, EventRecord
+
+__all__ = ["NOT_ADMITTED", "STUCK_AFTER", "build_status", "event_statuses"]
+
+log = logging.getLogger(__name__)
+
+NOT_ADMITTED = "not admitted by the maintenance budget yet"
+#: An event still not done this long after it could start (approved, or NotBefore passed), an ack standing
+#: this long after its event was done, a VM out of rotation for ``OUT_LONG``: shown as needing attention.
+STUCK_AFTER = 1800.0
+OUT_LONG = 1800.0
+_STARTS_SOON = 300.0  # a blocked event this close to NotBefore will start unapproved: said so
+
+
+def build_status(read: GroupRead, policy: Policy, policy_source: str) -> GroupStatus:
+    """The model of one read."""
+    view, now = read.view, read.read_at
+    reports = {vm: _report(answer) for vm, answer in read.agents.items()}
+    members = [_member(vm, read, reports) for vm in sorted(view.members)]
+    out = [OutOfRotation(vm=vm, since=utc(mark.since), events=[e.upper() for e in mark.events],
+                         member=vm in view.members) for vm, mark in sorted(view.out.items())]
+    absent = [Absent(vm=vm, since=utc(since)) for vm, since in sorted(view.absent_since.items())]
+    events = event_statuses(read, policy)
+    active = sorted((e for e in events if e.done_at is None),
+                    key=lambda e: (e.not_before is None, e.not_before or e.published_at, e.event_id))
+    done = sorted((e for e in events if e.done_at is not None), key=lambda e: e.done_at or e.published_at,
+                  reverse=True)
+    paused: Paused | None = None
+    if read.paused is not None:
+        paused = Paused(reason=read.paused.reason, by=read.paused.by, at=utc(read.paused.at))
+    elif read.paused_unreadable is not None:
+        at = utc(read.pause_ctime) if read.pause_ctime is not None else None
+        paused = Paused(reason=f"(pause node unreadable: {read.paused_unreadable})", by="?", at=at)
+    leader = None
+    if view.leader is not None:
+        leader = Leader(vm=view.leader, since=utc(read.leader_since) if read.leader_since is not None else None)
+    status = GroupStatus(
+        cluster=read.cluster, base_path=read.base_path, zookeeper=read.hosts, read_at=utc(now),
+        read_only_server=read.read_only_server, policy=policy_source, paused=paused, leader=leader,
+        members=members, registered=sorted(view.known), out_of_rotation=out, absent=absent,
+        events=active, done=done, attention=[],
+    )
+    return status.model_copy(update={"attention": _attention(status, read)})
+
+
+# -- members ------------------------------------------------------------------------------------------
+
+
+def _text(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    return str(value)
+
+
+def _report(answer: AgentAnswer) -> AgentReport:
+    body = answer.body
+    if body is None:
+        return AgentReport(reachable=False, url=answer.url, error=answer.error)
+    cluster = body.get("cluster")
+    cycles = body.get("cycles")
+    return AgentReport(
+        reachable=True, url=answer.url,
+        phase=_text(body.get("phase")),
+        cycles=cycles if isinstance(cycles, int) and not isinstance(cycles, bool) else None,
+        last_cycle=_text(body.get("last_cycle")),
+        connection=_text(cluster.get("connection")) if isinstance(cluster, dict) else "unavailable",
+        action_error=_text(body.get("action_error")),
+        stays_out=_text(body.get("stays_out")),
+    )
+
+
+def _member(vm: str, read: GroupRead, reports: Mapping[str, AgentReport]) -> Member:
+    info = read.member_info.get(vm, {})
+    started = info.get("started_at")
+    return Member(
+        vm=vm,
+        leader=vm == read.view.leader,
+        version=_text(info.get("version")),
+        started_at=utc(started) if isinstance(started, int | float) and not isinstance(started, bool) else None,
+        placement=Placement(
+            fault_domain=_text(info.get("fault_domain")), update_domain=_text(info.get("update_domain")),
+            zone=_text(info.get("zone")), scale_set=_text(info.get("scale_set")),
+        ),
+        probe=_text(info.get("probe")),
+        admin=_text(info.get("admin")),
+        agent=reports.get(vm) or AgentReport(reachable=False, url=None, error="not asked"),
+    )
+
+
+# -- events -------------------------------------------------------------------------------------------
+
+
+def _reported(read: GroupRead) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """Event key -> (VM, the event as that VM's agent reports it), from every answer."""
+    found: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for vm, answer in sorted(read.agents.items()):
+        events = answer.body.get("events") if answer.body is not None else None
+        for event in events if isinstance(events, list) else ():
+            if isinstance(event, dict) and isinstance(event.get("event_id"), str):
+                found.setdefault(event["event_id"].upper(), (vm, event))
+    return found
+
+
+def _event_from_agent(read: GroupRead, vm: str | None, key: str) -> Mapping[str, Any] | None:
+    answer = read.agents.get(vm or "")
+    events = answer.body.get("events") if answer is not None and answer.body is not None else None
+    for event in events if isinstance(events, list) else ():
+        if isinstance(event, dict) and str(event.get("event_id", "")).upper() == key:
+            return event
+    return None
+
+
+def _status_of(record: EventRecord, read: GroupRead, reported: Mapping[str, tuple[str, Mapping[str, Any]]],
+               approver: str | None) -> tuple[str, str | None]:
+    """(status, who reported it): the approver's report first, then any agent's, else assumed."""
+    own = _event_from_agent(read, approver, record.event_id)
+    if own is not None and isinstance(own.get("status"), str):
+        return own["status"], approver
+    if record.event_id in reported:
+        vm, event = reported[record.event_id]
+        if isinstance(event.get("status"), str):
+            return event["status"], vm
+    if record.not_before is not None and read.read_at >= record.not_before:
+        return "Started", None
+    return "Scheduled", None
+
+
+def event_statuses(read: GroupRead, policy: Policy) -> list[EventStatus]:
+    """Every record of the view as an ``EventStatus``, blockers worked out (see the module docstring)."""
+    view = read.view
+    reported = _reported(read)
+    approvers = {key: choose_approver(tuple(r.resources), view, policy.approver)
+                 for key, r in view.records.items() if r.done_at is None}
+    statuses = {key: _status_of(view.records[key], read, reported, approver)
+                for key, (approver, _) in approvers.items()}
+    plans: dict[str, Plan] = {}
+    failure: str | None = None
+    try:
+        plans = _plans(read, policy, approvers, {k: s for k, (s, _) in statuses.items()})
+    except Exception as exc:  # a bug in the decision function must not take the status view down
+        log.warning("cannot work out blockers with the decision function: %r", exc, exc_info=True)
+        failure = f"{type(exc).__name__}: {exc}"
+    result = []
+    for key, record in sorted(view.records.items()):
+        approver, as_leader = approvers.get(key, (None, None))
+        status, reported_by = statuses.get(key, (None, None))
+        result.append(_event(record, read, policy, approver, as_leader, status, reported_by, plans, failure))
+    return result
+
+
+def _plans(read: GroupRead, policy: Policy, approvers: Mapping[str, tuple[str | None, bool]],
+           statuses: Mapping[str, str]) -> dict[str, Plan]:
+    """``decide`` from each approver's perspective, and from the leader's: perspective -> plan."""
+    view = read.view
+    document = Document.model_validate({
+        "DocumentIncarnation": 1,
+        "Events": [
+            {"EventId": key, "EventType": record.event_type, "EventStatus": statuses[key],
+             "Resources": list(record.resources),
+             "NotBefore": utc(record.not_before) if record.not_before is not None else ""}
+            for key, record in sorted(view.records.items()) if key in statuses
+        ],
+    })
+    peers = _peers(read)
+    perspectives = {approver for approver, _ in approvers.values() if approver is not None}
+    if view.leader is not None:
+        perspectives.add(view.leader)
+    plans: dict[str, Plan] = {}
+    for me in sorted(perspectives):
+        cluster = dataclasses.replace(view, i_am_leader=me == view.leader)
+        snapshot = Snapshot(
+            me=me, now=read.read_at, mono=read.mono, document=document, last_document=document,
+            cluster=cluster,
+            seen={key: Sighting(read.mono) for key in view.records},
+            absent_for={vm: max(read.read_at - since, 0.0) for vm, since in view.absent_since.items()},
+            disconnected_for=0.0, uptime=float("inf"), peers=peers,
+        )
+        plans[me] = decide(snapshot, LocalState(phase=Phase.SERVING, phase_since=read.mono), policy)
+    return plans
+
+
+def _peers(read: GroupRead) -> dict[str, PeerSeen] | None:
+    """The members' phases as their probes would tell them, if every member's agent answered; else None
+    (the budget then counts a member in rotation unless ZooKeeper shows it out, as without probes)."""
+    members = read.view.members
+    if not members or any(read.agents.get(vm) is None or read.agents[vm].body is None for vm in members):
+        return None
+    seen: dict[str, PeerSeen] = {}
+    for vm in members:
+        body = read.agents[vm].body or {}
+        phase = str(body.get("phase"))
+        seen[vm] = PeerSeen(in_rotation=phase == Phase.SERVING.value, at=read.mono,
+                            detail=phase if phase == Phase.SERVING.value else f"503 {phase}")
+    return seen
+
+
+def _vm_of(reason: str, names: set[str]) -> str | None:
+    first = reason.split(" ", 1)[0].rstrip(":,")
+    if first in names:
+        return first
+    if reason.startswith("approver "):
+        second = reason.split(" ")[1]
+        return second if second in names else None
+    return None
+
+
+def _event(record: EventRecord, read: GroupRead, policy: Policy, approver: str | None, as_leader: bool | None,
+           status: str | None, reported_by: str | None, plans: Mapping[str, Plan], failure: str | None) -> EventStatus:
+    view, now = read.view, read.read_at
+    key = record.event_id
+    resources = list(record.resources)
+    approval = record.approval
+    done = record.done_at is not None
+    state: EventState
+    reasons: list[str] = []
+    if done:
+        state = "done"
+    elif approval is not None:
+        state = "approved"
+    elif status != "Scheduled":
+        state = "started"
+    else:
+        reasons = _reasons(record, read, policy, approver, plans, failure)
+        state = "blocked" if reasons else "approvable"
+    names = set(resources) | set(view.members) | set(view.known) | ({approver} if approver else set())
+    blockers = [Blocker(vm=_vm_of(reason, names), reason=reason) for reason in reasons]
+    own = _event_from_agent(read, approver, key) if not done else None
+    waiting = own.get("waiting_for") if own is not None else None
+    return EventStatus(
+        event_id=key,
+        type=record.event_type,
+        status=None if done else status,
+        status_reported_by=None if done else reported_by,
+        resources=resources,
+        published_by=record.published_by,
+        published_at=utc(record.published_at),
+        not_before=utc(record.not_before) if record.not_before is not None else None,
+        not_before_in_seconds=round(record.not_before - now, 3) if record.not_before is not None else None,
+        acks=[Ack(vm=vm, at=utc(at)) for vm, at in sorted(record.acks.items(), key=lambda item: (item[1], item[0]))],
+        missing_acks=[vm for vm in resources if vm not in record.acks],
+        admitted_at=utc(record.admitted_at) if record.admitted_at is not None else None,
+        approval=Approval(by=approval.by, at=utc(approval.at), as_leader=approval.as_leader) if approval else None,
+        done_at=utc(record.done_at) if record.done_at is not None else None,
+        approver=None if done else approver,
+        approver_as_leader=None if done or approver is None else as_leader,
+        state=state,
+        blockers=blockers,
+        approver_reports=[str(r) for r in waiting] if isinstance(waiting, list) else None,
+    )
+
+
+def _reasons(record: EventRecord, read: GroupRead, policy: Policy, approver: str | None,
+             plans: Mapping[str, Plan], failure: str | None) -> list[str]:
+    """Why a Scheduled event is not approved yet, from its approver's plan (see the module docstring)."""
+    view, key = read.view, record.event_id
+    plan = plans.get(approver) if approver is not None else None
+    if plan is None:
+        plan = plans.get(view.leader) if view.leader is not None else None
+    if plan is None:
+        reasons = _derived(record, view, policy, approver, failure)
+    else:
+        reasons = list(plan.blocked.get(key, ()))
+        leader_plan = plans.get(view.leader) if view.leader is not None else None
+        if NOT_ADMITTED in reasons and leader_plan is not None and leader_plan is not plan:
+            index = reasons.index(NOT_ADMITTED)
+            if key in leader_plan.admit:
+                reasons[index] = f"{NOT_ADMITTED} (the leader {view.leader} admits it now)"
+            else:
+                why = leader_plan.blocked.get(key, ())
+                if why and not why[0].startswith("not admitted") and why[0] not in reasons:
+                    reasons[index] = f"{NOT_ADMITTED}: {why[0]}"
+        if approver is None and not reasons:
+            reasons.append("no live agent named in Resources and no leader")
+    not_before = record.not_before
+    lead = policy.lead_time
+    if (reasons and lead is not None and not_before is not None and record.admitted_at is None
+            and read.read_at < not_before - lead):
+        reasons.append(f"drains no earlier than {lead:g} s before NotBefore (drain.lead_time_seconds)")
+    if reasons and not_before is not None and _never_early(reasons, policy, record):
+        reasons.append("waiting for NotBefore: it starts then without an approval")
+    return reasons
+
+
+def _never_early(reasons: list[str], policy: Policy, record: EventRecord) -> bool:
+    rule = policy.approval.get(record.event_type, ApprovalRule.AFTER_DRAIN)
+    return rule is ApprovalRule.NEVER or any("never approved early" in r for r in reasons)
+
+
+def _derived(record: EventRecord, view: ClusterView, policy: Policy, approver: str | None,
+             failure: str | None) -> list[str]:
+    """The blockers that can be read off the record alone (when ``decide`` could not be used)."""
+    reasons: list[str] = []
+    if failure is not None:
+        reasons.append(f"(decision function failed: {failure}; reasons derived from the records)")
+    if approver is None:
+        reasons.append("no live agent named in Resources and no leader")
+    elif approver not in view.members:
+        reasons.append(f"approver {approver} is not a live member")
+    if policy.budgeted and record.admitted_at is None:
+        reasons.append(NOT_ADMITTED)
+    for vm in record.resources:
+        if vm not in record.acks:
+            reasons.append(f"{vm} runs no agent" if vm not in view.members else f"{vm} has not acknowledged")
+    if record.not_before is not None and reasons:
+        reasons.append("waiting for NotBefore: it starts then without an approval, unless the above clears")
+    return reasons
+
+
+# -- what needs attention ------------------------------------------------------------------------------
+
+
+def _loopback(url: str | None) -> bool:
+    return url is None or any(host in url for host in ("//127.", "//localhost", "//[::1]"))
+
+
+def _attention(status: GroupStatus, read: GroupRead) -> list[Attention]:
+    found: list[Attention] = []
+    read_at = status.read_at.timestamp()
+    if status.leader is None:
+        found.append(Attention(message="no leader: nobody admits events, marks them done or tracks absent VMs"))
+    if status.read_only_server:
+        found.append(Attention(message="the ZooKeeper server that answered is read-only (cut off from its "
+                                       "quorum): what is shown may be out of date"))
+    for member in status.members:
+        agent = member.agent
+        if not agent.reachable and not _loopback(agent.url):
+            found.append(Attention(vm=member.vm, message=f"{member.vm}: its agent does not answer ({agent.error})"))
+        if agent.action_error:
+            found.append(Attention(vm=member.vm, message=f"{member.vm}: {agent.action_error}"))
+        if agent.connection not in (None, "connected"):
+            found.append(Attention(vm=member.vm,
+                                   message=f"{member.vm}: its ZooKeeper connection is {agent.connection}"))
+    for event in status.events:
+        not_before = event.not_before.timestamp() if event.not_before else None
+        # When it could start: its approval, or NotBefore, whichever came first.
+        began = [t for t in (not_before, event.approval.at.timestamp() if event.approval else None)
+                 if t is not None and t <= read_at]
+        if began and read_at - min(began) > STUCK_AFTER:
+            found.append(Attention(event_id=event.event_id, message=(
+                f"{event.type} {event.event_id} could start {_minutes(read_at - min(began))} ago and is not done "
+                "(the leader marks it done once IMDS no longer shows it)")))
+        elif event.state == "blocked" and not_before is not None and 0 < not_before - read_at <= _STARTS_SOON:
+            blocker = event.blockers[0].reason if event.blockers else "blocked"
+            found.append(Attention(event_id=event.event_id, message=(
+                f"{event.type} {event.event_id} starts in {_minutes(not_before - read_at)} without an approval "
+                f"unless unblocked ({blocker})")))
+        for vm in event.resources:
+            if vm not in read.view.members and vm in read.view.absent_since:
+                found.append(Attention(vm=vm, event_id=event.event_id,
+                                       message=f"{vm} is named by {event.event_id} but runs no agent"))
+    for mark in status.out_of_rotation:
+        if read_at - mark.since.timestamp() > OUT_LONG:
+            why = f" for {', '.join(mark.events)}" if mark.events else ""
+            found.append(Attention(vm=mark.vm, message=(
+                f"{mark.vm} has been out of rotation{why} for {_minutes(read_at - mark.since.timestamp())}")))
+    for event in status.done:
+        done_at = event.done_at.timestamp() if event.done_at else read_at
+        for ack in event.acks:
+            if read_at - done_at > STUCK_AFTER:
+                found.append(Attention(vm=ack.vm, event_id=event.event_id, message=(
+                    f"{ack.vm} still acknowledges {event.event_id}, done {_minutes(read_at - done_at)} ago "
+                    "(its agent is still drained for it)")))
+    return found
+
+
+def _minutes(seconds: float) -> str:
+    minutes = seconds / 60
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"

@@ -1,0 +1,168 @@
+"""``coordinator status --config FILE`` / ``--zookeeper HOSTS --cluster NAME``: the whole group, read
+from ZooKeeper (read-only) and from each member's admin ``/status``, once or live (``--watch``).
+
+Exit status: 0 once shown (and on Ctrl-C under ``--watch``), 1 when ZooKeeper cannot be reached or the
+cluster does not exist (a one-line message on stderr), 2 for bad arguments or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.live import Live
+
+from coordinator.config import Settings, load_settings
+from coordinator.errors import ConfigError
+from coordinator.groupstatus.analyse import build_status
+from coordinator.groupstatus.model import GroupStatus
+from coordinator.groupstatus.read import GroupRead, GroupReader, GroupStatusError
+from coordinator.groupstatus.render import render, render_error
+
+__all__ = ["run"]
+
+_MIN_GAP = 0.5  # under --watch, at most two reads a second however many watches fire
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings the group is read with: the configuration file's, with the command line's overrides.
+    Raises ``ConfigError``."""
+    if args.config is not None:
+        base: dict[str, Any] = load_settings(args.config).model_dump(mode="json")
+    elif args.zookeeper is None or args.cluster is None:
+        raise ConfigError("status: give --config FILE, or --zookeeper HOSTS and --cluster NAME")
+    else:
+        base = {"cluster": args.cluster}
+    zookeeper = dict(base.get("zookeeper") or {})
+    if args.zookeeper is not None:
+        zookeeper["hosts"] = args.zookeeper
+    if args.root is not None:
+        zookeeper["root"] = args.root
+    if args.cluster is not None:
+        base["cluster"] = args.cluster
+    base["zookeeper"] = zookeeper
+    try:
+        return Settings.model_validate(base)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"status: {where}: {first['msg'].removeprefix('Value error, ')}") from None
+
+
+def _console() -> Console:
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160)  # piped or redirected: wide enough for the tables, never 80 columns
+    return console
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.url is not None:
+        print("coordinator: status: --url reads one agent; do not combine it with --config, --zookeeper, "
+              "--cluster or --root", file=sys.stderr)
+        return 2
+    try:
+        settings = _settings(args)
+    except ConfigError as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        return 2
+    for name in ("watch", "timeout", "http_timeout"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            print(f"coordinator: status: --{name.replace('_', '-')} must be positive", file=sys.stderr)
+            return 2
+    with _quiet_logging(args.verbose):
+        return _run(args, settings)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from coordinator.runtime import policy_from
+
+    policy = policy_from(settings)
+    source = str(args.config) if args.config is not None else "defaults (no --config)"
+    timeout = args.timeout if args.timeout is not None else settings.zookeeper.operation_timeout
+    try:
+        reader = GroupReader(settings.zookeeper.hosts, settings.zookeeper.root, settings.cluster, timeout=timeout,
+                             http_timeout=args.http_timeout, ask_agents_too=not args.no_agents)
+        reader.open()
+    except GroupStatusError as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        return 1
+
+    def build(read: GroupRead) -> GroupStatus:
+        return build_status(read, policy, source)
+
+    try:
+        if args.watch is not None:
+            return _watch(reader, build, args.watch, as_json=args.json)
+        try:
+            status = build(reader.read())
+        except GroupStatusError as exc:
+            print(f"coordinator: {exc}", file=sys.stderr)
+            return 1
+    finally:
+        reader.close()
+    if args.json:
+        print(status.to_json())
+    else:
+        _console().print(render(status))
+    return 0
+
+
+def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], interval: float, *, as_json: bool) -> int:
+    """Read and show until Ctrl-C: at once when a watched node changes, at least every ``interval``."""
+    changed = threading.Event()
+    reader.set_wakeup(changed.set)
+    console = _console()
+    last: GroupStatus | None = None
+    live = Live(console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
+    try:
+        with live if not as_json else contextlib.nullcontext():
+            while True:
+                began = time.monotonic()
+                changed.clear()
+                try:
+                    status = build(reader.read())
+                except GroupStatusError as exc:
+                    if as_json:
+                        print(f'{{"error": {json.dumps(str(exc))}}}', flush=True)
+                    else:
+                        live.update(render_error(str(exc), last), refresh=True)
+                else:
+                    last = status
+                    if as_json:
+                        print(status.model_dump_json(), flush=True)
+                    else:
+                        live.update(render(status), refresh=True)
+                changed.wait(max(interval - (time.monotonic() - began), 0.0))
+                time.sleep(max(_MIN_GAP - (time.monotonic() - began), 0.0))
+    except KeyboardInterrupt:
+        return 0
+
+
+@contextlib.contextmanager
+def _quiet_logging(verbose: bool) -> Iterator[None]:
+    """Nothing but the command's own output: kazoo's and the store's warnings (a refused connection,
+    a retry) would break the one-line error of an unreachable ZooKeeper. ``--verbose`` shows them on
+    stderr. The logging configuration is restored afterwards."""
+    root = logging.getLogger()
+    level = root.level
+    handler: logging.Handler = logging.StreamHandler(sys.stderr) if verbose else logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if verbose else logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)

@@ -1,0 +1,193 @@
+"""The group status as ``coordinator status`` shows it: one immutable pydantic model, rendered as a table
+(``coordinator.groupstatus.render``) or dumped as JSON (``--json``).
+
+The JSON form is a stable interface for scripts (documented in ``docs/status.md``): ``schema_version``
+changes only when a field is removed or changes meaning; new fields may appear at any time. Every time is
+absolute, an ISO 8601 string in UTC (``2026-11-24T00:15:58.123000Z``); ``read_at`` is when the group
+was read, so that scripts compute ages against the same instant as the table does.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Absent",
+    "Ack",
+    "AgentReport",
+    "Approval",
+    "Attention",
+    "Blocker",
+    "EventState",
+    "EventStatus",
+    "GroupStatus",
+    "Leader",
+    "Member",
+    "OutOfRotation",
+    "Paused",
+    "Placement",
+    "utc",
+]
+
+SCHEMA_VERSION = 1
+
+EventState = Literal["blocked", "approvable", "approved", "started", "done"]
+
+
+def utc(timestamp: float) -> datetime:
+    """A unix time as an aware UTC datetime (how every time of the model is kept). A time beyond the
+    calendar (milliseconds written as seconds, NaN) becomes its end or its start: never an error."""
+    try:
+        return datetime.fromtimestamp(timestamp, tz=UTC)
+    except (OverflowError, ValueError, OSError):
+        return (datetime.max if timestamp > 0 else datetime.min).replace(tzinfo=UTC)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Paused(_Model):
+    """The group-wide pause (the ``pause`` node under the cluster's root), as whoever paused wrote it."""
+
+    reason: str
+    by: str
+    at: datetime | None = Field(description="when the group was paused (None: the node did not say)")
+
+
+class Leader(_Model):
+    vm: str
+    since: datetime | None = None
+
+
+class Placement(_Model):
+    """Where the VM runs, as its agent learned it from IMDS (absent when ``vm_name`` is configured)."""
+
+    fault_domain: str | None = None
+    update_domain: str | None = None
+    zone: str | None = None
+    scale_set: str | None = None
+
+
+class AgentReport(_Model):
+    """What the member's agent says on its admin ``/status`` (asked with a short timeout)."""
+
+    reachable: bool
+    url: str | None = Field(description="the /status URL asked (None: the member info names no admin address)")
+    error: str | None = Field(default=None, description="why it could not be read (None when reachable)")
+    phase: str | None = None
+    cycles: int | None = None
+    last_cycle: str | None = Field(default=None, description="the description of its last completed cycle")
+    connection: str | None = Field(default=None, description="its own ZooKeeper connection state")
+    action_error: str | None = None
+    stays_out: str | None = None
+
+
+class Member(_Model):
+    """A live member: its agent holds ``members/{vm}``."""
+
+    vm: str
+    leader: bool
+    version: str | None = None
+    started_at: datetime | None = None
+    placement: Placement = Placement()
+    probe: str | None = Field(default=None, description="the health probe URL its peers use")
+    admin: str | None = Field(default=None, description="its admin address, as its member info gives it")
+    agent: AgentReport
+
+
+class OutOfRotation(_Model):
+    """``out/{vm}``: the VM is out of its load balancer's rotation, by its own account."""
+
+    vm: str
+    since: datetime
+    events: list[str]
+    member: bool = Field(description="whether the VM has a live agent")
+
+
+class Absent(_Model):
+    """``absent/{vm}``: a registered VM the leader has seen without an agent since ``since``."""
+
+    vm: str
+    since: datetime
+
+
+class Ack(_Model):
+    vm: str
+    at: datetime
+
+
+class Approval(_Model):
+    by: str
+    at: datetime
+    as_leader: bool
+
+
+class Blocker(_Model):
+    """One reason an event is not approved yet; ``vm`` is the VM the reason is about, if any."""
+
+    vm: str | None = None
+    reason: str
+
+
+class EventStatus(_Model):
+    """One event record, with what the status command worked out about it."""
+
+    event_id: str
+    type: str
+    status: str | None = Field(
+        description="Scheduled or Started, as the agents' last documents show it or, when no agent reported it, "
+        "assumed from NotBefore (status_reported_by is then None); None for a done event"
+    )
+    status_reported_by: str | None = Field(description="the VM whose agent reported the status")
+    resources: list[str]
+    published_by: str
+    published_at: datetime
+    not_before: datetime | None
+    not_before_in_seconds: float | None = Field(description="NotBefore minus read_at (negative: past)")
+    acks: list[Ack]
+    missing_acks: list[str] = Field(description="VMs of Resources without an ack")
+    admitted_at: datetime | None
+    approval: Approval | None
+    done_at: datetime | None
+    approver: str | None = Field(description="who approves it now (policy approver mode); None if nobody can")
+    approver_as_leader: bool | None
+    state: EventState
+    blockers: list[Blocker] = Field(description="why it is not approved yet (empty unless state is blocked)")
+    approver_reports: list[str] | None = Field(
+        description="what the approver's own agent reports it waits for (None: its /status did not list it)"
+    )
+
+
+class Attention(_Model):
+    """Something that looks stuck or wrong, for the operator."""
+
+    message: str
+    vm: str | None = None
+    event_id: str | None = None
+
+
+class GroupStatus(_Model):
+    schema_version: int = SCHEMA_VERSION
+    cluster: str
+    base_path: str = Field(description="the cluster's ZooKeeper path: {root}/{cluster}")
+    zookeeper: str = Field(description="the ensemble read")
+    read_at: datetime
+    read_only_server: bool = Field(description="the server answering is in read-only mode (out of quorum)")
+    policy: str = Field(description="where the policy used to work out blockers came from")
+    paused: Paused | None
+    leader: Leader | None
+    members: list[Member]
+    registered: list[str] = Field(description="every VM that has ever run an agent in the group")
+    out_of_rotation: list[OutOfRotation]
+    absent: list[Absent]
+    events: list[EventStatus] = Field(description="event records not marked done, soonest NotBefore first")
+    done: list[EventStatus] = Field(description="records marked done and not purged yet, latest first")
+    attention: list[Attention]
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)

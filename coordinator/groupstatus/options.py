@@ -1,0 +1,37 @@
+"""The options of ``coordinator status`` for the whole group. Kept apart from ``command`` so that building
+the command line imports nothing heavy."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["DEFAULT_WATCH_INTERVAL", "add_arguments", "group_mode"]
+
+DEFAULT_WATCH_INTERVAL = 2.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The group options of ``coordinator status`` (``--url`` and ``--json`` are the command's own)."""
+    group = parser.add_argument_group("whole group, read from ZooKeeper (instead of --url)")
+    group.add_argument("--config", type=Path, help="an agent's configuration file: ZooKeeper, root, cluster and "
+                       "the policy used to work out what blocks each event")
+    group.add_argument("--zookeeper", metavar="HOSTS", help="ensemble as host:port[,host:port] (overrides --config)")
+    group.add_argument("--cluster", metavar="NAME", help="the group's cluster name (overrides --config)")
+    group.add_argument("--root", metavar="PATH", help="ZooKeeper root of the clusters (default: the configuration's, "
+                       "else /azure-maintenance)")
+    group.add_argument("--watch", nargs="?", type=float, const=DEFAULT_WATCH_INTERVAL, metavar="SECONDS",
+                       help=f"re-read and re-render until Ctrl-C: on every ZooKeeper change and at least every "
+                       f"SECONDS (default {DEFAULT_WATCH_INTERVAL:g}); with --json, one JSON object per line")
+    group.add_argument("--timeout", type=float, metavar="SECONDS",
+                       help="bound on connecting to ZooKeeper and on each read (default: the configuration's "
+                       "zookeeper.operation_timeout, 5 s)")
+    group.add_argument("--http-timeout", type=float, default=1.0, metavar="SECONDS",
+                       help="bound on each agent's /status request (default 1 s)")
+    group.add_argument("--no-agents", action="store_true", help="do not ask the agents' admin /status")
+    group.add_argument("-v", "--verbose", action="store_true", help="log what the ZooKeeper client does to stderr")
+
+
+def group_mode(args: argparse.Namespace) -> bool:
+    """Whether the arguments ask for the whole group rather than one agent's ``--url``."""
+    return any(getattr(args, name, None) is not None for name in ("config", "zookeeper", "cluster", "root"))

@@ -1,0 +1,230 @@
+"""The group status as a terminal view (rich): pause banner, leader, what needs attention, members, VMs
+out of rotation or absent, one panel per pending event, and the recently finished ones.
+
+Times are shown relative to the read ("12 s ago", "in 4 min"), with the clock time where it matters
+(NotBefore). Every value that comes from ZooKeeper or an agent goes through ``Text``, never through rich
+markup: a reason with brackets in it is shown as it is.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from coordinator.groupstatus.model import EventStatus, GroupStatus, Member
+
+__all__ = ["DONE_SHOWN", "clock", "relative", "render", "render_error"]
+
+DONE_SHOWN = 5  # recently finished events in the table (--json lists every one)
+
+_PHASE_STYLE = {"serving": "green", "draining": "yellow", "drained": "yellow", "recovering": "cyan",
+                "unknown": "dim", "starting": "dim"}
+_STATE_STYLE = {"blocked": "bold red", "approvable": "bold yellow", "approved": "bold green",
+                "started": "bold cyan", "done": "dim"}
+
+
+def _span(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def relative(when: datetime | None, now: datetime) -> str:
+    """``when`` relative to ``now``: "12 s ago", "in 4 min", "now"; "-" for None."""
+    if when is None:
+        return "-"
+    delta = (when - now).total_seconds()
+    if abs(delta) < 0.5:
+        return "now"
+    return f"in {_span(delta)}" if delta > 0 else f"{_span(-delta)} ago"
+
+
+def clock(when: datetime, now: datetime) -> str:
+    """The UTC clock time of ``when``, with the date when it is not ``now``'s day."""
+    if when.date() == now.date():
+        return when.strftime("%H:%M:%S UTC")
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render(status: GroupStatus) -> RenderableType:
+    now = status.read_at
+    parts: list[RenderableType] = [_header(status)]
+    if status.paused is not None:
+        paused = status.paused
+        since = f" since {relative(paused.at, now)} ({clock(paused.at, now)})" if paused.at else ""
+        parts.append(Panel(Text(f"PAUSED{since} by {paused.by}: {paused.reason}", style="bold"),
+                           style="bold red", title="group paused", title_align="left"))
+    parts.append(_leader(status))
+    parts.append(_attention(status))
+    parts.append(_members(status))
+    if status.out_of_rotation or status.absent:
+        parts.append(_out_and_absent(status))
+    if status.events:
+        parts.append(Text(f"Events ({len(status.events)} pending)", style="bold"))
+        parts.extend(_event_panel(event, status) for event in status.events)
+    else:
+        parts.append(Text("No pending events.", style="green"))
+    if status.done:
+        parts.append(_done(status))
+    return Group(*parts)
+
+
+def render_error(message: str, last: GroupStatus | None) -> RenderableType:
+    """What --watch shows when a read fails: the error, then the last good read (if any), dimmed."""
+    error = Panel(Text(message), style="bold red", title="cannot read the group", title_align="left")
+    if last is None:
+        return error
+    return Group(error, Text(f"last good read: {last.read_at.strftime('%H:%M:%S UTC')}", style="dim"),
+                 render(last))
+
+
+def _header(status: GroupStatus) -> Text:
+    text = Text()
+    text.append(f"Group {status.cluster}", style="bold")
+    text.append(f"  ZooKeeper {status.zookeeper} {status.base_path}  read at {clock(status.read_at, status.read_at)}"
+                f"  policy: {status.policy}", style="dim")
+    if status.read_only_server:
+        text.append("  (read-only server)", style="yellow")
+    return text
+
+
+def _leader(status: GroupStatus) -> Text:
+    if status.leader is None:
+        return Text("Leader: none", style="bold red")
+    text = Text("Leader: ")
+    text.append(status.leader.vm, style="bold")
+    if status.leader.since is not None:
+        text.append(f" (since {relative(status.leader.since, status.read_at)})")
+    return text
+
+
+def _attention(status: GroupStatus) -> RenderableType:
+    if not status.attention:
+        return Text("Nothing looks stuck.", style="green")
+    lines = Text("\n").join(Text(f"- {item.message}") for item in status.attention)
+    return Panel(lines, title="needs attention", title_align="left", style="yellow")
+
+
+def _phase(member: Member) -> Text:
+    agent = member.agent
+    if not agent.reachable:
+        return Text("unreachable", style="red")
+    phase = agent.phase or "?"
+    return Text(phase, style=_PHASE_STYLE.get(phase, ""))
+
+
+def _members(status: GroupStatus) -> Table:
+    table = Table(title=f"Members ({len(status.members)} live)", title_justify="left", title_style="bold",
+                  expand=False)
+    for column in ("VM", "Version", "FD/UD", "Phase", "Last cycle", "Probe", "Admin"):
+        table.add_column(column, overflow="fold")
+    for member in status.members:
+        name = Text(member.vm, style="bold")
+        if member.leader:
+            name.append(" (leader)", style="cyan")
+        placement = member.placement
+        domains = f"{placement.fault_domain or '-'}/{placement.update_domain or '-'}"
+        if placement.zone:
+            domains += f" z{placement.zone}"
+        agent = member.agent
+        if agent.reachable:
+            cycle = Text(f"#{agent.cycles}: " if agent.cycles is not None else "")
+            cycle.append(agent.last_cycle or "-")
+        else:
+            cycle = Text(agent.error or "-", style="dim red")
+        table.add_row(name, Text(member.version or "-"), Text(domains), _phase(member), cycle,
+                      Text(member.probe or "-"), Text(member.admin or "-"))
+    return table
+
+
+def _out_and_absent(status: GroupStatus) -> Table:
+    table = Table(title="Out of rotation / without an agent", title_justify="left", title_style="bold")
+    for column in ("VM", "Out of rotation", "For events", "Agent"):
+        table.add_column(column, overflow="fold")
+    now = status.read_at
+    absent = {a.vm: a for a in status.absent}
+    for mark in status.out_of_rotation:
+        agent = "live" if mark.member else (f"absent since {relative(absent[mark.vm].since, now)}"
+                                            if mark.vm in absent else "none")
+        table.add_row(Text(mark.vm, style="bold"), Text(f"since {relative(mark.since, now)}"),
+                      Text(", ".join(mark.events) or "(none: starting up or back from a crash)"),
+                      Text(agent, style="" if mark.member else "red"))
+    out = {m.vm for m in status.out_of_rotation}
+    for item in status.absent:
+        if item.vm not in out:
+            table.add_row(Text(item.vm, style="bold"), Text("-"), Text("-"),
+                          Text(f"absent since {relative(item.since, now)}", style="red"))
+    return table
+
+
+def _acks(event: EventStatus, now: datetime) -> Text:
+    text = Text()
+    acked = {ack.vm: ack for ack in event.acks}
+    for index, vm in enumerate([*event.resources, *sorted(set(acked) - set(event.resources))]):
+        if index:
+            text.append(" · ")
+        if vm in acked:
+            text.append(f"{vm} acked {relative(acked[vm].at, now)}", style="green")
+        else:
+            text.append(f"{vm} not acked", style="red")
+    return text
+
+
+def _event_panel(event: EventStatus, status: GroupStatus) -> Panel:
+    now = status.read_at
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    shown = event.status or "?"
+    shown += f" (per {event.status_reported_by})" if event.status_reported_by else " (assumed: no agent reported it)"
+    grid.add_row("Status", Text(shown))
+    if event.not_before is not None:
+        grid.add_row("NotBefore", Text(f"{relative(event.not_before, now)} ({clock(event.not_before, now)})",
+                                       style="bold"))
+    else:
+        grid.add_row("NotBefore", Text("none"))
+    grid.add_row("Resources", Text(", ".join(event.resources) or "(none)"))
+    grid.add_row("Published", Text(f"by {event.published_by} {relative(event.published_at, now)}"))
+    grid.add_row("Acks", _acks(event, now))
+    grid.add_row("Admitted", Text(relative(event.admitted_at, now) if event.admitted_at else "no"))
+    if event.approval is not None:
+        approval = event.approval
+        role = "as leader" if approval.as_leader else "as first live VM in Resources"
+        grid.add_row("Approval", Text(f"by {approval.by} {role} {relative(approval.at, now)}", style="green"))
+    else:
+        approver = event.approver or "nobody"
+        role = ""
+        if event.approver is not None:
+            role = " (the leader)" if event.approver_as_leader else " (first live VM in Resources)"
+        grid.add_row("Approval", Text(f"none yet; approver {approver}{role}"))
+    if event.state == "blocked":
+        reasons = Text("\n").join(Text(b.reason, style="bold red" if b.vm else "red") for b in event.blockers)
+        grid.add_row("Blocked by", reasons)
+    elif event.state == "approvable":
+        grid.add_row("Next", Text(f"approvable: {event.approver} approves it on its next cycle", style="yellow"))
+    reports = event.approver_reports
+    if reports is not None and set(reports) != {b.reason for b in event.blockers}:
+        grid.add_row(f"{event.approver} says", Text("; ".join(reports) or "nothing to wait for"))
+    return Panel(grid, title=Text(f"{event.type} {event.event_id}", style="bold"), title_align="left",
+                 subtitle=Text(event.state.upper(), style=_STATE_STYLE[event.state]), subtitle_align="right")
+
+
+def _done(status: GroupStatus) -> Table:
+    now = status.read_at
+    shown = status.done[:DONE_SHOWN]
+    more = f", {len(status.done) - len(shown)} more in --json" if len(status.done) > len(shown) else ""
+    table = Table(title=f"Recently finished ({len(shown)} shown{more})", title_justify="left", title_style="bold")
+    for column in ("Event", "Type", "Resources", "Done", "Acks still standing"):
+        table.add_column(column, overflow="fold")
+    for event in shown:
+        table.add_row(Text(event.event_id), Text(event.type), Text(", ".join(event.resources)),
+                      Text(relative(event.done_at, now)), Text(", ".join(a.vm for a in event.acks) or "-"))
+    return table

@@ -1,0 +1,164 @@
+"""``coordinator status`` for the whole group against a real ZooKeeper, run as the operator runs it (a
+process of its own): what it shows of a group written through the store, that it writes nothing, and its
+errors (no such cluster, ZooKeeper down). The group with real agents is in tests/e2e/test_group_status.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from coordinator.store.base import EventRecord
+from coordinator.testbed.processes import free_port
+from coordinator.testbed.zookeeper import LocalZooKeeper
+from tests.plugins.zookeeper import StoreMaker
+
+ROOT = Path(__file__).parent.parent.parent
+#: What opening and closing a session costs the ensemble, whoever opens it: createSession and
+#: closeSession are transactions (each moves the zxid by one); reads and pings are not.
+SESSION_TRANSACTIONS = 2
+
+
+def status_command(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {k: v for k, v in env.items() if not k.startswith("COORDINATOR__")}
+    return subprocess.run([sys.executable, "-m", "coordinator", "status", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT, check=False)
+
+
+def bare_session_cost(server: LocalZooKeeper) -> int:
+    """The zxid advance of a session that sends nothing (calibrates ``SESSION_TRANSACTIONS``)."""
+    before = server.zxid()
+    client = KazooClient(hosts=server.hosts, timeout=5.0)
+    client.start(timeout=5)
+    client.stop()
+    client.close()
+    return server.zxid() - before
+
+
+@pytest.fixture
+def group(zk_hosts: str, zk_chroot: str, make_store: StoreMaker) -> Iterator[dict[str, Any]]:
+    """A group written through the store: vm0 (leader) and vm1 live, vm9 absent, a Freeze on vm0 and vm1
+    acknowledged by vm0 and admitted, vm0 out of rotation for it, a finished Reboot, and a pause node."""
+    now = time.time()
+    vm0 = make_store(zk_hosts, zk_chroot, "alpha")
+    vm1 = make_store(zk_hosts, zk_chroot, "alpha")
+    gone = make_store(zk_hosts, zk_chroot, "alpha")
+    info = {"admin": "127.0.0.1:1", "probe": "http://127.0.0.1:2/health", "version": "9.9.9", "started_at": now - 60}
+    vm0.join("vm0", {**info, "fault_domain": "1", "update_domain": "4"})
+    vm1.join("vm1", info)
+    gone.join("vm9", info)
+    gone.stop()
+    assert vm0.campaign("vm0")
+    event = "3F2504E0-4F89-11D3-9A0C-0305E82C3301"
+    vm0.publish_event(EventRecord(event, "Freeze", ("vm0", "vm1"), now + 600, "vm0", now - 20))
+    vm0.admit(event, "vm0", now - 15)
+    vm0.mark_out("vm0", (event,), now - 14)
+    vm0.acknowledge(event, "vm0", now - 10)
+    vm0.mark_absent("vm9", now - 5)
+    vm0.publish_event(EventRecord("OLD-REBOOT", "Reboot", ("vm1",), now - 900, "vm1", now - 1200))
+    vm0.mark_done("OLD-REBOOT", now - 300)
+    client = KazooClient(hosts=zk_hosts, timeout=5.0)
+    client.start(timeout=5)
+    client.create(f"{zk_chroot}/alpha/pause", json.dumps({"reason": "kernel upgrade", "by": "alice",
+                                                         "at": now - 120}).encode())
+    yield {"event": event, "root": zk_chroot, "hosts": zk_hosts, "kazoo": client, "now": now}
+    client.stop()
+    client.close()
+
+
+def test_status_shows_the_group_and_writes_nothing(group: dict[str, Any], zk_server: LocalZooKeeper) -> None:
+    assert bare_session_cost(zk_server) == SESSION_TRANSACTIONS
+    before = zk_server.zxid()
+    run = status_command("--zookeeper", group["hosts"], "--root", group["root"], "--cluster", "alpha", "--json",
+                         "--http-timeout", "0.5")
+    after = zk_server.zxid()
+    assert run.returncode == 0, run.stderr
+    assert after - before == SESSION_TRANSACTIONS  # its session's own creation and close: no write at all
+    data = json.loads(run.stdout)
+    assert data["paused"]["reason"] == "kernel upgrade" and data["paused"]["by"] == "alice"
+    assert data["leader"]["vm"] == "vm0" and data["leader"]["since"] is not None
+    assert [m["vm"] for m in data["members"]] == ["vm0", "vm1"]
+    vm0 = data["members"][0]
+    assert (vm0["version"], vm0["placement"]["fault_domain"], vm0["placement"]["update_domain"]) == ("9.9.9", "1", "4")
+    assert vm0["leader"] is True and vm0["admin"] == "127.0.0.1:1"
+    assert vm0["agent"]["reachable"] is False and vm0["agent"]["url"] == "http://127.0.0.1:1/status"
+    assert data["registered"] == ["vm0", "vm1", "vm9"]
+    assert [(o["vm"], o["events"], o["member"]) for o in data["out_of_rotation"]] == [("vm0", [group["event"]], True)]
+    assert [a["vm"] for a in data["absent"]] == ["vm9"]
+    [event] = data["events"]
+    assert (event["event_id"], event["type"], event["resources"]) == (group["event"], "Freeze", ["vm0", "vm1"])
+    assert [a["vm"] for a in event["acks"]] == ["vm0"] and event["missing_acks"] == ["vm1"]
+    assert event["admitted_at"] is not None and event["approval"] is None and event["done_at"] is None
+    assert (event["approver"], event["approver_as_leader"], event["state"]) == ("vm0", False, "blocked")
+    assert event["blockers"] == [{"vm": "vm1", "reason": "vm1 has not acknowledged"}]
+    assert (event["status"], event["status_reported_by"]) == ("Scheduled", None)  # no agent answered
+    assert 590 < event["not_before_in_seconds"] <= 600
+    assert [(d["event_id"], d["state"]) for d in data["done"]] == [("OLD-REBOOT", "done")]
+
+
+def test_status_table_of_the_same_group(group: dict[str, Any]) -> None:
+    run = status_command("--zookeeper", group["hosts"], "--root", group["root"], "--cluster", "alpha",
+                         "--no-agents")
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "PAUSED since 2 min ago" in out and "by alice: kernel upgrade" in out
+    assert "Leader: vm0" in out
+    assert f"Freeze {group['event']}" in out and "BLOCKED" in out
+    assert "vm1 has not acknowledged" in out
+    assert "in 10 min" in out
+    assert "Recently finished" in out and "OLD-REBOOT" in out
+
+
+def test_unknown_cluster_is_a_clear_one_line_error(group: dict[str, Any]) -> None:
+    run = status_command("--zookeeper", group["hosts"], "--root", group["root"], "--cluster", "nosuch")
+    assert run.returncode == 1
+    assert run.stdout == ""
+    assert run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("coordinator: no cluster 'nosuch' in ZooKeeper at ")
+    assert f"{group['root']}/nosuch does not exist (clusters under {group['root']}: alpha)" in run.stderr
+
+
+def test_zookeeper_down_is_a_one_line_error_and_exit_1() -> None:
+    port = free_port()  # nothing listens there
+    began = time.monotonic()
+    run = status_command("--zookeeper", f"127.0.0.1:{port}", "--cluster", "demo", "--timeout", "1")
+    assert run.returncode == 1
+    assert run.stdout == ""
+    assert run.stderr == (f"coordinator: cannot reach ZooKeeper at 127.0.0.1:{port}: no ZooKeeper connection to "
+                          f"127.0.0.1:{port} within 1.0s\n")
+    assert "Traceback" not in run.stderr
+    assert time.monotonic() - began < 10
+
+
+def test_watch_follows_changes_until_interrupted(group: dict[str, Any]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")} | {"PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coordinator", "status", "--zookeeper", group["hosts"], "--root", group["root"],
+         "--cluster", "alpha", "--no-agents", "--json", "--watch", "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+    )
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert first["paused"]["by"] == "alice"
+        began = time.monotonic()
+        group["kazoo"].delete(f"{group['root']}/alpha/pause")  # a watch fires: no waiting for the 30 s
+        second = json.loads(proc.stdout.readline())
+        assert second["paused"] is None
+        assert time.monotonic() - began < 5
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,473 @@
+"""``coordinator status`` for the whole group, without ZooKeeper: from a read to the model (approvers,
+blockers by the decision function, what needs attention), the model to the table and to JSON, the admin
+URLs and answers of the agents, and the read-only client."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from rich.console import Console
+
+from coordinator.cli import main
+from coordinator.decide import Policy
+from coordinator.groupstatus import analyse
+from coordinator.groupstatus.analyse import NOT_ADMITTED, build_status
+from coordinator.groupstatus.model import (
+    SCHEMA_VERSION,
+    Absent,
+    Ack,
+    AgentReport,
+    Blocker,
+    EventStatus,
+    GroupStatus,
+    Leader,
+    Member,
+    OutOfRotation,
+    Paused,
+    Placement,
+    utc,
+)
+from coordinator.groupstatus.read import (
+    AgentAnswer,
+    GroupRead,
+    PauseNode,
+    ReadOnlyKazooClient,
+    admin_status_url,
+    ask_agents,
+)
+from coordinator.groupstatus.render import clock, relative, render
+from coordinator.store.base import Approval, ClusterView, ConnectionState, EventRecord, OutMark
+
+NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+E1 = "E1-FREEZE"
+E2 = "E2-REBOOT"
+
+
+def _record(event_id: str, resources: tuple[str, ...], *, event_type: str = "Freeze", not_before: float = NOW + 240,
+            acks: Mapping[str, float] | None = None, admitted: float | None = None,
+            approval: Approval | None = None, done: float | None = None) -> EventRecord:
+    return EventRecord(event_id=event_id, event_type=event_type, resources=resources, not_before=not_before,
+                       published_by=resources[0], published_at=NOW - 30, acks=dict(acks or {}), approval=approval,
+                       done_at=done, admitted_at=admitted)
+
+
+def _agent(vm: str, phase: str, events: list[dict[str, Any]] | None = None) -> AgentAnswer:
+    return AgentAnswer(f"http://{vm}:9110/status", body={
+        "vm": vm, "phase": phase, "cycles": 42, "last_cycle": "nothing to do",
+        "cluster": {"connection": "connected"}, "events": events or [], "action_error": None, "stays_out": "",
+    })
+
+
+def _read(records: Mapping[str, EventRecord], *, members: tuple[str, ...] = ("vm0", "vm1", "vm2"),
+          leader: str | None = "vm2", agents: Mapping[str, AgentAnswer] | None = None,
+          out: Mapping[str, OutMark] | None = None, absent: Mapping[str, float] | None = None,
+          paused: PauseNode | None = None, paused_unreadable: str | None = None) -> GroupRead:
+    view = ClusterView(
+        members=frozenset(members), leader=leader, i_am_leader=False, records=dict(records),
+        connection=ConnectionState.CONNECTED, known=frozenset(members) | frozenset(absent or {}),
+        absent_since=dict(absent or {}), out=dict(out or {}),
+    )
+    info = {vm: {"vm": vm, "version": "0.1.0", "admin": "127.0.0.1:9110", "probe": f"http://{vm}:8090/health",
+                 "fault_domain": "1", "update_domain": "0", "zone": ""} for vm in members}
+    return GroupRead(cluster="demo", base_path="/azure-maintenance/demo", hosts="zk:2181", read_at=NOW, mono=1000.0,
+                     view=view, member_info=info, leader_since=NOW - 300, paused=paused,
+                     paused_unreadable=paused_unreadable, pause_ctime=NOW - 60 if paused_unreadable else None,
+                     read_only_server=False, agents=dict(agents or {}))
+
+
+def _event(status: GroupStatus, event_id: str) -> EventStatus:
+    return next(e for e in [*status.events, *status.done] if e.event_id == event_id)
+
+
+# -- the model: approvers and blockers ------------------------------------------------------------------
+
+
+def test_a_missing_ack_blocks_the_approver_and_names_the_vm() -> None:
+    drained = {"vm0": NOW - 20}
+    record = _record(E1, ("vm0", "vm1"), acks=drained, admitted=NOW - 25)
+    reported = [{"event_id": E1.lower(), "status": "Scheduled", "waiting_for": ["vm1 has not acknowledged"]}]
+    agents = {"vm0": _agent("vm0", "drained", reported), "vm1": _agent("vm1", "drained"),
+              "vm2": _agent("vm2", "serving")}
+    status = build_status(_read({E1: record}, agents=agents), Policy(), "test")
+    event = _event(status, E1)
+    assert event.approver == "vm0" and event.approver_as_leader is False
+    assert event.state == "blocked"
+    assert event.blockers == [Blocker(vm="vm1", reason="vm1 has not acknowledged")]
+    assert event.missing_acks == ["vm1"]
+    assert [a.vm for a in event.acks] == ["vm0"]
+    assert (event.status, event.status_reported_by) == ("Scheduled", "vm0")
+    assert event.approver_reports == ["vm1 has not acknowledged"]
+    assert event.not_before_in_seconds == 240
+    assert [m.agent.phase for m in status.members] == ["drained", "drained", "serving"]
+
+
+def test_an_event_held_by_the_budget_says_why_from_the_leaders_perspective() -> None:
+    # E1 (vm0) is admitted and in maintenance; E2 names vm1, whose approver (vm1) is not the leader (vm2).
+    records = {
+        E1: _record(E1, ("vm0",), acks={"vm0": NOW - 5}, admitted=NOW - 10),
+        E2: _record(E2, ("vm1",), event_type="Reboot", not_before=NOW + 600),
+    }
+    status = build_status(_read(records, out={"vm0": OutMark(since=NOW - 10, events=(E1,))}), Policy(), "test")
+    event = _event(status, E2)
+    assert event.approver == "vm1"
+    reasons = [b.reason for b in event.blockers]
+    assert reasons[0] == f"{NOT_ADMITTED}: maintenance budget: 1 event(s) in maintenance ({E1})"
+    assert Blocker(vm="vm1", reason="vm1 has not acknowledged") in event.blockers
+    # E1 is approvable (everything acked and admitted): its approver approves it on its next cycle.
+    assert _event(status, E1).state == "approvable"
+    assert _event(status, E1).blockers == []
+
+
+def test_a_vm_without_an_agent_blocks_and_is_named() -> None:
+    record = _record(E1, ("vm0", "vm9"), acks={"vm0": NOW - 5}, admitted=NOW - 10)
+    status = build_status(_read({E1: record}, absent={"vm9": NOW - 3600}), Policy(), "test")
+    event = _event(status, E1)
+    assert Blocker(vm="vm9", reason="vm9 runs no agent") in event.blockers
+    assert status.absent == [Absent(vm="vm9", since=utc(NOW - 3600))]
+    assert any(a.vm == "vm9" and "runs no agent" in a.message for a in status.attention)
+
+
+def test_the_leader_approves_when_no_named_vm_runs_an_agent() -> None:
+    record = _record(E1, ("vm7",), admitted=NOW - 10)
+    event = _event(build_status(_read({E1: record}), Policy(), "test"), E1)
+    assert (event.approver, event.approver_as_leader) == ("vm2", True)
+
+
+def test_no_leader_and_no_live_vm_in_resources_means_nobody_can_approve() -> None:
+    record = _record(E1, ("vm7",))
+    status = build_status(_read({E1: record}, leader=None), Policy(), "test")
+    event = _event(status, E1)
+    assert event.approver is None
+    assert "no live agent named in Resources and no leader" in [b.reason for b in event.blockers]
+    assert status.leader is None
+    assert any(a.message.startswith("no leader") for a in status.attention)
+
+
+def test_approved_started_and_done_events_have_no_blockers() -> None:
+    approval = Approval(by="vm0", at=NOW - 3, as_leader=False)
+    records = {
+        E1: _record(E1, ("vm0",), acks={"vm0": NOW - 5}, admitted=NOW - 10, approval=approval),
+        E2: _record(E2, ("vm1",), event_type="Reboot", not_before=NOW - 10),  # NotBefore passed: Started
+        "E3": _record("E3", ("vm1",), done=NOW - 100),
+    }
+    status = build_status(_read(records), Policy(), "test")
+    assert (_event(status, E1).state, _event(status, E1).blockers) == ("approved", [])
+    assert _event(status, E1).approval is not None
+    started = _event(status, E2)
+    assert (started.state, started.status, started.status_reported_by) == ("started", "Started", None)
+    assert [e.event_id for e in status.done] == ["E3"]
+    assert (status.done[0].state, status.done[0].approver, status.done[0].status) == ("done", None, None)
+
+
+def test_a_never_rule_waits_for_not_before() -> None:
+    from coordinator.config import ApprovalRule
+
+    record = _record(E1, ("vm0",), event_type="Redeploy")
+    policy = Policy(approval={"Redeploy": ApprovalRule.NEVER})
+    reasons = [b.reason for b in _event(build_status(_read({E1: record}), policy, "test"), E1).blockers]
+    assert reasons[0] == "policy: Redeploy events are never approved early"
+    assert reasons[-1].startswith("waiting for NotBefore")
+
+
+def test_blockers_fall_back_to_the_records_when_the_decision_function_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(analyse, "decide", broken)
+    record = _record(E1, ("vm0", "vm1"), acks={"vm0": NOW - 5})
+    event = _event(build_status(_read({E1: record}), Policy(), "test"), E1)
+    reasons = [b.reason for b in event.blockers]
+    assert reasons[0].startswith("(decision function failed: RuntimeError: boom")
+    assert NOT_ADMITTED in reasons
+    assert Blocker(vm="vm1", reason="vm1 has not acknowledged") in event.blockers
+    assert reasons[-1].startswith("waiting for NotBefore")
+
+
+def test_pause_node_is_shown_and_an_unreadable_one_still_pauses() -> None:
+    status = build_status(_read({}, paused=PauseNode(reason="kernel upgrade", by="alice", at=NOW - 720)),
+                          Policy(), "test")
+    assert status.paused == Paused(reason="kernel upgrade", by="alice", at=utc(NOW - 720))
+    odd = build_status(_read({}, paused_unreadable="data: Invalid JSON"), Policy(), "test")
+    assert odd.paused is not None and odd.paused.reason.startswith("(pause node unreadable")
+    assert odd.paused.at == utc(NOW - 60)
+    assert build_status(_read({}), Policy(), "test").paused is None
+
+
+def test_attention_lists_what_looks_stuck() -> None:
+    records = {
+        E1: _record(E1, ("vm0",), not_before=NOW - 3600),  # could start an hour ago, not done
+        E2: _record(E2, ("vm1",), event_type="Reboot", not_before=NOW + 120),  # blocked, starts in 2 min
+        "E3": _record("E3", ("vm2",), acks={"vm2": NOW - 7200}, done=NOW - 3600),  # ack standing after done
+    }
+    agents = {"vm0": AgentAnswer("http://10.0.0.4:9110/status", error="no answer within 1 s"),
+              "vm1": _agent("vm1", "serving"), "vm2": _agent("vm2", "drained")}
+    agents["vm1"] = AgentAnswer(agents["vm1"].url, body={**(agents["vm1"].body or {}),
+                                                         "action_error": "drain failed: exit 3"})
+    out = {"vm2": OutMark(since=NOW - 7200, events=("E3",))}
+    messages = [a.message for a in build_status(_read(records, agents=agents, out=out), Policy(), "t").attention]
+    assert any(m.startswith(f"Freeze {E1} could start 60 min ago and is not done") for m in messages), messages
+    assert any(m.startswith(f"Reboot {E2} starts in 2 min without an approval") for m in messages), messages
+    assert any(m.startswith("vm2 still acknowledges E3") for m in messages), messages
+    assert "vm2 has been out of rotation for E3 for 2.0 h" in messages
+    assert "vm0: its agent does not answer (no answer within 1 s)" in messages
+    assert "vm1: drain failed: exit 3" in messages
+
+
+def test_an_unreachable_loopback_admin_is_not_called_stuck() -> None:
+    agents = {vm: AgentAnswer("http://127.0.0.1:9110/status", error="answered as 'vm5'") for vm in ("vm0", "vm1")}
+    status = build_status(_read({}, members=("vm0", "vm1"), leader="vm0", agents=agents), Policy(), "t")
+    assert status.attention == []
+    assert [m.agent.reachable for m in status.members] == [False, False]
+
+
+# -- rendering ---------------------------------------------------------------------------------------------
+
+
+def _rendered(status: GroupStatus, width: int = 200) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(render(status))
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    assert isinstance(output, str)
+    return output
+
+
+def _model() -> GroupStatus:
+    at = utc(NOW)
+    unreachable = AgentReport(reachable=False, url="http://10.0.0.6:9110/status", error="no answer within 1 s")
+    members = [
+        Member(vm="vm0", leader=False, version="0.1.0", placement=Placement(fault_domain="0", update_domain="1"),
+               probe="http://vm0:8090/health", admin="0.0.0.0:9110",
+               agent=AgentReport(reachable=True, url="u", phase="drained", cycles=7, last_cycle="vm1 not acked")),
+        Member(vm="vm1", leader=False, agent=AgentReport(reachable=True, url="u", phase="drained", cycles=3)),
+        Member(vm="vm2", leader=True, agent=unreachable),
+    ]
+    blocked = EventStatus(
+        event_id=E1, type="Freeze", status="Scheduled", status_reported_by="vm0", resources=["vm0", "vm1"],
+        published_by="vm0", published_at=at - timedelta(seconds=12), not_before=at + timedelta(minutes=4),
+        not_before_in_seconds=240, acks=[Ack(vm="vm0", at=at - timedelta(seconds=3))], missing_acks=["vm1"],
+        admitted_at=at - timedelta(seconds=11), approval=None, done_at=None, approver="vm0",
+        approver_as_leader=False, state="blocked", blockers=[Blocker(vm="vm1", reason="vm1 has not acknowledged")],
+        approver_reports=["vm1 has not acknowledged"],
+    )
+    done = blocked.model_copy(update={"event_id": "E0-DONE", "state": "done", "blockers": [], "approver": None,
+                                      "done_at": at - timedelta(minutes=20), "acks": []})
+    return GroupStatus(
+        cluster="demo", base_path="/azure-maintenance/demo", zookeeper="zk:2181", read_at=at, read_only_server=False,
+        policy="defaults (no --config)",
+        paused=Paused(reason="kernel upgrade [CHG-1]", by="alice", at=at - timedelta(minutes=12)),
+        leader=Leader(vm="vm2", since=at - timedelta(minutes=5)), members=members,
+        registered=["vm0", "vm1", "vm2", "vm3"],
+        out_of_rotation=[OutOfRotation(vm="vm0", since=at - timedelta(seconds=15), events=[E1], member=True)],
+        absent=[Absent(vm="vm3", since=at - timedelta(hours=2))], events=[blocked], done=[done], attention=[],
+    )
+
+
+def test_table_shows_pause_leader_members_events_and_blockers() -> None:
+    text = _rendered(_model())
+    lines = text.splitlines()
+    assert "Group demo" in lines[0]
+    assert "PAUSED since 12 min ago (07:48:00 UTC) by alice: kernel upgrade [CHG-1]" in text  # brackets kept
+    assert "Leader: vm2 (since 5 min ago)" in text
+    assert "Nothing looks stuck." in text
+    vm0 = next(line for line in lines if "│ vm0" in line)
+    assert "drained" in vm0 and "#7: vm1 not acked" in vm0 and "0/1" in vm0
+    vm2 = next(line for line in lines if "vm2 (leader)" in line)
+    assert "unreachable" in vm2 and "no answer within 1 s" in vm2
+    assert "Freeze E1-FREEZE" in text and "BLOCKED" in text
+    assert "in 4 min (08:04:00 UTC)" in text
+    assert "vm0 acked 3 s ago · vm1 not acked" in text
+    assert "none yet; approver vm0 (first live VM in Resources)" in text
+    blocked_line = next(line for line in lines if "Blocked by" in line)
+    assert "vm1 has not acknowledged" in blocked_line
+    assert "vm0 says" not in text  # the approver's own report adds nothing here
+    assert "absent since 2.0 h ago" in text
+    assert "Recently finished (1 shown)" in text and "20 min ago" in text
+
+
+def test_table_of_a_quiet_group_and_of_a_group_without_leader() -> None:
+    quiet = _model().model_copy(update={"paused": None, "events": [], "done": [], "out_of_rotation": [],
+                                        "absent": []})
+    text = _rendered(quiet)
+    assert "PAUSED" not in text and "No pending events." in text and "Recently finished" not in text
+    from coordinator.groupstatus.model import Attention
+
+    troubled = quiet.model_copy(update={"leader": None, "attention": [Attention(message="no leader: nobody admits")]})
+    text = _rendered(troubled)
+    assert "Leader: none" in text and "- no leader: nobody admits" in text and "Nothing looks stuck" not in text
+
+
+def test_approver_reports_that_differ_are_shown() -> None:
+    model = _model()
+    event = model.events[0].model_copy(update={"approver_reports": ["approval waits for a document read after it "
+                                                                    "became approvable"]})
+    text = _rendered(model.model_copy(update={"events": [event]}))
+    assert "vm0 says" in text and "approval waits for a document" in text
+
+
+def test_relative_and_clock_times() -> None:
+    now = utc(NOW)
+    assert relative(now - timedelta(seconds=12), now) == "12 s ago"
+    assert relative(now + timedelta(minutes=4), now) == "in 4 min"
+    assert relative(now + timedelta(seconds=0.2), now) == "now"
+    assert relative(now - timedelta(hours=3), now) == "3.0 h ago"
+    assert relative(now + timedelta(days=3), now) == "in 3.0 d"
+    assert relative(None, now) == "-"
+    assert clock(now + timedelta(minutes=4), now) == "08:04:00 UTC"
+    assert clock(now + timedelta(days=1), now) == "2027-01-16 08:00:00 UTC"
+
+
+# -- JSON -----------------------------------------------------------------------------------------------------
+
+TOP_LEVEL = {"schema_version", "cluster", "base_path", "zookeeper", "read_at", "read_only_server", "policy",
+             "paused", "leader", "members", "registered", "out_of_rotation", "absent", "events", "done", "attention"}
+EVENT_KEYS = {"event_id", "type", "status", "status_reported_by", "resources", "published_by", "published_at",
+              "not_before", "not_before_in_seconds", "acks", "missing_acks", "admitted_at", "approval", "done_at",
+              "approver", "approver_as_leader", "state", "blockers", "approver_reports"}
+
+
+def test_json_has_the_documented_schema_and_absolute_times() -> None:
+    data = json.loads(_model().to_json())
+    assert set(data) == TOP_LEVEL
+    assert data["schema_version"] == SCHEMA_VERSION
+    assert data["read_at"] == "2027-01-15T08:00:00Z"
+    assert data["paused"] == {"reason": "kernel upgrade [CHG-1]", "by": "alice", "at": "2027-01-15T07:48:00Z"}
+    event = data["events"][0]
+    assert set(event) == EVENT_KEYS
+    assert event["not_before"] == "2027-01-15T08:04:00Z"
+    assert event["blockers"] == [{"vm": "vm1", "reason": "vm1 has not acknowledged"}]
+    assert event["acks"] == [{"vm": "vm0", "at": "2027-01-15T07:59:57Z"}]
+    assert set(data["members"][0]) == {"vm", "leader", "version", "started_at", "placement", "probe", "admin", "agent"}
+    assert set(data["members"][0]["agent"]) == {"reachable", "url", "error", "phase", "cycles", "last_cycle",
+                                                "connection", "action_error", "stays_out"}
+    assert GroupStatus.model_validate_json(_model().to_json()) == _model()
+    paused_none = json.loads(_model().model_copy(update={"paused": None}).to_json())
+    assert paused_none["paused"] is None
+
+
+def test_the_documented_schema_lists_every_field() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parent.parent.parent / "docs/status.md").read_text()
+    for key in TOP_LEVEL | EVENT_KEYS:
+        assert f"`{key}`" in doc, f"docs/status.md does not document {key}"
+
+
+# -- the agents' /status ---------------------------------------------------------------------------------------
+
+
+def test_admin_status_url_from_member_info() -> None:
+    assert admin_status_url({"admin": "127.0.0.1:9110"}) == "http://127.0.0.1:9110/status"
+    wildcard = {"admin": "0.0.0.0:9110", "probe": "http://10.0.0.5:8090/health"}
+    assert admin_status_url(wildcard) == "http://10.0.0.5:9110/status"
+    assert admin_status_url({"admin": "[::]:9110", "probe": "http://[fd00::5]:8090/health"}) == \
+        "http://[fd00::5]:9110/status"
+    assert admin_status_url({"admin": "0.0.0.0:9110"}) is None
+    assert admin_status_url({"admin": "http://vm0.internal:9110/"}) == "http://vm0.internal:9110/status"
+    assert admin_status_url({}) is None
+    assert admin_status_url({"admin": "no-port"}) is None
+
+
+def test_agents_are_asked_and_only_an_answer_naming_the_member_counts() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        if host == "vm0":
+            return httpx.Response(200, json={"vm": "VM0", "phase": "serving"})
+        if host == "vm1":
+            return httpx.Response(200, json={"vm": "vm5", "phase": "serving"})  # a loopback address elsewhere
+        if host == "vm2":
+            return httpx.Response(500, text="internal error")
+        if host == "vm3":
+            raise httpx.ConnectError("refused", request=request)
+        raise httpx.ReadTimeout("slow", request=request)
+
+    urls = {vm: f"http://{vm}:9110/status" for vm in ("vm0", "vm1", "vm2", "vm3", "vm4")} | {"vm5": None}
+    answers = ask_agents(urls, 0.5, httpx.MockTransport(answer))
+    assert answers["vm0"].body == {"vm": "VM0", "phase": "serving"}
+    assert answers["vm1"].error == "answered as 'vm5': this address does not reach vm1"
+    assert answers["vm2"].error == "HTTP 500"
+    assert answers["vm3"].error == "connection refused or unreachable"
+    assert answers["vm4"].error == "no answer within 0.5 s"
+    assert answers["vm5"] == AgentAnswer(None, error="no admin address in its member info")
+
+
+# -- the read-only client and the command line -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.create("/x", b""), lambda c: c.create_async("/x"), lambda c: c.ensure_path("/x"),
+    lambda c: c.set("/x", b""), lambda c: c.set_async("/x", b""), lambda c: c.delete("/x"),
+    lambda c: c.delete_async("/x"), lambda c: c.transaction(), lambda c: c.set_acls("/x", []),
+])
+def test_read_only_client_refuses_every_write(call: Any) -> None:
+    client = ReadOnlyKazooClient(hosts="127.0.0.1:1")  # never started: nothing could be sent anyway
+    try:
+        with pytest.raises(PermissionError, match="read-only"):
+            call(client)
+    finally:
+        client.close()
+
+
+def test_status_arguments_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--zookeeper", "127.0.0.1:2181"]) == 2
+    assert "give --config FILE, or --zookeeper HOSTS and --cluster NAME" in capsys.readouterr().err
+    assert main(["status", "--url", "http://127.0.0.1:9110", "--cluster", "demo"]) == 2
+    assert "do not combine it" in capsys.readouterr().err
+    assert main(["status", "--zookeeper", "not-a-host-port", "--cluster", "demo"]) == 2
+    assert "zookeeper.hosts" in capsys.readouterr().err
+    assert main(["status", "--zookeeper", "127.0.0.1:2181", "--cluster", "demo", "--watch", "0"]) == 2
+    assert "--watch must be positive" in capsys.readouterr().err
+
+
+def test_times_beyond_the_calendar_do_not_break_the_view() -> None:
+    assert utc(NOW).year == 2027
+    assert utc(NOW * 1000).year == 9999  # milliseconds written as seconds
+    assert utc(float("nan")).year == 1
+    status = build_status(_read({}, paused=PauseNode(reason="r", by="b", at=NOW * 1000)), Policy(), "test")
+    assert "PAUSED since in " in _rendered(status)
+
+
+def test_watch_renders_each_read_shows_errors_and_stops_on_ctrl_c(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from coordinator.groupstatus import command
+    from coordinator.groupstatus.read import GroupStatusError
+
+    monkeypatch.setattr(command, "_MIN_GAP", 0.0)
+    reads = iter([_read({E1: _record(E1, ("vm0", "vm1"), admitted=NOW - 5)}), GroupStatusError("ZooKeeper gone"),
+                  KeyboardInterrupt()])
+
+    class Reader:
+        wakeups = 0
+
+        def set_wakeup(self, callback: object) -> None:
+            self.wakeups += 1
+
+        def read(self) -> GroupRead:
+            item = next(reads)
+            if isinstance(item, BaseException):
+                raise item
+            return item
+
+    reader = Reader()
+    assert command._watch(reader, lambda read: build_status(read, Policy(), "t"), 0.01, as_json=False) == 0  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert reader.wakeups == 1
+    assert "ZooKeeper gone" in out and "last good read" in out  # the error, above the last good read
+    assert "vm0 has not acknowledged" in out
+
+    reads = iter([_read({}), GroupStatusError("ZooKeeper gone"), KeyboardInterrupt()])
+    assert command._watch(Reader(), lambda read: build_status(read, Policy(), "t"), 0.01, as_json=True) == 0  # type: ignore[arg-type]
+    lines = capsys.readouterr().out.splitlines()
+    assert json.loads(lines[0])["cluster"] == "demo"
+    assert json.loads(lines[1]) == {"error": "ZooKeeper gone"}
+    assert len(lines) == 2
+
+
+def test_watch_is_for_the_group_view(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--watch"]) == 2
+    assert "--watch needs --config, or --zookeeper and --cluster" in capsys.readouterr().err
