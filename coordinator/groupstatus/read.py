@@ -35,7 +35,7 @@ from kazoo.protocol.states import WatchedEvent
 from coordinator.errors import ConfigError, StoreError
 from coordinator.httpserver import split_host_port
 from coordinator.store.base import ClusterView
-from coordinator.store.payloads import LeaderNode, NodePayload, PayloadError
+from coordinator.store.payloads import LeaderNode, PauseNode, PayloadError
 from coordinator.store.zk_session import ClientOptions
 from coordinator.store.zookeeper import ZooKeeperStore
 
@@ -60,14 +60,6 @@ _T = TypeVar("_T")
 
 class GroupStatusError(Exception):
     """The group cannot be read (ZooKeeper unreachable, no such cluster): a one-line message."""
-
-
-class PauseNode(NodePayload):
-    """``{cluster root}/pause``: the group is paused, since ``at`` (unix seconds), by ``by``, for ``reason``."""
-
-    reason: str
-    by: str
-    at: float
 
 
 class ReadOnlyKazooClient(KazooClient):
