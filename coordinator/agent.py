@@ -42,6 +42,7 @@ from coordinator.models import Document
 from coordinator.poller import ReadEachCycle, Reading, Readings
 from coordinator.state import PersistedState, StateFile
 from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Store, WriteResult
+from coordinator.telemetry import Health, Telemetry
 
 __all__ = ["Agent", "Clock", "Imds", "Peers", "SystemClock"]
 
@@ -112,13 +113,15 @@ class Agent:
         peers: Peers | None = None,
         readings: Readings | None = None,
         idle_cycle: float | None = None,
+        live_after: float | None = None,
     ) -> None:
         """``readings``: where documents come from; by default ``imds`` is read once per cycle, on the
         loop's thread (``ReadEachCycle``). With a poller, a cycle runs on each of its readings, and
         a reading serves cycles woken by other changes (a watch, a job) while it is at most
         1.5 poll intervals old: no approval, publication or recovery rests on an older one.
         ``idle_cycle``: the longest time between two cycles with nothing to wake the loop (default
-        the poll interval)."""
+        the poll interval). ``live_after``: ``live`` fails once no cycle has completed for this long
+        (default 3 idle cycles, at least 30 s)."""
         self.vm = vm
         self._wake = threading.Event()
         self._imds = imds
@@ -143,6 +146,8 @@ class Agent:
         self._drain_began: float | None = None  # when the last drain job began on the executor's thread
         saved = self._state_file.load()
         self._started = self._clock.monotonic()
+        live_after = live_after if live_after is not None else max(30.0, 3 * self._idle_cycle)
+        self._telemetry = Telemetry(metrics, vm, policy, started=self._started, live_after=live_after)
         # After a restart: still drained for what it was drained for, and a full recovery (every
         # action's recover) unless it was serving when it stopped.
         self._full_recovery_at_start = saved is None or not saved.was_serving
@@ -182,6 +187,14 @@ class Agent:
         """This VM's phase, as its health probe tells the peers (``coordinator.peers``)."""
         return self._local.phase.value
 
+    def live(self) -> Health:
+        """Whether the loop completes cycles (``/livez``)."""
+        return self._telemetry.live(self._clock.monotonic())
+
+    def ready(self) -> Health:
+        """Whether a cycle has completed with a ZooKeeper view and a valid IMDS document (``/readyz``)."""
+        return self._telemetry.ready()
+
     def status(self) -> dict[str, Any]:
         with self._status_lock:
             st = self._status
@@ -216,6 +229,11 @@ class Agent:
 
     def cycle(self) -> Plan:
         """One observe-decide-act cycle. Returns the plan it carried out."""
+        plan = self._cycle()
+        self._telemetry.completed(self._clock.monotonic(), self._clock.now())
+        return plan
+
+    def _cycle(self) -> Plan:
         started = self._clock.monotonic()
         snap = self._observe()
         local = self._job_status(self._local)
@@ -406,7 +424,10 @@ class Agent:
         recovery still running begins, and fails the probe, only once that recovery is over. The drain
         wait is counted from here, not from the cycle that decided it."""
         self._drain_began = self._clock.monotonic()
-        run_drain(self._actions, ctx)
+        run_drain(self._actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
+
+    def _recover_job(self, actions: Sequence[Action], ctx: ActionContext) -> None:
+        run_recover(actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
 
     def _job_status(self, local: LocalState) -> LocalState:
         job = self._executor.current
@@ -440,7 +461,7 @@ class Agent:
             ctx = ActionContext(self.vm, ())
             full = local.phase is not Phase.UNKNOWN or self._full_recovery_at_start
             actions = self._actions if full else [a for a in self._actions if getattr(a, "always_recover", False)]
-            self._executor.submit("recover", lambda: run_recover(actions, ctx))
+            self._executor.submit("recover", lambda: self._recover_job(actions, ctx))
             log.info("recovering (vm=%s actions=%s)", self.vm, ",".join(a.name for a in actions) or "-")
         if plan.next_phase is not None:
             local = replace(
@@ -474,8 +495,7 @@ class Agent:
                     log.info("admitted into the maintenance budget (vm=%s event=%s)", self.vm, key)
             for key in plan.ack:
                 if store.acknowledge(key, self.vm, snap.now) is WriteResult.DONE:
-                    self._metrics.acks.inc()
-                    self._metrics.drain_seconds.observe(snap.mono - local.drain_started)
+                    self._metrics.acknowledged(local.drain_started, snap.mono - local.drain_started)
                     log.info("acknowledged (vm=%s event=%s)", self.vm, key)
             for key in plan.withdraw:
                 store.withdraw_ack(key, self.vm)
@@ -550,9 +570,11 @@ class Agent:
             self._metrics.errors.labels("imds").inc()
             log.warning("approval POST failed, retried next cycle (vm=%s events=%s): %s", self.vm, confirmed, exc)
             return local
+        posted_at = self._clock.now()
         for intent in plan.approve:
             if intent.event_id in confirmed:
                 self._metrics.approvals.labels("posted").inc()
+                self._telemetry.approved(snap.document.event(intent.event_id) if snap.document else None, posted_at)
                 record = snap.cluster.records.get(intent.key) if snap.cluster else None
                 if record is not None:
                     self._metrics.approval_latency.observe(max(snap.now - record.published_at, 0.0))
@@ -602,6 +624,8 @@ class Agent:
             if problem not in self._last_described:
                 log.warning("cannot coordinate (vm=%s): %s", self.vm, problem)
         self._last_described = description + "".join(plan.invalid)
+        self._telemetry.cycle_done(snap, plan, self._local, self._store.connection_state,
+                                   getattr(self._store, "session_id", None))
         with self._status_lock:
             self._status = _Status(plan=plan, snapshot=snap, description=description,
                                    cycles=self._status.cycles + 1)

@@ -1,8 +1,13 @@
 """HTTP surface: the load-balancer probe and the admin endpoints, on stdlib threading servers.
 
-Handlers only read: the probe flag, the metrics registry, the last status snapshot. They never
-block on the agent loop. A client that hangs up before reading the answer (health checkers often
-close right after the status line) is counted, not reported as an error: no traceback on stderr.
+Handlers only read: the probe flag, the metrics registry, the last status snapshot, the agent's
+liveness and readiness. They never block on the agent loop. A client that hangs up before reading the
+answer (health checkers often close right after the status line) is counted, not reported as an error:
+no traceback on stderr.
+
+Admin endpoints: ``/metrics``, ``/status``, ``/livez`` (503 once the loop has completed no cycle for too
+long), ``/readyz`` (200 once a cycle has completed with a ZooKeeper view and a valid IMDS document), and
+the probe path. The load balancer's probe is on its own listener and answers the probe path only.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -35,6 +40,16 @@ _Answer = tuple[int, str, bytes, dict[str, str]]  # status, content type, body, 
 _HUNG_UP = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
+class Check(Protocol):
+    """A liveness or readiness answer: ``ok`` and a one-line ``detail``."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def detail(self) -> str: ...
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -51,7 +66,10 @@ class _Server(ThreadingHTTPServer):
 
 
 class HttpSurface:
-    """Two listeners: ``probe`` (what the load balancer polls) and ``admin`` (/metrics, /status, /livez)."""
+    """Two listeners: ``probe`` (what the load balancer polls) and ``admin`` (/metrics, /status, /livez,
+    /readyz).
+
+    ``live`` and ``ready`` answer ``/livez`` and ``/readyz`` (without them: live, and not ready)."""
 
     def __init__(
         self,
@@ -63,12 +81,16 @@ class HttpSurface:
         registry: CollectorRegistry,
         status: Callable[[], dict[str, Any]],
         phase: Callable[[], str] | None = None,
+        live: Callable[[], Check] | None = None,
+        ready: Callable[[], Check] | None = None,
     ) -> None:
         self._probe = probe
         self._phase = phase
         self._probe_path = probe_path
         self._registry = registry
         self._status = status
+        self._live = live
+        self._ready = ready
         self._servers = [
             _Server(split_host_port(probe_listen), self._handler(self._probe_routes)),
             _Server(split_host_port(admin_listen), self._handler(self._admin_routes)),
@@ -117,10 +139,21 @@ class HttpSurface:
             body = json.dumps(self._status(), indent=2, sort_keys=True).encode()
             return 200, "application/json", body + b"\n", {}
         if path == "/livez":
-            return 200, "text/plain", b"ok\n", {}
+            return self._check(self._live, default_ok=True)
+        if path == "/readyz":
+            return self._check(self._ready, default_ok=False)
         if path == self._probe_path:
             return self._probe_routes(path)
         return 404, "text/plain", b"not found\n", {}
+
+    @staticmethod
+    def _check(check: Callable[[], Check] | None, *, default_ok: bool) -> _Answer:
+        if check is None:
+            ok, detail = default_ok, "no agent to ask"
+        else:
+            answer = check()
+            ok, detail = answer.ok, answer.detail
+        return (200 if ok else 503), "text/plain", f"{'ok' if ok else 'failing'}: {detail}\n".encode(), {}
 
     @staticmethod
     def _handler(routes: Callable[[str], _Answer]) -> type[BaseHTTPRequestHandler]:

@@ -37,6 +37,7 @@ from coordinator.poller import ImdsPoller, Reading
 from coordinator.state import StateFile
 from coordinator.store.base import Store
 from coordinator.store.zookeeper import ZooKeeperStore
+from coordinator.telemetry import Health
 
 __all__ = ["advertised_probe_url", "build_actions", "policy_from", "run_agent"]
 
@@ -173,7 +174,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         first_request_timeout=settings.imds.first_request_timeout,
         max_attempts=settings.imds.max_attempts,
         max_requests_per_second=settings.imds.max_requests_per_second,
-        on_request=lambda method, outcome: metrics.imds_requests.labels(method, outcome).inc(),
+        on_request=metrics.imds_request,
+        on_latency=metrics.imds_request_time,
     )
     agent: Agent | None = None
 
@@ -201,6 +203,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
             registry=registry,
             status=lambda: agent_ref[0].status() if agent_ref else {"phase": "starting"},
             phase=lambda: agent_ref[0].phase() if agent_ref else "starting",
+            live=lambda: agent_ref[0].live() if agent_ref else Health(True, "starting: learning this VM's name"),
+            ready=lambda: agent_ref[0].ready() if agent_ref else Health(False, "starting: no agent loop yet"),
         )
     except OSError as exc:
         log.error("cannot listen on probe.listen %s or http.listen %s: %s", settings.probe.listen,

@@ -1,4 +1,5 @@
-"""The agent's HTTP surface on real sockets: a client that hangs up early costs a counter, not a traceback."""
+"""The agent's HTTP surface on real sockets: a client that hangs up early costs a counter, not a traceback;
+liveness and readiness on the admin listener."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import struct
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +67,37 @@ def test_agent_whose_probe_port_is_taken_says_so_and_exits(tmp_path: Path) -> No
     assert run.returncode == 2
     assert f"cannot listen on probe.listen 127.0.0.1:{port}" in run.stderr + run.stdout
     assert "Traceback" not in run.stderr + run.stdout
+
+
+@dataclass
+class Answer:
+    ok: bool
+    detail: str
+
+
+def test_livez_and_readyz_answer_on_the_admin_listener_only() -> None:
+    live = Answer(True, "last cycle completed 0.4 s ago")
+    ready = Answer(False, "no cycle yet with both a ZooKeeper view and a valid IMDS document")
+    surface = HttpSurface(probe_listen="127.0.0.1:0", probe_path="/health", admin_listen="127.0.0.1:0",
+                          probe=ProbeState(serving=False), registry=CollectorRegistry(), status=dict,
+                          live=lambda: live, ready=lambda: ready)
+    surface.start()
+    try:
+        host, port = surface.admin_address
+        admin = f"http://{host}:{port}"
+        answer = httpx.get(admin + "/livez")
+        assert (answer.status_code, answer.text) == (200, "ok: last cycle completed 0.4 s ago\n")
+        answer = httpx.get(admin + "/readyz")
+        assert answer.status_code == 503 and answer.text.startswith("failing: no cycle yet")
+        ready = Answer(True, "coordinating")
+        live = Answer(False, "no cycle completed for 31 s (bound 30 s)")
+        assert httpx.get(admin + "/readyz").status_code == 200
+        answer = httpx.get(admin + "/livez")
+        assert (answer.status_code, answer.text) == (503, "failing: no cycle completed for 31 s (bound 30 s)\n")
+        # The load balancer's listener answers its probe (503: draining) and nothing else.
+        host, port = surface.probe_address
+        assert httpx.get(f"http://{host}:{port}/health").status_code == 503
+        assert httpx.get(f"http://{host}:{port}/livez").status_code == 404
+        assert httpx.get(f"http://{host}:{port}/readyz").status_code == 404
+    finally:
+        surface.stop()
