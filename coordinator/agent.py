@@ -37,6 +37,7 @@ from coordinator.errors import (
     StoreError,
 )
 from coordinator.executor import JobExecutor
+from coordinator.logsetup import log_context
 from coordinator.metrics import Metrics
 from coordinator.models import Document
 from coordinator.poller import ReadEachCycle, Reading, Readings
@@ -229,7 +230,8 @@ class Agent:
 
     def cycle(self) -> Plan:
         """One observe-decide-act cycle. Returns the plan it carried out."""
-        plan = self._cycle()
+        with log_context(vm=self.vm, phase=self.phase):
+            plan = self._cycle()
         self._telemetry.completed(self._clock.monotonic(), self._clock.now())
         return plan
 
@@ -249,10 +251,11 @@ class Agent:
                 if intent not in confirmed.approve:
                     reasons = "; ".join(confirmed.blocked.get(intent.key, ())) or "no longer approvable"
                     log.info("approval held (vm=%s event=%s): peers probed again: %s", self.vm, intent.event_id,
-                             reasons)
+                             reasons, extra={"event_id": intent.event_id})
             plan = confirmed
         decided = self._clock.monotonic()
-        self._local = self._act(snap, local, plan)
+        with log_context(phase=(plan.next_phase or local.phase).value):  # what this plan makes of the VM
+            self._local = self._act(snap, local, plan)
         self._persist(snap)
         self._report(snap, plan)
         log.debug("cycle took %.1f ms: observe %.1f, decide %.1f, act %.1f (vm=%s)",
@@ -424,10 +427,12 @@ class Agent:
         recovery still running begins, and fails the probe, only once that recovery is over. The drain
         wait is counted from here, not from the cycle that decided it."""
         self._drain_began = self._clock.monotonic()
-        run_drain(self._actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
+        with log_context(vm=self.vm, phase=Phase.DRAINING.value, event_id=ctx.event_ids if ctx.events else None):
+            run_drain(self._actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
 
     def _recover_job(self, actions: Sequence[Action], ctx: ActionContext) -> None:
-        run_recover(actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
+        with log_context(vm=self.vm, phase=Phase.RECOVERING.value):
+            run_recover(actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
 
     def _job_status(self, local: LocalState) -> LocalState:
         job = self._executor.current
@@ -456,7 +461,8 @@ class Agent:
             holding = tuple(e for e in (snap.last_document.events if snap.last_document else ()) if e.names(self.vm))
             ctx = ActionContext(self.vm, holding)
             self._executor.submit("drain", lambda: self._drain_job(ctx))
-            log.info("draining (vm=%s events=%s)", self.vm, ctx.event_ids)
+            log.info("draining (vm=%s events=%s)", self.vm, ctx.event_ids,
+                     extra={"event_id": ctx.event_ids if ctx.events else None})
         if plan.start_recover:
             ctx = ActionContext(self.vm, ())
             full = local.phase is not Phase.UNKNOWN or self._full_recovery_at_start
@@ -489,17 +495,19 @@ class Agent:
                 store.publish_event(record)
             for key in plan.reopen:
                 if store.reopen(key) is WriteResult.DONE:
-                    log.info("event back after it was marked done: reopened (vm=%s event=%s)", self.vm, key)
+                    log.info("event back after it was marked done: reopened (vm=%s event=%s)", self.vm, key,
+                             extra={"event_id": key})
             for key in plan.admit:
                 if store.admit(key, self.vm, snap.now) is WriteResult.DONE:
-                    log.info("admitted into the maintenance budget (vm=%s event=%s)", self.vm, key)
+                    log.info("admitted into the maintenance budget (vm=%s event=%s)", self.vm, key,
+                             extra={"event_id": key})
             for key in plan.ack:
                 if store.acknowledge(key, self.vm, snap.now) is WriteResult.DONE:
                     self._metrics.acknowledged(local.drain_started, snap.mono - local.drain_started)
-                    log.info("acknowledged (vm=%s event=%s)", self.vm, key)
+                    log.info("acknowledged (vm=%s event=%s)", self.vm, key, extra={"event_id": key})
             for key in plan.withdraw:
                 store.withdraw_ack(key, self.vm)
-                log.info("acknowledgement withdrawn (vm=%s event=%s)", self.vm, key)
+                log.info("acknowledgement withdrawn (vm=%s event=%s)", self.vm, key, extra={"event_id": key})
             if plan.withdraw:
                 self.wake()  # the next cycle sees the acks gone and may recover
             for key in plan.mark_done:
@@ -538,11 +546,13 @@ class Agent:
                 )
             except StoreError as exc:
                 self._metrics.approvals.labels("unknown").inc()
-                log.warning("approval not confirmed (vm=%s event=%s): %s", self.vm, intent.event_id, exc)
+                log.warning("approval not confirmed (vm=%s event=%s): %s", self.vm, intent.event_id, exc,
+                            extra={"event_id": intent.event_id})
                 continue
             if result.outcome is ApprovalOutcome.REFUSED:
                 self._metrics.approvals.labels("refused").inc()
-                log.info("approval refused by re-check (vm=%s event=%s): %s", self.vm, intent.event_id, result.reason)
+                log.info("approval refused by re-check (vm=%s event=%s): %s", self.vm, intent.event_id, result.reason,
+                         extra={"event_id": intent.event_id})
                 continue
             confirmed.append(intent.event_id)
             checked_at = started if checked_at is None else checked_at
@@ -563,12 +573,14 @@ class Agent:
             self._imds.approve(confirmed, fence=fence)
         except ImdsFenced as exc:
             self._metrics.approvals.labels("fenced").inc()
-            log.warning("approval not sent (vm=%s events=%s): %s; re-checked next cycle", self.vm, confirmed, exc)
+            log.warning("approval not sent (vm=%s events=%s): %s; re-checked next cycle", self.vm, confirmed, exc,
+                        extra={"event_id": ",".join(confirmed)})
             return local
         except ImdsError as exc:
             self._metrics.approvals.labels("failed").inc()
             self._metrics.errors.labels("imds").inc()
-            log.warning("approval POST failed, retried next cycle (vm=%s events=%s): %s", self.vm, confirmed, exc)
+            log.warning("approval POST failed, retried next cycle (vm=%s events=%s): %s", self.vm, confirmed, exc,
+                        extra={"event_id": ",".join(confirmed)})
             return local
         posted_at = self._clock.now()
         for intent in plan.approve:
@@ -578,7 +590,7 @@ class Agent:
                 record = snap.cluster.records.get(intent.key) if snap.cluster else None
                 if record is not None:
                     self._metrics.approval_latency.observe(max(snap.now - record.published_at, 0.0))
-        log.info("approved (vm=%s events=%s)", self.vm, ",".join(confirmed))
+        log.info("approved (vm=%s events=%s)", self.vm, ",".join(confirmed), extra={"event_id": ",".join(confirmed)})
         return replace(local, posted=local.posted | frozenset(confirmed))
 
     def _persist(self, snap: Snapshot) -> None:

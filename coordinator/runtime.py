@@ -30,6 +30,7 @@ from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_s
 from coordinator.errors import ImdsError, InvalidName
 from coordinator.httpserver import HttpSurface, split_host_port
 from coordinator.imds import ImdsClient
+from coordinator.logsetup import set_log_defaults
 from coordinator.metrics import Metrics
 from coordinator.names import normalize_vm_name
 from coordinator.peers import PeerProbes
@@ -222,6 +223,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
             http.stop()
             return 0
         vm, placement = identity
+    set_log_defaults(vm=vm)
     store: Store = ZooKeeperStore(
         hosts=settings.zookeeper.hosts,
         root=settings.zookeeper.root,
