@@ -2,8 +2,8 @@
 
 Handlers only read: the probe flag, the metrics registry, the last status snapshot, the agent's
 liveness and readiness. They never block on the agent loop. A client that hangs up before reading the
-answer (health checkers often close right after the status line) is counted, not reported as an error:
-no traceback on stderr.
+answer, or resets its connection while sending its request (health checkers often close right after
+the status line), is counted, not reported as an error: no traceback on stderr.
 
 Admin endpoints: ``/metrics``, ``/status``, ``/livez`` (503 once the loop has completed no cycle for too
 long), ``/readyz`` (200 once a cycle has completed with a ZooKeeper view and a valid IMDS document), and
@@ -25,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from coordinator.actions.probe import ProbeState
 from coordinator.peers import PHASE_HEADER
 
-__all__ = ["HttpSurface", "split_host_port"]
+__all__ = ["HttpSurface", "ListenError", "split_host_port"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,16 @@ def split_host_port(value: str) -> tuple[str, int]:
 _Answer = tuple[int, str, bytes, dict[str, str]]  # status, content type, body, extra headers
 
 _HUNG_UP = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+class ListenError(Exception):
+    """A listener could not be opened. ``which``: "probe" or "admin"; ``address``: as configured."""
+
+    def __init__(self, which: str, address: str, cause: OSError) -> None:
+        super().__init__(f"cannot listen on {address} ({which}): {cause.strerror or cause}")
+        self.which = which
+        self.address = address
+        self.reason = str(cause.strerror or cause)
 
 
 class Check(Protocol):
@@ -67,7 +77,7 @@ class _Server(ThreadingHTTPServer):
 
 class HttpSurface:
     """Two listeners: ``probe`` (what the load balancer polls) and ``admin`` (/metrics, /status, /livez,
-    /readyz).
+    /readyz). Raises ``ListenError`` (having closed what it opened) when either cannot listen.
 
     ``live`` and ``ready`` answer ``/livez`` and ``/readyz`` (without them: live, and not ready)."""
 
@@ -91,10 +101,15 @@ class HttpSurface:
         self._status = status
         self._live = live
         self._ready = ready
-        self._servers = [
-            _Server(split_host_port(probe_listen), self._handler(self._probe_routes)),
-            _Server(split_host_port(admin_listen), self._handler(self._admin_routes)),
-        ]
+        self._servers: list[_Server] = []
+        for which, listen, routes in (("probe", probe_listen, self._probe_routes),
+                                      ("admin", admin_listen, self._admin_routes)):
+            try:
+                self._servers.append(_Server(split_host_port(listen), self._handler(routes)))
+            except OSError as exc:
+                for server in self._servers:
+                    server.server_close()
+                raise ListenError(which, listen, exc) from exc
         self._threads: list[threading.Thread] = []
 
     @property

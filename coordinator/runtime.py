@@ -28,7 +28,7 @@ from coordinator.config import (
 from coordinator.decide import Policy
 from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
 from coordinator.errors import ImdsError, InvalidName
-from coordinator.httpserver import HttpSurface, split_host_port
+from coordinator.httpserver import HttpSurface, ListenError, split_host_port
 from coordinator.imds import ImdsClient
 from coordinator.logsetup import set_log_defaults
 from coordinator.metrics import Metrics
@@ -207,9 +207,9 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
             live=lambda: agent_ref[0].live() if agent_ref else Health(True, "starting: learning this VM's name"),
             ready=lambda: agent_ref[0].ready() if agent_ref else Health(False, "starting: no agent loop yet"),
         )
-    except OSError as exc:
-        log.error("cannot listen on probe.listen %s or http.listen %s: %s", settings.probe.listen,
-                  settings.http.listen, exc.strerror or exc)
+    except ListenError as exc:
+        option = "probe.listen" if exc.which == "probe" else "http.listen"
+        log.error("cannot listen on %s %s: %s", option, exc.address, exc.reason)
         imds.close()
         return 2
     http.start()
