@@ -37,11 +37,13 @@ from coordinator.errors import (
     StoreError,
 )
 from coordinator.executor import JobExecutor
+from coordinator.logsetup import log_context
 from coordinator.metrics import Metrics
 from coordinator.models import Document
 from coordinator.poller import ReadEachCycle, Reading, Readings
 from coordinator.state import PersistedState, StateFile
 from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Store, WriteResult
+from coordinator.telemetry import Health, Telemetry
 
 __all__ = ["Agent", "Clock", "Imds", "Peers", "SystemClock"]
 
@@ -112,13 +114,15 @@ class Agent:
         peers: Peers | None = None,
         readings: Readings | None = None,
         idle_cycle: float | None = None,
+        live_after: float | None = None,
     ) -> None:
         """``readings``: where documents come from; by default ``imds`` is read once per cycle, on the
         loop's thread (``ReadEachCycle``). With a poller, a cycle runs on each of its readings, and
         a reading serves cycles woken by other changes (a watch, a job) while it is at most
         1.5 poll intervals old: no approval, publication or recovery rests on an older one.
         ``idle_cycle``: the longest time between two cycles with nothing to wake the loop (default
-        the poll interval)."""
+        the poll interval). ``live_after``: ``live`` fails once no cycle has completed for this long
+        (default 3 idle cycles, at least 30 s)."""
         self.vm = vm
         self._wake = threading.Event()
         self._imds = imds
@@ -144,6 +148,8 @@ class Agent:
         self._drain_began: float | None = None  # when the last drain job began on the executor's thread
         saved = self._state_file.load()
         self._started = self._clock.monotonic()
+        live_after = live_after if live_after is not None else max(30.0, 3 * self._idle_cycle)
+        self._telemetry = Telemetry(metrics, vm, policy, started=self._started, live_after=live_after)
         # After a restart: still drained for what it was drained for, and a full recovery (every
         # action's recover) unless it was serving when it stopped.
         self._full_recovery_at_start = saved is None or not saved.was_serving
@@ -193,6 +199,14 @@ class Agent:
     def phase(self) -> str:
         """This VM's phase, as its health probe tells the peers (``coordinator.peers``)."""
         return self._local.phase.value
+
+    def live(self) -> Health:
+        """Whether the loop completes cycles (``/livez``)."""
+        return self._telemetry.live(self._clock.monotonic())
+
+    def ready(self) -> Health:
+        """Whether a cycle has completed with a ZooKeeper view and a valid IMDS document (``/readyz``)."""
+        return self._telemetry.ready()
 
     def status(self) -> dict[str, Any]:
         with self._status_lock:
@@ -261,6 +275,12 @@ class Agent:
 
     def cycle(self) -> Plan:
         """One observe-decide-act cycle. Returns the plan it carried out."""
+        with log_context(vm=self.vm, phase=self.phase):
+            plan = self._cycle()
+        self._telemetry.completed(self._clock.monotonic(), self._clock.now())
+        return plan
+
+    def _cycle(self) -> Plan:
         started = self._clock.monotonic()
         snap = self._observe()
         local = self._job_status(self._local)
@@ -276,10 +296,11 @@ class Agent:
                 if intent not in confirmed.approve:
                     reasons = "; ".join(confirmed.blocked.get(intent.key, ())) or "no longer approvable"
                     log.info("approval held (vm=%s event=%s): peers probed again: %s", self.vm, intent.event_id,
-                             reasons)
+                             reasons, extra={"event_id": intent.event_id})
             plan = confirmed
         decided = self._clock.monotonic()
-        self._local = self._act(snap, local, plan)
+        with log_context(phase=(plan.next_phase or local.phase).value):  # what this plan makes of the VM
+            self._local = self._act(snap, local, plan)
         self._note_quiet(snap, self._local, plan)
         self._persist(snap)
         self._report(snap, plan)
@@ -452,7 +473,12 @@ class Agent:
         recovery still running begins, and fails the probe, only once that recovery is over. The drain
         wait is counted from here, not from the cycle that decided it."""
         self._drain_began = self._clock.monotonic()
-        run_drain(self._actions, ctx)
+        with log_context(vm=self.vm, phase=Phase.DRAINING.value, event_id=ctx.event_ids if ctx.events else None):
+            run_drain(self._actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
+
+    def _recover_job(self, actions: Sequence[Action], ctx: ActionContext) -> None:
+        with log_context(vm=self.vm, phase=Phase.RECOVERING.value):
+            run_recover(actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
 
     def _job_status(self, local: LocalState) -> LocalState:
         job = self._executor.current
@@ -481,12 +507,13 @@ class Agent:
             holding = tuple(e for e in (snap.last_document.events if snap.last_document else ()) if e.names(self.vm))
             ctx = ActionContext(self.vm, holding)
             self._executor.submit("drain", lambda: self._drain_job(ctx))
-            log.info("draining (vm=%s events=%s)", self.vm, ctx.event_ids)
+            log.info("draining (vm=%s events=%s)", self.vm, ctx.event_ids,
+                     extra={"event_id": ctx.event_ids if ctx.events else None})
         if plan.start_recover:
             ctx = ActionContext(self.vm, ())
             full = local.phase is not Phase.UNKNOWN or self._full_recovery_at_start
             actions = self._actions if full else [a for a in self._actions if getattr(a, "always_recover", False)]
-            self._executor.submit("recover", lambda: run_recover(actions, ctx))
+            self._executor.submit("recover", lambda: self._recover_job(actions, ctx))
             log.info("recovering (vm=%s actions=%s)", self.vm, ",".join(a.name for a in actions) or "-")
         if plan.next_phase is not None:
             local = replace(
@@ -514,18 +541,19 @@ class Agent:
                 store.publish_event(record)
             for key in plan.reopen:
                 if store.reopen(key) is WriteResult.DONE:
-                    log.info("event back after it was marked done: reopened (vm=%s event=%s)", self.vm, key)
+                    log.info("event back after it was marked done: reopened (vm=%s event=%s)", self.vm, key,
+                             extra={"event_id": key})
             for key in plan.admit:
                 if store.admit(key, self.vm, snap.now) is WriteResult.DONE:
-                    log.info("admitted into the maintenance budget (vm=%s event=%s)", self.vm, key)
+                    log.info("admitted into the maintenance budget (vm=%s event=%s)", self.vm, key,
+                             extra={"event_id": key})
             for key in plan.ack:
                 if store.acknowledge(key, self.vm, snap.now) is WriteResult.DONE:
-                    self._metrics.acks.inc()
-                    self._metrics.drain_seconds.observe(snap.mono - local.drain_started)
-                    log.info("acknowledged (vm=%s event=%s)", self.vm, key)
+                    self._metrics.acknowledged(local.drain_started, snap.mono - local.drain_started)
+                    log.info("acknowledged (vm=%s event=%s)", self.vm, key, extra={"event_id": key})
             for key in plan.withdraw:
                 store.withdraw_ack(key, self.vm)
-                log.info("acknowledgement withdrawn (vm=%s event=%s)", self.vm, key)
+                log.info("acknowledgement withdrawn (vm=%s event=%s)", self.vm, key, extra={"event_id": key})
             if plan.withdraw:
                 self.wake()  # the next cycle sees the acks gone and may recover
             for key in plan.mark_done:
@@ -564,11 +592,13 @@ class Agent:
                 )
             except StoreError as exc:
                 self._metrics.approvals.labels("unknown").inc()
-                log.warning("approval not confirmed (vm=%s event=%s): %s", self.vm, intent.event_id, exc)
+                log.warning("approval not confirmed (vm=%s event=%s): %s", self.vm, intent.event_id, exc,
+                            extra={"event_id": intent.event_id})
                 continue
             if result.outcome is ApprovalOutcome.REFUSED:
                 self._metrics.approvals.labels("refused").inc()
-                log.info("approval refused by re-check (vm=%s event=%s): %s", self.vm, intent.event_id, result.reason)
+                log.info("approval refused by re-check (vm=%s event=%s): %s", self.vm, intent.event_id, result.reason,
+                         extra={"event_id": intent.event_id})
                 continue
             confirmed.append(intent.event_id)
             checked_at = started if checked_at is None else checked_at
@@ -589,20 +619,24 @@ class Agent:
             self._imds.approve(confirmed, fence=fence)
         except ImdsFenced as exc:
             self._metrics.approvals.labels("fenced").inc()
-            log.warning("approval not sent (vm=%s events=%s): %s; re-checked next cycle", self.vm, confirmed, exc)
+            log.warning("approval not sent (vm=%s events=%s): %s; re-checked next cycle", self.vm, confirmed, exc,
+                        extra={"event_id": ",".join(confirmed)})
             return local
         except ImdsError as exc:
             self._metrics.approvals.labels("failed").inc()
             self._metrics.errors.labels("imds").inc()
-            log.warning("approval POST failed, retried next cycle (vm=%s events=%s): %s", self.vm, confirmed, exc)
+            log.warning("approval POST failed, retried next cycle (vm=%s events=%s): %s", self.vm, confirmed, exc,
+                        extra={"event_id": ",".join(confirmed)})
             return local
+        posted_at = self._clock.now()
         for intent in plan.approve:
             if intent.event_id in confirmed:
                 self._metrics.approvals.labels("posted").inc()
+                self._telemetry.approved(snap.document.event(intent.event_id) if snap.document else None, posted_at)
                 record = snap.cluster.records.get(intent.key) if snap.cluster else None
                 if record is not None:
                     self._metrics.approval_latency.observe(max(snap.now - record.published_at, 0.0))
-        log.info("approved (vm=%s events=%s)", self.vm, ",".join(confirmed))
+        log.info("approved (vm=%s events=%s)", self.vm, ",".join(confirmed), extra={"event_id": ",".join(confirmed)})
         return replace(local, posted=local.posted | frozenset(confirmed))
 
     def _persist(self, snap: Snapshot) -> None:
@@ -658,6 +692,8 @@ class Agent:
                     log.info("pause lifted: early approvals resume (vm=%s)", self.vm)
             self._paused_seen = paused is not None
             self._metrics.paused.set(1 if paused is not None else 0)
+        self._telemetry.cycle_done(snap, plan, self._local, self._store.connection_state,
+                                   getattr(self._store, "session_id", None))
         with self._status_lock:
             self._status = _Status(plan=plan, snapshot=snap, description=description,
                                    cycles=self._status.cycles + 1)

@@ -1,8 +1,13 @@
 """HTTP surface: the load-balancer probe and the admin endpoints, on stdlib threading servers.
 
-Handlers only read: the probe flag, the metrics registry, the last status snapshot. They never
-block on the agent loop. A client that hangs up before reading the answer (health checkers often
-close right after the status line) is counted, not reported as an error: no traceback on stderr.
+Handlers only read: the probe flag, the metrics registry, the last status snapshot, the agent's
+liveness and readiness. They never block on the agent loop. A client that hangs up before reading the
+answer, or resets its connection while sending its request (health checkers often close right after
+the status line), is counted, not reported as an error: no traceback on stderr.
+
+Admin endpoints: ``/metrics``, ``/status``, ``/livez`` (503 once the loop has completed no cycle for too
+long), ``/readyz`` (200 once a cycle has completed with a ZooKeeper view and a valid IMDS document), and
+the probe path. The load balancer's probe is on its own listener and answers the probe path only.
 """
 
 from __future__ import annotations
@@ -13,14 +18,14 @@ import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from coordinator.actions.probe import ProbeState
 from coordinator.peers import PHASE_HEADER
 
-__all__ = ["HttpSurface", "split_host_port"]
+__all__ = ["HttpSurface", "ListenError", "split_host_port"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +38,26 @@ def split_host_port(value: str) -> tuple[str, int]:
 _Answer = tuple[int, str, bytes, dict[str, str]]  # status, content type, body, extra headers
 
 _HUNG_UP = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
+class ListenError(Exception):
+    """A listener could not be opened. ``which``: "probe" or "admin"; ``address``: as configured."""
+
+    def __init__(self, which: str, address: str, cause: OSError) -> None:
+        super().__init__(f"cannot listen on {address} ({which}): {cause.strerror or cause}")
+        self.which = which
+        self.address = address
+        self.reason = str(cause.strerror or cause)
+
+
+class Check(Protocol):
+    """A liveness or readiness answer: ``ok`` and a one-line ``detail``."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def detail(self) -> str: ...
 
 
 class _Server(ThreadingHTTPServer):
@@ -51,7 +76,10 @@ class _Server(ThreadingHTTPServer):
 
 
 class HttpSurface:
-    """Two listeners: ``probe`` (what the load balancer polls) and ``admin`` (/metrics, /status, /livez)."""
+    """Two listeners: ``probe`` (what the load balancer polls) and ``admin`` (/metrics, /status, /livez,
+    /readyz). Raises ``ListenError`` (having closed what it opened) when either cannot listen.
+
+    ``live`` and ``ready`` answer ``/livez`` and ``/readyz`` (without them: live, and not ready)."""
 
     def __init__(
         self,
@@ -63,16 +91,25 @@ class HttpSurface:
         registry: CollectorRegistry,
         status: Callable[[], dict[str, Any]],
         phase: Callable[[], str] | None = None,
+        live: Callable[[], Check] | None = None,
+        ready: Callable[[], Check] | None = None,
     ) -> None:
         self._probe = probe
         self._phase = phase
         self._probe_path = probe_path
         self._registry = registry
         self._status = status
-        self._servers = [
-            _Server(split_host_port(probe_listen), self._handler(self._probe_routes)),
-            _Server(split_host_port(admin_listen), self._handler(self._admin_routes)),
-        ]
+        self._live = live
+        self._ready = ready
+        self._servers: list[_Server] = []
+        for which, listen, routes in (("probe", probe_listen, self._probe_routes),
+                                      ("admin", admin_listen, self._admin_routes)):
+            try:
+                self._servers.append(_Server(split_host_port(listen), self._handler(routes)))
+            except OSError as exc:
+                for server in self._servers:
+                    server.server_close()
+                raise ListenError(which, listen, exc) from exc
         self._threads: list[threading.Thread] = []
 
     @property
@@ -117,10 +154,21 @@ class HttpSurface:
             body = json.dumps(self._status(), indent=2, sort_keys=True).encode()
             return 200, "application/json", body + b"\n", {}
         if path == "/livez":
-            return 200, "text/plain", b"ok\n", {}
+            return self._check(self._live, default_ok=True)
+        if path == "/readyz":
+            return self._check(self._ready, default_ok=False)
         if path == self._probe_path:
             return self._probe_routes(path)
         return 404, "text/plain", b"not found\n", {}
+
+    @staticmethod
+    def _check(check: Callable[[], Check] | None, *, default_ok: bool) -> _Answer:
+        if check is None:
+            ok, detail = default_ok, "no agent to ask"
+        else:
+            answer = check()
+            ok, detail = answer.ok, answer.detail
+        return (200 if ok else 503), "text/plain", f"{'ok' if ok else 'failing'}: {detail}\n".encode(), {}
 
     @staticmethod
     def _handler(routes: Callable[[str], _Answer]) -> type[BaseHTTPRequestHandler]:

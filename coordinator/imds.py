@@ -191,7 +191,8 @@ class ImdsClient:
     1.5 s of back-off once warm; 3 x 120 s plus back-off before.
 
     ``on_request(method, outcome)`` is called after every HTTP attempt (not for calls refused by the
-    cool-down) on the calling thread; it must be quick and must not raise.
+    cool-down) on the calling thread, and ``on_latency(method, seconds)`` with how long the attempt
+    waited for its answer (or its error), on ``clock``; both must be quick and must not raise.
     """
 
     def __init__(
@@ -213,6 +214,7 @@ class ImdsClient:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
         on_request: Callable[[str, str], None] | None = None,
+        on_latency: Callable[[str, float], None] | None = None,
     ) -> None:
         url = httpx.URL(base_url)
         if url.scheme not in ("http", "https") or not url.host:
@@ -249,6 +251,7 @@ class ImdsClient:
         self._sleep = sleep
         self._rng = rng if rng is not None else random.Random()
         self._on_request = on_request
+        self._on_latency = on_latency
         self._limiter = RateLimiter.per_second(max_requests_per_second, clock=clock)
         self._lock = threading.Lock()
         self._warm = False
@@ -381,6 +384,7 @@ class ImdsClient:
             retry_after: float | None = None
             if fence is not None and not fence():
                 raise ImdsFenced(f"{label} not sent: the approval's fence closed (attempt {attempt})")
+            sent = self._clock()
             try:
                 response = self._client.request(
                     method,
@@ -390,12 +394,15 @@ class ImdsClient:
                     timeout=self._timeout(scheduled_events),
                 )
             except httpx.TimeoutException as exc:
+                self._timed(method, sent)
                 outcome, detail = "timeout", f"{type(exc).__name__}: {exc}"
                 self._report(method, outcome)
             except httpx.RequestError as exc:
+                self._timed(method, sent)
                 outcome, detail = "connection_error", f"{type(exc).__name__}: {exc}"
                 self._report(method, outcome)
             else:
+                self._timed(method, sent)
                 status = response.status_code
                 outcome = _outcome_for_status(status)
                 if outcome == "ok":
@@ -459,6 +466,10 @@ class ImdsClient:
             return min(retry_after, self._backoff_max)
         cap = min(self._backoff_max, self._backoff_base * 2.0 ** min(attempt - 1, 64))
         return self._rng.uniform(0.0, cap)
+
+    def _timed(self, method: str, sent: float) -> None:
+        if self._on_latency is not None:
+            self._on_latency(method, max(self._clock() - sent, 0.0))
 
     def _report(self, method: str, outcome: str) -> None:
         if self._on_request is not None:

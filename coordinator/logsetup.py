@@ -1,4 +1,14 @@
-"""Logging set-up: text for people, JSON lines for log shippers."""
+"""Logging set-up: text for people, JSON lines for log shippers.
+
+Log lines about one VM, one event or one drain phase carry them as fields: ``vm``, ``event_id`` and
+``phase`` are attributes of the record, and JSON lines have them as keys of their own (text lines keep
+them in the message, where they read as before). A call sets them with ``extra={"event_id": ...}``; the
+agent binds ``vm`` and ``phase`` for everything logged during one of its cycles or jobs with
+``log_context``, and ``set_log_defaults`` names the VM for the whole process (threads that run no cycle:
+the IMDS poller, the peer probes, the ZooKeeper client). A field set by the call wins over the context,
+which wins over the process defaults. Callable values are called when the record is made (the phase
+of the moment).
+"""
 
 from __future__ import annotations
 
@@ -6,31 +16,85 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from types import MappingProxyType
+from typing import Any, TextIO
 
-__all__ = ["configure_logging"]
+__all__ = ["FIELDS", "ContextFilter", "configure_logging", "log_context", "make_handler", "set_log_defaults"]
+
+#: The record attributes that JSON lines carry as keys of their own, when a record has them.
+FIELDS = ("vm", "event_id", "phase")
+
+_NOTHING: Mapping[str, object] = MappingProxyType({})
+_context: ContextVar[Mapping[str, object]] = ContextVar("coordinator_log_context", default=_NOTHING)
+_defaults: dict[str, object] = {}
+
+
+@contextmanager
+def log_context(**fields: object) -> Iterator[None]:
+    """Bind fields to every record logged by this thread (or task) until the block ends. ``None`` values
+    are left out; callables are called for each record."""
+    bound = {**_context.get(), **{k: v for k, v in fields.items() if v is not None}}
+    token = _context.set(bound)
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def set_log_defaults(**fields: object) -> None:
+    """Fields of every record of the process that neither the call nor a ``log_context`` sets."""
+    _defaults.update({k: v for k, v in fields.items() if v is not None})
+
+
+class ContextFilter(logging.Filter):
+    """Adds the bound fields to each record; runs on the thread that logs (a handler's filter)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for source in (_context.get(), _defaults):
+            for name, value in source.items():
+                if getattr(record, name, None) is None:
+                    try:
+                        setattr(record, name, value() if callable(value) else value)
+                    except Exception:  # a field must never cost the log line
+                        continue
+        return True
 
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        body = {
+        body: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for name in FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                body[name] = value if isinstance(value, str | int | float | bool) else str(value)
         if record.exc_info:
             body["exc"] = self.formatException(record.exc_info)
         return json.dumps(body)
 
 
-def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def make_handler(fmt: str = "text", stream: TextIO | None = None) -> logging.Handler:
+    """A handler writing to ``stream`` (stderr by default) in ``fmt`` ("text" or "json"), with the fields
+    of ``log_context`` and ``set_log_defaults`` added to its records."""
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(ContextFilter())
+    return handler
+
+
+def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [make_handler(fmt)]
     root.setLevel(level)
     logging.getLogger("kazoo").setLevel(max(logging.getLevelName(level), logging.WARNING))
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -28,8 +28,9 @@ from coordinator.config import (
 from coordinator.decide import Policy
 from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
 from coordinator.errors import ImdsError, InvalidName
-from coordinator.httpserver import HttpSurface, split_host_port
+from coordinator.httpserver import HttpSurface, ListenError, split_host_port
 from coordinator.imds import ImdsClient
+from coordinator.logsetup import set_log_defaults
 from coordinator.metrics import Metrics
 from coordinator.names import normalize_vm_name
 from coordinator.peers import PeerProbes
@@ -37,6 +38,7 @@ from coordinator.poller import ImdsPoller, Reading
 from coordinator.state import StateFile
 from coordinator.store.base import Store
 from coordinator.store.zookeeper import ZooKeeperStore
+from coordinator.telemetry import Health
 
 __all__ = ["advertised_probe_url", "build_actions", "policy_from", "run_agent"]
 
@@ -174,7 +176,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         first_request_timeout=settings.imds.first_request_timeout,
         max_attempts=settings.imds.max_attempts,
         max_requests_per_second=settings.imds.max_requests_per_second,
-        on_request=lambda method, outcome: metrics.imds_requests.labels(method, outcome).inc(),
+        on_request=metrics.imds_request,
+        on_latency=metrics.imds_request_time,
     )
     agent: Agent | None = None
 
@@ -202,10 +205,12 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
             registry=registry,
             status=lambda: agent_ref[0].status() if agent_ref else {"phase": "starting"},
             phase=lambda: agent_ref[0].phase() if agent_ref else "starting",
+            live=lambda: agent_ref[0].live() if agent_ref else Health(True, "starting: learning this VM's name"),
+            ready=lambda: agent_ref[0].ready() if agent_ref else Health(False, "starting: no agent loop yet"),
         )
-    except OSError as exc:
-        log.error("cannot listen on probe.listen %s or http.listen %s: %s", settings.probe.listen,
-                  settings.http.listen, exc.strerror or exc)
+    except ListenError as exc:
+        option = "probe.listen" if exc.which == "probe" else "http.listen"
+        log.error("cannot listen on %s %s: %s", option, exc.address, exc.reason)
         imds.close()
         return 2
     http.start()
@@ -219,6 +224,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
             http.stop()
             return 0
         vm, placement = identity
+    set_log_defaults(vm=vm)
     store: Store = ZooKeeperStore(
         hosts=settings.zookeeper.hosts,
         root=settings.zookeeper.root,

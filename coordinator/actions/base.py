@@ -4,19 +4,23 @@ An action makes one side of the VM stop or resume serving: the load-balancer pro
 server, a command hook, a webhook. ``drain`` and ``recover`` are called from the executor thread,
 never from the agent loop; both must be idempotent (a restart may repeat either) and raise
 ``ActionError`` on failure. A failed drain means no acknowledgement; a failed recover is retried.
+
+``run_drain`` and ``run_recover`` report how long each action and the whole job took, and how they
+ended, to an optional ``ActionTimings`` (the agent's metrics).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from coordinator.errors import ActionError
 from coordinator.models import ScheduledEvent
 
-__all__ = ["Action", "ActionContext", "DryRunAction", "run_drain", "run_recover"]
+__all__ = ["Action", "ActionContext", "ActionTimings", "DryRunAction", "run_drain", "run_recover"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,14 @@ class Action(Protocol):
     def recover(self, ctx: ActionContext) -> None: ...
 
 
+class ActionTimings(Protocol):
+    """Where a job reports its durations. ``phase`` is "drain" or "recover", ``outcome`` "ok" or "failed"."""
+
+    def action_done(self, phase: str, action: str, outcome: str, seconds: float) -> None: ...
+
+    def job_done(self, phase: str, outcome: str, seconds: float) -> None: ...
+
+
 class DryRunAction:
     """Wraps an action and reports what it would do instead of doing it (observe-only mode)."""
 
@@ -53,25 +65,48 @@ class DryRunAction:
         log.info("dry-run: would recover %s via %s", ctx.vm, self.name)
 
 
-def _run(actions: Sequence[Action], ctx: ActionContext, verb: str) -> None:
-    for action in actions:
-        try:
-            getattr(action, verb)(ctx)
-        except ActionError:
-            raise
-        except Exception as exc:  # an action's own bug must not kill the executor
-            log.exception(
-                "action %s %s raised unexpectedly (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids
-            )
-            raise ActionError(f"{action.name} {verb} failed: {exc!r}") from exc
-        log.info("%s %s done (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids)
+def _run(
+    actions: Sequence[Action], ctx: ActionContext, verb: str, timings: ActionTimings | None,
+    clock: Callable[[], float],
+) -> None:
+    began = clock()
+    outcome = "failed"
+    try:
+        for action in actions:
+            started = clock()
+            try:
+                getattr(action, verb)(ctx)
+            except ActionError:
+                if timings is not None:
+                    timings.action_done(verb, action.name, "failed", clock() - started)
+                raise
+            except Exception as exc:  # an action's own bug must not kill the executor
+                if timings is not None:
+                    timings.action_done(verb, action.name, "failed", clock() - started)
+                log.exception(
+                    "action %s %s raised unexpectedly (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids
+                )
+                raise ActionError(f"{action.name} {verb} failed: {exc!r}") from exc
+            if timings is not None:
+                timings.action_done(verb, action.name, "ok", clock() - started)
+            log.info("%s %s done (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids)
+        outcome = "ok"
+    finally:
+        if timings is not None:
+            timings.job_done(verb, outcome, clock() - began)
 
 
-def run_drain(actions: Sequence[Action], ctx: ActionContext) -> None:
+def run_drain(
+    actions: Sequence[Action], ctx: ActionContext, *, timings: ActionTimings | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
     """Run every action's drain in order; stop at the first failure (raises ``ActionError``)."""
-    _run(actions, ctx, "drain")
+    _run(actions, ctx, "drain", timings, clock)
 
 
-def run_recover(actions: Sequence[Action], ctx: ActionContext) -> None:
+def run_recover(
+    actions: Sequence[Action], ctx: ActionContext, *, timings: ActionTimings | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
     """Run every action's recover in reverse order; stop at the first failure."""
-    _run(list(reversed(actions)), ctx, "recover")
+    _run(list(reversed(actions)), ctx, "recover", timings, clock)

@@ -35,3 +35,16 @@ def test_every_test_cited_by_the_safety_doc_exists() -> None:
     assert len(cited) > 10
     missing = sorted(cited - _defined_tests())
     assert missing == [], f"docs/safety.md cites tests that do not exist: {missing}"
+
+
+def test_every_metric_is_documented_and_every_documented_metric_exists() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from coordinator.metrics import Metrics
+
+    registry = CollectorRegistry()
+    Metrics(registry)
+    served = {f"{family.name}_total" if family.type == "counter" else family.name for family in registry.collect()}
+    documented = set(re.findall(r"^\| `(coordinator_\w+)`", (ROOT / "docs/metrics.md").read_text(), re.M))
+    assert sorted(served - documented) == [], "served but not in docs/metrics.md"
+    assert sorted(documented - served) == [], "in docs/metrics.md but not served"

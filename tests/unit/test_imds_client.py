@@ -832,6 +832,29 @@ def test_on_request_sees_every_attempt(
     assert {outcome for _, outcome in outcomes} <= set(OUTCOMES)
 
 
+def test_on_latency_sees_how_long_each_attempt_waited_whatever_its_outcome(
+    make_client: Callable[..., ImdsClient], imds: FakeImds, clock: FakeClock
+) -> None:
+    def taking(seconds: float, step: Step) -> Step:
+        def answer(request: httpx.Request) -> httpx.Response:
+            clock.advance(seconds)
+            return step(request)
+
+        return answer
+
+    imds.then(taking(0.25, reply(500, body="")), taking(1.5, reply()),
+              taking(0.125, fail(httpx.ConnectError)), taking(0.5, reply(body="")))
+    latencies: list[tuple[str, float]] = []
+    client = make_client(on_latency=lambda method, seconds: latencies.append((method, seconds)))
+
+    client.get_document()  # a 500, then the document: the back-off between them is not counted
+    client.approve(["C7061BAC-AFDC-4513-B24B-AA5F13A16123"])  # a connection error, then 200
+
+    assert [method for method, _ in latencies] == ["GET", "GET", "POST", "POST"]
+    assert [seconds for _, seconds in latencies] == pytest.approx([0.25, 1.5, 0.125, 0.5])
+    assert clock.sleeps  # there was a back-off, outside the measured attempts
+
+
 def test_works_without_on_request(clock: FakeClock, imds: FakeImds) -> None:
     imds.then(reply(500, body=""), reply())
     with ImdsClient(transport=httpx.MockTransport(imds), clock=clock, sleep=clock.sleep) as client:

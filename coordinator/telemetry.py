@@ -1,0 +1,184 @@
+"""What the agent reports about itself beyond one cycle's plan: metrics derived from successive cycles,
+and its liveness and readiness.
+
+``Telemetry`` is fed by the agent loop only (``cycle_done`` after each cycle, ``approved`` after each
+accepted POST); ``live`` and ``ready`` are read by the admin HTTP server's threads. It keeps what
+spans cycles:
+
+* the previous document, to see an event naming this VM turn from Scheduled to Started without this
+  group's approval (NotBefore came first), and a Started event come back under a new EventId (IMDS may
+  re-issue an id while an event runs: one maintenance, one drain, two ids);
+* the ZooKeeper session this agent held, to count session losses even when the new session was
+  established before the loop looked (the id changed);
+* when the last cycle completed, and whether one has completed with a ZooKeeper view and a valid
+  document read that cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from coordinator.config import ApprovalRule
+from coordinator.decide import LocalState, Plan, Policy, Snapshot, rule_for
+from coordinator.metrics import EventRow, Metrics, blocked_reason, bounded_status, bounded_type
+from coordinator.models import Document, ScheduledEvent
+from coordinator.store.base import ConnectionState, EventRecord
+
+__all__ = ["Health", "Telemetry"]
+
+log = logging.getLogger(__name__)
+
+_ID_LABEL_MAX = 128
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    detail: str
+
+
+class Telemetry:
+    def __init__(self, metrics: Metrics, vm: str, policy: Policy, *, started: float, live_after: float) -> None:
+        self._metrics = metrics
+        self._vm = vm
+        self._policy = policy
+        self._started = started
+        self.live_after = live_after
+        self._previous: Document | None = None
+        self._records: Mapping[str, EventRecord] = {}
+        self._blocked: Mapping[str, tuple[str, ...]] = {}  # the last reasons decided on a fresh document
+        self._session: object | None = None  # the ZooKeeper session id this agent last held
+        self._completed_at: float | None = None  # monotonic time of the last completed cycle
+        self._ready = False
+
+    # -- liveness and readiness (any thread) -------------------------------------------------------------
+
+    def completed(self, mono: float, now: float) -> None:
+        """A cycle completed (monotonic and wall time)."""
+        self._completed_at = mono
+        self._metrics.last_cycle.set(now)
+
+    def live(self, mono: float) -> Health:
+        """Live while a cycle has completed within ``live_after`` seconds (or since start, before the first)."""
+        last = self._completed_at
+        since = mono - (last if last is not None else self._started)
+        if since > self.live_after:
+            what = f"since the start {since:.0f} s ago" if last is None else f"for {since:.0f} s"
+            return Health(False, f"no cycle completed {what} (bound {self.live_after:.0f} s)")
+        if last is None:
+            return Health(True, "starting: first cycle not completed yet")
+        return Health(True, f"last cycle completed {since:.1f} s ago")
+
+    def ready(self) -> Health:
+        if self._ready:
+            return Health(True, "coordinating: a cycle completed with a ZooKeeper view and a valid IMDS document")
+        return Health(False, "no cycle yet with both a ZooKeeper view and a valid IMDS document")
+
+    # -- the loop ------------------------------------------------------------------------------------------
+
+    def cycle_done(self, snap: Snapshot, plan: Plan, local: LocalState, connection: ConnectionState,
+                   session: object | None) -> None:
+        """After a cycle: everything derived from it and from the cycles before."""
+        metrics = self._metrics
+        if snap.cluster is not None:
+            self._records = snap.cluster.records
+            if snap.document is not None:
+                self._ready = True
+        self._session_changes(connection, session)
+        document = snap.last_document
+        if document is not None and document is not self._previous:
+            if self._previous is not None:
+                self._compare(self._previous, document, local)
+            self._previous = document
+        if snap.document is not None:
+            # Without a fresh document the decision gives no reasons at all: keep the last ones.
+            self._blocked = plan.blocked
+        counts: Counter[str] = Counter()
+        for reasons in self._blocked.values():
+            counts.update({blocked_reason(r) for r in reasons})
+        metrics.set_blocked(counts)
+        nearest = math.inf
+        rows: list[EventRow] = []
+        for event in document.events if document is not None else ():
+            key = event.event_id.upper()
+            record = self._records.get(key)
+            approved = self._approved(event, record, local)
+            if event.is_scheduled and not approved and event.not_before is not None:
+                nearest = min(nearest, event.not_before.timestamp() - snap.now)
+            named = {r.lower() for r in event.resources}
+            rows.append(EventRow(
+                event_id=event.event_id[:_ID_LABEL_MAX],
+                event_type=bounded_type(event.event_type),
+                status=bounded_status(event.event_status),
+                named_vms=len(named),
+                acknowledged_vms=len(named & set(record.acks)) if record is not None else 0,
+                approved=approved,
+                not_before=event.not_before.timestamp() if event.not_before is not None else None,
+                blocked=tuple(sorted({blocked_reason(r) for r in self._blocked.get(key, ())})),
+            ))
+        metrics.next_not_before.set(nearest if math.isfinite(nearest) else math.nan)
+        metrics.event_detail.update(rows)
+
+    def approved(self, event: ScheduledEvent | None, at: float) -> None:
+        """This agent's POST approving ``event`` was accepted at ``at`` (wall clock)."""
+        if event is None:
+            return
+        rule = rule_for(event, self._policy)
+        self._metrics.approved.labels("immediately" if rule is ApprovalRule.IMMEDIATELY else "after_drain").inc()
+        if event.not_before is not None:
+            self._metrics.notice_reclaimed.observe(max(event.not_before.timestamp() - at, 0.0))
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _approved(self, event: ScheduledEvent, record: EventRecord | None, local: LocalState) -> bool:
+        return event.event_id in local.posted or (record is not None and record.approval is not None)
+
+    def _session_changes(self, connection: ConnectionState, session: object | None) -> None:
+        held = self._session
+        if connection is ConnectionState.LOST:
+            if held is not None:
+                self._lost(held, "lost")
+            self._session = None
+        elif session is not None:
+            if held is not None and session != held:
+                self._lost(held, "replaced by a new one")
+            self._session = session
+
+    def _lost(self, session: object, how: str) -> None:
+        self._metrics.session_losses.inc()
+        log.warning("ZooKeeper session %s %s (vm=%s): its acknowledgements, member node and leadership are gone",
+                    f"0x{session:x}" if isinstance(session, int) else session, how, self._vm)
+
+    def _compare(self, before: Document, after: Document, local: LocalState) -> None:
+        """Two successive documents: events naming this VM that started unapproved, and Started events that
+        came back under another id."""
+        mine_before = {e.event_id: e for e in before.events if e.names(self._vm)}
+        mine_after = {e.event_id: e for e in after.events if e.names(self._vm)}
+        for event_id, event in mine_after.items():
+            earlier = mine_before.get(event_id)
+            if earlier is None or not earlier.is_scheduled or not event.is_started:
+                continue
+            if not self._approved(event, self._records.get(event_id.upper()), local):
+                self._metrics.started_unapproved.inc()
+                log.warning("event started without this group's approval: its NotBefore came first (vm=%s event=%s)",
+                            self._vm, event_id, extra={"event_id": event_id})
+        gone = [e for eid, e in mine_before.items() if e.is_started and eid not in mine_after]
+        for event_id, event in mine_after.items():
+            if not event.is_started or event_id in mine_before:
+                continue
+            match = next((e for e in gone if _same_maintenance(e, event)), None)
+            if match is None:
+                continue
+            gone.remove(match)
+            self._metrics.event_id_changes.inc()
+            log.warning("Started event came back under a new id (vm=%s event=%s, was %s): same type and Resources, "
+                        "one maintenance and one drain, counted once", self._vm, event_id, match.event_id,
+                        extra={"event_id": event_id})
+
+
+def _same_maintenance(a: ScheduledEvent, b: ScheduledEvent) -> bool:
+    return a.event_type == b.event_type and {r.lower() for r in a.resources} == {r.lower() for r in b.resources}
