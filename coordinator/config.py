@@ -374,7 +374,7 @@ class ProbeConfig(_Section):
 
 
 class HttpConfig(_Section):
-    listen: str = Field("127.0.0.1:9110", description="/metrics, /status, /livez")
+    listen: str = Field("127.0.0.1:9110", description="/metrics, /status, /livez, /readyz")
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: _host_port(v)))
 
