@@ -36,7 +36,7 @@ from coordinator.errors import ConfigError, StoreError
 from coordinator.httpserver import split_host_port
 from coordinator.store.base import ClusterView
 from coordinator.store.payloads import LeaderNode, PauseNode, PayloadError
-from coordinator.store.zk_session import ClientOptions
+from coordinator.store.zk_session import ClientOptions, client_arguments
 from coordinator.store.zookeeper import ZooKeeperStore
 
 __all__ = [
@@ -78,25 +78,7 @@ def read_only_client_factory(options: ClientOptions) -> KazooClient:
     """``ReadOnlyKazooClient`` with the store's options (auth, TLS), also accepting servers in read-only
     mode (a server cut off from its quorum still shows what it last knew). Connection attempts are
     retried as the agents' are: within the operation timeout for a one-shot read, forever under --watch."""
-    tls: dict[str, Any] = {}
-    if options.tls is not None:
-        tls = {
-            "use_ssl": True,
-            "ca": options.tls.ca,
-            "certfile": options.tls.certfile,
-            "keyfile": options.tls.keyfile,
-            "keyfile_password": options.tls.keyfile_password,
-            "verify_certs": options.tls.verify_certs,
-            "check_hostname": options.tls.check_hostname,
-        }
-    return ReadOnlyKazooClient(
-        hosts=options.hosts,
-        timeout=options.session_timeout,
-        auth_data=list(options.auth_data) or None,
-        read_only=True,
-        connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
-        **tls,
-    )
+    return ReadOnlyKazooClient(read_only=True, **client_arguments(options))
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ __all__ = [
     "Deadline",
     "TlsOptions",
     "ZooKeeperSession",
+    "client_arguments",
     "default_client_factory",
 ]
 
@@ -100,6 +101,12 @@ ClientFactory = Callable[[ClientOptions], KazooClient]
 def default_client_factory(options: ClientOptions) -> KazooClient:
     """A ``KazooClient`` that retries the connection forever with at most 1 s between attempts (kazoo's
     default backs off to an hour, far too long to come back after a Freeze)."""
+    return KazooClient(**client_arguments(options))
+
+
+def client_arguments(options: ClientOptions) -> dict[str, Any]:
+    """The ``KazooClient`` arguments for ``options``: hosts, session timeout, auth, TLS, and a connection
+    retried forever with at most 1 s between attempts."""
     tls: dict[str, Any] = {}
     if options.tls is not None:
         tls = {
@@ -111,13 +118,13 @@ def default_client_factory(options: ClientOptions) -> KazooClient:
             "verify_certs": options.tls.verify_certs,
             "check_hostname": options.tls.check_hostname,
         }
-    return KazooClient(
-        hosts=options.hosts,
-        timeout=options.session_timeout,
-        auth_data=list(options.auth_data) or None,
-        connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
+    return {
+        "hosts": options.hosts,
+        "timeout": options.session_timeout,
+        "auth_data": list(options.auth_data) or None,
+        "connection_retry": {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
         **tls,
-    )
+    }
 
 
 class Deadline:
