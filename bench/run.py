@@ -208,7 +208,7 @@ groups: re-read only the lists whose watches fired, as the records already are.
 
 
 def _render_scale(entry: dict[str, Any]) -> str:
-    if "approved_per_round" in entry:  # a run that had to be stopped: what its rounds showed
+    if entry.get("stopped") or "gate_ms" not in entry:  # a run that had to be stopped: what its rounds showed
         rounds = ", ".join(f"{n}/{entry['groups']}" for n in entry["approved_per_round"])
         return f"""## Scale: {entry['groups']} groups of {entry['size']} agents on one ZooKeeper: not met
 

@@ -103,6 +103,8 @@ def bench_scale(zk: LocalZooKeeper, workdir: Path, *, groups: int, size: int, wo
     gate_ms: list[float] = []
     missed: list[str] = []
     unmeasured = 0
+    approved_per_round: list[int] = []
+    stopped = ""  # why the run ended before its last round, if it did
     try:
         progress(f"bench: scale: {groups} simulators")
         for group, vms in names.items():
@@ -158,9 +160,16 @@ def bench_scale(zk: LocalZooKeeper, workdir: Path, *, groups: int, size: int, wo
                 else:
                     unmeasured += 1  # the acks came and went between two looks
             progress(f"bench: scale: round {r + 1}/{rounds}: {len(posted)}/{len(events)} approved")
-            wait_for(lambda: all(not sims[g][1].events()["events"] for g in names), 60, "every event to end",
-                     interval=0.2)
-            wait_for(lambda: all(_serving(observer, g, size) for g in names), 60, "every VM to serve", interval=0.2)
+            approved_per_round.append(len(posted))
+            try:
+                wait_for(lambda: all(not sims[g][1].events()["events"] for g in names), 60, "every event to end",
+                         interval=0.2)
+                wait_for(lambda: all(_serving(observer, g, size) for g in names), 60, "every VM to serve",
+                         interval=0.2)
+            except TimeoutError as exc:
+                stopped = f"after round {r + 1}: {exc}"  # the group no longer keeps up: what was seen is kept
+                progress(f"bench: scale: stopped {stopped}")
+                break
     finally:
         for proc in procs:
             stop_process(proc, timeout=20)
@@ -170,7 +179,8 @@ def bench_scale(zk: LocalZooKeeper, workdir: Path, *, groups: int, size: int, wo
         observer.stop()
         observer.close()
     return {"groups": groups, "size": size, "workers": workers, "rounds": rounds, "gate_ms": gate_ms,
-            "missed": missed, "unmeasured": unmeasured}
+            "missed": missed, "unmeasured": unmeasured, "approved_per_round": approved_per_round,
+            "stopped": stopped}
 
 
 def _start_sim(workdir: Path, group: str, vms: list[str]) -> tuple[subprocess.Popen[bytes], SimControl, dict[str, str]]:
