@@ -86,7 +86,7 @@ class _Imds:
 
 
 def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
-    rows = []
+    rows: list[dict[str, object]] = []
     for events in (0, 1, 20):
         store = ZooKeeperStore(zk.hosts, "/bench", f"c{uuid.uuid4().hex[:8]}", session_timeout=10,
                                operation_timeout=5)

@@ -14,6 +14,7 @@ ZooKeeper ctime of its last ack, and an event not approved within a minute count
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import signal
@@ -54,6 +55,11 @@ POLICY = Policy(drain_wait=0.2, return_wait=0.5, gone_after=1.0, session_timeout
 # -- a worker: many agents in one process -------------------------------------------------------------
 
 
+def _arrived(ref: list[Agent]) -> None:
+    if ref:
+        ref[0].reading_arrived()
+
+
 def _worker(spec_path: Path) -> int:
     spec = json.loads(spec_path.read_text())
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -63,8 +69,8 @@ def _worker(spec_path: Path) -> int:
     for agent_spec in spec["agents"]:
         imds = ImdsClient(agent_spec["imds"], request_timeout=5, first_request_timeout=10)
         ref: list[Agent] = []
-        poller = ImdsPoller(lambda imds=imds: imds.get_document(attempts=1), interval=1.0,
-                            on_reading=lambda ref=ref: ref[0].reading_arrived() if ref else None)
+        poller = ImdsPoller(functools.partial(imds.get_document, attempts=1), interval=1.0,
+                            on_reading=functools.partial(_arrived, ref))
         store = ZooKeeperStore(spec["zk"], ZK_ROOT, agent_spec["group"], session_timeout=15, operation_timeout=5)
         state = Path(spec["workdir"]) / f"state-{agent_spec['group']}-{agent_spec['vm']}.json"
         agent = Agent(vm=agent_spec["vm"], imds=imds, store=store, actions=[ProbeAction(ProbeState())],
