@@ -212,6 +212,14 @@ MUTATIONS = [
         'tests/unit/test_poller.py::test_no_approval_rests_on_a_reading_older_than_one_and_a_half_polls',
     ),
     (
+        'kept-records-wait-for-the-watch-events-before-the-read',
+        'coordinator/store/zk_watch.py',
+        '            self._session.watch_events_delivered(self._session.deadline())\n',
+        '',
+        'tests/integration/test_zookeeper_watched_view.py::'
+        'test_a_kept_record_whose_watch_event_is_still_on_its_way_is_read_again',
+    ),
+    (
         'a-pause-holds-approvals',
         'coordinator/decide.py',
         '    if cluster.paused is not None:\n',

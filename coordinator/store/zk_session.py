@@ -47,7 +47,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
-from kazoo.protocol.states import KazooState, WatchedEvent
+from kazoo.protocol.states import Callback, KazooState, WatchedEvent
 
 from coordinator.errors import StoreUnavailable, StoreUnknownOutcome
 from coordinator.store.base import ConnectionState, Wakeup
@@ -306,6 +306,19 @@ class ZooKeeperSession:
         except self._timeouts:
             self._start_quiet_period(result)
             raise
+
+    def watch_events_delivered(self, deadline: Deadline) -> None:
+        """Return once every watch event that reached this client before now has been handed to its
+        watcher. kazoo sets a request's result on its connection thread but runs watchers on another
+        thread, in the order the events came: a marker queued behind them runs after them. So after a
+        read has been answered, this makes sure that what the server told before that answer (the same
+        transaction's other changes, for instance) has been counted. Raises ``StoreUnavailable`` if the
+        watchers do not get there before ``deadline``."""
+        client, _ = self.connected(write=False)
+        delivered = threading.Event()
+        client.handler.dispatch_callback(Callback("watch", delivered.set, ()))
+        if not delivered.wait(deadline.remaining()):
+            raise StoreUnavailable("ZooKeeper watch events are not being delivered in time")
 
     @contextlib.contextmanager
     def reading(self, what: str) -> Iterator[None]:

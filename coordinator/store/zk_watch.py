@@ -26,7 +26,11 @@ provably current:
   no request, while no watch on it (its node, its children, its acks) has fired and this store has
   not written to it since it was read, in the same session and connection. Only the lists and the
   records that changed are read: the cost of a change follows what changed, not how many records the
-  group keeps (done records stay for ``done_retention_seconds``).
+  group keeps (done records stay for ``done_retention_seconds``). kazoo answers requests on one thread
+  and runs watchers on another, so a watch event that came before a read's answers may not have been
+  counted yet when they arrive: after such a read, the watchers are let to catch up
+  (``ZooKeeperSession.watch_events_delivered``), and a read that kept a record whose watch fired
+  meanwhile is made again. A view therefore never mixes lists newer than one of its records.
 
 Nothing is ever served while the connection is not CONNECTED: the same ``StoreUnavailable`` (reads) or
 ``StoreUnknownOutcome`` (``join``) as without the cache. A new session (after an expiry) never serves
@@ -99,6 +103,8 @@ class WatchedView:
         # One bound method object, so that kazoo's per-path watcher sets hold it once.
         self.watch = self._on_watch
 
+    REUSE_ATTEMPTS = 2  # reads that keep unchanged records; the next one reads every record again
+
     # -- the view -------------------------------------------------------------------------------------
 
     def read_view(self, vm: str) -> ClusterView:
@@ -106,8 +112,6 @@ class WatchedView:
         ``StoreUnavailable`` when not CONNECTED (nothing is served then) or when the read fails."""
         generation = self._session.generation  # before anything is sent: see the module docstring
         standing = self._standing()
-        with self._members_lock:
-            record_generations = dict(self._record_generations)
         epoch = self._session.epoch
         _, session_id = self._session.connected(write=False)
         cached = self.current(session_id, vm)
@@ -115,8 +119,22 @@ class WatchedView:
             return dataclasses.replace(cached.read.view, connection=self._session.connection_state)
         if self._records_stamp != (session_id, epoch):
             self._records = {}  # another session or connection: watches may have been lost with it
-        reuse = {eid: record for eid, (gen, record) in self._records.items() if record_generations.get(eid, 0) == gen}
-        read = read_view(self._session, self._paths, vm, self.watch, reuse)
+        for attempt in range(self.REUSE_ATTEMPTS + 1):
+            with self._members_lock:
+                record_generations = dict(self._record_generations)
+            reuse = {eid: record for eid, (gen, record) in self._records.items()
+                     if record_generations.get(eid, 0) == gen} if attempt < self.REUSE_ATTEMPTS else {}
+            read = read_view(self._session, self._paths, vm, self.watch, reuse)
+            if not reuse:
+                break
+            # A kept record is current only if no watch event on it came before this read's answers:
+            # one that did (the ack of a session that closed in the same transaction as a member node
+            # this read saw go) may still be on its way to the watcher. Let it arrive, then check.
+            self._session.watch_events_delivered(self._session.deadline())
+            with self._members_lock:
+                moved = [eid for eid in reuse if self._record_generations.get(eid, 0) != record_generations.get(eid, 0)]
+            if not moved:
+                break
         self._cached = CachedView(vm, generation, read, standing)
         self._records = {eid: (record_generations.get(eid, 0), record) for eid, record in read.view.records.items()}
         self._records_stamp = (session_id, epoch)

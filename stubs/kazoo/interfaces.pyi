@@ -1,3 +1,4 @@
+from kazoo.protocol.states import Callback
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -17,3 +18,4 @@ class IAsyncResult(Generic[_T]):
 class IHandler:
     timeout_exception: type[Exception]
     def async_result(self) -> IAsyncResult[Any]: ...
+    def dispatch_callback(self, callback: Callback) -> None: ...

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 from kazoo.interfaces import IAsyncResult
+from kazoo.protocol.states import Callback
 
 from coordinator.errors import StoreUnavailable, StoreUnknownOutcome
 from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, EventRecord, WriteResult
@@ -220,6 +221,34 @@ def test_every_change_by_another_store_is_seen_by_the_next_read_after_its_watch(
     b_again.join("vm-b", {"probe": "http://10.0.0.9:8090/health"})
     wait_until(lambda: a.member_info(["vm-b"]).get("vm-b", {}).get("probe") == "http://10.0.0.9:8090/health",
                timeout=SEEN_WITHIN, message="the new member info of vm-b")
+
+
+def test_a_kept_record_whose_watch_event_is_still_on_its_way_is_read_again(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """kazoo answers reads on its connection thread and runs watchers on another: a read can be answered
+    before the watcher has counted an event the server sent earlier. A record kept from an older read
+    must not then be served beside lists that are newer than it."""
+    a, b = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
+    a.join("vm-a", {})
+    b.join("vm-b", {})
+    b.publish_event(record())
+    b.acknowledge(EVENT, "vm-b", T0 + 1)
+    eventually(a, "vm-a", lambda v: v.records[EVENT].acks == {"vm-b": T0 + 1} if EVENT in v.records else False,
+               "b's ack")
+    session = a._session  # the test holds a's watcher thread, as a busy machine can
+    client, _ = session.connected(write=False)
+    held = threading.Event()
+    client.handler.dispatch_callback(Callback("watch", held.wait, (10.0,)))
+    try:
+        b.withdraw_ack(EVENT, "vm-b")
+        time.sleep(0.5)  # the watch event has reached a's client and waits behind the held watcher thread
+        session.changed()  # something else moved, so the next read_view reads the lists again
+        threading.Timer(0.5, held.set).start()
+        view = a.read_view("vm-a")
+    finally:
+        held.set()
+    assert view.records[EVENT].acks == {}
 
 
 def test_a_leader_taken_from_a_store_is_seen_by_its_campaign(

@@ -1,4 +1,5 @@
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 class KazooState:
     SUSPENDED: str
@@ -29,3 +30,8 @@ class ZnodeStat(NamedTuple):
     dataLength: int
     numChildren: int
     pzxid: int
+
+class Callback(NamedTuple):
+    type: str
+    func: Callable[..., Any]
+    args: tuple[Any, ...]
