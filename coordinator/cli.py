@@ -92,24 +92,18 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _group_address(args: argparse.Namespace) -> GroupAddress | int:
-    """The group a control command acts on: from ``--config`` (the agents' file), or ``--zookeeper``
-    and ``--cluster`` (and ``--root``). Returns a ``GroupAddress``, or an exit code after a message."""
-    from coordinator.config import load_settings
+    """The group a control command acts on, found as ``status`` finds it (``group_settings``). Returns a
+    ``GroupAddress``, or an exit code after a message."""
     from coordinator.control import GroupAddress
     from coordinator.errors import ConfigError
+    from coordinator.groupstatus.options import group_settings
 
-    if args.config is not None:
-        try:
-            settings = load_settings(args.config)
-        except ConfigError as exc:
-            print(f"coordinator: {exc}", file=sys.stderr)
-            return 2
-        return GroupAddress(settings.zookeeper.hosts, settings.zookeeper.root, settings.cluster)
-    if args.zookeeper is None or args.cluster is None:
-        print("coordinator: name the group with --config FILE, or with --zookeeper HOSTS and --cluster NAME",
-              file=sys.stderr)
+    try:
+        settings = group_settings(args, args.command)
+    except ConfigError as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
         return 2
-    return GroupAddress(args.zookeeper, args.root, args.cluster)
+    return GroupAddress(settings.zookeeper.hosts, settings.zookeeper.root, settings.cluster)
 
 
 def _cmd_pause(args: argparse.Namespace) -> int:
@@ -203,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
         control.add_argument("--config", type=Path, help="an agent's configuration file: its zookeeper and cluster")
         control.add_argument("--zookeeper", metavar="HOSTS", help="the ensemble, host:port,host:port")
         control.add_argument("--cluster", metavar="NAME", help="the group's cluster name")
-        control.add_argument("--root", default="/azure-maintenance", help="zookeeper.root of the agents")
+        control.add_argument("--root", metavar="PATH", help="zookeeper.root of the agents (default: the "
+                             "configuration's, else /azure-maintenance)")
         if name == "pause":
             control.add_argument("--reason", required=True, help="why; shown in status and in the agents' logs")
         control.set_defaults(func=func)

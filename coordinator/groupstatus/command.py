@@ -16,47 +16,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
-from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
 
-from coordinator.config import Settings, load_settings
+from coordinator.config import Settings
 from coordinator.errors import ConfigError
 from coordinator.groupstatus.analyse import build_status
 from coordinator.groupstatus.model import GroupStatus
+from coordinator.groupstatus.options import group_settings
 from coordinator.groupstatus.read import GroupRead, GroupReader, GroupStatusError
 from coordinator.groupstatus.render import render, render_error
 
 __all__ = ["run"]
 
 _MIN_GAP = 0.5  # under --watch, at most two reads a second however many watches fire
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    """The settings the group is read with: the configuration file's, with the command line's overrides.
-    Raises ``ConfigError``."""
-    if args.config is not None:
-        base: dict[str, Any] = load_settings(args.config).model_dump(mode="json")
-    elif args.zookeeper is None or args.cluster is None:
-        raise ConfigError("status: give --config FILE, or --zookeeper HOSTS and --cluster NAME")
-    else:
-        base = {"cluster": args.cluster}
-    zookeeper = dict(base.get("zookeeper") or {})
-    if args.zookeeper is not None:
-        zookeeper["hosts"] = args.zookeeper
-    if args.root is not None:
-        zookeeper["root"] = args.root
-    if args.cluster is not None:
-        base["cluster"] = args.cluster
-    base["zookeeper"] = zookeeper
-    try:
-        return Settings.model_validate(base)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"status: {where}: {first['msg'].removeprefix('Value error, ')}") from None
 
 
 def _console() -> Console:
@@ -72,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
               "--cluster or --root", file=sys.stderr)
         return 2
     try:
-        settings = _settings(args)
+        settings = group_settings(args, "status")
     except ConfigError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 2

@@ -1,12 +1,17 @@
-"""The options of ``coordinator status`` for the whole group. Kept apart from ``command`` so that building
-the command line imports nothing heavy."""
+"""The options of ``coordinator status`` for the whole group, and how the commands that act on a group
+(``status``, ``pause``, ``resume``) find it. Kept apart from ``command`` so that building the command
+line imports nothing heavy."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["DEFAULT_WATCH_INTERVAL", "add_arguments", "group_mode"]
+if TYPE_CHECKING:
+    from coordinator.config import Settings
+
+__all__ = ["DEFAULT_WATCH_INTERVAL", "add_arguments", "group_mode", "group_settings"]
 
 DEFAULT_WATCH_INTERVAL = 2.0
 
@@ -35,3 +40,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def group_mode(args: argparse.Namespace) -> bool:
     """Whether the arguments ask for the whole group rather than one agent's ``--url``."""
     return any(getattr(args, name, None) is not None for name in ("config", "zookeeper", "cluster", "root"))
+
+
+def group_settings(args: argparse.Namespace, command: str) -> Settings:
+    """The settings a group command works with: ``--config``'s file, with ``--zookeeper``, ``--cluster``
+    and ``--root`` overriding it; without a file, those options and the defaults. Raises ``ConfigError``
+    (its message starts with ``command``)."""
+    from pydantic import ValidationError
+
+    from coordinator.config import Settings, load_settings
+    from coordinator.errors import ConfigError
+
+    if args.config is not None:
+        base: dict[str, Any] = load_settings(args.config).model_dump(mode="json")
+    elif args.zookeeper is None or args.cluster is None:
+        raise ConfigError(f"{command}: give --config FILE, or --zookeeper HOSTS and --cluster NAME")
+    else:
+        base = {"cluster": args.cluster}
+    zookeeper = dict(base.get("zookeeper") or {})
+    if args.zookeeper is not None:
+        zookeeper["hosts"] = args.zookeeper
+    if args.root is not None:
+        zookeeper["root"] = args.root
+    if args.cluster is not None:
+        base["cluster"] = args.cluster
+    base["zookeeper"] = zookeeper
+    try:
+        return Settings.model_validate(base)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{command}: {where}: {first['msg'].removeprefix('Value error, ')}") from None
