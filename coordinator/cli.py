@@ -103,7 +103,7 @@ def _group_address(args: argparse.Namespace) -> GroupAddress | int:
     except ConfigError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 2
-    return GroupAddress(settings.zookeeper.hosts, settings.zookeeper.root, settings.cluster)
+    return GroupAddress.of(settings)
 
 
 def _cmd_pause(args: argparse.Namespace) -> int:
@@ -142,6 +142,28 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
     print(f"group {group.cluster}: " + ("pause lifted: early approvals resume" if lifted else "was not paused"))
+    return 0
+
+
+def _cmd_zk_digest(args: argparse.Namespace) -> int:
+    """Print the ACL identity of a digest user, reading the password from standard input (one line) or
+    from a prompt, so that it never appears in the shell's history or the process list."""
+    import getpass
+
+    from coordinator.store.zk_security import digest_identity
+
+    if ":" in args.username or not args.username.strip():
+        print("coordinator: zk-digest: the user name must be non-empty and hold no colon", file=sys.stderr)
+        return 2
+    if sys.stdin.isatty():
+        password = getpass.getpass(f"password of {args.username}: ")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        print("coordinator: zk-digest: empty password", file=sys.stderr)
+        return 2
+    identity = digest_identity(args.username, password)
+    print(f"{identity.scheme}:{identity.id}")
     return 0
 
 
@@ -202,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "pause":
             control.add_argument("--reason", required=True, help="why; shown in status and in the agents' logs")
         control.set_defaults(func=func)
+
+    digest = sub.add_parser(
+        "zk-digest", help="print the ZooKeeper ACL identity of a digest user (for zookeeper.acl)",
+        description="Print digest:USER:HASH for zookeeper.acl.operators or readers. The password is read "
+        "from standard input (one line) or prompted for; it is never an argument.")
+    digest.add_argument("username")
+    digest.set_defaults(func=_cmd_zk_digest)
 
     from coordinator.sim.cli import add_arguments as sim_arguments
 

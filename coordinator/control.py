@@ -1,6 +1,7 @@
 """Group-wide controls an operator runs from any machine that reaches ZooKeeper: ``pause`` and ``resume``.
 
-``pause`` writes ``{root}/{cluster}/pause`` (reason, who, when); while it exists no agent approves an
+``pause`` writes ``{root}/{cluster}/pause`` (reason, who, when; its ACL follows the base node's, see
+``coordinator.store.zk_security.pause_acl``); while it exists no agent approves an
 event early, neither in its decision nor in the approval gate, which checks the node on the server
 right before it records an approval. Drains, acknowledgements and recoveries go on, so a paused group
 behaves as it would without this product: events start at NotBefore. ``resume`` deletes the node.
@@ -15,15 +16,22 @@ import getpass
 import logging
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import Id
 
 from coordinator.store.base import Pause
 from coordinator.store.payloads import PauseNode, PayloadError
 from coordinator.store.zk_paths import ZooKeeperPaths, validate_cluster, validate_root
+from coordinator.store.zk_security import identity_words, pause_acl
+from coordinator.store.zk_session import ClientOptions, TlsOptions, client_arguments
+
+if TYPE_CHECKING:
+    from coordinator.config import Settings
 
 __all__ = ["ControlError", "GroupAddress", "operator_name", "pause", "resume"]
 
@@ -42,6 +50,19 @@ class GroupAddress:
     root: str
     cluster: str
     timeout: float = 10.0
+    auth_data: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    tls: TlsOptions | None = None
+    known: tuple[Id, ...] = ()  # identities of the configuration, to resolve masked ones (``pause_acl``)
+
+    @classmethod
+    def of(cls, settings: Settings) -> GroupAddress:
+        """The group of a configuration (an agent's, or an operator's), with its credentials and TLS."""
+        zk = settings.zookeeper.client_options()
+        known = [entry.id for entry in zk.acls.default] if zk.acls is not None else []
+        if settings.zookeeper.auth is not None:
+            known.append(settings.zookeeper.auth.identity)
+        return cls(zk.hosts, settings.zookeeper.root, settings.cluster, auth_data=zk.auth_data, tls=zk.tls,
+                   known=tuple(known))
 
     @property
     def paths(self) -> ZooKeeperPaths:
@@ -69,7 +90,8 @@ def pause(group: GroupAddress, reason: str, by: str | None = None, at: float | N
             raise ControlError(f"no group {group.cluster!r} under {group.root} on {group.hosts}: "
                                "check the cluster name, or start an agent first")
         try:
-            client.create(paths.pause, node.to_bytes())
+            base_acl, _ = client.get_acls(paths.base)
+            client.create(paths.pause, node.to_bytes(), acl=pause_acl(base_acl, group.known))
             return Pause(reason=node.reason, by=node.by, at=node.at), True
         except NodeExistsError:
             pass
@@ -96,7 +118,9 @@ class _connected:
 
     def __init__(self, group: GroupAddress) -> None:
         self._group = group
-        self._client = KazooClient(hosts=group.hosts, timeout=group.timeout)
+        options = ClientOptions(hosts=group.hosts, session_timeout=group.timeout, auth_data=group.auth_data,
+                                tls=group.tls)
+        self._client = KazooClient(**client_arguments(options))
 
     def __enter__(self) -> KazooClient:
         try:
@@ -109,5 +133,9 @@ class _connected:
     def __exit__(self, kind: object, exc: object, tb: object) -> None:
         self._client.stop()
         self._client.close()
+        if isinstance(exc, NoAuthError):
+            who = identity_words(self._group.auth_data, self._group.tls)
+            raise ControlError(f"ZooKeeper refused it: not authorised {who}; pausing and resuming need an agent "
+                               "or operator identity (zookeeper.auth, zookeeper.acl.operators)") from None
         if isinstance(exc, KazooException):
             raise ControlError(f"ZooKeeper request failed: {exc!r}") from None

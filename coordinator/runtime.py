@@ -225,14 +225,23 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
             return 0
         vm, placement = identity
     set_log_defaults(vm=vm)
+    zk = settings.zookeeper.client_options()
     store: Store = ZooKeeperStore(
-        hosts=settings.zookeeper.hosts,
+        hosts=zk.hosts,
         root=settings.zookeeper.root,
         cluster=settings.cluster,
-        session_timeout=settings.zookeeper.session_timeout,
+        session_timeout=zk.session_timeout,
         operation_timeout=settings.zookeeper.operation_timeout,
+        auth_data=zk.auth_data,
+        tls=zk.tls,
+        acls=zk.acls,
         create_layout=not dry_run,
     )
+    if zk.acls is None:
+        log.warning("the group's ZooKeeper nodes are open: anyone who reaches %s can forge an "
+                    "acknowledgement or an approval; set zookeeper.auth (see docs/security.md)", zk.hosts)
+    if zk.tls is None:
+        log.info("ZooKeeper traffic is not encrypted; set zookeeper.tls to use the servers' secure port")
     probe_url = advertised_probe_url(settings, http.probe_address)
     peers: PeerProbes | None = None
     if settings.policy.confirm_peers_by_probe:

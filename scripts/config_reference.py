@@ -9,6 +9,7 @@ tests/unit/test_config.py checks that the doc holds exactly this output between 
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any
 
 from pydantic import BaseModel
@@ -34,12 +35,24 @@ def _default(field: Any) -> str:
     return "`" + json.dumps(getattr(value, "value", value), default=str) + "`"
 
 
+def _optional_section(annotation: Any) -> type[BaseModel] | None:
+    """The model of an optional section (``SomeConfig | None``), else None."""
+    arms = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if len(arms) == 1 and isinstance(arms[0], type) and issubclass(arms[0], BaseModel):
+        return arms[0]
+    return None
+
+
 def _rows(model: type[BaseModel], prefix: str = "") -> list[str]:
     rows = []
     for name, field in model.model_fields.items():
         annotation = field.annotation
+        section = _optional_section(annotation)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             rows += _rows(annotation, f"{prefix}{name}.")
+        elif section is not None:
+            rows.append(f"| `{prefix}{name}` | {_default(field)} | {field.description or ''} |")
+            rows += _rows(section, f"{prefix}{name}.")
         elif name not in ("type", "actions"):
             rows.append(f"| `{prefix}{name}` | {_default(field)} | {field.description or ''} |")
     return rows

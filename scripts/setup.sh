@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
-[ -f /usr/share/java/netty-codec.jar ] || need_apt+=(libnetty-java)
+[ -f /usr/share/java/netty-handler.jar ] && [ -f /usr/share/java/netty-codec.jar ] || need_apt+=(libnetty-java)  # TLS needs Netty
 command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 command -v socat >/dev/null 2>&1 || need_apt+=(socat)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # throw-away certificates for ZooKeeper over TLS
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)  # promtool: checks and tests of the alert rules
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 

@@ -66,8 +66,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     source = str(args.config) if args.config is not None else "defaults (no --config)"
     timeout = args.timeout if args.timeout is not None else settings.zookeeper.operation_timeout
     try:
-        reader = GroupReader(settings.zookeeper.hosts, settings.zookeeper.root, settings.cluster, timeout=timeout,
-                             http_timeout=args.http_timeout, ask_agents_too=not args.no_agents)
+        zk = settings.zookeeper.client_options()
+        reader = GroupReader(zk.hosts, settings.zookeeper.root, settings.cluster, timeout=timeout,
+                             http_timeout=args.http_timeout, ask_agents_too=not args.no_agents,
+                             auth_data=zk.auth_data, tls=zk.tls)
         reader.open()
     except GroupStatusError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)

@@ -5,6 +5,7 @@ line imports nothing heavy."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,15 +49,17 @@ def group_settings(args: argparse.Namespace, command: str) -> Settings:
     (its message starts with ``command``)."""
     from pydantic import ValidationError
 
-    from coordinator.config import Settings, load_settings
+    from coordinator.config import Settings, apply_env, load_settings
     from coordinator.errors import ConfigError
 
     if args.config is not None:
-        base: dict[str, Any] = load_settings(args.config).model_dump(mode="json")
+        # Python mode keeps secrets as secrets (JSON mode would mask them) for the validation below.
+        base: dict[str, Any] = load_settings(args.config).model_dump()
     elif args.zookeeper is None or args.cluster is None:
         raise ConfigError(f"{command}: give --config FILE, or --zookeeper HOSTS and --cluster NAME")
     else:
-        base = {"cluster": args.cluster}
+        # Credentials can come from the environment (COORDINATOR__ZOOKEEPER__AUTH__USERNAME, ...).
+        base = apply_env({"cluster": args.cluster}, os.environ)
     zookeeper = dict(base.get("zookeeper") or {})
     if args.zookeeper is not None:
         zookeeper["hosts"] = args.zookeeper

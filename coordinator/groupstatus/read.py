@@ -36,7 +36,7 @@ from coordinator.errors import ConfigError, StoreError
 from coordinator.httpserver import split_host_port
 from coordinator.store.base import ClusterView
 from coordinator.store.payloads import LeaderNode, PauseNode, PayloadError
-from coordinator.store.zk_session import ClientOptions, client_arguments
+from coordinator.store.zk_session import ClientOptions, TlsOptions, client_arguments
 from coordinator.store.zookeeper import ZooKeeperStore
 
 __all__ = [
@@ -195,6 +195,8 @@ class GroupReader:
         ask_agents_too: bool = True,
         client_factory: Callable[[ClientOptions], KazooClient] = read_only_client_factory,
         transport: httpx.BaseTransport | None = None,
+        auth_data: tuple[tuple[str, str], ...] = (),
+        tls: TlsOptions | None = None,
     ) -> None:
         self.hosts = hosts
         self.cluster = cluster
@@ -208,6 +210,8 @@ class GroupReader:
                 session_timeout=max(10.0, 2 * timeout),
                 operation_timeout=timeout,
                 client_factory=client_factory,
+                auth_data=auth_data,
+                tls=tls,
                 create_layout=False,
             )
         except ConfigError as exc:

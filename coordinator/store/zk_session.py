@@ -44,13 +44,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, KazooException, NoAuthError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import Callback, KazooState, WatchedEvent
 
 from coordinator.errors import StoreUnavailable, StoreUnknownOutcome
 from coordinator.store.base import ConnectionState, Wakeup
+from coordinator.store.zk_security import NodeAcls, identity_words
 
 __all__ = [
     "ClientFactory",
@@ -93,6 +94,7 @@ class ClientOptions:
     session_timeout: float
     auth_data: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     tls: TlsOptions | None = None
+    acls: NodeAcls | None = None  # None: nodes are created open (world:anyone, every permission)
 
 
 ClientFactory = Callable[[ClientOptions], KazooClient]
@@ -122,6 +124,7 @@ def client_arguments(options: ClientOptions) -> dict[str, Any]:
         "hosts": options.hosts,
         "timeout": options.session_timeout,
         "auth_data": list(options.auth_data) or None,
+        "default_acl": list(options.acls.default) if options.acls is not None else None,
         "connection_retry": {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0},
         **tls,
     }
@@ -342,6 +345,10 @@ class ZooKeeperSession:
     def _describe(self, exc: BaseException) -> str:
         if isinstance(exc, self._timeouts):
             return f"no answer from ZooKeeper within {self._operation_timeout:.1f}s"
+        if isinstance(exc, NoAuthError):
+            who = identity_words(self._options.auth_data, self._options.tls)
+            return (f"ZooKeeper refused it: not authorised {who} (check zookeeper.auth and the ACL of the "
+                    "group's nodes)")
         return f"{type(exc).__name__} {exc}".rstrip()
 
     def _start_quiet_period(self, unanswered: IAsyncResult[Any]) -> None:

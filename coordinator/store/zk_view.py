@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
@@ -236,13 +236,19 @@ def _read_pause(
 ) -> Pause | None:
     """The operator's pause, if ``/pause`` exists. A node that does not parse still pauses: an operator
     meant to stop approvals, and the safe side is not to approve."""
-    if session.wait(exists_r, deadline) is None:
+    exists = session.wait(exists_r, deadline)
+    if exists is None:
         return None
     try:
         data, stat = session.wait(client.get_async(paths.pause, watch=watch), deadline)
     except NoNodeError:
         session.changed()  # deleted between the two requests: what was read is not current
         return None
+    except NoAuthError:
+        # Created with an ACL that shuts the agents out: still a pause (and not a reason to stop reading
+        # the rest of the group, which would stop drains too).
+        log.warning("pause node %s is not readable with this agent's identity, approvals stay paused", paths.pause)
+        return Pause(reason="pause node not readable by the agents", by="?", at=exists.ctime / 1000.0)
     try:
         node = PauseNode.from_bytes(data, paths.pause)
     except PayloadError as exc:

@@ -36,6 +36,7 @@ from coordinator.store import zk_gate, zk_membership, zk_records
 from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, WriteResult
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_paths import ZooKeeperPaths, validate_cluster, validate_root
+from coordinator.store.zk_security import NodeAcls
 from coordinator.store.zk_session import (
     ClientFactory,
     ClientOptions,
@@ -76,6 +77,7 @@ class ZooKeeperStore:
         client_factory: ClientFactory = default_client_factory,
         auth_data: Collection[tuple[str, str]] = (),
         tls: TlsOptions | None = None,
+        acls: NodeAcls | None = None,
         clock: Callable[[], float] = time.time,
         create_layout: bool = True,
     ) -> None:
@@ -86,7 +88,8 @@ class ZooKeeperStore:
         if session_timeout <= 0 or operation_timeout <= 0:
             raise ConfigError("session_timeout and operation_timeout must be positive")
         self._paths = ZooKeeperPaths(f"{validate_root(root)}/{validate_cluster(cluster)}")
-        options = ClientOptions(hosts=hosts, session_timeout=session_timeout, auth_data=tuple(auth_data), tls=tls)
+        options = ClientOptions(hosts=hosts, session_timeout=session_timeout, auth_data=tuple(auth_data), tls=tls,
+                                acls=acls)
         self._session = ZooKeeperSession(options, operation_timeout, client_factory)
         self._ctx = StoreContext(self._session, self._paths, clock, create_layout)
         self._watched = WatchedView(self._session, self._paths)
@@ -124,6 +127,7 @@ class ZooKeeperStore:
         try:
             with self._session.reading("create the base layout"):
                 self._ctx.ensure_layout(client, deadline)
+                self._ctx.ensure_acls(client, deadline)
         except BaseException:
             self.stop()
             raise

@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -33,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from coordinator.testbed.certs import Pki
 from coordinator.testbed.processes import free_port
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "LocalEnsemble",
     "LocalZooKeeper",
     "QuorumPeer",
+    "ServerTls",
     "connection_stats",
     "find_classpath",
     "four_letter_word",
@@ -83,19 +86,61 @@ log4j.appender.FILE.layout.ConversionPattern=%d{{ISO8601}} %-5p [%t:%C{{1}}@%L] 
 """
 
 
-def find_classpath(jar_dir: Path = DEFAULT_JAR_DIR) -> str:
-    """Return the Java class path for Debian's ZooKeeper server.
+# The secure client port needs Netty's server connection factory, and with it these jars.
+_TLS_JARS = (
+    "netty-handler.jar",
+    "netty-transport.jar",
+    "netty-buffer.jar",
+    "netty-common.jar",
+    "netty-transport-native-epoll.jar",
+    "netty-transport-native-unix-common.jar",
+)
+
+
+def find_classpath(jar_dir: Path = DEFAULT_JAR_DIR, *, tls: bool = False) -> str:
+    """Return the Java class path for Debian's ZooKeeper server (with Netty's jars for ``tls``).
 
     Raises ``RuntimeError`` naming the first missing jar when the ``zookeeper`` package (or one of its
-    dependencies) is not installed.
+    dependencies, ``libnetty-java`` for TLS) is not installed.
     """
-    for jar in _REQUIRED_JARS:
+    extra = _TLS_JARS if tls else ()
+    for jar in (*_REQUIRED_JARS, *extra):
         if not (jar_dir / jar).is_file():
             raise RuntimeError(
                 f"ZooKeeper jar {jar} not found in {jar_dir}: install ZooKeeper with "
-                "'apt-get install zookeeper' (Debian/Ubuntu)"
+                "'apt-get install zookeeper libnetty-java' (Debian/Ubuntu)"
             )
-    return os.pathsep.join(str(jar_dir / jar) for jar in _CLASSPATH_JARS)
+    return os.pathsep.join(str(jar_dir / jar) for jar in (*_CLASSPATH_JARS, *extra))
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """A secure client port: the server presents ``pki.server_pem``, trusts ``pki.ca`` for client
+    certificates (``client_auth``: need, want or none), and maps a client certificate to the identity
+    ``x509:{subject}``. ``plaintext``: keep the plain client port too (False: a TLS-only server)."""
+
+    pki: Pki
+    client_auth: str = "need"
+    plaintext: bool = False
+
+    def zoo_cfg_lines(self, secure_port: int) -> list[str]:
+        return [
+            f"secureClientPort={secure_port}",
+            "secureClientPortAddress=127.0.0.1",
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={self.pki.server_pem}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={self.pki.ca}",
+            "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={self.client_auth}",
+            "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider",
+        ]
+
+    def client_context(self, client: str = "agent") -> ssl.SSLContext:
+        """A client-side context that trusts the CA and presents ``client``'s certificate."""
+        context = ssl.create_default_context(cafile=str(self.pki.ca))
+        context.load_cert_chain(str(self.pki.cert(client)), str(self.pki.key(client)))
+        return context
 
 
 @dataclass(frozen=True)
@@ -111,14 +156,16 @@ class QuorumPeer:
 def render_zoo_cfg(
     *,
     data_dir: Path,
-    client_port: int,
+    client_port: int | None,
     tick_time_ms: int,
     max_session_timeout_ms: int,
     peers: Sequence[QuorumPeer] = (),
+    extra: Sequence[str] = (),
 ) -> str:
     """Render a ``zoo.cfg``: loopback only, no admin server, the four-letter words used for readiness.
 
     With ``peers`` (an ensemble), one ``server.N`` line per peer is added; the caller writes ``myid``.
+    ``client_port`` None: no plain client port (a TLS-only server, whose ``extra`` lines configure it).
     """
     if tick_time_ms <= 0:
         raise ValueError(f"tick_time_ms must be positive, got {tick_time_ms}")
@@ -132,8 +179,7 @@ def render_zoo_cfg(
         "initLimit=10",
         "syncLimit=5",
         f"dataDir={data_dir}",
-        f"clientPort={client_port}",
-        "clientPortAddress=127.0.0.1",
+        *([f"clientPort={client_port}", "clientPortAddress=127.0.0.1"] if client_port is not None else []),
         "maxClientCnxns=0",
         f"minSessionTimeout={2 * tick_time_ms}",
         f"maxSessionTimeout={max_session_timeout_ms}",
@@ -142,12 +188,18 @@ def render_zoo_cfg(
     ]
     if peers:
         lines.extend(f"server.{p.server_id}=127.0.0.1:{p.quorum_port}:{p.election_port}" for p in peers)
+    lines.extend(extra)
     return "\n".join(lines) + "\n"
 
 
-def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0) -> str:
-    """Send a four-letter word (``ruok``, ``srvr``, ...) and return the answer. Raises ``OSError``."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+def four_letter_word(host: str, port: int, word: str, timeout: float = 2.0,
+                     context: ssl.SSLContext | None = None) -> str:
+    """Send a four-letter word (``ruok``, ``srvr``, ...) and return the answer, over TLS with
+    ``context``. Raises ``OSError``."""
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+        if context is not None:
+            sock = stack.enter_context(context.wrap_socket(sock, server_hostname=host))
         sock.sendall(word.encode("ascii"))
         chunks: list[bytes] = []
         while True:
@@ -240,9 +292,14 @@ class LocalZooKeeper:
         jar_dir: Path = DEFAULT_JAR_DIR,
         server_id: int | None = None,
         peers: Sequence[QuorumPeer] = (),
+        tls: ServerTls | None = None,
     ) -> None:
         if (server_id is None) != (not peers):
             raise ValueError("server_id and peers go together (ensemble member) or not at all")
+        if tls is not None and peers:
+            raise ValueError("a TLS server is standalone here")
+        self.tls = tls
+        self._secure_port: int | None = None
         self.data_dir = Path(data_dir).absolute()
         self.tick_time_ms = tick_time_ms
         self.max_session_timeout_ms = max_session_timeout_ms
@@ -265,8 +322,33 @@ class LocalZooKeeper:
 
     @property
     def hosts(self) -> str:
-        """The connection string for clients: ``127.0.0.1:PORT``."""
+        """The connection string for clients: ``127.0.0.1:PORT`` (the secure port for a TLS server)."""
+        if self.tls is not None:
+            return self.secure_hosts
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def secure_port(self) -> int:
+        if self._secure_port is None:
+            raise RuntimeError("no secure client port: the server has no TLS or has not been started")
+        return self._secure_port
+
+    @property
+    def secure_hosts(self) -> str:
+        return f"127.0.0.1:{self.secure_port}"
+
+    @property
+    def plain_hosts(self) -> str:
+        """The plain client port's connection string (a TLS server keeps one only with ``plaintext``)."""
+        if self.tls is not None and not self.tls.plaintext:
+            raise RuntimeError("a TLS-only server has no plain client port")
+        return f"127.0.0.1:{self.port}"
+
+    def _four_letter_word(self, word: str, timeout: float) -> str:
+        if self.tls is not None and not self.tls.plaintext:
+            context = self.tls.client_context()
+            return four_letter_word("127.0.0.1", self.secure_port, word, timeout, context)
+        return four_letter_word("127.0.0.1", self.port, word, timeout)
 
     @property
     def pid(self) -> int | None:
@@ -316,9 +398,11 @@ class LocalZooKeeper:
         """Start the process without waiting for readiness (an ensemble launches all its members first)."""
         if self.running:
             return
-        classpath = find_classpath(self.jar_dir)
+        classpath = find_classpath(self.jar_dir, tls=self.tls is not None)
         if self._port is None:
             self._port = free_port()
+        if self.tls is not None and self._secure_port is None:
+            self._secure_port = free_port()
         data = self.data_dir / "data"
         data.mkdir(parents=True, exist_ok=True)
         if self.server_id is not None:
@@ -326,10 +410,11 @@ class LocalZooKeeper:
         self.config_file.write_text(
             render_zoo_cfg(
                 data_dir=data,
-                client_port=self._port,
+                client_port=None if self.tls is not None and not self.tls.plaintext else self._port,
                 tick_time_ms=self.tick_time_ms,
                 max_session_timeout_ms=self.max_session_timeout_ms,
                 peers=self.peers,
+                extra=self.tls.zoo_cfg_lines(self.secure_port) if self.tls is not None else (),
             )
         )
         log4j = self.data_dir / "log4j.properties"
@@ -380,8 +465,8 @@ class LocalZooKeeper:
                     f"end of {self.log_file}:\n{self._log_tail()}"
                 )
             try:
-                if four_letter_word("127.0.0.1", self.port, "ruok", timeout=1.0) == "imok":
-                    last = four_letter_word("127.0.0.1", self.port, "srvr", timeout=1.0)
+                if self._four_letter_word("ruok", timeout=1.0) == "imok":
+                    last = self._four_letter_word("srvr", timeout=1.0)
                     if "Mode:" in last:
                         return
             except OSError as exc:
@@ -402,7 +487,7 @@ class LocalZooKeeper:
     def zxid(self, timeout: float = 2.0) -> int:
         """The last transaction id this server has seen (``srvr``): it grows by one with every write
         transaction, including a create or delete that fails, and not with reads or pings."""
-        text = four_letter_word("127.0.0.1", self.port, "srvr", timeout)
+        text = self._four_letter_word("srvr", timeout)
         match = re.search(r"Zxid: (0x[0-9a-fA-F]+)", text)
         if match is None:
             raise OSError(f"no Zxid in the server's srvr answer: {text[:200]!r}")

@@ -6,6 +6,9 @@
   (removed afterwards), so tests sharing the server never see each other's nodes.
 * ``zk_server_factory`` (function): starts private servers for tests that pause or kill them.
 * ``zk_ensemble`` (function): a private three-server ensemble on 127.0.0.1.
+* ``zk_tls_server`` (session): a TLS-only server (client certificates required) with its throw-away
+  PKI (``server.tls.pki``: client certificates ``agent``, ``operator``, ``reader`` and ``stranger``); its
+  certificate names 127.0.0.1 only.
 
 Tests that use these fixtures get the ``zookeeper`` marker. When ZooKeeper's jars or java are missing the
 test is skipped, or fails if the ``CI`` environment variable is set: CI must run the real thing.
@@ -29,7 +32,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from coordinator.store.zookeeper import ClientFactory, ZooKeeperStore, default_client_factory
-from coordinator.testbed.zookeeper import LocalEnsemble, LocalZooKeeper, find_classpath
+from coordinator.testbed.certs import make_pki
+from coordinator.testbed.zookeeper import LocalEnsemble, LocalZooKeeper, ServerTls, find_classpath
 
 __all__ = ["expire_session", "wait_until"]
 
@@ -38,7 +42,7 @@ log = logging.getLogger(__name__)
 
 TICK_TIME_MS = 500
 MAX_SESSION_TIMEOUT_MS = 60_000
-_FIXTURES = ("zk_server", "zk_hosts", "zk_chroot", "zk_server_factory", "zk_ensemble")
+_FIXTURES = ("zk_server", "zk_hosts", "zk_chroot", "zk_server_factory", "zk_ensemble", "zk_tls_server")
 _counter = itertools.count(1)
 
 
@@ -57,9 +61,15 @@ def _check_prerequisites() -> None:
         _unavailable(str(exc))
 
 
-def _start(data_dir: Path) -> LocalZooKeeper:
+def _start(data_dir: Path, tls: ServerTls | None = None) -> LocalZooKeeper:
     _check_prerequisites()
-    server = LocalZooKeeper(data_dir, tick_time_ms=TICK_TIME_MS, max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS)
+    if tls is not None:
+        try:
+            find_classpath(tls=True)
+        except RuntimeError as exc:
+            _unavailable(str(exc))
+    server = LocalZooKeeper(data_dir, tick_time_ms=TICK_TIME_MS, max_session_timeout_ms=MAX_SESSION_TIMEOUT_MS,
+                            tls=tls)
     try:
         server.start(timeout=30)
     except RuntimeError as exc:
@@ -77,6 +87,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalZooKeeper]:
     server = _start(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def zk_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalZooKeeper]:
+    directory = tmp_path_factory.mktemp("zookeeper-tls")
+    try:
+        # The address only, not the name localhost: a test reaches it as localhost to see hostname checks.
+        pki = make_pki(directory / "pki", clients=("agent", "operator", "reader", "stranger"),
+                       server_names=("IP:127.0.0.1",))
+    except RuntimeError as exc:
+        _unavailable(str(exc))
+    server = _start(directory / "server", ServerTls(pki))
     try:
         yield server
     finally:
