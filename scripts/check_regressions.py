@@ -240,6 +240,28 @@ MUTATIONS = [
         '    if ev.not_before is None:\n',
         'tests/unit/test_policy.py::test_outside_the_windows_an_event_is_neither_admitted_nor_drained_early_nor_approved',
     ),
+    (
+        'nodes-created-with-the-acl',
+        'coordinator/store/zk_session.py',
+        '        "default_acl": list(options.acls.default) if options.acls is not None else None,\n',
+        '        "default_acl": None,\n',
+        'tests/integration/test_zookeeper_security.py::test_only_the_agents_identity_can_write_what_agents_trust',
+    ),
+    (
+        'open-namespace-closed-at-start',
+        'coordinator/store/zk_context.py',
+        '        if same_acl(current, acls.base):\n',
+        '        if True:\n',
+        'tests/integration/test_zookeeper_security.py::test_an_open_namespace_is_closed_when_the_agents_get_credentials',
+    ),
+    (
+        'unreadable-pause-still-pauses',
+        'coordinator/store/zk_view.py',
+        '    except NoAuthError:\n        # Created with an ACL',
+        '    except ():\n        # Created with an ACL',
+        'tests/integration/test_zookeeper_security.py::'
+        'test_a_pause_node_the_agents_cannot_read_still_pauses_and_the_rest_is_read',
+    ),
 ]
 
 
