@@ -124,11 +124,15 @@ def test_acknowledge_and_withdraw(harness: Harness) -> None:
     assert a.acknowledge(EVENT, "vm-a", T0 + 1) is WriteResult.DONE
     assert a.acknowledge(EVENT, "vm-a", T0 + 2) is WriteResult.EXISTS
     assert b.acknowledge(EVENT, "vm-b", T0 + 3) is WriteResult.DONE
-    assert a.read_view("vm-a").records[EVENT].acks == {"vm-a": T0 + 1, "vm-b": T0 + 3}
+    # Another client's write reaches a's view once its watch has fired: ZooKeeper orders each client's
+    # view, it does not make one client's write visible to another at once (the gate syncs for that).
+    wait_until(lambda: a.read_view("vm-a").records[EVENT].acks == {"vm-a": T0 + 1, "vm-b": T0 + 3},
+               timeout=5, message="b's ack in a's view")
 
     assert b.withdraw_ack(EVENT, "vm-b") is WriteResult.DONE
     assert b.withdraw_ack(EVENT, "vm-b") is WriteResult.MISSING
-    assert a.read_view("vm-a").records[EVENT].acks == {"vm-a": T0 + 1}
+    wait_until(lambda: a.read_view("vm-a").records[EVENT].acks == {"vm-a": T0 + 1}, timeout=5,
+               message="b's withdrawal in a's view")
 
 
 def test_approval_is_written_once_and_found_by_a_second_approver(harness: Harness) -> None:
