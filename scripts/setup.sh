@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the demo and the tests use, on a fresh Debian machine (as root, or with sudo):
 # Java and ZooKeeper, HAProxy and socat, Prometheus (for promtool), systemd-analyze and shellcheck (to check
-# the systemd kit), and a virtualenv (.venv) holding the project with its test dependencies. Safe to run again: it installs only what is missing.
+# the systemd kit), and a virtualenv (.venv) holding the project with its test dependencies. Safe to run
+# again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
