@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -467,3 +468,11 @@ def test_the_healthcheck_script_follows_the_agent_livez() -> None:
         surface.stop()
     assert check() == 1  # nothing listens any more
 
+
+def test_the_documented_compose_commands_name_real_services(services: dict[str, Any]) -> None:
+    doc = (ROOT / "docs" / "deployment.md").read_text()
+    named = [name for command in re.findall(r"^docker compose (?:logs -f|restart|stop|start) (.+)$", doc, re.M)
+             for name in shlex.split(command.split("#")[0]) if not name.startswith("-")]
+    assert named
+    for name in named:
+        assert name in services, f"docs/deployment.md names a service {name} that compose lacks"
