@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the demo and the tests use, on a fresh Debian machine (as root, or with sudo):
-# Java and ZooKeeper, HAProxy and socat, Prometheus (for promtool), and a virtualenv (.venv) holding the
-# project with its test dependencies. Safe to run again: it installs only what is missing.
+# Java and ZooKeeper, HAProxy and socat, Prometheus (for promtool), systemd-analyze and shellcheck (to check
+# the systemd kit), and a virtualenv (.venv) holding the project with its test dependencies. Safe to run
+# again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,8 @@ command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 command -v socat >/dev/null 2>&1 || need_apt+=(socat)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # throw-away certificates for ZooKeeper over TLS
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)  # promtool: checks and tests of the alert rules
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)  # verify and score deploy/systemd/coordinator.service
+command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)  # lint deploy/systemd/install.sh
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -52,4 +55,4 @@ if [ ! -x .venv/tools/docker-compose ]; then
     chmod +x .venv/tools/docker-compose
     rm -rf "$tmp"
 fi
-echo "setup: ready (java: $(command -v java), zookeeper: /usr/share/java/zookeeper.jar, haproxy: $(command -v haproxy), promtool: $(command -v promtool))"
+echo "setup: ready (java: $(command -v java), zookeeper: /usr/share/java/zookeeper.jar, haproxy: $(command -v haproxy), promtool: $(command -v promtool), systemd-analyze: $(command -v systemd-analyze))"
