@@ -29,8 +29,9 @@ The safety rules live here and nowhere else:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
 from coordinator.errors import InvalidName
@@ -92,6 +93,7 @@ class _Event:
     resources: tuple[str, ...]  # valid names, normalized, in document order
     bad_names: tuple[str, ...]
     rule: ApprovalRule
+    listed: int = 1  # how many entries of the document carry this event id
 
     @property
     def not_before(self) -> float | None:
@@ -373,6 +375,13 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         ev, problems = _parse(event, policy)
         parsed.append(ev)
         invalid.extend(problems)
+    # An EventId listed more than once (IMDS never does so; the entries may name different VMs): approving
+    # it would release every entry, so it is never approved early, and each entry drains the VMs it names.
+    listed = Counter(ev.key for ev in parsed if ev.key is not None)
+    for index, ev in enumerate(parsed):
+        if ev.key is not None and listed[ev.key] > 1:
+            parsed[index] = replace(ev, rule=ApprovalRule.NEVER, listed=listed[ev.key])
+    invalid.extend(f"event {key!r} is listed {n} times in the document" for key, n in listed.items() if n > 1)
     by_key = {ev.key: ev for ev in parsed if ev.key is not None}
 
     # What holds this VM: events naming it that it must drain for, and every event it was drained
@@ -517,6 +526,8 @@ def _approval_blockers(
 ) -> tuple[str, ...]:
     """Why this Scheduled event may not be approved now (empty: it may, by its approver)."""
     event = ev.event
+    if ev.listed > 1:
+        return (f"its EventId is listed {ev.listed} times in the document: never approved early",)
     if not event.is_known_type:
         return (f"unknown event type {event.event_type!r} is never approved early",)
     if ev.rule is ApprovalRule.NEVER:

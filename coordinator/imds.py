@@ -11,7 +11,11 @@ What IMDS requires, and how this client honours it (see Microsoft's Scheduled Ev
 * the first Scheduled Events request enables the service and may take up to 2 minutes to answer:
   until the endpoint has answered 200 once, requests to it use ``first_request_timeout``;
 * 410, 429 and 5xx, timeouts and connection errors are transient and retried; a 400 means the request
-  is wrong (a bug), so it is never retried in a hot loop.
+  is wrong (a bug), so it is never retried in a hot loop;
+* an answer is read up to ``max_body_bytes`` (1 MiB by default; a real document is a few kB): a 200
+  with a larger body is a ``MalformedDocument``, never read whole. The client asks for no content coding
+  (``Accept-Encoding: identity``); gzip or deflate sent anyway is decoded within the same limit, and
+  any other coding, or a body that does not decode, is a ``MalformedDocument`` too.
 
 Every public method is synchronous and thread-safe; it blocks for at most the sum of its attempts'
 timeouts, the back-off delays between them and any wait imposed by the rate limit.
@@ -25,6 +29,7 @@ import math
 import random
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -39,6 +44,7 @@ from coordinator.support.ratelimit import RateLimiter
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "MAX_BODY_BYTES",
     "OUTCOMES",
     "ImdsClient",
     "InstanceCompute",
@@ -67,6 +73,8 @@ _SCHEDULED_EVENTS_PATH: Final = "/metadata/scheduledevents"
 _COMPUTE_PATH: Final = "/metadata/instance/compute"
 _RETRYABLE: Final = frozenset({"gone", "rate_limited", "server_error", "timeout", "connection_error"})
 _BODY_LIMIT: Final = 2000
+#: The default cap on the size of an answer's body, after any content decoding.
+MAX_BODY_BYTES: Final = 1024 * 1024
 
 _T = TypeVar("_T")
 
@@ -177,7 +185,8 @@ class ImdsClient:
       doubling on each new 4xx up to ``bad_request_cooldown_max``, reset by a 200): calls within it raise
       ``ImdsBadRequest`` again at once, without sending anything. Operations are kept apart so that an
       approval IMDS refuses cannot stop the polling of the document.
-    * ``MalformedDocument``: IMDS answered 200 with a body that does not parse. Not retried.
+    * ``MalformedDocument``: IMDS answered 200 with a body that does not parse, is larger than
+      ``max_body_bytes`` or does not decode (see the module docstring). Not retried.
 
     Retries happen inside one call: full-jitter exponential back-off, attempt ``n`` waits a uniform
     random time in ``[0, min(backoff_max, backoff_base * 2**(n-1))]``, or, when the answer carries
@@ -215,6 +224,7 @@ class ImdsClient:
         rng: random.Random | None = None,
         on_request: Callable[[str, str], None] | None = None,
         on_latency: Callable[[str, float], None] | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         url = httpx.URL(base_url)
         if url.scheme not in ("http", "https") or not url.host:
@@ -235,6 +245,8 @@ class ImdsClient:
                 raise ValueError(f"{field} must be a non-negative number, got {value!r}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts!r}")
+        if max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be at least 1, got {max_body_bytes!r}")
         if bad_request_cooldown_max < bad_request_cooldown:
             raise ValueError("bad_request_cooldown_max must not be below bad_request_cooldown")
 
@@ -243,6 +255,7 @@ class ImdsClient:
         self._request_timeout = float(request_timeout)
         self._first_request_timeout = float(first_request_timeout)
         self._max_attempts = max_attempts
+        self._max_body = int(max_body_bytes)
         self._backoff_base = float(backoff_base)
         self._backoff_max = float(backoff_max)
         self._cooldown_initial = float(bad_request_cooldown)
@@ -263,7 +276,7 @@ class ImdsClient:
         plain = url.scheme == "http"
         self._client = httpx.Client(
             base_url=url,
-            headers={"Metadata": "true"},
+            headers={"Metadata": "true", "Accept-Encoding": "identity"},
             timeout=httpx.Timeout(self._request_timeout),
             follow_redirects=False,
             trust_env=False,
@@ -303,7 +316,7 @@ class ImdsClient:
             self._api_version,
             cooldown_key="GET scheduledevents",
             scheduled_events=True,
-            parse=lambda response: parse_document(response.content),
+            parse=parse_document,
             attempts=attempts,
         )
 
@@ -335,7 +348,7 @@ class ImdsClient:
             self._api_version,
             cooldown_key="POST scheduledevents " + ",".join(sorted(set(ids))),
             scheduled_events=True,
-            parse=lambda response: None,
+            parse=lambda body: None,
             json_body={"StartRequests": [{"EventId": event_id} for event_id in ids]},
             fence=fence,
         )
@@ -352,7 +365,7 @@ class ImdsClient:
             self._compute_api_version,
             cooldown_key="GET compute",
             scheduled_events=False,
-            parse=lambda response: parse_instance_compute(response.content),
+            parse=parse_instance_compute,
         )
 
     # -- internals ---------------------------------------------------------------------------------------
@@ -365,7 +378,7 @@ class ImdsClient:
         *,
         cooldown_key: str,
         scheduled_events: bool,
-        parse: Callable[[httpx.Response], _T],
+        parse: Callable[[bytes], _T],
         json_body: dict[str, Any] | None = None,
         fence: Callable[[], bool] | None = None,
         attempts: int | None = None,
@@ -386,12 +399,14 @@ class ImdsClient:
                 raise ImdsFenced(f"{label} not sent: the approval's fence closed (attempt {attempt})")
             sent = self._clock()
             try:
-                response = self._client.request(
-                    method,
-                    path,
-                    params={"api-version": api_version},
-                    json=json_body,
-                    timeout=self._timeout(scheduled_events),
+                response, content, unreadable = self._send(
+                    self._client.build_request(
+                        method,
+                        path,
+                        params={"api-version": api_version},
+                        json=json_body,
+                        timeout=self._timeout(scheduled_events),
+                    )
                 )
             except httpx.TimeoutException as exc:
                 self._timed(method, sent)
@@ -408,14 +423,19 @@ class ImdsClient:
                 if outcome == "ok":
                     self._succeeded(cooldown_key, scheduled_events)
                     try:
-                        result = parse(response)
+                        if unreadable is not None:
+                            raise MalformedDocument(
+                                f"IMDS answer to {label} not read: {unreadable}",
+                                content=content[:_BODY_LIMIT].decode("utf-8", "replace"),
+                            )
+                        result = parse(content)
                     except MalformedDocument:
                         self._report(method, "malformed")
                         raise
                     self._report(method, "ok")
                     return result
                 self._report(method, outcome)
-                body = response.text[:_BODY_LIMIT]
+                body = content[:_BODY_LIMIT].decode("utf-8", "replace")
                 if 400 <= status < 500 and outcome not in _RETRYABLE:
                     cooldown = self._arm_cooldown(cooldown_key, status, body)
                     logger.error(
@@ -454,6 +474,50 @@ class ImdsClient:
         raise ImdsUnavailable(
             f"IMDS {label} failed after {max_attempts} attempt(s); last: {detail}", outcome=outcome
         )
+
+    def _send(self, request: httpx.Request) -> tuple[httpx.Response, bytes, str | None]:
+        """Send ``request`` and read at most ``max_body_bytes`` of the answer's body (decoded).
+
+        Returns the response (closed), the body read, and why the body could not be read whole (None if
+        it was). Raises what httpx raises for the request itself (timeouts, connection errors, a body cut
+        short).
+        """
+        response = self._client.send(request, stream=True)
+        try:
+            declared = response.headers.get("Content-Length", "").strip()
+            if declared.isdigit() and int(declared) > self._max_body:
+                return response, b"", f"Content-Length {declared} exceeds the limit of {self._max_body} bytes"
+            # A response built in memory (a test transport) is read, and decoded, already.
+            read = response.is_stream_consumed
+            coding = "identity" if read else response.headers.get("Content-Encoding", "identity").strip().lower()
+            decoder: Any = None
+            if coding in ("gzip", "x-gzip", "deflate"):
+                decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header, detected
+            elif coding not in ("", "identity"):
+                return response, b"", f"unsupported Content-Encoding {coding[:40]!r} (none was asked for)"
+            chunks: list[bytes] = []
+            size = 0
+            for raw in [response.content] if read else response.iter_raw():
+                if decoder is not None:
+                    try:
+                        chunk = decoder.decompress(raw, self._max_body + 1 - size)
+                    except zlib.error as exc:
+                        return response, b"".join(chunks), f"{coding} body does not decode: {exc}"
+                    if decoder.unconsumed_tail:
+                        size = self._max_body + 1
+                else:
+                    chunk = raw
+                size += len(chunk)
+                chunks.append(chunk)
+                if size > self._max_body:
+                    return response, b"".join(chunks)[: self._max_body], (
+                        f"body exceeds the limit of {self._max_body} bytes"
+                    )
+            if decoder is not None and not decoder.eof:
+                return response, b"".join(chunks), f"{coding} body is truncated"
+            return response, b"".join(chunks), None
+        finally:
+            response.close()
 
     def _timeout(self, scheduled_events: bool) -> httpx.Timeout:
         with self._lock:

@@ -35,9 +35,9 @@ from pydantic import (
 )
 
 from coordinator.errors import MalformedDocument
-from coordinator.support.httpdate import parse_http_date
 
 __all__ = [
+    "MAX_INCARNATION",
     "Document",
     "EventSource",
     "EventStatus",
@@ -88,7 +88,7 @@ def parse_not_before(value: object) -> datetime | None:
         return None
     match = _RFC1123.fullmatch(value)
     if match:
-        return parse_http_date(value)
+        return _from_rfc1123(match)
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError:
@@ -104,13 +104,30 @@ def parse_not_before(value: object) -> datetime | None:
         return datetime.max.replace(tzinfo=UTC) if parsed.year > 1 else datetime.min.replace(tzinfo=UTC)
 
 
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _from_rfc1123(match: re.Match[str]) -> datetime:
+    # Built from the fields themselves: a mail-date parser reads years below 100 as two-digit years
+    # (``01 Jan 0001`` would become 2001), and IMDS always writes four digits.
+    month = match["month"].capitalize()
+    if month not in _MONTHS:
+        raise ValueError(f"not an RFC 1123 date: unknown month {match['month']!r}")
+    hour, minute, second = (int(part) for part in match["time"].split(":"))
+    try:
+        return datetime(
+            int(match["year"]), _MONTHS.index(month) + 1, int(match["day"]), hour, minute, second, tzinfo=UTC
+        )
+    except ValueError as exc:
+        raise ValueError(f"not an RFC 1123 date: {match.string[:60]!r} ({exc})") from None
+
+
 def format_not_before(value: datetime) -> str:
     """Format a time the way IMDS does: RFC 1123 in GMT, e.g. ``Mon, 11 Apr 2022 22:26:58 GMT``."""
     utc = value.astimezone(UTC)
     days = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-    months = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
     return (
-        f"{days[utc.weekday()]}, {utc.day:02d} {months[utc.month - 1]} {utc.year:04d} "
+        f"{days[utc.weekday()]}, {utc.day:02d} {_MONTHS[utc.month - 1]} {utc.year:04d} "
         f"{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d} GMT"
     )
 
@@ -185,12 +202,18 @@ class ScheduledEvent(BaseModel):
         return body
 
 
+#: The largest ``DocumentIncarnation`` accepted (a signed 64-bit integer); a larger one is malformed.
+MAX_INCARNATION = 2**63 - 1
+
+
 class Document(BaseModel):
     """The whole Scheduled Events document."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
 
-    document_incarnation: StrictInt = Field(alias="DocumentIncarnation", ge=0)
+    # Bounded like the 64-bit counter it is: a number of thousands of digits is not an incarnation (and
+    # could not even be exported as a metric).
+    document_incarnation: StrictInt = Field(alias="DocumentIncarnation", ge=0, le=MAX_INCARNATION)
     events: tuple[ScheduledEvent, ...] = Field(alias="Events")
 
     def event(self, event_id: str) -> ScheduledEvent | None:
@@ -212,7 +235,18 @@ def parse_document(raw: bytes | str | object) -> Document:
     Raises ``MalformedDocument`` (with the offending content, truncated) for anything that is not a
     valid document. Never raises anything else, whatever the input.
     """
-    content = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    if isinstance(raw, bytes):
+        # JSON on the wire is UTF-8 (RFC 8259). A body in another encoding, or with invalid bytes, is
+        # refused rather than read with replacement characters: a mangled name in ``Resources`` would
+        # otherwise read as an event that no longer names this VM.
+        try:
+            content: object = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedDocument(
+                f"not UTF-8: {exc.reason} at byte {exc.start}", content=raw[:2000].decode("utf-8", "replace")
+            ) from None
+    else:
+        content = raw
     if isinstance(content, str):
         try:
             data = json.loads(content)

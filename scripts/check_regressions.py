@@ -262,6 +262,48 @@ MUTATIONS = [
         'tests/integration/test_zookeeper_security.py::'
         'test_a_pause_node_the_agents_cannot_read_still_pauses_and_the_rest_is_read',
     ),
+    (
+        'event-id-listed-twice',
+        'coordinator/decide.py',
+        '        if ev.key is not None and listed[ev.key] > 1:\n',
+        '        if False:\n',
+        'test_an_event_id_listed_twice_is_never_approved_early',
+    ),
+    (
+        'huge-incarnation',
+        'coordinator/models.py',
+        'Field(alias="DocumentIncarnation", ge=0, le=MAX_INCARNATION)',
+        'Field(alias="DocumentIncarnation", ge=0)',
+        'tests/integration/test_hostile_imds.py::test_an_incarnation_of_thousands_of_digits_is_malformed_not_a_crash',
+    ),
+    (
+        'invalid-utf8-replaced',
+        'coordinator/models.py',
+        '            content: object = raw.decode("utf-8")\n',
+        '            content: object = raw.decode("utf-8", "replace")\n',
+        'tests/integration/test_hostile_imds.py::test_invalid_utf8_in_a_name_is_refused_not_replaced',
+    ),
+    (
+        'body-size-limit',
+        'coordinator/imds.py',
+        '                if size > self._max_body:\n',
+        '                if False:\n',
+        'tests/integration/test_hostile_imds.py::test_a_body_without_length_is_cut_at_the_limit',
+    ),
+    (
+        'garbage-ack-counted-in-the-view',
+        'coordinator/store/zk_view.py',
+        '        if ack is not None:\n            acks[name] = ack.at\n',
+        '        acks[name] = ack.at if ack is not None else 0.0\n',
+        'tests/integration/test_hostile_zookeeper.py::test_the_view_does_not_count_a_garbage_ack',
+    ),
+    (
+        'gate-reads-every-ack',
+        'coordinator/store/zk_gate.py',
+        '                AckNode.of_vm(ack_data, paths.ack(event_id, name), name)\n',
+        '                pass\n',
+        'tests/integration/test_hostile_zookeeper.py::test_the_gate_refuses_an_approval_over_a_garbage_ack',
+    ),
 ]
 
 

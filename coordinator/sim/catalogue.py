@@ -21,6 +21,7 @@ __all__ = [
     "FAULT_KINDS",
     "IMPACT_KINDS",
     "INSTANCE_API_VERSIONS",
+    "MAX_FAULT_BODY",
     "MAX_FAULT_SECONDS",
     "MINIMUM_NOTICE",
     "NOT_BEFORE_CLOCKS",
@@ -133,10 +134,12 @@ DEFAULT_IMPACT: Mapping[str, ImpactKind] = {
 #: documented typical impact.
 DEFAULT_IMPACT_SECONDS = 7.0
 
-FaultKind = Literal["status", "malformed", "delay", "drop", "wrong_type", "refuse"]
+FaultKind = Literal["status", "malformed", "delay", "drop", "wrong_type", "refuse", "body"]
 FAULT_KINDS: tuple[str, ...] = get_args(FaultKind)
 #: Longest ``delay`` or ``refuse`` fault, in real seconds.
 MAX_FAULT_SECONDS = 300.0
+#: Largest body a ``body`` fault serves (its bytes times ``repeat``).
+MAX_FAULT_BODY = 16 * 1024 * 1024
 #: Fields a ``wrong_type`` fault serves with the wrong JSON type.
 WrongTypeField = Literal["DocumentIncarnation", "Events", "EventId", "Resources", "NotBefore", "DurationInSeconds"]
 WRONG_TYPE_FIELDS: tuple[str, ...] = get_args(WrongTypeField)

@@ -91,8 +91,11 @@ class SimControl:
         seconds: float | None = None,
         methods: Sequence[str] = ("GET",),
         field: str | None = None,
+        **served: Any,
     ) -> list[dict[str, Any]]:
-        body: dict[str, Any] = {"kind": kind, "vm": vm, "count": count, "methods": list(methods)}
+        """Queue a fault; ``served`` are the fields of a ``body`` fault (``body`` in base64, ``repeat``,
+        ``content_type``, ``headers``, ``content_length``), sent as they are."""
+        body: dict[str, Any] = {"kind": kind, "vm": vm, "count": count, "methods": list(methods), **served}
         if status is not None:
             body["status"] = status
         if seconds is not None:

@@ -2,8 +2,11 @@
 
 Kinds: ``status`` (answer ``status``, 400-599), ``malformed`` (200 with a body that is not JSON),
 ``delay`` (wait ``seconds``, real time, then answer normally), ``drop`` (close the connection without
-an answer), ``wrong_type`` (200 with the document's ``field`` of the wrong JSON type). ``refuse`` is
-not queued: it happens at once, the VM's port refusing connections for ``seconds`` of real time.
+an answer), ``wrong_type`` (200 with the document's ``field`` of the wrong JSON type), ``body`` (these
+exact bytes, ``repeat`` times, with ``status`` (default 200), ``content_type`` ("" for none), extra
+``headers`` and a declared ``content_length``: one larger than the body cuts the answer short, the
+connection being closed after it). ``refuse`` is not queued: it happens at once, the VM's port refusing
+connections for ``seconds`` of real time.
 """
 
 from __future__ import annotations
@@ -38,9 +41,13 @@ class Fault:
     seconds: float | None = None
     methods: tuple[str, ...] = ("GET",)
     field: str | None = None
+    body: bytes | None = None  # ``body`` faults: what is served (``repeat`` applied)
+    content_type: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    content_length: int | None = None
 
     def view(self) -> dict[str, Any]:
-        return {
+        view: dict[str, Any] = {
             "kind": self.kind,
             "vm": self.vm,
             "remaining": self.remaining,
@@ -49,6 +56,12 @@ class Fault:
             "methods": list(self.methods),
             "field": self.field,
         }
+        if self.body is not None:
+            view.update(
+                body_bytes=len(self.body), content_type=self.content_type, headers=dict(self.headers),
+                content_length=self.content_length,
+            )
+        return view
 
 
 class Faults:
@@ -65,6 +78,7 @@ class Faults:
         A ``refuse`` fault is carried out at once through ``on_refuse`` and logged, never queued.
         """
         views = []
+        served = request.served_body() * (request.repeat or 1) if request.kind == "body" else None
         for name in targets:
             fault = Fault(
                 kind=request.kind,
@@ -74,6 +88,10 @@ class Faults:
                 seconds=request.seconds,
                 methods=tuple(request.methods),
                 field=request.field,
+                body=served,
+                content_type=request.content_type,
+                headers=tuple((request.headers or {}).items()),
+                content_length=request.content_length,
             )
             if fault.kind == "refuse":
                 assert fault.seconds is not None

@@ -297,17 +297,20 @@ class SimulatedGroup(GroupCore):
         seconds: float | None = None,
         methods: Sequence[str] = ("GET",),
         field: str | None = None,
+        **served: Any,
     ) -> list[dict[str, Any]]:
         """Queue a fault (see ``faults`` for the kinds) on the Scheduled Events endpoint of ``vm``, or of every VM.
 
         With ``vm=None`` each VM gets its own copy, served ``count`` times to that VM. ``count`` None
         serves the fault until ``clear_faults``. Faults queue behind earlier ones, per VM. ``refuse``
-        is not queued but carried out at once by the refuse handler. Returns the views of the faults.
+        is not queued but carried out at once by the refuse handler. ``served`` holds the fields of a
+        ``body`` fault (``body`` in base64, ``repeat``, ``content_type``, ``headers``, ``content_length``).
+        Returns the views of the faults.
         """
         request = parse(
             FaultRequest,
             {"kind": kind, "vm": vm, "count": count, "status": status, "seconds": seconds, "methods": methods,
-             "field": field},
+             "field": field, **served},
         )
         with self._lock:
             self._advance()

@@ -8,6 +8,8 @@ API, timelines and Python callers obey one set of rules. ``parse`` turns a valid
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import os
 from typing import Annotated, Any, Literal, Self, TypeVar
@@ -28,6 +30,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from coordinator.sim.catalogue import (
+    MAX_FAULT_BODY,
     MAX_FAULT_SECONDS,
     STARTED,
     TERMINATE_NOTICE_RANGE,
@@ -82,6 +85,18 @@ def _printable(value: str) -> str:
     return value
 
 
+def _header_name(value: str) -> str:
+    if not value or not all(c.isascii() and (c.isalnum() or c in "!#$%&'*+-.^_`|~") for c in value):
+        raise PydanticCustomError("header", "must be an HTTP header name")
+    return value
+
+
+def _header_value(value: str) -> str:
+    if any(c in value for c in "\r\n\0") or not value.isascii():
+        raise PydanticCustomError("header", "must be ASCII without CR, LF or NUL")
+    return value
+
+
 def _not_our_pid(value: int) -> int:
     if value == os.getpid():
         raise PydanticCustomError("own_pid", "the simulator does not signal itself")
@@ -108,6 +123,8 @@ _Name = Annotated[StrictStr, Field(min_length=1)]
 _EventId = Annotated[StrictStr, Field(min_length=1), AfterValidator(_printable)]
 _Pid = Annotated[StrictInt, Field(gt=1), AfterValidator(_not_our_pid)]
 _VmGroup = Annotated[list[StrictStr], Field(min_length=1)]
+_HeaderName = Annotated[StrictStr, AfterValidator(_header_name)]
+_HeaderValue = Annotated[StrictStr, AfterValidator(_header_value)]
 
 
 class Request(BaseModel):
@@ -207,6 +224,12 @@ class FaultRequest(Request):
     seconds: Seconds | None = None
     methods: Annotated[tuple[Literal["GET", "POST"], ...], BeforeValidator(_upper), Field(min_length=1)] = ("GET",)
     field: WrongTypeField | None = None
+    # ``body`` faults: the bytes served (base64), ``repeat`` times, with these headers.
+    body: StrictStr | None = None
+    repeat: Annotated[StrictInt, Field(ge=1)] | None = None
+    content_type: _HeaderValue | None = None
+    headers: dict[_HeaderName, _HeaderValue] | None = None
+    content_length: Annotated[StrictInt, Field(ge=0)] | None = None
 
     @model_validator(mode="after")
     def _fits_kind(self) -> Self:
@@ -214,6 +237,9 @@ class FaultRequest(Request):
         if kind == "status":
             if self.status is None or not 400 <= self.status <= 599:
                 raise PydanticCustomError("fault", "a status fault needs a status between 400 and 599")
+        elif kind == "body":
+            if self.status is not None and not 200 <= self.status <= 599:
+                raise PydanticCustomError("fault", "a body fault's status must be between 200 and 599")
         elif self.status is not None:
             raise PydanticCustomError("fault", "status is only for status faults, not {kind}", {"kind": kind})
         if kind in ("delay", "refuse"):
@@ -230,7 +256,26 @@ class FaultRequest(Request):
                 self.field = "DocumentIncarnation"
         elif self.field is not None:
             raise PydanticCustomError("fault", "field is only for wrong_type faults, not {kind}", {"kind": kind})
+        body_fields = ("body", "repeat", "content_type", "headers", "content_length")
+        if kind == "body":
+            if self.body is None:
+                raise PydanticCustomError("fault", "a body fault needs body (base64)")
+            if len(self.served_body()) * (self.repeat or 1) > MAX_FAULT_BODY:
+                raise PydanticCustomError("fault", f"body times repeat must be at most {MAX_FAULT_BODY} bytes")
+        elif any(getattr(self, name) is not None for name in body_fields):
+            raise PydanticCustomError(
+                "fault", "body, repeat, content_type, headers and content_length are only for body faults"
+            )
         return self
+
+    def served_body(self) -> bytes:
+        """The bytes of a ``body`` fault, before ``repeat`` (b"" for other kinds)."""
+        if self.body is None:
+            return b""
+        try:
+            return base64.b64decode(self.body, validate=True)
+        except (binascii.Error, ValueError):
+            raise PydanticCustomError("fault", "body must be base64") from None
 
 
 class ApproveRequest(Request):

@@ -38,7 +38,7 @@ from urllib.parse import parse_qsl, urlsplit
 from coordinator.sim.catalogue import INSTANCE_API_VERSIONS, SCHEDULED_EVENTS_API_VERSIONS
 from coordinator.sim.clock import Clock
 from coordinator.sim.errors import InvalidRequest, UnknownEvent, UnknownVm
-from coordinator.sim.faults import mutate_document
+from coordinator.sim.faults import Fault, mutate_document
 from coordinator.sim.group import SimulatedGroup
 from coordinator.sim.schema import (
     FaultRequest,
@@ -251,6 +251,8 @@ class _VmHandler(_Handler):
             if fault.kind == "wrong_type" and method == "GET":
                 assert fault.field is not None
                 return self._send_json(200, mutate_document(group.document(vm, api_version), fault.field))
+            if fault.kind == "body":
+                return self._send_served(fault)
             if fault.kind == "drop":
                 self.close_connection = True
                 with contextlib.suppress(OSError):
@@ -262,6 +264,27 @@ class _VmHandler(_Handler):
         if method == "GET":
             return self._send_json(200, group.document(vm, api_version))
         return self._approve(vm, body)
+
+    def _send_served(self, fault: Fault) -> int:
+        """Answer with a ``body`` fault's exact bytes and headers; a declared length larger than the body
+        cuts the answer short (the connection is closed after it)."""
+        body = fault.body or b""
+        status = fault.status or 200
+        declared = len(body) if fault.content_length is None else fault.content_length
+        self.send_response(status)
+        content_type = "application/json; charset=utf-8" if fault.content_type is None else fault.content_type
+        if content_type:
+            self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(declared))
+        for name, value in fault.headers:
+            self.send_header(name, value)
+        if declared != len(body):
+            self.close_connection = True
+            self.send_header("Connection", "close")
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            self.wfile.write(body[:declared])
+        return status
 
     def _approve(self, vm: str, body: bytes) -> int:
         group = self.server.owner.group

@@ -196,6 +196,15 @@ class AckNode(NodePayload):
     vm: str | None = None
     at: float
 
+    @classmethod
+    def of_vm(cls, data: bytes, path: str, vm: str) -> AckNode:
+        """Parse the ack of ``vm`` at ``path``. Raises ``PayloadError`` if it does not parse or names another VM:
+        such a node is no acknowledgement, whatever its name."""
+        node = cls.from_bytes(data, path)
+        if node.vm is not None and node.vm != vm:
+            raise PayloadError(path, f"the ack names {node.vm[:80]!r}, not {vm!r}")
+        return node
+
 
 class AdmittedNode(NodePayload):
     """``/events/{EVENT_ID}/admitted``: when, and by which leader, the event was admitted."""

@@ -7,7 +7,8 @@ with ``admission``, the event is admitted; every required VM has acknowledged; t
 meanwhile. Only then is ``approval`` created (or found: approval is idempotent, whoever wrote it).
 
 Node data that does not parse: the leader node counts as held by nobody (REFUSED); a record that does not
-parse is REFUSED; an existing approval record that does not parse raises ``StoreUnknownOutcome``.
+parse is REFUSED, and so is a required ack that does not parse or names another VM (it is no ack); an
+existing approval record that does not parse raises ``StoreUnknownOutcome``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from coordinator.errors import StoreUnknownOutcome
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store.base import Approval, ApprovalOutcome, ApprovalResult, ConnectionState
-from coordinator.store.payloads import ApprovalNode, EventNode, LeaderNode, PayloadError
+from coordinator.store.payloads import AckNode, ApprovalNode, EventNode, LeaderNode, PayloadError
 from coordinator.store.zk_context import StoreContext
 
 __all__ = ["approve"]
@@ -54,6 +55,8 @@ def approve(
         record_r = client.get_async(paths.event(event_id))
         admitted_r = client.exists_async(paths.admitted(event_id)) if admission else None
         acks_r = client.get_children_async(paths.acks(event_id))
+        # Each required ack is read, not only listed: a node that does not parse is no acknowledgement.
+        ack_rs = {name: client.get_async(paths.ack(event_id, name)) for name in sorted(needed)}
         pause_r = client.exists_async(paths.pause)
         wait(sync_r, deadline)
         try:
@@ -95,6 +98,14 @@ def approve(
         missing = sorted(needed - set(ack_names))
         if missing:
             return _refused(f"event {event_id}: no ack yet from {', '.join(missing)}")
+        for name, ack_r in ack_rs.items():
+            try:
+                ack_data, _ = wait(ack_r, deadline)
+                AckNode.of_vm(ack_data, paths.ack(event_id, name), name)
+            except NoNodeError:
+                return _refused(f"event {event_id}: no ack yet from {name}")
+            except PayloadError as exc:
+                return _refused(f"event {event_id}: the ack of {name} does not count: {exc}")
 
         # 4. Nothing changed locally meanwhile, then write the approval once (or find it).
         client_id = client.client_id

@@ -22,7 +22,10 @@ Nodes that do not parse (see ``coordinator.store.payloads``) never make the read
 * ``/absent/{vm}``: that absence is left out, with a warning;
 * ``/out/{vm}``: the VM is counted out of rotation, for no known event, with a warning;
 * ``/events/{EVENT_ID}``: the record is left out, with a warning;
-* an ack or ``admitted``: its time is taken from the node's creation time instead;
+* an ack: it does not count (the VM has not acknowledged), with a warning; so too an ack whose payload
+  names another VM than the node's name. An ack stands for a drain that holds now: a node that cannot
+  say so is no ack;
+* ``admitted``: its time is taken from the node's creation time instead;
 * ``approval``: the node exists, so the event *is* approved: it is shown as approved by ``"?"`` at 0,
   with a warning.
 
@@ -257,6 +260,16 @@ def _read_pause(
     return Pause(reason=node.reason, by=node.by, at=node.at)
 
 
+def _ack(data: bytes, path: str, vm: str) -> AckNode | None:
+    """The ack at ``path`` (the ack of ``vm``), or None, with a warning, if it is undecodable or names another
+    VM: such a node is not counted as an acknowledgement."""
+    try:
+        return AckNode.of_vm(data, path, vm)
+    except PayloadError as exc:
+        log.warning("undecodable ack, not counted: %s", exc)
+        return None
+
+
 def _read_record(
     session: ZooKeeperSession,
     client: KazooClient,
@@ -286,13 +299,12 @@ def _read_record(
     acks: dict[str, float] = {}
     for name, result in ack_results.items():
         try:
-            ack_data, ack_stat = session.wait(result, deadline)
+            ack_data, _ = session.wait(result, deadline)
         except NoNodeError:
             continue  # withdrawn meanwhile
-        try:
-            acks[name] = AckNode.from_bytes(ack_data, paths.ack(event_id, name)).at
-        except PayloadError:
-            acks[name] = ack_stat.ctime / 1000.0
+        ack = _ack(ack_data, paths.ack(event_id, name), name)
+        if ack is not None:
+            acks[name] = ack.at
     approval: Approval | None = None
     if approval_r is not None:
         try:

@@ -6,6 +6,7 @@ deadlines, never for a fixed time.
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import subprocess
@@ -238,6 +239,25 @@ def test_malformed_fault_answers_200_with_a_body_that_is_not_json(
     with pytest.raises(ValueError):
         json.loads(response.content)
     assert get(http, sim.url("vm1")).json()["DocumentIncarnation"] == 1
+
+
+def test_body_fault_serves_exact_bytes_over_http_until_cleared(sim: RunningSimulator, http: httpx.Client) -> None:
+    raw = "{\"DocumentIncarnation\": 1, \"Events\": []}".encode("utf-16")
+    sim.control.add_fault(
+        "body", vm="vm2", count=None, body=base64.b64encode(raw).decode(), repeat=2, status=503,
+        content_type="text/html", headers={"X-Served-By": "fault"},
+    )
+    for _ in range(2):
+        response = get(http, sim.url("vm2"))
+        assert response.status_code == 503 and response.content == raw * 2
+        assert response.headers["Content-Type"] == "text/html" and response.headers["X-Served-By"] == "fault"
+    assert sim.control.clear_faults("vm2") == 1
+    assert get(http, sim.url("vm2")).json()["DocumentIncarnation"] == 1
+    # A declared length beyond the bytes sent: the answer is cut short and the connection closed.
+    sim.control.add_fault("body", vm="vm2", body=base64.b64encode(b"{}").decode(), content_length=10)
+    with pytest.raises(httpx.TransportError):
+        get(http, sim.url("vm2"))
+    assert get(http, sim.url("vm2")).status_code == 200
 
 
 def test_drop_fault_closes_the_connection_without_an_answer(

@@ -494,12 +494,13 @@ def test_garbage_nodes_are_handled_as_before(
     assert f"{base}/absent/vm-b: since: Input should be a valid number" in messages
     assert f"{bad}: published_at: Input should be a valid number" in messages
     assert f"{good}/approval: as_leader: Field required" in messages
-    # An ack or an admission that does not parse counts from its node's creation time.
+    # An ack that does not parse is no ack (it cannot say that a drain holds); an admission that does not
+    # parse counts from its node's creation time.
     got = view.records[EVENT]
-    ack_created = client.exists(f"{good}/acks/vm-a")
+    assert got.acks == {}
+    assert f"undecodable ack, not counted: {good}/acks/vm-a: " in messages
     admitted_created = client.exists(f"{good}/admitted")
-    assert ack_created is not None and admitted_created is not None
-    assert got.acks == {"vm-a": ack_created.ctime / 1000.0}
+    assert admitted_created is not None
     assert got.admitted_at == admitted_created.ctime / 1000.0
     # The approval node exists: the event is approved, by someone unknown.
     assert got.approval is not None and got.approval.by == "?"
@@ -507,8 +508,11 @@ def test_garbage_nodes_are_handled_as_before(
     refused = store.approve(EVENT, "vm-a", ["vm-a"], as_leader=True, at=T0)
     assert refused.outcome is ApprovalOutcome.REFUSED
     assert "held by this session for None" in refused.reason
+    refused = store.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0)
+    assert refused.outcome is ApprovalOutcome.REFUSED
+    assert "the ack of vm-a does not count" in refused.reason
     with pytest.raises(StoreUnknownOutcome, match="undecodable approval record"):
-        store.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0)
+        store.approve(EVENT, "vm-a", [], as_leader=False, at=T0)
     with pytest.raises(StoreUnknownOutcome, match="undecodable record"):
         store.mark_done(OTHER_EVENT, T0)
     assert store.mark_done(EVENT, T0) is WriteResult.DONE

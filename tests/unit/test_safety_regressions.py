@@ -699,3 +699,23 @@ def test_dry_run_writes_no_state_and_no_node_and_keeps_the_probe_as_it_was(tmp_p
     assert "vm0" not in bench.cluster.events[E].acks
     assert not bench.group.posts
     assert probe_serving_at_start(StateFile(tmp_path / "none.json"))
+
+
+# --- 17. hostile documents -------------------------------------------------------------------------------
+
+def test_an_event_id_listed_twice_is_never_approved_early(tmp_path: Path) -> None:
+    """Two entries with one EventId (in two spellings), naming different VMs: approving the id releases
+    both, so the drain of the first entry's VMs must not be enough. Before the fix the second entry's
+    blockers were overwritten by the first's approval."""
+    bench = Bench(tmp_path)
+    for name in ("vm0", "vm1"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0"])
+    twin = {**bench.group.events[E], "EventId": E.lower(), "EventType": "Hibernate", "Resources": ["vm1"]}
+    bench.group.raw = lambda omit=(): json.dumps(  # type: ignore[method-assign]
+        {"DocumentIncarnation": 2, "Events": [bench.group.events[E], twin]})
+    bench.run(60)
+    assert not bench.group.posts
+    assert bench.vms["vm1"].probe.serving  # its entry has not made it drain yet: nothing may be approved
+    blocked = bench.vms["vm0"].agent.status()
+    assert "listed 2 times" in json.dumps(blocked)

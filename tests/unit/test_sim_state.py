@@ -5,6 +5,7 @@ No sockets and no sleeps: time comes from a fake clock that the tests move by ha
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import json
@@ -527,12 +528,36 @@ def test_unlimited_fault_lasts_until_cleared(group: SimulatedGroup) -> None:
         {"kind": "drop", "count": 0},
         {"kind": "drop", "methods": ["PUT"]},
         {"kind": "drop", "methods": []},
+        {"kind": "body"},
+        {"kind": "body", "body": "not base64!"},
+        {"kind": "body", "body": "", "status": 199},
+        {"kind": "body", "body": "e30=", "repeat": 0},
+        {"kind": "body", "body": "e30=", "repeat": 9 * 1024 * 1024},
+        {"kind": "body", "body": "e30=", "headers": {"X-A": "b\r\nX-Injected: 1"}},
+        {"kind": "body", "body": "e30=", "headers": {"Bad Name": "x"}},
+        {"kind": "body", "body": "e30=", "content_length": -1},
+        {"kind": "drop", "body": "e30="},
+        {"kind": "status", "status": 500, "content_type": "text/plain"},
     ],
 )
 def test_malformed_faults_are_refused(group: SimulatedGroup, kwargs: dict[str, Any]) -> None:
     with pytest.raises(InvalidRequest):
         group.add_fault(**kwargs)
     assert group.faults() == []
+
+
+def test_body_fault_serves_its_exact_bytes_repeated_with_its_headers(group: SimulatedGroup) -> None:
+    queued = group.add_fault(
+        "body", vm="vm0", count=None, body=base64.b64encode(b"[\x00").decode(), repeat=3, status=200,
+        content_type="", headers={"Content-Encoding": "gzip"}, content_length=100,
+    )
+    assert queued[0]["body_bytes"] == 6 and queued[0]["content_length"] == 100
+    for _ in range(2):
+        fault = group.take_fault("vm0", "GET")
+        assert fault is not None and fault.kind == "body"
+        assert fault.body == b"[\x00[\x00[\x00"
+        assert fault.content_type == "" and fault.headers == (("Content-Encoding", "gzip"),)
+    assert group.clear_faults("vm0") == 1
 
 
 def test_fault_for_an_unknown_vm_is_refused(group: SimulatedGroup) -> None:
