@@ -304,6 +304,14 @@ MUTATIONS = [
         '                pass\n',
         'tests/integration/test_hostile_zookeeper.py::test_the_gate_refuses_an_approval_over_a_garbage_ack',
     ),
+    (
+        'gate-ack-held-by-the-vms-session',
+        'coordinator/store/zk_gate.py',
+        '            if not holder or ack_stat.ephemeralOwner != holder:\n',
+        '            if False:\n',
+        'tests/integration/test_hostile_zookeeper.py::'
+        'test_the_gate_refuses_a_well_formed_ack_that_vm1s_own_session_does_not_hold',
+    ),
 ]
 
 

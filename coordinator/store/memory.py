@@ -383,6 +383,10 @@ class MemoryStore:
             missing = sorted(needed - set(event.acks))
             if missing:
                 return _refused(f"event {event_id}: no ack yet from {', '.join(missing)}")
+            for name in sorted(needed):
+                holder = self._cluster.members.get(name)
+                if holder is None or holder.session != event.acks[name][1]:
+                    return _refused(f"event {event_id}: the ack of {name} is not held by {name}'s own live session")
             if event.approval is not None:
                 return ApprovalResult(ApprovalOutcome.APPROVED, reason="approved before", record=event.approval)
             event.approval = Approval(by=vm, at=at, as_leader=as_leader)

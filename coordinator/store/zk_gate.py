@@ -7,8 +7,9 @@ with ``admission``, the event is admitted; every required VM has acknowledged; t
 meanwhile. Only then is ``approval`` created (or found: approval is idempotent, whoever wrote it).
 
 Node data that does not parse: the leader node counts as held by nobody (REFUSED); a record that does not
-parse is REFUSED, and so is a required ack that does not parse or names another VM (it is no ack); an
-existing approval record that does not parse raises ``StoreUnknownOutcome``.
+parse is REFUSED, and so is a required ack that does not parse, names another VM, or is not an ephemeral
+node of the session that holds that VM's member node (it is no ack); an existing approval record that
+does not parse raises ``StoreUnknownOutcome``.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ def approve(
         record_r = client.get_async(paths.event(event_id))
         admitted_r = client.exists_async(paths.admitted(event_id)) if admission else None
         acks_r = client.get_children_async(paths.acks(event_id))
-        # Each required ack is read, not only listed: a node that does not parse is no acknowledgement.
+        # Each required ack is read, not only listed: a node that does not parse is no acknowledgement,
+        # and neither is one that the VM's own live session does not hold (see step 3).
         ack_rs = {name: client.get_async(paths.ack(event_id, name)) for name in sorted(needed)}
+        member_rs = {name: client.exists_async(paths.member(name)) for name in sorted(needed)}
         pause_r = client.exists_async(paths.pause)
         wait(sync_r, deadline)
         try:
@@ -100,12 +103,19 @@ def approve(
             return _refused(f"event {event_id}: no ack yet from {', '.join(missing)}")
         for name, ack_r in ack_rs.items():
             try:
-                ack_data, _ = wait(ack_r, deadline)
+                ack_data, ack_stat = wait(ack_r, deadline)
                 AckNode.of_vm(ack_data, paths.ack(event_id, name), name)
             except NoNodeError:
                 return _refused(f"event {event_id}: no ack yet from {name}")
             except PayloadError as exc:
                 return _refused(f"event {event_id}: the ack of {name} does not count: {exc}")
+            # An agent acknowledges with the session its member node belongs to, so the ack vanishes
+            # with that session. A node another session wrote (by hand, by a buggy or hostile client)
+            # or a member whose session is not the ack's is no acknowledgement of a drain now.
+            member = wait(member_rs[name], deadline)
+            holder = member.ephemeralOwner if member is not None else 0
+            if not holder or ack_stat.ephemeralOwner != holder:
+                return _refused(f"event {event_id}: the ack of {name} is not held by {name}'s own live session")
 
         # 4. Nothing changed locally meanwhile, then write the approval once (or find it).
         client_id = client.client_id

@@ -117,7 +117,39 @@ def test_the_gate_refuses_an_approval_over_a_garbage_ack(
             assert result.outcome is ApprovalOutcome.REFUSED
             assert "vm1" in result.reason
             client.delete(paths.ack(EVENT_ID, "vm1"))
-        client.create(paths.ack(EVENT_ID, "vm1"), b'{"vm": "vm1", "at": 2.0}')
+        vm1 = make_store(zk_hosts, zk_chroot, "gate")  # the control: vm1's own agent acknowledges
+        vm1.join("vm1", {})
+        vm1.acknowledge(EVENT_ID, "vm1", 2.0)
+        result = store.approve(EVENT_ID, "vm0", ["vm0", "vm1"], as_leader=False, at=3.0, admission=False)
+        assert result.outcome is ApprovalOutcome.APPROVED
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_the_gate_refuses_a_well_formed_ack_that_vm1s_own_session_does_not_hold(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """Where ACLs do not keep other clients out, a forged ack that parses (persistent, or ephemeral of
+    another session) must not count, even while vm1 is a live member that never drained."""
+    store = make_store(zk_hosts, zk_chroot, "forged")
+    store.join("vm0", {})
+    store.publish_event(EventRecord(event_id=EVENT_ID, event_type="Reboot", resources=("vm0", "vm1"),
+                                    not_before=None, published_by="vm0", published_at=1.0))
+    store.acknowledge(EVENT_ID, "vm0", 1.0)
+    vm1 = make_store(zk_hosts, zk_chroot, "forged")
+    vm1.join("vm1", {})
+    paths = ZooKeeperPaths(store.base_path)
+    client = KazooClient(hosts=zk_hosts, timeout=5.0)
+    client.start(timeout=5.0)
+    try:
+        for ephemeral in (False, True):
+            client.create(paths.ack(EVENT_ID, "vm1"), b'{"vm": "vm1", "at": 2.0}', ephemeral=ephemeral)
+            result = store.approve(EVENT_ID, "vm0", ["vm0", "vm1"], as_leader=False, at=3.0, admission=False)
+            assert result.outcome is ApprovalOutcome.REFUSED
+            assert "not held by vm1's own live session" in result.reason
+            client.delete(paths.ack(EVENT_ID, "vm1"))
+        vm1.acknowledge(EVENT_ID, "vm1", 2.0)
         result = store.approve(EVENT_ID, "vm0", ["vm0", "vm1"], as_leader=False, at=3.0, admission=False)
         assert result.outcome is ApprovalOutcome.APPROVED
     finally:

@@ -445,11 +445,12 @@ def test_out_of_rotation_marks(harness: Harness) -> None:
 
 
 def test_final_check_refuses_a_done_or_unadmitted_event(harness: Harness) -> None:
-    a = harness.make()
+    a, b = harness.make(), harness.make()
     a.join("vm-a", {})
+    b.join("vm-b", {})
     a.publish_event(record())
     a.acknowledge(EVENT, "vm-a", T0)
-    a.acknowledge(EVENT, "vm-b", T0)
+    b.acknowledge(EVENT, "vm-b", T0)
     refused = a.approve(EVENT, "vm-a", ["vm-a", "vm-b"], as_leader=False, at=T0, admission=True)
     assert refused.outcome is ApprovalOutcome.REFUSED and "not admitted" in refused.reason
     a.admit(EVENT, "vm-a", T0)
@@ -460,6 +461,23 @@ def test_final_check_refuses_a_done_or_unadmitted_event(harness: Harness) -> Non
     a.admit(EVENT, "vm-a", T0 + 2)
     ok = a.approve(EVENT, "vm-a", ["vm-a", "vm-b"], as_leader=False, at=T0 + 2, admission=True)
     assert ok.outcome is ApprovalOutcome.APPROVED
+
+
+def test_final_check_counts_only_acks_held_by_the_vms_own_live_session(harness: Harness) -> None:
+    """An ack another session wrote for vm-b (vm-a's here: the store lets it, as a hostile or buggy
+    client could) is no acknowledgement, nor is one left by a session that no longer holds vm-b's
+    member node."""
+    a, b = harness.make(), harness.make()
+    a.join("vm-a", {})
+    b.join("vm-b", {})
+    a.publish_event(record())
+    a.acknowledge(EVENT, "vm-a", T0)
+    a.acknowledge(EVENT, "vm-b", T0)  # not vm-b's own session
+    refused = a.approve(EVENT, "vm-a", ["vm-a", "vm-b"], as_leader=False, at=T0)
+    assert refused.outcome is ApprovalOutcome.REFUSED and "not held by vm-b's own live session" in refused.reason
+    assert a.withdraw_ack(EVENT, "vm-b") is WriteResult.DONE
+    b.acknowledge(EVENT, "vm-b", T0)
+    assert a.approve(EVENT, "vm-a", ["vm-a", "vm-b"], as_leader=False, at=T0).outcome is ApprovalOutcome.APPROVED
 
 
 def test_member_info_returns_what_each_live_member_joined_with(harness: Harness) -> None:
