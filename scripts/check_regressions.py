@@ -307,7 +307,7 @@ MUTATIONS = [
     (
         'gate-ack-held-by-the-vms-session',
         'coordinator/store/zk_gate.py',
-        '            if not holder or ack_stat.ephemeralOwner != holder:\n',
+        '            if not owner or ack_stat.ephemeralOwner != owner:\n',
         '            if False:\n',
         'tests/integration/test_hostile_zookeeper.py::'
         'test_the_gate_refuses_a_well_formed_ack_that_vm1s_own_session_does_not_hold',

@@ -113,8 +113,8 @@ def approve(
             # with that session. A node another session wrote (by hand, by a buggy or hostile client)
             # or a member whose session is not the ack's is no acknowledgement of a drain now.
             member = wait(member_rs[name], deadline)
-            holder = member.ephemeralOwner if member is not None else 0
-            if not holder or ack_stat.ephemeralOwner != holder:
+            owner = member.ephemeralOwner if member is not None else 0
+            if not owner or ack_stat.ephemeralOwner != owner:
                 return _refused(f"event {event_id}: the ack of {name} is not held by {name}'s own live session")
 
         # 4. Nothing changed locally meanwhile, then write the approval once (or find it).
