@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from coordinator.actions.base import ActionContext
 from coordinator.actions.command import CommandHook, SubprocessRunner
@@ -57,7 +58,7 @@ def test_drain_passes_the_context_on_stdin_and_in_the_environment(tmp_path: Path
         drain_argv=[PY, "-c", RECORD, str(out), "--flag with spaces; not a shell"],
         recover_argv=None,
         timeout=30,
-        env={"HOOK_TOKEN": "t0k", "COORDINATOR_VM": "ignored"},
+        env={"HOOK_TOKEN": SecretStr("t0k"), "COORDINATOR_VM": SecretStr("ignored")},
     )
     hook.drain(DRAIN)
 
