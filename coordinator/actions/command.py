@@ -9,8 +9,9 @@ timeout can kill it together with every child it started. It receives the contex
   ``COORDINATOR_PHASE``, ``COORDINATOR_EVENT_IDS`` and ``COORDINATOR_EVENT_TYPES`` (comma-separated, one
   entry per event in the same order; empty on recovery, which has no events).
 
-Event fields from IMDS reach the command only as data, verbatim: in the JSON and in environment values,
-never in its argv and never through a shell, so ``$(...)``, quotes or a leading ``-`` in them mean nothing.
+Event fields from IMDS reach the command only as data, verbatim (but for NUL characters, which no
+environment value can hold): in the JSON and in environment values, never in its argv and never through
+a shell, so ``$(...)``, quotes or a leading ``-`` in them mean nothing.
 
 Exit status 0 is success; anything else, a timeout or a missing executable raises ``ActionError``.
 Standard output and error are captured and logged, truncated, with the VM name and event ids. ``env``
@@ -27,7 +28,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -185,8 +186,8 @@ class CommandHook:
             **{name: value.get_secret_value() for name, value in self._env.items()},
             "COORDINATOR_VM": ctx.vm,
             "COORDINATOR_PHASE": phase,
-            "COORDINATOR_EVENT_IDS": ",".join(event.event_id for event in ctx.events),
-            "COORDINATOR_EVENT_TYPES": ",".join(event.event_type for event in ctx.events),
+            "COORDINATOR_EVENT_IDS": _env_text(event.event_id for event in ctx.events),
+            "COORDINATOR_EVENT_TYPES": _env_text(event.event_type for event in ctx.events),
         }
         where = f"command hook {self.name} {phase} (vm={ctx.vm} events={ctx.event_ids})"
         started = time.monotonic()
@@ -213,6 +214,12 @@ class CommandHook:
     def _shown(self, output: bytes) -> str:
         """Output for a log line or an error: masked first, so that a cut never leaves part of a secret."""
         return _shorten(mask_secrets(output.decode("utf-8", "replace"), self._env.values()))
+
+
+def _env_text(values: Iterable[str]) -> str:
+    """Comma-separated, without NUL characters: an environment value cannot hold one, and a NUL in a field
+    from IMDS must not fail every drain. The JSON on stdin keeps the values exactly."""
+    return ",".join(values).replace("\0", "")
 
 
 def _describe_status(returncode: int) -> str:
