@@ -25,6 +25,7 @@ import io
 import ipaddress
 import json
 import logging
+import re
 import socket
 import sys
 import threading
@@ -65,6 +66,7 @@ CONNECTION_TIMEOUT = 5.0  # seconds for a request head to arrive whole (idle kee
 ALLOWED_METHODS = ("GET", "HEAD")
 
 _RECEIVE = 4096  # bytes asked of the socket at a time
+_DECIMAL = re.compile(r"[0-9]+")  # not str.isdigit: "\xb2" is a digit to it, and no number to int()
 
 
 def split_host_port(value: str) -> tuple[str, int]:
@@ -170,7 +172,7 @@ def _body_refusal(command: str, headers: Any) -> tuple[HTTPStatus, dict[str, str
     if headers.get("Transfer-Encoding") is not None:
         return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {}
     length = headers.get_all("Content-Length") or []
-    if any(not value.strip().isdigit() for value in length) or len(set(length)) > 1:
+    if not all(_DECIMAL.fullmatch(value.strip()) for value in length) or len(set(length)) > 1:
         return HTTPStatus.BAD_REQUEST, {}
     if length and int(length[0]) > 0:
         return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {}

@@ -40,7 +40,7 @@ _VERSIONS = ["HTTP/1.1", "HTTP/1.0", "HTTP/0.9", "HTTP/2.0", "HTTP/1.1.1", "HTTP
              "HTTP/" + "9" * 20, ""]
 _HEADERS = [
     "Host: 127.0.0.1", "Connection: keep-alive", "Connection: close", "Content-Length: 0", "Content-Length: 5",
-    "Content-Length: -1", "Content-Length: 1e9", "Content-Length: 99999999999999999999", "Transfer-Encoding: chunked",
+    "Content-Length: -1", "Content-Length: 1e9", "Content-Length: \xb2", "Content-Length: \u0661", "Content-Length: 99999999999999999999", "Transfer-Encoding: chunked",
     "Expect: 100-continue", "X: " + "y" * 9000, "no colon at all", ": empty name", " folded continuation",
     "Host: é☃", "X-\x00: nul",
 ]
@@ -68,7 +68,7 @@ def _request(draw: st.DrawFn) -> bytes:
     end = draw(st.sampled_from(["\r\n", "\n", "", "\r"]))
     body = draw(st.sampled_from(["", "hello", "0\r\n\r\n"]))
     text = "".join(part + end for part in (line, *headers)) + end + body
-    return text.encode(draw(st.sampled_from(["utf-8", "utf-16"])), "replace")
+    return text.encode(draw(st.sampled_from(["utf-8", "latin-1", "utf-16"])), "replace")
 
 
 def raw_requests() -> st.SearchStrategy[tuple[str, bytes]]:

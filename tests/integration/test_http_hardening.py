@@ -92,6 +92,7 @@ REFUSED = [
     (b"GET /health HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 413),
     (b"GET /health HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
     (b"GET /health HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 7\r\n\r\n", 400),
+    (b"GET /health HTTP/1.1\r\nContent-Length: \xb2\r\n\r\n", 400),  # a digit to str.isdigit()
     (b"GET /" + b"a" * MAX_REQUEST_LINE + b" HTTP/1.1\r\n\r\n", 414),
     (b"GET /" + b"a" * MAX_REQUEST_LINE, 414),  # refused before its end arrives
     (b"GET /health HTTP/1.1\r\n" + b"X: y\r\n" * (MAX_HEADERS + 1) + b"\r\n", 431),
