@@ -40,7 +40,8 @@ _VERSIONS = ["HTTP/1.1", "HTTP/1.0", "HTTP/0.9", "HTTP/2.0", "HTTP/1.1.1", "HTTP
              "HTTP/" + "9" * 20, ""]
 _HEADERS = [
     "Host: 127.0.0.1", "Connection: keep-alive", "Connection: close", "Content-Length: 0", "Content-Length: 5",
-    "Content-Length: -1", "Content-Length: 1e9", "Content-Length: \xb2", "Content-Length: \u0661", "Content-Length: 99999999999999999999", "Transfer-Encoding: chunked",
+    "Content-Length: -1", "Content-Length: 1e9", "Content-Length: 99999999999999999999", "Transfer-Encoding: chunked",
+    "Content-Length: \xb2", "Content-Length: \u0661",  # digits to str.isdigit(), not to int()
     "Expect: 100-continue", "X: " + "y" * 9000, "no colon at all", ": empty name", " folded continuation",
     "Host: é☃", "X-\x00: nul",
 ]
