@@ -28,6 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import to_jsonable_python
 
 from coordinator.actions.connections import probe_wait_seconds
 from coordinator.errors import ConfigError, InvalidName
@@ -471,7 +472,8 @@ class CommandActionConfig(_Section):
     drain: list[str] | None = Field(None, description="argv run when draining (never through a shell)")
     recover: list[str] | None = Field(None, description="argv run when recovering")
     timeout_seconds: float = Field(60.0, gt=0, description="The process group is killed after this")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables")
+    # Secrets (tokens): masked in repr, logs, check-config and errors; read only when the command starts.
+    env: dict[str, SecretStr] = Field(default_factory=dict, description="Extra environment variables")
 
     @model_validator(mode="after")
     def _some_argv(self) -> CommandActionConfig:
@@ -491,7 +493,8 @@ class WebhookActionConfig(_Section):
         default_factory=lambda: _BOTH_PHASES.copy(), description="Phases that call the webhook"
     )
     body: dict[str, Any] | None = Field(None, description="JSON body template: {vm} {phase} {event_ids} {event_types}")
-    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (never logged)")
+    # Secrets (tokens): masked in repr, logs, check-config and errors; read only when a request is sent.
+    headers: dict[str, SecretStr] = Field(default_factory=dict, description="Extra HTTP headers (never logged)")
     timeout_seconds: float = Field(10.0, gt=0, description="Per attempt")
     retries: int = Field(2, ge=0, le=10, description="Retries on connection errors, timeouts, 429 and 5xx")
 
@@ -662,11 +665,17 @@ REDACTED = "<redacted>"
 
 
 def redacted(settings: Settings) -> dict[str, Any]:
-    """The effective configuration for logging and ``check-config``: webhook header values and command
-    environment values are masked (they carry tokens), their names kept."""
-    data = settings.model_dump(mode="json")
-    for action in data.get("actions", []):
-        for key in ("headers", "env"):
-            if isinstance(action.get(key), dict):
-                action[key] = {name: REDACTED for name in action[key]}
-    return data
+    """The effective configuration for logging and ``check-config``: every secret (webhook header values,
+    command environment values: they carry tokens) is shown as ``<redacted>``, its name kept. Secrets are
+    found by their type, so a secret field added later is masked too."""
+    return dict(to_jsonable_python(_mask_secrets(settings.model_dump())))
+
+
+def _mask_secrets(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return REDACTED
+    if isinstance(value, dict):
+        return {key: _mask_secrets(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mask_secrets(item) for item in value]
+    return value

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from pydantic import SecretStr
 
 from coordinator.errors import ActionError
 from coordinator.models import ScheduledEvent
 
-__all__ = ["Action", "ActionContext", "ActionTimings", "DryRunAction", "run_drain", "run_recover"]
+__all__ = ["Action", "ActionContext", "ActionTimings", "DryRunAction", "mask_secrets", "run_drain", "run_recover"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,20 @@ class ActionContext:
     @property
     def event_ids(self) -> str:
         return ",".join(e.event_id for e in self.events) or "-"
+
+
+MASKED = "<redacted>"
+_SHORTEST_MASKED = 4  # a shorter value is no secret, and masking it would garble the text around it
+
+
+def mask_secrets(text: str, secrets: Iterable[SecretStr]) -> str:
+    """``text`` with every secret's value replaced by ``<redacted>``: what a command printed or a webhook
+    answered goes into logs and errors, and may echo the token the action was given."""
+    values = {secret.get_secret_value() for secret in secrets}
+    for value in sorted(values, key=len, reverse=True):  # the longest first: one may contain another
+        if len(value) >= _SHORTEST_MASKED:
+            text = text.replace(value, MASKED)
+    return text
 
 
 class Action(Protocol):

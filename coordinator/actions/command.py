@@ -9,8 +9,13 @@ timeout can kill it together with every child it started. It receives the contex
   ``COORDINATOR_PHASE``, ``COORDINATOR_EVENT_IDS`` and ``COORDINATOR_EVENT_TYPES`` (comma-separated, one
   entry per event in the same order; empty on recovery, which has no events).
 
+Event fields from IMDS reach the command only as data, verbatim (but for NUL characters, which no
+environment value can hold): in the JSON and in environment values, never in its argv and never through
+a shell, so ``$(...)``, quotes or a leading ``-`` in them mean nothing.
+
 Exit status 0 is success; anything else, a timeout or a missing executable raises ``ActionError``.
-Standard output and error are captured and logged, truncated, with the VM name and event ids.
+Standard output and error are captured and logged, truncated, with the VM name and event ids. ``env``
+values are secrets (``SecretStr``): read only to start the command, and masked in the output it logs.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from coordinator.actions.base import ActionContext
+from pydantic import SecretStr
+
+from coordinator.actions.base import ActionContext, mask_secrets
 from coordinator.errors import ActionError
 
 __all__ = ["CommandHook", "CommandResult", "CommandRunner", "SubprocessRunner"]
@@ -139,7 +146,7 @@ class CommandHook:
         drain_argv: Sequence[str] | None,
         recover_argv: Sequence[str] | None,
         timeout: float,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, SecretStr] | None = None,
         runner: CommandRunner | None = None,
     ) -> None:
         if not name:
@@ -176,11 +183,11 @@ class CommandHook:
         payload = {"vm": ctx.vm, "phase": phase, "events": [event.to_imds() for event in ctx.events]}
         env = {
             **os.environ,
-            **self._env,
+            **{name: value.get_secret_value() for name, value in self._env.items()},
             "COORDINATOR_VM": ctx.vm,
             "COORDINATOR_PHASE": phase,
-            "COORDINATOR_EVENT_IDS": ",".join(event.event_id for event in ctx.events),
-            "COORDINATOR_EVENT_TYPES": ",".join(event.event_type for event in ctx.events),
+            "COORDINATOR_EVENT_IDS": _env_text(event.event_id for event in ctx.events),
+            "COORDINATOR_EVENT_TYPES": _env_text(event.event_type for event in ctx.events),
         }
         where = f"command hook {self.name} {phase} (vm={ctx.vm} events={ctx.event_ids})"
         started = time.monotonic()
@@ -193,7 +200,7 @@ class CommandHook:
         except OSError as exc:
             raise ActionError(f"{where}: could not start {argv[0]!r}: {exc}") from exc
         elapsed = time.monotonic() - started
-        stdout, stderr = _shorten(result.stdout), _shorten(result.stderr)
+        stdout, stderr = self._shown(result.stdout), self._shown(result.stderr)
         if result.timed_out:
             log.error("%s killed after %.1f s timeout; stdout=%r stderr=%r", where, self._timeout, stdout, stderr)
             raise ActionError(f"{where} timed out after {self._timeout:g} s and was killed; stderr: {stderr!r}")
@@ -202,6 +209,17 @@ class CommandHook:
             log.error("%s %s after %.1f s; stdout=%r stderr=%r", where, status, elapsed, stdout, stderr)
             raise ActionError(f"{where} {status}; stderr: {stderr!r}")
         log.info("%s succeeded in %.1f s; stdout=%r stderr=%r", where, elapsed, stdout, stderr)
+
+
+    def _shown(self, output: bytes) -> str:
+        """Output for a log line or an error: masked first, so that a cut never leaves part of a secret."""
+        return _shorten(mask_secrets(output.decode("utf-8", "replace"), self._env.values()))
+
+
+def _env_text(values: Iterable[str]) -> str:
+    """Comma-separated, without NUL characters: an environment value cannot hold one, and a NUL in a field
+    from IMDS must not fail every drain. The JSON on stdin keeps the values exactly."""
+    return ",".join(values).replace("\0", "")
 
 
 def _describe_status(returncode: int) -> str:
@@ -213,9 +231,9 @@ def _describe_status(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
-def _shorten(data: bytes, limit: int = _LOG_LIMIT) -> str:
-    """Decode and keep the head and the tail of long output (the tail usually holds the error)."""
-    text = data.decode("utf-8", "replace").strip()
+def _shorten(text: str, limit: int = _LOG_LIMIT) -> str:
+    """Keep the head and the tail of long output (the tail usually holds the error)."""
+    text = text.strip()
     if len(text) <= limit:
         return text
     half = limit // 2

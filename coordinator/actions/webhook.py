@@ -7,6 +7,13 @@ index access (``{vm.__class__}``, ``{0}``) is rejected when the action is built,
 configuration error, never a failed drain. Without a template the body is
 ``{"vm": ..., "phase": ..., "events": [<event as IMDS serializes it>, ...]}``.
 
+Placeholder values (VM name, event ids and types from IMDS) are inserted once, as data: a value that
+itself looks like ``{vm}`` is not expanded again, and the body is serialized as JSON after rendering, so
+quotes or newlines in a value stay inside its JSON string.
+
+Header values are secrets (``SecretStr``): read only when a request is sent, and masked in the response
+excerpt that errors and logs show (a receiver may echo them back).
+
 Proxies from the environment (``HTTPS_PROXY``...) are honoured unless a ``transport`` is given: a
 webhook may legitimately have to leave through one. Redirects are not followed.
 """
@@ -22,8 +29,9 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
-from coordinator.actions.base import ActionContext
+from coordinator.actions.base import ActionContext, mask_secrets
 from coordinator.errors import ActionError
 
 __all__ = ["PLACEHOLDERS", "WebhookAction"]
@@ -104,7 +112,7 @@ class WebhookAction:
         url: str,
         on: Collection[str] = _PHASES,
         body_template: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, SecretStr] | None = None,
         timeout: float = 10.0,
         retries: int = 2,
         backoff: float = 1.0,
@@ -140,8 +148,8 @@ class WebhookAction:
         self._retries = retries
         self._backoff = float(backoff)
         self._sleep = sleep
+        self._headers = dict(headers or {})
         self._client = httpx.Client(
-            headers=dict(headers or {}),
             timeout=httpx.Timeout(float(timeout)),
             follow_redirects=False,
             transport=transport,
@@ -178,7 +186,7 @@ class WebhookAction:
         attempts = self._retries + 1
         for attempt in range(1, attempts + 1):
             try:
-                response = self._client.post(self._url, content=content, headers={"Content-Type": "application/json"})
+                response = self._client.post(self._url, content=content, headers=self._request_headers())
             except httpx.TransportError as exc:
                 detail = f"{type(exc).__name__}: {exc}"
             else:
@@ -186,7 +194,8 @@ class WebhookAction:
                 if 200 <= status < 300:
                     log.info("%s answered %d (attempt %d/%d)", where, status, attempt, attempts)
                     return
-                excerpt = response.text[:_BODY_EXCERPT]
+                # Masked before the cut, so that the cut never leaves part of a secret.
+                excerpt = mask_secrets(response.text[: 4 * _BODY_EXCERPT], self._headers.values())[:_BODY_EXCERPT]
                 detail = f"HTTP {status}: {excerpt!r}"
                 if not (status >= 500 or status in _RETRY_STATUSES):
                     raise ActionError(f"{where} failed: {detail}")
@@ -197,3 +206,7 @@ class WebhookAction:
             if delay > 0:
                 self._sleep(delay)
         raise ActionError(f"{where} failed after {attempts} attempt(s); last: {detail}")
+
+    def _request_headers(self) -> dict[str, str]:
+        secrets = {name: value.get_secret_value() for name, value in self._headers.items()}
+        return {**secrets, "Content-Type": "application/json"}

@@ -10,11 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from coordinator.actions.base import ActionContext
 from coordinator.actions.command import CommandHook, SubprocessRunner
 from coordinator.errors import ActionError
-from coordinator.models import ScheduledEvent
+from coordinator.models import ScheduledEvent, parse_document
 from tests.plugins.zookeeper import wait_until
 
 PY = sys.executable
@@ -57,7 +58,7 @@ def test_drain_passes_the_context_on_stdin_and_in_the_environment(tmp_path: Path
         drain_argv=[PY, "-c", RECORD, str(out), "--flag with spaces; not a shell"],
         recover_argv=None,
         timeout=30,
-        env={"HOOK_TOKEN": "t0k", "COORDINATOR_VM": "ignored"},
+        env={"HOOK_TOKEN": SecretStr("t0k"), "COORDINATOR_VM": SecretStr("ignored")},
     )
     hook.drain(DRAIN)
 
@@ -209,3 +210,36 @@ def test_construction_rejects_shell_strings_and_empty_commands(kwargs: dict[str,
     options.update(kwargs)
     with pytest.raises(ValueError):
         CommandHook("bad", **options)  # type: ignore[arg-type]
+
+
+def hostile_events(marker: Path) -> tuple[ScheduledEvent, ...]:
+    """Events as IMDS could send them (the document model takes any string): each field tries to make
+    a shell, a template or an argument parser create ``marker``."""
+    touch = f"$(touch {marker})"
+    document = parse_document({"DocumentIncarnation": 1, "Events": [{
+        "EventId": f"{touch}`touch {marker}`;touch {marker}", "EventStatus": "Scheduled",
+        "EventType": f"-rf --output={marker} '\"\n{touch}\x00", "ResourceType": "VirtualMachine",
+        "Resources": ["vm-0.a_b", f"; touch {marker} #", "--help"], "NotBefore": "",
+        "Description": f"line one\nline two\r\n' \" \\ {touch} {{vm}} %s \x00nul",
+    }, {
+        "EventId": "-", "EventStatus": "Scheduled", "EventType": "Reboot,Freeze", "Resources": ["vm-0.a_b"],
+    }]})
+    return document.events
+
+
+def test_hostile_event_fields_reach_the_command_verbatim_and_run_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    out = tmp_path / "drain.json"
+    events = hostile_events(marker)
+    hook = CommandHook("failover", drain_argv=[PY, "-c", RECORD, str(out)], recover_argv=None, timeout=30)
+    hook.drain(ActionContext(vm="vm-0.a_b", events=events))
+
+    record = json.loads(out.read_text())
+    assert record["argv"] == [str(out)]  # nothing from IMDS is ever an argument
+    assert json.loads(record["stdin"])["events"] == [event.to_imds() for event in events]  # NUL and all
+    assert record["env"]["COORDINATOR_VM"] == "vm-0.a_b"
+    assert record["env"]["COORDINATOR_EVENT_IDS"] == ",".join(event.event_id for event in events)
+    # An environment value cannot hold a NUL: it is left out there (and a drain does not fail on it).
+    assert record["env"]["COORDINATOR_EVENT_TYPES"] == ",".join(event.event_type for event in events).replace("\0", "")
+    assert "\n$(touch" in record["env"]["COORDINATOR_EVENT_TYPES"]
+    assert not marker.exists()

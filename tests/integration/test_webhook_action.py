@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from coordinator.actions.base import ActionContext
 from coordinator.actions.webhook import WebhookAction
@@ -128,7 +129,8 @@ def test_body_from_template_and_headers(receiver: Receiver) -> None:
         "meta": {"source": "coordinator", "tags": ["{phase}", 1, True, None, 2.5]},
         "literal": "{{vm}} stays literal",
     }
-    action = webhook(receiver.url, body_template=template, headers={"Authorization": "Bearer s3cret", "X-Team": "ops"})
+    headers = {"Authorization": SecretStr("Bearer s3cret"), "X-Team": SecretStr("ops")}
+    action = webhook(receiver.url, body_template=template, headers=headers)
     action.drain(DRAIN)
     action.recover(RECOVER)
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pytest
+from pydantic import SecretStr
 
 from coordinator.actions.base import ActionContext
 from coordinator.actions.command import CommandHook, CommandResult
@@ -52,7 +53,7 @@ def hook(runner: FakeRunner, **kwargs: object) -> CommandHook:
 def test_runner_gets_argv_stdin_env_and_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FROM_AGENT", "1")
     runner = FakeRunner(CommandResult(0, b"", b""))
-    hook(runner, env={"EXTRA": "x", "COORDINATOR_PHASE": "spoofed"}).drain(CTX)
+    hook(runner, env={"EXTRA": SecretStr("x"), "COORDINATOR_PHASE": SecretStr("spoofed")}).drain(CTX)
     [call] = runner.calls
     assert call.argv == ("/opt/hooks/drain", "--fast")
     assert call.timeout == 42
@@ -88,3 +89,14 @@ def test_failures_are_action_errors_naming_hook_phase_vm_and_events(
     with pytest.raises(ActionError, match=match) as info:
         hook(FakeRunner(result)).drain(CTX)
     assert str(info.value).startswith("command hook h drain (vm=vm7 events=E-1,E-2)")
+
+
+def test_env_values_are_masked_in_what_the_command_printed(caplog: pytest.LogCaptureFixture) -> None:
+    env = {"API_TOKEN": SecretStr("tok-12345"), "TOKEN_PART": SecretStr("tok-"), "DEBUG": SecretStr("1")}
+    runner = FakeRunner(CommandResult(1, b"using tok-12345", b"401 for tok-12345 (debug 1)"))
+    with pytest.raises(ActionError) as info:
+        hook(runner, env=env).drain(CTX)
+    assert runner.calls[0].env["API_TOKEN"] == "tok-12345"  # the command gets the real value
+    # The longest value first, so no part of it is left; one too short to be a secret is left alone.
+    assert str(info.value).endswith("exited with status 1; stderr: '401 for <redacted> (debug 1)'")
+    assert "stdout='using <redacted>'" in caplog.text and "12345" not in caplog.text

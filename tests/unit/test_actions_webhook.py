@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 from coordinator.actions.base import ActionContext
 from coordinator.actions.webhook import WebhookAction
 from coordinator.errors import ActionError
-from coordinator.models import ScheduledEvent
+from coordinator.models import ScheduledEvent, parse_document
 
 CTX = ActionContext(vm="vm0", events=(ScheduledEvent(event_id="E-1", event_type="Freeze", event_status="Scheduled"),))
 
@@ -132,3 +133,29 @@ def test_user_info_is_not_shown_in_errors() -> None:
         make(url="https://user:pa55@hooks.example.test/x?sig=abc", transport=transport).drain(CTX)
     assert "pa55" not in str(info.value) and "abc" not in str(info.value)
     assert "https://hooks.example.test/x" in str(info.value)
+
+
+HOSTILE = parse_document({"DocumentIncarnation": 1, "Events": [{
+    "EventId": "{vm}", "EventStatus": "Scheduled", "Resources": ["vm0"],
+    "EventType": '{event_ids}", "injected": "1\n{phase}{{x}}{vm.__class__}{0}%s$(touch x)`id`',
+}, {
+    "EventId": "-x'\";", "EventStatus": "Scheduled", "EventType": "{", "Resources": ["vm0"],
+}]}).events
+
+
+def test_event_fields_are_inserted_once_as_json_strings() -> None:
+    transport, seen = scripted(200)
+    template = {"text": "{vm} {phase}: {event_ids} ({event_types})", "ids": "{event_ids}", "n": ["{event_types}"]}
+    make(template, transport=transport).drain(ActionContext(vm="vm0", events=HOSTILE))
+    ids = ",".join(event.event_id for event in HOSTILE)
+    types = ",".join(event.event_type for event in HOSTILE)
+    # The body is the template's own keys, each value holding the event fields as they are: a field that
+    # looks like a placeholder or like JSON is neither expanded nor parsed.
+    assert json.loads(seen[0].content) == {"text": f"vm0 drain: {ids} ({types})", "ids": ids, "n": [types]}
+    assert ids == "{vm},-x'\";"
+
+
+def test_event_fields_are_json_strings_in_the_default_body_too() -> None:
+    transport, seen = scripted(200)
+    make(transport=transport).recover(ActionContext(vm="vm0", events=HOSTILE))
+    assert json.loads(seen[0].content)["events"] == [event.to_imds() for event in HOSTILE]

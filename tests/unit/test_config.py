@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from coordinator.config import Settings, load_settings, redacted
+from coordinator.config import CommandActionConfig, Settings, WebhookActionConfig, load_settings, redacted
 from coordinator.errors import ConfigError
 
 ROOT = Path(__file__).parent.parent.parent
@@ -172,6 +172,11 @@ def test_secrets_in_webhook_headers_and_command_environments_are_redacted() -> N
     })
     shown = json.dumps(redacted(settings))
     assert "s3cr3t" not in shown and "t0k3n" not in shown
+    assert "s3cr3t" not in repr(settings) and "t0k3n" not in str(settings)
+    webhook, command = settings.actions
+    assert isinstance(webhook, WebhookActionConfig) and isinstance(command, CommandActionConfig)
+    assert webhook.headers["Authorization"].get_secret_value() == "Bearer s3cr3t"  # for the action to read
+    assert command.env["API_TOKEN"].get_secret_value() == "t0k3n"
     actions = redacted(settings)["actions"]
     assert actions[0]["headers"] == {"Authorization": "<redacted>"}
     assert actions[1]["env"] == {"API_TOKEN": "<redacted>"}
