@@ -8,11 +8,11 @@ series exist only while their event does. ``docs/metrics.md`` describes every me
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from coordinator.decide import Phase
@@ -104,6 +104,32 @@ class EventRow:
     approved: bool  # this group has approved it (its approval record, or this agent's POST)
     not_before: float | None  # epoch seconds
     blocked: tuple[str, ...] = ()  # bounded reasons (``BLOCKED_REASONS``) that hold its approval back
+
+
+class HttpCounters(Collector):
+    """``coordinator_http_connections_closed_total{reason}``: connections the probe and admin listeners
+    ended early, read from the HTTP surface's own counters at each scrape (``source``, set once the
+    surface exists; zeros before)."""
+
+    REASONS = ("refused", "timed_out", "hung_up")
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Mapping[str, int]] = lambda: {}
+
+    def describe(self) -> Iterable[CounterMetricFamily]:
+        return [self._family({})]
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        return [self._family(self.source())]
+
+    def _family(self, counts: Mapping[str, int]) -> CounterMetricFamily:
+        family = CounterMetricFamily(
+            "coordinator_http_connections_closed", "Connections the probe and admin listeners closed early, "
+            "by reason (refused: too many open; timed_out: no whole request in time; hung_up: the client left)",
+            labels=["reason"])
+        for reason in self.REASONS:
+            family.add_metric([reason], counts.get(reason, 0))
+        return family
 
 
 class EventCollector(Collector):
@@ -271,6 +297,8 @@ class Metrics:
         )
         self.event_detail = EventCollector()
         registry.register(self.event_detail)
+        self.http_closed = HttpCounters()
+        registry.register(self.http_closed)
         self._acked_drain: float | None = None
         self._blocked_counts: dict[str, int] = {}
         for state in ConnectionState:

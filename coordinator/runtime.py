@@ -214,6 +214,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         imds.close()
         return 2
     http.start()
+    metrics.http_closed.source = lambda: {"refused": http.connections_refused,
+                                          "timed_out": http.requests_timed_out, "hung_up": http.clients_hung_up}
     log.info("health probe on %s%s (503 until the first document clears this VM); admin on %s",
              settings.probe.listen, settings.probe.path, settings.http.listen)
     placement: dict[str, object] = {}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from coordinator.actions.probe import ProbeState
 from coordinator.httpserver import (
@@ -25,6 +25,7 @@ from coordinator.httpserver import (
     HttpSurface,
     admin_exposure_warning,
 )
+from coordinator.metrics import Metrics
 from coordinator.testbed import httpfuzz
 from coordinator.testbed.waiting import wait_until
 
@@ -202,6 +203,12 @@ def test_a_slowloris_from_one_client_does_not_starve_the_probe(caplog: pytest.Lo
             assert time.monotonic() - started < 1
         # The refused ones were told so, and closed.
         assert attack[-1].recv(200).startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+        # ...and the operator sees it in the metrics, as the agent wires them.
+        metrics = Metrics(CollectorRegistry())
+        metrics.http_closed.source = lambda: {"refused": surface.connections_refused}
+        scraped = generate_latest(metrics.registry).decode()
+        assert 'coordinator_http_connections_closed_total{reason="refused"} 84.0' in scraped
+        assert 'coordinator_http_connections_closed_total{reason="timed_out"} 0.0' in scraped
     finally:
         for sock in attack:
             sock.close()
