@@ -49,7 +49,12 @@ def test_documented_example_is_valid(tmp_path: Path) -> None:
     text = (ROOT / "docs/configuration.md").read_text()
     example = re.search(r"## A complete example\n\n```yaml\n(.*?)```", text, re.S)
     assert example is not None
-    settings = load_settings(write(tmp_path, example.group(1)), environ={})
+    # The files it names are read at load time: give them a home here.
+    for name in ("zookeeper-password", "zookeeper-ca.pem"):
+        (tmp_path / name).write_text("secret\n")
+    settings = load_settings(write(tmp_path, example.group(1).replace("/etc/coordinator/", f"{tmp_path}/")),
+                             environ={})
+    assert settings.zookeeper.auth is not None and settings.zookeeper.tls is not None
     assert [a.type for a in settings.actions] == ["haproxy", "connections", "command", "webhook"]
     assert load_settings(ROOT / "deploy/coordinator.example.yaml", environ={}).cluster == "web-frontend"
 
