@@ -167,6 +167,12 @@ def _cmd_zk_digest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_service(args: argparse.Namespace) -> int:
+    from coordinator.winservice import command
+
+    return command(args)
+
+
 def _cmd_imds_sim(args: argparse.Namespace) -> int:
     from coordinator.sim.cli import run
 
@@ -231,6 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
         "from standard input (one line) or prompted for; it is never an argument.")
     digest.add_argument("username")
     digest.set_defaults(func=_cmd_zk_digest)
+
+    from coordinator.winservice import add_arguments as service_arguments
+
+    service = sub.add_parser(
+        "service", help="install, remove, start or stop the Windows service (Windows only)",
+        description="Manage the Windows service that runs this agent (pywin32). Needs an elevated prompt. "
+        "On other systems it exits 2: use the systemd unit there.")
+    service_arguments(service)
+    service.set_defaults(func=_cmd_service)
 
     from coordinator.sim.cli import add_arguments as sim_arguments
 

@@ -35,6 +35,7 @@ from coordinator.errors import ConfigError, InvalidName
 from coordinator.names import normalize_vm_name
 from coordinator.store.zk_security import NodeAcls, digest_identity, node_acls, parse_identity
 from coordinator.store.zk_session import ClientOptions, TlsOptions
+from coordinator.support.hostos import default_state_file
 from coordinator.windows import WEEKDAYS, Weekday, Window
 
 __all__ = [
@@ -561,8 +562,9 @@ class Settings(_Section):
         description="Drain actions after the health probe, in order; recovery runs them in reverse",
     )
     state_file: Path | None = Field(
-        Path("/var/lib/coordinator/state.json"),
-        description="Where the drain state survives restarts and reboots (null: not kept)",
+        default_factory=default_state_file,
+        description="Where the drain state survives restarts and reboots (null: not kept); default "
+        "/var/lib/coordinator/state.json, on Windows %ProgramData%\\coordinator\\state.json",
     )
     done_retention_seconds: float = Field(
         7 * 24 * 3600.0, ge=0, description="How long the leader keeps records of finished events"

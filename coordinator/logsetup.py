@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
 import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TextIO
 
@@ -80,10 +82,22 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(body)
 
 
-def make_handler(fmt: str = "text", stream: TextIO | None = None) -> logging.Handler:
-    """A handler writing to ``stream`` (stderr by default) in ``fmt`` ("text" or "json"), with the fields
-    of ``log_context`` and ``set_log_defaults`` added to its records."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+#: A log file (the Windows service's) is rotated at this size, keeping this many old files.
+LOG_FILE_BYTES = 10 * 1024 * 1024
+LOG_FILE_BACKUPS = 5
+
+
+def make_handler(fmt: str = "text", stream: TextIO | None = None, *, file: Path | None = None) -> logging.Handler:
+    """A handler writing to ``stream`` (stderr by default), or to ``file`` (created with its directory,
+    rotated at ``LOG_FILE_BYTES``, ``LOG_FILE_BACKUPS`` kept, UTF-8), in ``fmt`` ("text" or "json"),
+    with the fields of ``log_context`` and ``set_log_defaults`` added to its records."""
+    handler: logging.Handler
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            file, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_BACKUPS, encoding="utf-8")
+    else:
+        handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
     else:
@@ -92,9 +106,10 @@ def make_handler(fmt: str = "text", stream: TextIO | None = None) -> logging.Han
     return handler
 
 
-def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
+def configure_logging(level: str = "INFO", fmt: str = "text", *, file: Path | None = None) -> None:
+    """Send every record to stderr, or to ``file`` (see ``make_handler``), replacing earlier handlers."""
     root = logging.getLogger()
-    root.handlers[:] = [make_handler(fmt)]
+    root.handlers[:] = [make_handler(fmt, file=file)]
     root.setLevel(level)
     logging.getLogger("kazoo").setLevel(max(logging.getLevelName(level), logging.WARNING))
     logging.getLogger("httpx").setLevel(logging.WARNING)

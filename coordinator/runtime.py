@@ -7,6 +7,7 @@ import logging
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 from prometheus_client import CollectorRegistry
@@ -40,7 +41,7 @@ from coordinator.store.base import Store
 from coordinator.store.zookeeper import ZooKeeperStore
 from coordinator.telemetry import Health
 
-__all__ = ["advertised_probe_url", "build_actions", "policy_from", "run_agent"]
+__all__ = ["Stopper", "advertised_probe_url", "build_actions", "policy_from", "run_agent"]
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +165,52 @@ class _Unstaggered:
         return None
 
 
-def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
-    """Run one agent until SIGTERM or SIGINT. Returns the process exit code."""
-    stop = threading.Event()
+class Stopper:
+    """Asks a running ``run_agent`` to stop, from any thread: a signal handler, or a Windows service's
+    control handler (``coordinator.winservice``), which cannot install signal handlers. ``stop`` only
+    sets ``event`` and wakes the agent's loop; it never blocks."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._wake: Callable[[], None] | None = None
+
+    def stop(self, why: str) -> None:
+        log.info("%s: stopping", why)
+        self.event.set()
+        wake = self._wake
+        if wake is not None:
+            wake()
+
+    @property
+    def attached(self) -> bool:
+        """Whether the agent's loop exists (``run_agent`` got that far)."""
+        return self._wake is not None
+
+    def attach(self, wake: Callable[[], None]) -> None:
+        """Called by ``run_agent`` once the agent exists: ``stop`` then also wakes its loop."""
+        self._wake = wake
+
+
+def _install_signal_handlers(stopper: Stopper) -> None:
+    """SIGTERM and SIGINT (and, on Windows, SIGBREAK: Ctrl+Break in a console) stop the agent.
+    Must run on the main thread; a Windows service passes its own ``Stopper`` instead."""
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopper.stop(f"signal {signal.Signals(signum).name} received")
+
+    for name in ("SIGTERM", "SIGINT", "SIGBREAK"):
+        number = getattr(signal, name, None)
+        if number is not None:
+            signal.signal(number, on_signal)
+
+
+def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | None = None) -> int:
+    """Run one agent until SIGTERM or SIGINT, or, when ``stopper`` is given, until it is told to stop
+    (no signal handler is installed then). Returns the process exit code."""
+    if stopper is None:
+        stopper = Stopper()
+        _install_signal_handlers(stopper)
+    stop = stopper.event
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     imds = ImdsClient(
@@ -179,16 +223,6 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         on_request=metrics.imds_request,
         on_latency=metrics.imds_request_time,
     )
-    agent: Agent | None = None
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %s received: stopping", signal.Signals(signum).name)
-        stop.set()
-        if agent is not None:
-            agent.wake()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
 
     log.info("coordinator %s starting%s; effective configuration: %s", __version__,
              " in DRY-RUN mode (observe only)" if dry_run else "", json.dumps(redacted(settings)))
@@ -281,6 +315,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False) -> int:
         idle_cycle=max(5.0, 2 * settings.imds.poll_interval),
     )
     agent_ref.append(agent)
+    stopper.attach(agent.wake)
     poller.start()
     # The loop connects (and reconnects) by itself and keeps the VM on the safe side whether or not
     # ZooKeeper is reachable yet.

@@ -1,7 +1,8 @@
 """Run an external command on drain and/or recover (a failover, a checkpoint, a service stop...).
 
-The command is an argv list, executed directly (never through a shell), in a new session so that a
-timeout can kill it together with every child it started. It receives the context twice:
+The command is an argv list, executed directly (never through a shell), started so that a timeout can
+end it together with every child it started (a new session on POSIX systems, a new process group on
+Windows: ``coordinator.support.hostos``). It receives the context twice:
 
 * on stdin, as one JSON object: ``{"vm": ..., "phase": "drain"|"recover", "events": [...]}`` where each
   event is serialized as IMDS does (``ScheduledEvent.to_imds()``);
@@ -20,7 +21,6 @@ values are secrets (``SecretStr``): read only to start the command, and masked i
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -36,6 +36,7 @@ from pydantic import SecretStr
 
 from coordinator.actions.base import ActionContext, mask_secrets
 from coordinator.errors import ActionError
+from coordinator.support.hostos import ProcessControl, process_control
 
 __all__ = ["CommandHook", "CommandResult", "CommandRunner", "SubprocessRunner"]
 
@@ -66,19 +67,23 @@ class CommandRunner(Protocol):
 
 
 class SubprocessRunner:
-    """The real runner: ``subprocess.Popen`` in a new session (its own process group).
+    """The real runner: ``subprocess.Popen`` started as ``control`` says (default: this system's
+    ``process_control()``), so that the command and its children can be ended together.
 
-    On timeout the whole process group gets SIGTERM, then SIGKILL after ``kill_grace`` seconds if any
-    member is still there; the output produced until then is kept. A child that left the group (its
-    own ``setsid``) is out of reach: output pipes are then given up after ``kill_grace``. A command
-    counts as running until its output pipes close, so a background child that keeps them open makes
-    it run into the timeout even after the leader exited.
+    On timeout the command's processes are asked to end (POSIX: SIGTERM to the process group), then
+    forced (SIGKILL; on Windows the process tree is terminated and killed) after ``kill_grace`` seconds
+    if its output is still open; the output produced until then is kept. A child out of reach (one
+    that left the group with its own ``setsid``; on Windows one whose parent had already exited) keeps
+    the output pipes open: they are then given up after ``kill_grace``. A command counts as running
+    until its output pipes close, so a background child that keeps them open makes it run into the
+    timeout even after the leader exited.
     """
 
-    def __init__(self, *, kill_grace: float = 2.0) -> None:
+    def __init__(self, *, kill_grace: float = 2.0, control: ProcessControl | None = None) -> None:
         if not (kill_grace >= 0 and math.isfinite(kill_grace)):
             raise ValueError(f"kill_grace must be a non-negative number, got {kill_grace!r}")
         self._kill_grace = float(kill_grace)
+        self._control = control if control is not None else process_control(wait=self._kill_grace)
 
     def __call__(self, argv: Sequence[str], *, stdin: bytes, env: Mapping[str, str], timeout: float) -> CommandResult:
         proc = subprocess.Popen(
@@ -87,8 +92,8 @@ class SubprocessRunner:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=dict(env),
-            start_new_session=True,
             close_fds=True,
+            **self._control.popen_options(),
         )
         try:
             stdout, stderr = proc.communicate(stdin, timeout=timeout)
@@ -101,31 +106,25 @@ class SubprocessRunner:
         return CommandResult(proc.returncode, stdout, stderr)
 
     def _kill(self, proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
-        # The new session made proc.pid the process group id; signal the group, not just the leader.
-        # communicate() keeps what it read before a TimeoutExpired, so each later call returns the
-        # whole output so far.
-        self._signal_group(proc.pid, signal.SIGTERM)
+        # The whole group or tree, not just the leader. communicate() keeps what it read before a
+        # TimeoutExpired, so each later call returns the whole output so far.
+        self._control.terminate(proc.pid)
         try:
             stdout, stderr = proc.communicate(timeout=self._kill_grace)
         except subprocess.TimeoutExpired:
-            self._signal_group(proc.pid, signal.SIGKILL)
+            self._control.kill(proc.pid)
             try:
                 stdout, stderr = proc.communicate(timeout=self._kill_grace)
             except subprocess.TimeoutExpired:
-                # Someone outside the group still holds the pipes: stop reading rather than hang.
+                # Someone out of reach still holds the pipes: stop reading rather than hang.
                 for stream in (proc.stdout, proc.stderr):
                     if stream is not None:
                         stream.close()
                 proc.wait()
                 stdout, stderr = b"", b""
         else:
-            self._signal_group(proc.pid, signal.SIGKILL)  # children that ignored SIGTERM but closed pipes
+            self._control.kill(proc.pid)  # children that ignored the request but closed the pipes
         return stdout or b"", stderr or b""
-
-    @staticmethod
-    def _signal_group(pgid: int, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError):  # the whole group is already gone
-            os.killpg(pgid, sig)
 
 
 class CommandHook:
@@ -223,7 +222,7 @@ def _env_text(values: Iterable[str]) -> str:
 
 
 def _describe_status(returncode: int) -> str:
-    if returncode < 0:
+    if returncode < 0:  # POSIX only: Windows exit codes are never negative
         try:
             return f"was killed by signal {signal.Signals(-returncode).name}"
         except ValueError:

@@ -3,8 +3,10 @@
 Once the load-balancer probe fails, Azure Load Balancer sends no *new* flows to the VM, but existing
 ones continue (https://learn.microsoft.com/azure/load-balancer/load-balancer-custom-probe-overview).
 ``ConnectionsDrainedWait`` is the action that waits for those to finish: it counts ESTABLISHED sockets
-whose *local* port is one of the service ports, as the kernel lists them in ``/proc/net/tcp`` and
-``/proc/net/tcp6``, until there are none or its deadline passes.
+whose *local* port is one of the service ports until there are none or its deadline passes. On Linux
+it reads them from the kernel's tables ``/proc/net/tcp`` and ``/proc/net/tcp6`` (cheap, and readable
+under the systemd unit's ``ProtectProc=invisible``); on every other system (Windows) from
+``psutil.net_connections(kind="tcp")``.
 
 Place it after the probe action: the probe stops new flows, this waits for the old ones.
 ``probe_wait_seconds`` gives the time the load balancer needs to notice the failing probe.
@@ -14,10 +16,12 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from coordinator.actions.base import ActionContext
 from coordinator.errors import ActionError
@@ -28,6 +32,9 @@ __all__ = [
     "ConnectionsDrainedWait",
     "TcpSocket",
     "count_established",
+    "established_ports_proc",
+    "established_ports_psutil",
+    "established_ports_source",
     "parse_proc_net_tcp",
     "probe_wait_seconds",
     "read_proc_net_tcp",
@@ -139,13 +146,47 @@ def read_proc_net_tcp() -> list[str]:
     return tables
 
 
+def established_ports_proc(reader: Callable[[], Iterable[str]] = read_proc_net_tcp) -> list[int]:
+    """The local port of every ESTABLISHED socket in the tables ``reader`` returns (Linux).
+
+    Raises ``OSError`` from the reader and ``ValueError`` for a table that does not parse."""
+    return [sock.local_port for text in reader() for sock in parse_proc_net_tcp(text) if sock.established]
+
+
+def established_ports_psutil(psutil: Any) -> list[int]:
+    """The local port of every ESTABLISHED TCP socket (IPv4 and IPv6) as ``psutil.net_connections``
+    lists them (any system psutil supports). ``psutil`` is the module or a fake with
+    ``net_connections``, ``CONN_ESTABLISHED`` and ``Error``.
+
+    Raises ``OSError`` when psutil cannot list them (``AccessDenied`` and the like are not ``OSError``)."""
+    try:
+        rows = psutil.net_connections(kind="tcp")
+    except psutil.Error as exc:
+        raise OSError(f"psutil.net_connections: {exc!r}") from exc
+    return [int(row.laddr[1]) for row in rows if row.status == psutil.CONN_ESTABLISHED and row.laddr]
+
+
+def established_ports_source(system: str | None = None, psutil: Any = None) -> Callable[[], Iterable[int]]:
+    """The source of this system's established local ports: the ``/proc`` tables on Linux, psutil
+    elsewhere (imported when not given; it is a dependency on every system but Linux)."""
+    if (sys.platform if system is None else system).startswith("linux"):
+        return established_ports_proc
+    if psutil is None:
+        import psutil as psutil_module
+
+        psutil = psutil_module
+    ps = psutil
+    return lambda: established_ports_psutil(ps)
+
+
 class ConnectionsDrainedWait:
     """An action whose drain waits until no ESTABLISHED connection has a local port in ``ports``.
 
     ``deadline`` is the longest wait in seconds, measured with ``clock`` from the start of the drain;
     reaching it is logged as a warning and is not a failure (the VM is drained as far as it will be).
-    The tables are re-read every ``poll_interval`` seconds through ``reader`` (which returns the text
-    of each table). A reader failure or an unparsable table raises ``ActionError``. Recover does nothing.
+    The sockets are listed again every ``poll_interval`` seconds through ``established`` (the local port
+    of each established socket; default: ``established_ports_source()`` of this system). A failure to
+    list or parse them (``OSError``, ``ValueError``) raises ``ActionError``. Recover does nothing.
     """
 
     def __init__(
@@ -154,7 +195,7 @@ class ConnectionsDrainedWait:
         *,
         deadline: float,
         poll_interval: float = 1.0,
-        reader: Callable[[], Iterable[str]] = read_proc_net_tcp,
+        established: Callable[[], Iterable[int]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         name: str = "connections",
@@ -172,14 +213,14 @@ class ConnectionsDrainedWait:
         self._ports = frozenset(ports)
         self._deadline = float(deadline)
         self._poll_interval = float(poll_interval)
-        self._reader = reader
+        self._established = established if established is not None else established_ports_source()
         self._clock = clock
         self._sleep = sleep
 
     def established(self) -> int:
-        """The current count. Raises ``ActionError`` if the tables cannot be read or parsed."""
+        """The current count. Raises ``ActionError`` if the sockets cannot be listed."""
         try:
-            return count_established(self._reader(), self._ports)
+            return sum(1 for port in self._established() if port in self._ports)
         except (OSError, ValueError) as exc:
             raise ActionError(f"cannot count connections on ports {sorted(self._ports)}: {exc}") from exc
 

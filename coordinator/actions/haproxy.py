@@ -170,7 +170,10 @@ class HAProxyRuntime:
 
     def _connect(self) -> socket.socket:
         if self._unix_path is not None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            family = getattr(socket, "AF_UNIX", None)
+            if family is None:  # Python on Windows has no AF_UNIX
+                raise OSError("UNIX sockets are not available on this system: use a TCP address (host:port)")
+            sock = socket.socket(family, socket.SOCK_STREAM)
             try:
                 sock.settimeout(self._timeout)
                 sock.connect(self._unix_path)

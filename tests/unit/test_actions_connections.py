@@ -1,9 +1,11 @@
-"""/proc/net/tcp parsing on captured text, and the connection-drain wait with a fake clock and sleep."""
+"""/proc/net/tcp parsing on captured text, the psutil source with a fake psutil (the Windows path), and the
+connection-drain wait with a fake clock and sleep."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -15,6 +17,9 @@ from coordinator.actions.connections import (
     ConnectionsDrainedWait,
     TcpSocket,
     count_established,
+    established_ports_proc,
+    established_ports_psutil,
+    established_ports_source,
     parse_proc_net_tcp,
     probe_wait_seconds,
     read_proc_net_tcp,
@@ -107,6 +112,79 @@ def test_default_reader_reads_this_kernels_tables() -> None:
         parse_proc_net_tcp(table)  # the real format parses
 
 
+def test_proc_source_lists_the_local_port_of_each_established_socket() -> None:
+    assert sorted(established_ports_proc(lambda: [TCP, TCP6])) == sorted([0xB532, 0xD340, 8443, 8080, 8080, 0xB41E])
+
+
+# -- psutil (every system but Linux) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Conn:
+    laddr: tuple[str, int] | tuple[()]
+    status: str
+
+
+class FakePsutil:
+    """The part of psutil the Windows path uses; rows shaped as psutil's ``sconn`` on Windows."""
+
+    CONN_ESTABLISHED = "ESTABLISHED"
+
+    class Error(Exception):
+        pass
+
+    class AccessDenied(Error):
+        pass
+
+    def __init__(self, rows: list[Conn] | None = None) -> None:
+        self.rows = rows or []
+        self.kinds: list[str] = []
+
+    def net_connections(self, kind: str) -> list[Conn]:
+        self.kinds.append(kind)
+        if self.rows and self.rows[0].status == "DENY":
+            raise self.AccessDenied("pid=4")
+        return self.rows
+
+
+WINDOWS_ROWS = [
+    Conn(("0.0.0.0", 8443), "LISTEN"),
+    Conn(("10.0.0.4", 8443), "ESTABLISHED"),
+    Conn(("::", 8080), "LISTEN"),
+    Conn(("fe80::1", 8080), "ESTABLISHED"),
+    Conn(("10.0.0.4", 8443), "TIME_WAIT"),
+    Conn(("10.0.0.4", 8443), "CLOSE_WAIT"),
+    Conn(("10.0.0.4", 50123), "ESTABLISHED"),  # a client end: its local port is ephemeral
+    Conn((), "NONE"),
+]
+
+
+def test_psutil_source_keeps_established_rows_and_asks_for_tcp_only() -> None:
+    ps = FakePsutil(WINDOWS_ROWS)
+    assert sorted(established_ports_psutil(ps)) == [8080, 8443, 50123]
+    assert ps.kinds == ["tcp"]
+
+
+def test_psutil_errors_become_action_errors() -> None:
+    ps = FakePsutil([Conn((), "DENY")])
+    with pytest.raises(ActionError, match=r"cannot count connections on ports \[443\]: .*AccessDenied"):
+        ConnectionsDrainedWait([443], deadline=5, established=lambda: established_ports_psutil(ps)).drain(CTX)
+
+
+def test_the_source_is_chosen_by_system() -> None:
+    assert established_ports_source("linux") is established_ports_proc
+    ps = FakePsutil(WINDOWS_ROWS)
+    source = established_ports_source("win32", psutil=ps)
+    assert sorted(source()) == [8080, 8443, 50123]
+    assert ps.kinds == ["tcp"]
+
+
+def test_the_wait_on_windows_counts_service_ports_only() -> None:
+    ps = FakePsutil(WINDOWS_ROWS)
+    action = ConnectionsDrainedWait([8443, 8080], deadline=0, established=established_ports_source("win32", ps))
+    assert action.established() == 2
+
+
 # -- probe timing ----------------------------------------------------------------------------------------
 
 
@@ -155,7 +233,8 @@ class ScriptedTables:
 def wait(reader: ScriptedTables, time: FakeTime, **kwargs: float) -> ConnectionsDrainedWait:
     options: dict[str, Any] = {"deadline": 10.0, "poll_interval": 3.0}
     options.update(kwargs)
-    return ConnectionsDrainedWait([8443, 8080], reader=reader, clock=time.clock, sleep=time.sleep, **options)
+    return ConnectionsDrainedWait([8443, 8080], established=lambda: established_ports_proc(reader),
+                                  clock=time.clock, sleep=time.sleep, **options)
 
 
 def test_drain_returns_at_once_when_nothing_is_established() -> None:
@@ -194,9 +273,9 @@ def test_unreadable_or_unparsable_tables_are_action_errors() -> None:
         raise PermissionError("/proc/net/tcp: permission denied")
 
     with pytest.raises(ActionError, match=r"cannot count connections on ports \[443\]: .*permission denied"):
-        ConnectionsDrainedWait([443], deadline=5, reader=broken).drain(CTX)
+        ConnectionsDrainedWait([443], deadline=5, established=lambda: established_ports_proc(broken)).drain(CTX)
     with pytest.raises(ActionError, match="not a /proc/net/tcp table"):
-        ConnectionsDrainedWait([443], deadline=5, reader=lambda: ["nonsense"]).drain(CTX)
+        ConnectionsDrainedWait([443], deadline=5, established=lambda: established_ports_proc(lambda: ["x"])).drain(CTX)
 
 
 def test_recover_does_nothing() -> None:
