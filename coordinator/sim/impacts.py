@@ -2,7 +2,8 @@
 
 A freeze pauses them (``SIGSTOP``, then ``SIGCONT`` once the impact's seconds have passed); a
 reboot-like impact kills them (``SIGKILL``) and, when it has a length, the VM is back once that length
-has passed: a ``back`` log entry says so, for whoever restarts the VM's processes. Only PIDs registered for a VM are ever signalled, and a
+has passed: a ``back`` log entry says so, for whoever restarts the VM's processes. Only PIDs registered
+for a VM are ever signalled, and a
 killed or vanished PID is forgotten so that a reused number is never signalled. Every signal is logged.
 """
 
