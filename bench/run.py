@@ -11,7 +11,9 @@ Sections:
   hundreds of events, IMDS requests per VM, ZooKeeper writes per event, a watch storm, and an idle
   window beside Microsoft's sample loop (CPU, memory, ZooKeeper requests);
 * ``detection``: from an event appearing to the affected VMs' probes failing, staggered or not, for
-  3, 10 and 30 agents.
+  3, 10 and 30 agents;
+* ``headline``: one maintenance story (a Freeze, a rolling Reboot, a Redeploy, a Preempt) under load
+  through HAProxy, under three strategies (coordinated, self-approve, wait), ``--headline-runs`` times each.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.detection import bench_detection  # noqa: E402
 from bench.group import bench_group, percentiles  # noqa: E402
+from bench.headline import bench_headline, render_headline  # noqa: E402
 from bench.scale import bench_scale  # noqa: E402
 from coordinator.actions import ProbeAction, ProbeState  # noqa: E402
 from coordinator.agent import Agent  # noqa: E402
@@ -44,6 +47,7 @@ from coordinator.metrics import Metrics  # noqa: E402
 from coordinator.models import Document, parse_document  # noqa: E402
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord  # noqa: E402
 from coordinator.store.zookeeper import ZooKeeperStore  # noqa: E402
+from coordinator.testbed.story import STEPS, StoryConfig  # noqa: E402
 from coordinator.testbed.zookeeper import LocalZooKeeper  # noqa: E402
 
 
@@ -108,7 +112,7 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
 # -- results and the document ---------------------------------------------------------------------------
 
 RESULTS = ROOT / "bench" / "results.json"
-SECTIONS = ("decide", "cycle", "group", "detection", "scale")
+SECTIONS = ("decide", "cycle", "group", "detection", "scale", "headline")
 
 
 def _machine() -> str:
@@ -141,6 +145,8 @@ raw results are in `bench/results.json`. `.venv/bin/python bench/run.py` measure
 (`--only SECTION` one of them) and rewrites this file. Targets are those the project set itself; each is
 stated next to what was measured, met or not.
 """]
+    if "headline" in results:
+        parts.append(render_headline(results["headline"]))
     if "decide" in results:
         entry = results["decide"]
         parts.append(f"""## Decision function
@@ -378,10 +384,15 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=10, help="agents per group in the scale section (default 10)")
     parser.add_argument("--workers", type=int, default=4, help="processes running the scale section's agents")
     parser.add_argument("--rounds", type=int, default=10, help="rounds of events in the scale section")
+    parser.add_argument("--headline-runs", type=int, default=5,
+                        help="repetitions of the headline story per strategy (default 5)")
+    parser.add_argument("--headline-time-scale", type=float, default=60.0,
+                        help="time scale of the headline story's notices (default 60)")
+    parser.add_argument("--headline-steps", default=",".join(STEPS), help="the headline story's steps")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     if args.quick:
-        args.events, args.idle, args.detection_events = 10, 30.0, 4
+        args.events, args.idle, args.detection_events, args.headline_runs = 10, 30.0, 4, 1
     repeat = 200 if args.quick else 2000
     sections = args.only or list(SECTIONS)
     command = " ".join(["bench/run.py", *sys.argv[1:]])
@@ -414,6 +425,15 @@ def main() -> int:
                 with tempfile.TemporaryDirectory(prefix="coordinator-bench-scale-") as work:
                     results["scale"] = {**stamp, **bench_scale(zk, Path(work), groups=args.groups, size=args.size,
                                                                workers=args.workers, rounds=args.rounds)}
+                save()
+            if "headline" in sections:
+                config = StoryConfig(time_scale=args.headline_time_scale,
+                                     steps=tuple(x for x in args.headline_steps.split(",") if x))
+                print(f"bench: the headline story, {args.headline_runs} x 3 strategies ...", flush=True)
+                began = time.monotonic()
+                runs = bench_headline(zk, runs=args.headline_runs, config=config)
+                results["headline"] = {**stamp, "repetitions": args.headline_runs, "config": asdict(config),
+                                       "seconds": time.monotonic() - began, "runs": runs}
                 save()
             if "detection" in sections:
                 sizes = tuple(int(x) for x in args.sizes.split(","))

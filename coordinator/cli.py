@@ -256,8 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from coordinator.testbed.demo import add_arguments as demo_arguments
 
-    demo = sub.add_parser("demo", help="run a local group (ZooKeeper, simulator, 3 agents) through one event",
-                          description="Start ZooKeeper, the simulator and three agents; drain and approve a Freeze.")
+    demo = sub.add_parser("demo", help="run a local group under load through one maintenance story",
+                          description="Start the simulator, three VMs behind HAProxy and their agents (and "
+                          "ZooKeeper), play a Freeze, a rolling Reboot, a Redeploy and a Preempt under one "
+                          "strategy, and report requests failed and notice reclaimed.")
     demo_arguments(demo)
     demo.set_defaults(func=_cmd_demo)
     return parser

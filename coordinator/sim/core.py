@@ -201,12 +201,13 @@ class GroupCore:
     # -- internals (the lock is held) ----------------------------------------------------------
 
     def _advance(self) -> None:
-        """Bring the model to the clock's present: due timeline steps, replay, starts and removals, resumed PIDs."""
+        """Bring the model to the clock's present: due timeline steps, replay, impacts over (resumed PIDs,
+        VMs back), then starts and removals (an event leaves the document only once its impact is over)."""
         with self._time.frozen() as now:
             self._run_timeline(now)
             self._replay.advance(now)
-            self._lifecycle.advance(now)
             self._impacts.resume_due(now)
+            self._lifecycle.advance(now)
 
     def _targets(self, vm: str | None) -> list[str]:
         return [info.name for info in self._vms] if vm is None else [self.vm(vm).name]

@@ -41,6 +41,28 @@ class Event:
     approved_at: float | None = None
     started_at: float | None = None
     held_by: tuple[str, ...] = ()
+    #: Simulated time at which the impact on the VMs is over (the last pause ends, the killed VMs are
+    #: back); the event stays Started at least until then. None before the start or without impact.
+    impact_until: float | None = None
+
+    @property
+    def impact_length(self) -> float:
+        """How long the impact lasts: a freeze's pause, or how long killed VMs stay down (``down_seconds``)."""
+        if self.impact == "freeze":
+            return self.pause_seconds
+        if self.impact == "kill":
+            return self.down_seconds
+        return 0.0
+
+    @property
+    def down_seconds(self) -> float:
+        """How long a kill impact keeps the VMs down before they are back: ``impact_seconds``, else
+        DurationInSeconds when >= 0, else 0 (back as soon as whoever restarts their processes does)."""
+        if self.impact_seconds is not None:
+            return self.impact_seconds
+        if self.duration_in_seconds is not None and self.duration_in_seconds >= 0:
+            return float(self.duration_in_seconds)
+        return 0.0
 
     @property
     def pause_seconds(self) -> float:
@@ -73,7 +95,8 @@ class Event:
             "approved_at": self.approved_at,
             "started_at": self.started_at,
             "impact": self.impact,
-            "impact_seconds": self.pause_seconds if self.impact == "freeze" else None,
+            "impact_seconds": self.impact_length if self.impact in ("freeze", "kill") else None,
+            "impact_until": self.impact_until,
             "deliver_to_named_only": self.deliver_to_named_only,
             "rollout": self.rollout,
             "held_by": list(self.held_by),

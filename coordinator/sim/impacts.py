@@ -1,7 +1,9 @@
 """What a starting event does to the processes that stand for the VMs it names.
 
 A freeze pauses them (``SIGSTOP``, then ``SIGCONT`` once the impact's seconds have passed); a
-reboot-like impact kills them (``SIGKILL``). Only PIDs registered for a VM are ever signalled, and a
+reboot-like impact kills them (``SIGKILL``) and, when it has a length, the VM is back once that length
+has passed: a ``back`` log entry says so, for whoever restarts the VM's processes. Only PIDs registered
+for a VM are ever signalled, and a
 killed or vanished PID is forgotten so that a reused number is never signalled. Every signal is logged.
 """
 
@@ -30,6 +32,7 @@ class Impacts:
         self._time = time
         self._pids: dict[str, list[int]] = {vm: [] for vm in vms}
         self._paused: dict[int, tuple[float, str, str | None]] = {}  # pid -> (resume at, vm, event id)
+        self._down: dict[str, tuple[float, str]] = {}  # vm -> (back at, event id), after a kill
 
     def register(self, vm: str, pids: Sequence[int]) -> list[int]:
         """Set the PIDs of ``vm`` (checked by the caller), without repeats; returns them."""
@@ -40,6 +43,10 @@ class Impacts:
 
     def pids(self, vm: str) -> list[int]:
         return list(self._pids[vm])
+
+    def down(self) -> dict[str, dict[str, Any]]:
+        """``{vm: {"until", "event_id"}}``: VMs a kill impact took down and that are not back yet (simulated time)."""
+        return {vm: {"until": until, "event_id": eid} for vm, (until, eid) in self._down.items()}
 
     def paused(self) -> dict[int, dict[str, Any]]:
         """``{pid: {"vm", "until", "event_id"}}`` (simulated time)."""
@@ -60,10 +67,14 @@ class Impacts:
             if until <= now:
                 del self._paused[pid]
                 self._signal(vm, pid, signal.SIGCONT, event_id, "impact_over")
+        for vm, (until, event_id) in list(self._down.items()):
+            if until <= now:
+                del self._down[vm]
+                self._log.record("back", vm=vm, event_id=event_id)
 
     def hit(self, event: Event, vms: Sequence[str], reason: str) -> None:
         """Carry out ``event``'s impact on ``vms`` (the group's VMs it names) and log it."""
-        seconds = event.pause_seconds if event.impact == "freeze" else None
+        seconds = event.impact_length if event.impact in ("freeze", "kill") else None
         self._log.record(
             "impact",
             event_id=event.event_id,
@@ -78,6 +89,8 @@ class Impacts:
                 self._pause(vm, seconds, event.event_id)
             elif event.impact == "kill":
                 self._kill(vm, event.event_id)
+                if seconds:
+                    self._down[vm] = (self._time.now() + seconds, event.event_id)
 
     def second(self, event: Event, vms: Sequence[str], seconds: float | None, pause: bool) -> dict[str, Any]:
         """A further impact of a Started event: logged, and with ``pause`` the VMs are paused again.

@@ -8,7 +8,9 @@ Rules (see the Scheduled Events documentation):
   another Terminate of the group is Scheduled and unapproved (so deletes sharing a NotBefore start
   together once all are approved); NotBefore still wins.
 * When an event starts, its impact hits the VMs it names (``Impacts``).
-* ``Started -> removed`` once the event has been Started for its ``started_for`` seconds.
+* ``Started -> removed`` once the event has been Started for its ``started_for`` seconds and its impact
+  is over (the last pause has ended, the killed VMs are back): as on Azure, an event never leaves the
+  document while the VMs it names are still frozen or down.
 * ``cancel`` removes an event at once (a Scheduled event vanishing without ever starting).
 * Hardware failure: an event may be created directly as ``Started``.
 
@@ -127,7 +129,7 @@ class Lifecycle:
         self.events[event_id] = event
         self._transition(event, None, event.status, "scheduled")
         if event.status == STARTED:
-            self._impacts.hit(event, self._named_vms(event), "started")
+            self._hit(event, now)
         return event
 
     def cancel(self, event_id: object) -> Event:
@@ -161,7 +163,11 @@ class Lifecycle:
         event = self.get(event_id)
         if event.status != STARTED:
             raise InvalidRequest("a second impact needs a Started event")
-        return self._impacts.second(event, self._named_vms(event), seconds, pause)
+        entry = self._impacts.second(event, self._named_vms(event), seconds, pause)
+        if pause and entry["seconds"] > 0:
+            until = self._time.now() + entry["seconds"]
+            event.impact_until = until if event.impact_until is None else max(event.impact_until, until)
+        return entry
 
     def start_rollout(self, request: RolloutRequest) -> dict[str, Any]:
         """Start a rollout and create its first event; returns the rollout's view with that event."""
@@ -193,14 +199,21 @@ class Lifecycle:
                 event.status = STARTED
                 event.started_at = now
                 self._transition(event, SCHEDULED, STARTED, reason)
-                self._impacts.hit(event, self._named_vms(event), "started")
-            elif event.started_at is not None and event.started_at + event.started_for <= now:
+                self._hit(event, now)
+            elif (event.started_at is not None and event.started_at + event.started_for <= now
+                  and (event.impact_until is None or event.impact_until <= now)):
                 self._remove(event, "started_for_elapsed")
         for rollout in self._rollouts.values():
             if rollout.next_at is not None and rollout.next_at <= now:
                 rollout.next_at = None
                 rollout.step += 1
                 self._next_rollout_event(rollout)
+
+    def _hit(self, event: Event, now: float) -> None:
+        length = event.impact_length
+        if length > 0:
+            event.impact_until = now + length
+        self._impacts.hit(event, self._named_vms(event), "started")
 
     def _named_vms(self, event: Event) -> list[str]:
         return [info.name for info in self._vms if event.names(info.name)]

@@ -21,6 +21,7 @@ LOG_KINDS: tuple[str, ...] = (
     "hold",
     "impact",
     "signal",
+    "back",
     "pids",
     "service",
     "incarnation",

@@ -87,6 +87,8 @@ class LocalCluster:
         sim_args: Sequence[str] = (),
         per_vm_config: dict[str, dict[str, Any]] | None = None,
         with_haproxy: bool = False,
+        haproxy_action: bool = True,
+        with_agents: bool = True,
     ) -> None:
         self.workdir = workdir
         self.vms = list(vms)
@@ -100,6 +102,8 @@ class LocalCluster:
         self._sim_args = list(sim_args)
         self._per_vm = per_vm_config or {}
         self._with_haproxy = with_haproxy
+        self._haproxy_action = haproxy_action
+        self._with_agents = with_agents
         self.haproxy: LocalHAProxy | None = None
         self.apps: dict[str, subprocess.Popen[bytes]] = {}
         self.app_ports: dict[str, int] = {}
@@ -116,17 +120,20 @@ class LocalCluster:
     def start(self, on_step: Callable[[str], None] = lambda _: None, *, wait_joined: bool = True) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            if self.zk_hosts is None:
+            if self.zk_hosts is None and self._with_agents:
                 on_step("starting ZooKeeper")
                 self.zk = LocalZooKeeper(self.workdir / "zookeeper")
                 self.zk.start()
                 self.zk_hosts = self.zk.hosts
-            on_step(f"ZooKeeper serving on {self.zk_hosts}; starting the IMDS simulator")
+            on_step(f"ZooKeeper serving on {self.zk_hosts}; starting the IMDS simulator" if self.zk_hosts
+                    else "starting the IMDS simulator")
             self._start_simulator()
             self._ports = {vm: (free_port(), free_port()) for vm in self.vms}
             if self._with_haproxy:
                 on_step("starting one app server per VM and HAProxy in front of them")
                 self._start_haproxy()
+            if not self._with_agents:
+                return
             for vm in self.vms:
                 on_step(f"starting the agent of {vm}")
                 self.start_agent(vm)
@@ -159,7 +166,7 @@ class LocalCluster:
     def _start_haproxy(self) -> None:
         """One app process per VM, and HAProxy routing to them; HAProxy's health check of each server
         is that VM's agent probe, as an Azure Load Balancer's would be, and each agent also drains its
-        own server through the runtime API."""
+        own server through the runtime API (unless ``haproxy_action`` is False: the probe alone)."""
         targets = {}
         for vm in self.vms:
             self.app_ports[vm] = free_port()
@@ -167,10 +174,14 @@ class LocalCluster:
             targets[vm] = BackendTarget(self.app_ports[vm], check_port=self._ports[vm][0])
         self.haproxy = LocalHAProxy(self.workdir / "haproxy", targets, server_timeout="5s")
         self.haproxy.start()
-        for vm in self.vms:
+        for vm in self.vms if self._haproxy_action else ():
             action = {"type": "haproxy", "runtime": str(self.haproxy.socket_path), "backend": self.haproxy.backend,
                       "server": vm, "drain_timeout_seconds": 10}
             self._per_vm.setdefault(vm, {}).setdefault("actions", []).append(action)
+
+    def probe_port(self, vm: str) -> int:
+        """The port of ``vm``'s health probe (HAProxy's check of its server goes there)."""
+        return self._ports[vm][0]
 
     def start_app(self, vm: str) -> subprocess.Popen[bytes]:
         """Start ``vm``'s app server on its port (again, after an impact killed it, as a rebooted VM would)."""

@@ -619,7 +619,8 @@ def test_pids_are_checked(sim: RunningSimulator) -> None:
 
 
 def test_rollout_over_http_follows_the_fault_domains(sim: RunningSimulator) -> None:
-    rollout = sim.control.rollout("Freeze", not_before_in=0.2, started_for=0.2)
+    # No pause: an event stays Started until its impact is over, and this test is about the sequence.
+    rollout = sim.control.rollout("Freeze", not_before_in=0.2, started_for=0.2, duration_in_seconds=0)
     assert rollout["groups"] == [["vm0", "vm2"], ["vm1"]]  # fault domain i % 2
     first = rollout["event"]["event_id"]
     removed = sim.control.wait_for_transition(first, None, timeout=5)

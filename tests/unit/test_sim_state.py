@@ -1296,3 +1296,51 @@ def test_timeline_runs_control_operations_when_due(clock: FakeClock, signals: Fa
     errors = [e for e in group.log(kind="timeline") if "error" in e]
     assert [(e["index"], e["action"]) for e in errors] == [(3, "cancel")]
     assert [s for _, s in signals.sent] == ["SIGSTOP", "SIGCONT", "SIGSTOP", "SIGCONT"]
+
+
+def test_a_started_event_stays_until_its_freeze_of_unknown_length_is_over(
+    clock: FakeClock, signals: FakeSignals
+) -> None:
+    # Unknown DurationInSeconds: the pause is the typical 7 s, longer than the group's started_for of 5 s.
+    group = impact_group(clock, signals, started_for=5)
+    eid = group.schedule("Freeze", ["vm1"], status="Started")["event_id"]
+    clock.advance(5)
+    group.tick()
+    assert statuses(group) == {eid: "Started"}  # still frozen: the event is still there
+    assert signals.sent == [(1003, "SIGSTOP")]
+    clock.advance(DEFAULT_IMPACT_SECONDS - 5)
+    group.tick()
+    assert statuses(group) == {}
+    assert signals.sent == [(1003, "SIGSTOP"), (1003, "SIGCONT")]
+
+
+def test_a_second_pause_keeps_the_event_started_until_it_ends(clock: FakeClock, signals: FakeSignals) -> None:
+    group = impact_group(clock, signals, started_for=5)
+    eid = group.schedule("Freeze", ["vm1"], status="Started", duration_in_seconds=1)["event_id"]
+    clock.advance(4)
+    group.impact(eid, seconds=10, pause=True)
+    clock.advance(5)
+    group.tick()
+    assert statuses(group) == {eid: "Started"}
+    clock.advance(5)
+    group.tick()
+    assert statuses(group) == {}
+    assert signals.sent[-1] == (1003, "SIGCONT")
+
+
+def test_killed_vms_are_back_before_their_event_leaves_the_document(clock: FakeClock, signals: FakeSignals) -> None:
+    group = impact_group(clock, signals, started_for=5)
+    eid = group.schedule("Reboot", ["vm1"], status="Started", impact_seconds=60)["event_id"]
+    assert signals.sent == [(1003, "SIGKILL")]
+    assert group.event(eid)["impact_until"] == T0 + 60
+    clock.advance(30)
+    group.tick()
+    assert statuses(group) == {eid: "Started"}
+    assert group.log(kind="back") == []
+    clock.advance(30)
+    group.tick()
+    assert statuses(group) == {}
+    [back] = group.log(kind="back")
+    assert (back["vm"], back["event_id"]) == ("vm1", eid)
+    removed = [e for e in group.log(kind="transition") if e["event_id"] == eid and e["to"] is None]
+    assert removed and removed[0]["seq"] > back["seq"]

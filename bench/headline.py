@@ -1,0 +1,95 @@
+"""The headline: one maintenance story under three strategies, repeated, measured in one run.
+
+Each repetition plays the story of ``coordinator.testbed.story`` once per strategy (coordinated,
+self-approve, wait), in that order, each on a fresh group (the coordinated one on the run's ZooKeeper).
+Everything reported comes from the runs: the load generator's failures and the simulator's log.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from coordinator.testbed.story import STRATEGIES, StoryConfig, report, run_story, summarize
+from coordinator.testbed.zookeeper import LocalZooKeeper
+
+__all__ = ["bench_headline", "render_headline"]
+
+
+def bench_headline(zk: LocalZooKeeper, *, runs: int, config: StoryConfig,
+                   progress: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    for i in range(runs):
+        for strategy in STRATEGIES:
+            with tempfile.TemporaryDirectory(prefix="coordinator-headline-") as tmp:
+                outcome = run_story(Path(tmp), strategy, config, zk_hosts=zk.hosts)
+            view = outcome.view()
+            results.append(view)
+            progress(f"bench: headline {i + 1}/{runs} {strategy}: {view['sent']} requests, {view['failed']} failed, "
+                     f"story {view['story_real_seconds']:.1f} s")
+    return results
+
+
+def render_headline(entry: dict[str, Any]) -> str:
+    runs: list[dict[str, Any]] = entry["runs"]
+    config = entry["config"]
+    steps = tuple(config["steps"])
+    summary = summarize(runs)
+    scale = config["time_scale"]
+    drain = config["drain_wait"]
+    notes = []
+    coordinated = [r for r in runs if r["strategy"] == "coordinated"]
+    if coordinated:
+        drainable = [e for r in coordinated for e in r["events"] if r["drained_before_start"].get(e["event_id"])]
+        lost = sum(e["failed"] for e in drainable)
+        too_late = sorted({e["step"] for r in coordinated for e in r["events"]
+                           if not r["drained_before_start"].get(e["event_id"])})
+        notes.append(f"`coordinated` failed {lost} requests, over {len(coordinated)} runs, during the "
+                     f"{len(drainable)} events whose notice left time to drain (notice / time scale >= the "
+                     f"{drain:g} s drain wait)."
+                     + (f" Events without that time: {', '.join(too_late)}: at a time scale of {scale:g} their "
+                        "notice is shorter, in real seconds, than the drain, so every strategy loses the requests "
+                        "HAProxy sends the VM before its checks mark it down." if too_late else ""))
+    for strategy in ("coordinated", "self-approve"):
+        if strategy in summary and "wait" in summary:
+            factor = summary["wait"]["story_sim_seconds"]["median"] / summary[strategy]["story_sim_seconds"]["median"]
+            notes.append(f"Story time, median: `wait` takes {factor:.1f} times as long as `{strategy}`.")
+    self_runs = [r for r in runs if r["strategy"] == "self-approve"]
+    if self_runs:
+        freeze = [e["failed"] for r in self_runs for e in r["events"] if e["step"] == "freeze"]
+        if freeze:
+            notes.append(f"`self-approve` lost {min(freeze)} to {max(freeze)} requests per run on the Freeze: it "
+                         "approves a Freeze at once, and the approval releases it for both VMs it names, neither "
+                         "drained. Its events that name one VM each (the rollout, the Redeploy) it drains first, "
+                         "and with no budget it does not wait for the previous VM to serve again, which is why "
+                         "its story can end sooner than `coordinated`'s.")
+    note_text = "\n".join(f"- {n}" for n in notes)
+    return f"""## The headline: one maintenance story, three strategies
+
+Three VMs, each an app server behind a real HAProxy whose health check is that VM's probe (checks every
+0.5 s, down after 2 failures, up after 2), {config['rate']:g} requests/s through HAProxy (a request not
+answered 200 within {config['request_timeout']:g} s has failed), and the IMDS simulator with real impacts: a
+Freeze pauses the VM's app server and agent for {config['freeze_seconds']:g} s, a Reboot, Redeploy or Preempt
+kills them and the VM is back {config['down_seconds']:g} s later (its app and agent restarted). The story, each
+step announced as the previous ends: {', '.join(steps)} (a Freeze on vm0 and vm1 with 15 minutes of notice;
+a platform Reboot rolling through the three VMs, one fault domain each, 15 minutes each; a user Redeploy
+of vm2, 10 minutes; a Preempt of vm1, 30 s). Notices run {scale:g} times faster than real time (the
+simulator's clock); impacts, drains, the load balancer and the load run in real time. Every VM drains the
+same way: its probe fails, then {drain:g} s pass. Strategies: `coordinated` (this product's agents, default
+policy, probe only), `self-approve` (each VM approves the events naming it once drained, a Freeze at once),
+`wait` (never approves: events start at NotBefore). Times are simulated seconds (real seconds x {scale:g}),
+the story runs from the first notice to the last event gone and every VM back in rotation; notice
+reclaimed is NotBefore minus the start, summed over the story. Medians, with (min-max) over the runs.
+{entry['repetitions']} repetitions of the three strategies, interleaved; the run took
+{entry['seconds'] / 60:.0f} minutes. {_stamp(entry)} Other work shared the machine: timings are noisy.
+
+{report(summary, steps)}
+
+{note_text}
+"""
+
+
+def _stamp(entry: dict[str, Any]) -> str:
+    return f"Measured {entry['date']} with `{entry['command']}` on {entry['machine']}."
