@@ -112,8 +112,11 @@ def test_old_leader_paused_past_its_session_does_not_approve(store_factory: Any)
     agent_a.cycle()
     agent_b.cycle()
     assert agent_a.status()["cluster"]["leader"] == "vm0"
-    # vmx runs no agent but has drained (for example by hand): its ack is the only requirement.
-    store_b.acknowledge(EID, "vmx", 0.0)
+    # vmx's session (it runs no decision loop here) has drained and acknowledged: its ack, held by its own
+    # member's session as every ack must be, is the only requirement.
+    store_x = store_factory()
+    store_x.join("vmx", {})
+    store_x.acknowledge(EID, "vmx", 0.0)
     expire_session(store_a)
     cycle_until(agent_b, lambda: imds_b.approved != [])
     # The old leader's cycles, first without a session, then with a new one, never approve.
@@ -154,6 +157,7 @@ def test_no_approval_while_zookeeper_is_paused(zk_server_factory: Any) -> None:
 
 def _try_ack(store: ZooKeeperStore) -> bool:
     try:
+        store.join("vm1", {})  # an ack counts only when vm1's member node has the same session
         store.acknowledge(EID, "vm1", 0.0)
     except Exception:
         return False
