@@ -35,6 +35,7 @@ from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.sim import SimulatedGroup, SimulatorServer, VmInfo
 from coordinator.state import StateFile
 from coordinator.store.memory import MemoryCluster, MemoryStore
+from tests.doubles import Clock, InlineExecutor
 from tests.hostile.inputs import EVENT_ID, HostileBody, encode
 
 __all__ = ["WALL", "ImdsBench", "Trial", "baseline_document", "valid_not_before"]
@@ -55,45 +56,6 @@ def baseline_document() -> dict[str, Any]:
         "EventId": EVENT_ID, "EventStatus": "Scheduled", "EventType": "Reboot", "ResourceType": "VirtualMachine",
         "Resources": ["vm0", "vmx"], "NotBefore": valid_not_before(), "Description": "", "EventSource": "Platform",
         "DurationInSeconds": -1}]}
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.wall = WALL
-        self.mono = 1_000.0
-
-    def now(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def advance(self, seconds: float) -> None:
-        self.wall += seconds
-        self.mono += seconds
-
-
-@dataclass
-class _Job:
-    kind: str
-    error: BaseException | None
-    running: bool = False
-
-
-class _InlineExecutor:
-    """Runs each drain or recover job at once, on the loop's thread."""
-
-    def __init__(self) -> None:
-        self.current: _Job | None = None
-
-    def submit(self, kind: str, fn: Callable[[], None]) -> _Job:
-        error: BaseException | None = None
-        try:
-            fn()
-        except Exception as exc:
-            error = exc
-        self.current = _Job(kind, error)
-        return self.current
 
 
 @dataclass
@@ -225,12 +187,12 @@ class ImdsBench:
         """The client alone, then a drained agent fed ``body`` (see the module docstring)."""
         trial = self.read_once(body)
         with tempfile.TemporaryDirectory(prefix="hostile-") as tmp, self.client() as client:
-            clock = _Clock()
+            clock = Clock(WALL)
             probe = ProbeState()
             imds = _RecordingImds(client, probe)
             agent = Agent(vm="vm0", imds=imds, store=MemoryStore(MemoryCluster(), clock=clock.now),
                           actions=[ProbeAction(probe)], policy=POLICY, metrics=Metrics(CollectorRegistry()),
-                          clock=clock, executor=_InlineExecutor(),  # type: ignore[arg-type]
+                          clock=clock, executor=InlineExecutor(),  # type: ignore[arg-type]
                           state_file=StateFile(Path(tmp) / "vm0.json"))
             self.serve(encode(baseline_document(), "utf-8"))
             for _ in range(10):

@@ -29,7 +29,8 @@ from coordinator.metrics import Metrics
 from coordinator.state import StateFile
 from coordinator.store.zk_paths import ZooKeeperPaths
 from coordinator.store.zookeeper import ZooKeeperStore
-from tests.hostile.imds_bench import POLICY, ImdsBench, _Clock, _InlineExecutor, _RecordingImds, valid_not_before
+from tests.doubles import Clock, InlineExecutor
+from tests.hostile.imds_bench import POLICY, WALL, ImdsBench, _RecordingImds, valid_not_before
 from tests.hostile.inputs import EVENT_ID, OTHER_ID, encode
 
 __all__ = ["TARGETS", "Garbage", "ZkBench", "ZkTrial"]
@@ -131,7 +132,7 @@ class ZkBench:
         outside_before = tree(self.client, skip=(root,))
         self.imds.serve(encode(_document(), "utf-8"))
         with tempfile.TemporaryDirectory(prefix="hostile-zk-") as tmp, self.imds.client() as client:
-            clock = _Clock()
+            clock = Clock(WALL)
             probe = ProbeState()
             imds = _RecordingImds(client, probe)
             store = ZooKeeperStore(self.hosts, root, CLUSTER, session_timeout=10.0, operation_timeout=3.0)
@@ -145,7 +146,7 @@ class ZkBench:
                         self._write(item.path(paths), item.data)
                 agent = Agent(vm="vm0", imds=imds, store=store, actions=[ProbeAction(probe)], policy=POLICY,
                               metrics=Metrics(CollectorRegistry()), clock=clock,
-                              executor=_InlineExecutor(),  # type: ignore[arg-type]
+                              executor=InlineExecutor(),  # type: ignore[arg-type]
                               state_file=StateFile(Path(tmp) / "vm0.json"))
                 after = [g for g in garbage if g.when == "after"]
                 for number in range(cycles):

@@ -61,6 +61,16 @@ def agent_store(hosts: str, root: str, who: tuple[str, str] = AGENT, **kwargs: o
                           auth_data=credential(who), acls=acls(), **kwargs)  # type: ignore[arg-type]
 
 
+def remove_namespace(hosts: str, root: str) -> None:
+    """Delete ``root`` with the agents' credentials: with ACLs on, nobody else may."""
+    cleaner = client(hosts, AGENT)
+    try:
+        cleaner.delete(root, recursive=True)
+    finally:
+        cleaner.stop()
+        cleaner.close()
+
+
 @pytest.fixture
 def secured(zk_hosts: str, zk_chroot: str) -> Iterator[tuple[ZooKeeperStore, ZooKeeperPaths]]:
     """An agent's store with ACLs, joined, with one event published and acknowledged by vm-a. The
@@ -74,12 +84,7 @@ def secured(zk_hosts: str, zk_chroot: str) -> Iterator[tuple[ZooKeeperStore, Zoo
         yield store, ZooKeeperPaths(store.base_path)
     finally:
         store.stop()
-        cleaner = client(zk_hosts, AGENT)
-        try:
-            cleaner.delete(zk_chroot, recursive=True)
-        finally:
-            cleaner.stop()
-            cleaner.close()
+        remove_namespace(zk_hosts, zk_chroot)
 
 
 def forgeries(paths: ZooKeeperPaths) -> list[tuple[str, Callable[[KazooClient], object]]]:
@@ -236,12 +241,7 @@ def test_an_open_namespace_is_closed_when_the_agents_get_credentials(
         assert set(acl) == set(acls().default)
     finally:
         store.stop()
-        cleaner = client(zk_hosts, AGENT)
-        try:
-            cleaner.delete(zk_chroot, recursive=True)
-        finally:
-            cleaner.stop()
-            cleaner.close()
+        remove_namespace(zk_hosts, zk_chroot)
 
 
 def test_digest_identities_match_what_zookeeper_computes() -> None:

@@ -32,6 +32,7 @@ from coordinator.models import Document, format_not_before, parse_document
 from coordinator.state import PersistedState, StateFile
 from coordinator.store.base import ApprovalResult
 from coordinator.store.memory import MemoryCluster, MemoryStore
+from tests.doubles import Clock, InlineExecutor
 
 E = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
 E2 = "A626E37F-793E-44E1-89B5-99AE0B96044C"
@@ -40,45 +41,6 @@ POLICY = Policy(drain_wait=10.0, return_wait=5.0, gone_after=3.0, latest_start=1
 # nobody may approve: the shape of the breaks below.
 AT_ONCE = Policy(drain_wait=10.0, return_wait=5.0, gone_after=3.0, latest_start=120.0, session_timeout=30.0,
                  unapprovable_at_once=True)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.wall = 1_700_000_000.0
-        self.mono = 1_000.0
-
-    def now(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def advance(self, seconds: float) -> None:
-        self.wall += seconds
-        self.mono += seconds
-
-
-@dataclass
-class InlineJob:
-    kind: str
-    error: BaseException | None
-    running: bool = False
-
-
-class InlineExecutor:
-    """Runs each drain or recover job at once, on the loop's thread."""
-
-    def __init__(self) -> None:
-        self.current: InlineJob | None = None
-
-    def submit(self, kind: str, fn: Callable[[], None]) -> InlineJob:
-        error: BaseException | None = None
-        try:
-            fn()
-        except Exception as exc:
-            error = exc
-        self.current = InlineJob(kind, error)
-        return self.current
 
 
 @dataclass
