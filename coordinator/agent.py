@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from coordinator import __version__
 from coordinator.actions.base import Action, ActionContext, run_drain, run_recover
-from coordinator.decide import LocalState, PeerSeen, Phase, Plan, Policy, Sighting, Snapshot, decide, is_gone
+from coordinator.decide import LocalState, PeerSeen, Phase, Plan, Policy, Sighting, Snapshot, approval_fence, decide
 from coordinator.errors import (
     ImdsBadRequest,
     ImdsError,
@@ -36,14 +36,15 @@ from coordinator.errors import (
     MalformedDocument,
     StoreError,
 )
+from coordinator.evidence import Evidence, after_connection, after_reading, after_view, holding_also
 from coordinator.executor import JobExecutor
 from coordinator.logsetup import log_context
 from coordinator.metrics import Metrics
 from coordinator.models import Document
 from coordinator.poller import ReadEachCycle, Reading, Readings
 from coordinator.state import PersistedState, StateFile
-from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Store, WriteResult
-from coordinator.telemetry import Health, Telemetry
+from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Pause, Store, WriteResult
+from coordinator.telemetry import Health, Telemetry, status_dict
 
 __all__ = ["Agent", "Clock", "Imds", "Peers", "SystemClock"]
 
@@ -162,16 +163,13 @@ class Agent:
         self._local = LocalState(
             phase=Phase.UNKNOWN,
             phase_since=self._started,
-            draining_for=saved.draining_for if saved else frozenset(),
+            draining_for=frozenset(e.upper() for e in saved.draining_for) if saved else frozenset(),
         )
         if saved is not None and not saved.was_serving:
             log.info("restarted while %s for %s: staying drained until IMDS no longer names this VM (vm=%s)",
                      saved.phase, ",".join(sorted(saved.draining_for)) or "-", vm)
-        # Observation bookkeeping for the snapshot, all on this process's monotonic clock.
-        self._named: dict[str, Sighting] = {eid: Sighting(self._started) for eid in self._local.draining_for}
-        self._seen: dict[str, Sighting] = {}
-        self._absent_since: dict[str, float] = {}
-        self._last_connected: float | None = None
+        # What the snapshot needs beyond one cycle (``coordinator.evidence``), on this process's monotonic clock.
+        self._evidence = Evidence(named={key: Sighting(self._started) for key in self._local.draining_for})
         self._last_document: Document | None = None
         self._status = _Status()
         self._status_lock = threading.Lock()
@@ -212,7 +210,7 @@ class Agent:
         with self._status_lock:
             st = self._status
             local = self._local
-        status = _status_dict(self.vm, local, st)
+        status = status_dict(self.vm, local, st.plan, st.snapshot, st.description, st.cycles)
         status["action_error"] = self._action_error
         if "imds" in status:
             reading = self._reading
@@ -268,7 +266,7 @@ class Agent:
             and cluster is not None and cluster.connection is ConnectionState.CONNECTED
             and all(record.done_at is not None for record in cluster.records.values())
             and local.phase is Phase.SERVING and not local.job_running and not local.draining_for
-            and not self._named
+            and not self._evidence.named
         )
         self._quiet_since = snap.mono if quiet else None
         self._quiet_incarnation = document.document_incarnation if quiet and document is not None else None
@@ -315,7 +313,7 @@ class Agent:
                 busy = bool(snap.last_document and snap.last_document.events) or any(
                     record.done_at is None for record in snap.cluster.records.values())
                 self._peers.follow(self._store, snap.cluster, self.vm,
-                                   bool(self._named) or (snap.cluster.i_am_leader and busy))
+                                   bool(self._evidence.named) or (snap.cluster.i_am_leader and busy))
             members = sorted(snap.cluster.members)
             if self.vm in members:
                 self._readings.align(members.index(self.vm), len(members))
@@ -392,9 +390,8 @@ class Agent:
         else:
             self._metrics.is_leader.set(0)
         mono = self._clock.monotonic()
-        if connection is ConnectionState.CONNECTED:
-            self._last_connected = mono
-        self._track(document if new else None, cluster, mono)
+        self._track(reading if new and document is not None else None, cluster, connection, mono)
+        evidence = self._evidence
         return Snapshot(
             me=self.vm,
             now=self._clock.now(),
@@ -402,11 +399,12 @@ class Agent:
             document=document,
             last_document=self._last_document,
             cluster=cluster,
-            named=dict(self._named),
-            seen=dict(self._seen),
-            absent_for={vm: mono - since for vm, since in self._absent_since.items()},
-            disconnected_for=mono - (self._last_connected if self._last_connected is not None else self._started),
-            uptime=mono - self._started,
+            named=evidence.named,
+            seen=evidence.seen,
+            absent_for={vm: mono - since for vm, since in evidence.absent_since.items()},
+            connected_at=evidence.connected_at,
+            started=self._started,
+            granted_session=self._store.granted_session_timeout,
             peers=self._peers.seen() if self._peers is not None else None,
         )
 
@@ -422,51 +420,37 @@ class Agent:
         else:
             log.warning("IMDS error (vm=%s): %s", self.vm, exc)
 
-    def _track(self, document: Document | None, cluster: ClusterView | None, mono: float) -> None:
-        """Keep what the snapshot needs beyond one read: when each event last named this VM and was
-        last present at all (for ``is_gone``), and since when each registered VM has been seen without
-        its agent. Counted only over reads that happened: a failed read neither confirms nor misses."""
-        records = set(cluster.records) if cluster is not None else set()
-        for key in records - set(self._seen):
-            # First heard of from the store: assume just seen. Done on every cycle, with or without a new
-            # reading: a record a peer published since this VM's last poll is never taken for one gone.
-            self._seen[key] = Sighting(mono)
-        if document is not None:
-            naming = {e.event_id for e in document.events if e.names(self.vm)}
+    def _track(self, reading: Reading | None, cluster: ClusterView | None, connection: ConnectionState,
+               mono: float) -> None:
+        """Feed this cycle's observations to the evidence (``coordinator.evidence``): a new fresh reading
+        (counted once, timed by its request and its answer), the view, the connection. The first of
+        each also restores what a restart could not read from its state file."""
+        evidence = after_view(self._evidence, cluster, mono)
+        if reading is not None and reading.document is not None:
+            document = reading.document
             if self._assume_worst:
                 self._assume_worst = False
-                self._hold_also(naming, "the state file was unreadable")
-            _sight(self._named, naming, mono)
-            gone_after = self._policy.gone_after
-            for eid, sighting in list(self._named.items()):
-                if eid not in self._local.draining_for and is_gone(sighting, mono, gone_after):
-                    del self._named[eid]
-            present = {e.event_id.upper() for e in document.events}
-            _sight(self._seen, present, mono)
-            for key, sighting in list(self._seen.items()):
-                if key not in records and is_gone(sighting, mono, gone_after):
-                    del self._seen[key]
-        if cluster is None:
-            self._absent_since.clear()  # absence is counted only while watched without a gap
-            return
-        if self._restore_from_store:
+                naming = {e.event_id for e in document.events if e.names(self.vm)}
+                evidence = self._hold_also(evidence, naming, "the state file was unreadable", mono)
+            evidence = after_reading(evidence, document, me=self.vm, sent=reading.sent, answered=reading.at,
+                                     draining_for=self._local.draining_for,
+                                     records=set(cluster.records) if cluster is not None else set(),
+                                     gone_after=self._policy.gone_after)
+        if cluster is not None and self._restore_from_store:
             self._restore_from_store = False
             mark = cluster.out.get(self.vm)
             if mark is not None and mark.events:
-                self._hold_also(set(mark.events), "its /out node says so and the state file is missing")
-        absent = cluster.known - cluster.members
-        for vm in absent:
-            self._absent_since.setdefault(vm, mono)
-        for vm in set(self._absent_since) - absent:
-            del self._absent_since[vm]
+                evidence = self._hold_also(evidence, set(mark.events), "its /out node says so and the state file "
+                                           "is missing", mono)
+        self._evidence = after_connection(evidence, connection, mono)
 
-    def _hold_also(self, event_ids: set[str], why: str) -> None:
+    def _hold_also(self, evidence: Evidence, event_ids: set[str], why: str, mono: float) -> Evidence:
         if not event_ids:
-            return
+            return evidence
         log.warning("staying drained for %s until gone: %s (vm=%s)", ",".join(sorted(event_ids)), why, self.vm)
-        for eid in event_ids:
-            self._named.setdefault(eid, Sighting(self._clock.monotonic()))
-        self._local = replace(self._local, draining_for=self._local.draining_for | frozenset(event_ids))
+        keys = frozenset(eid.upper() for eid in event_ids)
+        self._local = replace(self._local, draining_for=self._local.draining_for | keys)
+        return holding_also(evidence, keys, mono)
 
     def _drain_job(self, ctx: ActionContext) -> None:
         """The drain, on the executor's thread. Jobs run one after the other: a drain queued behind a
@@ -527,7 +511,7 @@ class Agent:
             self._metrics.set_phase(plan.next_phase)
         # Drained for an event means drained until it is gone: remembered across cycles, whatever the
         # budget or ZooKeeper say later.
-        local = replace(local, draining_for=frozenset(plan.holding))
+        local = replace(local, draining_for=frozenset(plan.holding), posted=plan.posted)
         if snap.cluster is not None:
             local = self._write(snap, local, plan)
         return local
@@ -606,21 +590,19 @@ class Agent:
         # may have lapsed since (the process paused, or the POST retried, past the fence).
         if not confirmed or checked_at is None or self._store.connection_state is not ConnectionState.CONNECTED:
             return local
-        fence_until = checked_at + self._policy.session_timeout / 2
-        if self._peers_confirmed_at is not None and self._policy.peer_fresh is not None:
-            # Nor one sent so long after the peers were confirmed in rotation that they may have left.
-            fence_until = min(fence_until, self._peers_confirmed_at + self._policy.peer_fresh)
+        closed: list[str] = []
 
         def fence() -> bool:
-            return (self._clock.monotonic() < fence_until
-                    and self._store.connection_state is ConnectionState.CONNECTED)
+            why = self._fence(checked_at)
+            closed.append(why)
+            return not why
 
         try:
             self._imds.approve(confirmed, fence=fence)
         except ImdsFenced as exc:
             self._metrics.approvals.labels("fenced").inc()
-            log.warning("approval not sent (vm=%s events=%s): %s; re-checked next cycle", self.vm, confirmed, exc,
-                        extra={"event_id": ",".join(confirmed)})
+            log.warning("approval not sent (vm=%s events=%s): %s: %s; re-checked next cycle", self.vm, confirmed,
+                        exc, closed[-1] if closed else "", extra={"event_id": ",".join(confirmed)})
             return local
         except ImdsError as exc:
             self._metrics.approvals.labels("failed").inc()
@@ -637,7 +619,22 @@ class Agent:
                 if record is not None:
                     self._metrics.approval_latency.observe(max(snap.now - record.published_at, 0.0))
         log.info("approved (vm=%s events=%s)", self.vm, ",".join(confirmed), extra={"event_id": ",".join(confirmed)})
-        return replace(local, posted=local.posted | frozenset(confirmed))
+        keys = frozenset(intent.key for intent in plan.approve if intent.event_id in confirmed)
+        return replace(local, posted=local.posted | keys)
+
+    def _fence(self, checked_at: float) -> str:
+        """The evidence for ``approval_fence``, gathered right before an attempt of the POST: the operator's
+        pause is read from the ensemble (a pause made during the retries stops them)."""
+        paused: Pause | str | None = None
+        if self._store.connection_state is ConnectionState.CONNECTED:
+            try:
+                paused = self._store.read_pause()
+            except (StoreError, InvalidName) as exc:
+                paused = str(exc)
+        return approval_fence(self._policy, mono=self._clock.monotonic(), now=self._clock.now(),
+                              checked_at=checked_at, granted=self._store.granted_session_timeout,
+                              connection=self._store.connection_state, paused=paused,
+                              peers_confirmed_at=self._peers_confirmed_at)
 
     def _persist(self, snap: Snapshot) -> None:
         local = self._local
@@ -697,61 +694,3 @@ class Agent:
         with self._status_lock:
             self._status = _Status(plan=plan, snapshot=snap, description=description,
                                    cycles=self._status.cycles + 1)
-
-
-def _status_dict(vm: str, local: LocalState, st: _Status) -> dict[str, Any]:
-    snap, plan = st.snapshot, st.plan
-    out: dict[str, Any] = {
-        "vm": vm,
-        "phase": local.phase.value,
-        "cycles": st.cycles,
-        "last_cycle": st.description,
-        "approved_by_me": sorted(local.posted),
-        "drained_for": sorted(local.draining_for),
-        "stays_out": st.plan.waiting if st.plan is not None else "",
-    }
-    if snap is None or plan is None:
-        return out
-    cluster = snap.cluster
-    out["imds"] = {
-        "fresh": snap.document is not None,
-        "incarnation": snap.last_document.document_incarnation if snap.last_document else None,
-    }
-    out["cluster"] = None if cluster is None else {
-        "connection": cluster.connection.value,
-        "leader": cluster.leader,
-        "i_am_leader": cluster.i_am_leader,
-        "members": sorted(cluster.members),
-        "paused": None if cluster.paused is None else {
-            "reason": cluster.paused.reason, "by": cluster.paused.by, "at": cluster.paused.at},
-    }
-    if snap.peers is not None:
-        # What this agent's probes of its peers showed, as the budget counts them (leader and named VMs).
-        out["peers"] = {vm: {"in_rotation": seen.in_rotation, "seen": seen.detail,
-                             "age_seconds": round(snap.mono - seen.at, 1)} for vm, seen in sorted(snap.peers.items())}
-    events = []
-    for event in snap.last_document.events if snap.last_document else ():
-        key = event.event_id.upper()
-        record = cluster.records.get(key) if cluster else None
-        events.append({
-            "event_id": event.event_id,
-            "type": event.event_type,
-            "status": event.event_status,
-            "resources": list(event.resources),
-            "not_before": event.not_before.isoformat() if event.not_before else None,
-            "approver": plan.approvers.get(key),
-            "acks": sorted(record.acks) if record else [],
-            "approved_by": record.approval.by if record and record.approval else None,
-            "waiting_for": list(plan.blocked.get(key, ())),
-        })
-    out["events"] = events
-    return out
-
-
-def _sight(sightings: dict[str, Sighting], present: set[str], mono: float) -> None:
-    """One fresh read: what it shows is seen now, everything else tracked misses once more."""
-    for key, sighting in list(sightings.items()):
-        if key not in present:
-            sightings[key] = Sighting(sighting.last, sighting.misses + 1)
-    for key in present:
-        sightings[key] = Sighting(mono)

@@ -32,11 +32,11 @@ from pydantic_core import to_jsonable_python
 
 from coordinator.actions.connections import probe_wait_seconds
 from coordinator.errors import ConfigError, InvalidName
+from coordinator.maintenance_windows import WEEKDAYS, Weekday, Window
 from coordinator.names import normalize_vm_name
 from coordinator.store.zk_security import NodeAcls, digest_identity, node_acls, parse_identity
 from coordinator.store.zk_session import ClientOptions, TlsOptions
 from coordinator.support.hostos import default_state_file
-from coordinator.windows import WEEKDAYS, Weekday, Window
 
 __all__ = [
     "ApprovalRule",
@@ -200,6 +200,11 @@ class ZooKeeperConfig(_Section):
         30.0, ge=4, le=600, description="An agent silent this long loses membership and leadership"
     )
     operation_timeout: float = Field(5.0, gt=0, le=60, description="Bound on every ZooKeeper call")
+    tick_seconds: float = Field(
+        2.0, gt=0, le=60, description="The servers' tickTime (ZooKeeper's default: 2 s). A server grants at least 2 "
+        "ticks and expires a session up to a tick late: a cut-off agent serves again only once its session "
+        "has certainly lapsed"
+    )
     auth: ZooKeeperAuthConfig | None = Field(
         None, description="Digest credentials of the agents (username and password or password_file); with "
         "them, the group's nodes are closed to everyone but the identities of zookeeper.acl"

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
 from coordinator.errors import InvalidName
+from coordinator.maintenance_windows import in_windows
 from coordinator.models import EventType, ScheduledEvent
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.snapshot import (
@@ -46,11 +47,12 @@ from coordinator.snapshot import (
     Policy,
     Sighting,
     Snapshot,
+    approval_fence,
     is_gone,
     rule_for,
+    session_lapses_after,
 )
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord
-from coordinator.windows import in_windows
 
 __all__ = [
     "ApprovalIntent",
@@ -61,10 +63,12 @@ __all__ = [
     "Policy",
     "Sighting",
     "Snapshot",
+    "approval_fence",
     "choose_approver",
     "decide",
     "is_gone",
     "rule_for",
+    "session_lapses_after",
 ]
 
 
@@ -94,6 +98,12 @@ class _Event:
     bad_names: tuple[str, ...]
     rule: ApprovalRule
     listed: int = 1  # how many entries of the document carry this event id
+
+    @property
+    def held_as(self) -> str:
+        """The key this VM holds the event under (``draining_for``, the state file, ``/out``): the id
+        upper-cased, as the store keys it, even when it is not usable in ZooKeeper."""
+        return self.key or self.event.event_id.upper()
 
     @property
     def not_before(self) -> float | None:
@@ -152,7 +162,7 @@ def _approvable(ev: _Event, cluster: ClusterView | None, snap: Snapshot, policy:
 def _drains(ev: _Event, snap: Snapshot, local: LocalState, policy: Policy) -> bool:
     """Whether this VM, named by ``ev``, must be drained for it now."""
     event = ev.event
-    if event.event_id in local.draining_for:
+    if ev.held_as in local.draining_for:
         return True  # never put back while the event is present
     if ev.rule is ApprovalRule.IMMEDIATELY and ev.key is not None:
         return False  # a short impact approved at once: draining would cost more than it saves
@@ -164,9 +174,11 @@ def _drains(ev: _Event, snap: Snapshot, local: LocalState, policy: Policy) -> bo
     if snap.now >= not_before - policy.latest_start:
         return True  # no more waiting, whatever the budget or ZooKeeper say
     grace = policy.absent_grace
-    if grace is not None and snap.disconnected_for >= max(grace - policy.wait_for(event), 0.0):
+    if grace is not None and snap.cut_off_for >= max(grace - policy.wait_for(event), 0.0):
         # Cut off from ZooKeeper: the leader may soon count this VM as gone (absent_grace after its
-        # session ends) and approve without it, so be drained by then.
+        # session ends) and approve without it, so be drained by then. A process that never had a
+        # session counts as cut off since before it started: the peers may have seen this VM gone
+        # since before a reboot (``Snapshot.cut_off_for``).
         return True
     if not _approvable(ev, snap.cluster, snap, policy):
         return policy.unapprovable_at_once  # nothing to gain from an early drain: just in time
@@ -213,14 +225,17 @@ def _acks_outstanding(snap: Snapshot, policy: Policy) -> str:
 
     It may serve once ZooKeeper, read this cycle over a CONNECTED session, shows no ack of it (its
     acks are withdrawn first), or once every session that could hold one has certainly lapsed: this
-    process has been cut off, and alive, for a whole session timeout (acks are ephemeral)."""
+    process has been cut off, and alive, for longer than the server may keep a session it no longer
+    hears from (``session_lapses_after``: the granted timeout, at least two ticks, plus a tick), since
+    acks are ephemeral."""
     cluster = snap.cluster
     if cluster is not None and cluster.connection is ConnectionState.CONNECTED:
         mine = sorted(key for key, record in cluster.records.items() if snap.me in record.acks)
         if not mine:
             return ""
         return f"withdrawing its acknowledgement of {','.join(mine)}"
-    if snap.disconnected_for >= policy.session_timeout and snap.uptime >= policy.session_timeout:
+    lapse = session_lapses_after(policy, snap.granted_session)
+    if snap.cut_off_for >= lapse and snap.uptime >= lapse:
         return ""
     return "ZooKeeper unreachable: its acknowledgements may stand until its session lapses"
 
@@ -387,16 +402,15 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     # What holds this VM: events naming it that it must drain for, and every event it was drained
     # for that is not gone yet (still named by a recent document, or known only from before a restart).
     holding_events = [ev for ev in parsed if ev.event.names(snap.me) and _drains(ev, snap, local, policy)]
-    holding = [ev.event.event_id for ev in holding_events]
-    for event_id in sorted(local.draining_for):
-        if event_id not in holding and not is_gone(snap.named.get(event_id), snap.mono, policy.gone_after):
-            holding.append(event_id)
+    holding = list(dict.fromkeys(ev.held_as for ev in holding_events))
+    for key in sorted(local.draining_for):
+        if key not in holding and not is_gone(snap.named.get(key), policy.gone_after):
+            holding.append(key)
     next_phase, start_drain, start_recover, waiting = _local(snap, local, policy, bool(holding))
     phase_after = next_phase or local.phase
     drain_started = snap.mono if start_drain else local.drain_started
-    holding_keys = {ev.key for ev in holding_events if ev.key is not None} | {
-        eid.upper() for eid in holding
-    }
+    holding_keys = set(holding)
+    posted = _still_posted(local.posted, set(by_key), snap, policy)
 
     cluster = snap.cluster
     publish: list[EventRecord] = []
@@ -451,7 +465,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
             if reasons:
                 blocked[ev.key] = reasons
                 continue
-            mine = approver == snap.me and ev.event.event_id not in local.posted
+            mine = approver == snap.me and ev.key not in posted
             after_drain = ev.rule is ApprovalRule.AFTER_DRAIN
             required = tuple(vm for vm in ev.resources if _waited_for(vm, cluster, policy, snap)) if after_drain else ()
             intent = ApprovalIntent(ev.event.event_id, ev.key, required, as_leader, after_drain and policy.budgeted)
@@ -463,7 +477,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                 if key in by_key:
                     if record.done_at is not None:
                         reopen.append(key)  # back (a flap, or a reused EventId): nothing of before counts
-                elif record.done_at is None and is_gone(snap.seen.get(key), snap.mono, policy.gone_after):
+                elif record.done_at is None and is_gone(snap.seen.get(key), policy.gone_after):
                     mark_done.append(key)
         if cluster.i_am_leader:
             mark_absent = sorted(cluster.known - cluster.members - set(cluster.absent_since))
@@ -471,11 +485,13 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         mine_out = cluster.out.get(snap.me)
         if phase_after is Phase.SERVING:
             clear_out = mine_out is not None
-        elif mine_out is None or not set(holding) <= set(mine_out.events):
+        else:
             # Events accumulate until the VM is back in rotation: a VM back from a reboot is still out
             # for the event that took it out, whatever its restarted agent holds now.
             earlier = tuple(mine_out.events) if mine_out is not None else ()
-            mark_out = earlier + tuple(e for e in holding if e not in earlier)
+            known = {e.upper() for e in earlier}
+            if mine_out is None or not set(holding) <= known:
+                mark_out = earlier + tuple(e for e in holding if e not in known)
 
     return Plan(
         next_phase=next_phase,
@@ -498,7 +514,25 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         blocked=blocked,
         invalid=tuple(invalid),
         waiting=waiting,
+        posted=posted,
     )
+
+
+def _still_posted(posted: frozenset[str], listed: set[str], snap: Snapshot, policy: Policy) -> frozenset[str]:
+    """The events this agent POSTed whose instance is still the one it approved. An instance ends when
+    this VM saw the event gone, or the view shows its record done, purged, or without the approval (the
+    leader reopened it: a reused EventId). An approver that kept the key forever would never approve a
+    reused EventId, while every other agent deferred to it."""
+    cluster = snap.cluster
+    kept = set()
+    for key in posted:
+        if key not in listed and is_gone(snap.seen.get(key), policy.gone_after):
+            continue
+        record = cluster.records.get(key) if cluster is not None else None
+        if cluster is not None and (record is None or record.done_at is not None or record.approval is None):
+            continue
+        kept.add(key)
+    return frozenset(kept)
 
 
 def _waited_for(vm: str, cluster: ClusterView, policy: Policy, snap: Snapshot) -> bool:

@@ -23,6 +23,7 @@ from coordinator.store.base import (
     ClusterView,
     ConnectionState,
     EventRecord,
+    Pause,
     Store,
     WriteResult,
 )
@@ -86,6 +87,13 @@ class DryRunStore:
 
     def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
         return self._inner.member_info(vms)
+
+    def read_pause(self) -> Pause | None:
+        return self._inner.read_pause()
+
+    @property
+    def granted_session_timeout(self) -> float | None:
+        return self._inner.granted_session_timeout
 
     def read_view(self, vm: str) -> ClusterView:
         view = self._inner.read_view(vm)

@@ -108,6 +108,7 @@ def policy_from(settings: Settings) -> Policy:
         gone_after=d.gone_after_seconds,
         unapprovable_at_once=d.unapprovable == "at-once",
         session_timeout=settings.zookeeper.session_timeout,
+        zk_tick=settings.zookeeper.tick_seconds,
         terminate_together=p.terminate_together,
         done_retention=settings.done_retention_seconds,
         windows=tuple(w.to_window() for w in p.maintenance_windows),

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
+from coordinator.maintenance_windows import Window, in_windows
 from coordinator.models import Document, EventSource, EventType, ScheduledEvent
-from coordinator.store.base import ClusterView, EventRecord
-from coordinator.windows import Window
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Pause
 
 __all__ = [
     "ApprovalIntent",
@@ -21,8 +21,11 @@ __all__ = [
     "Policy",
     "Sighting",
     "Snapshot",
+    "approval_fence",
     "is_gone",
     "rule_for",
+    "session_lapses_after",
+    "sight",
 ]
 
 
@@ -51,19 +54,40 @@ class LocalState:
 
 @dataclass(frozen=True)
 class Sighting:
-    """How recently fresh documents showed something: ``last`` is the monotonic time of the last
-    fresh document that did, ``misses`` the number of fresh documents since then that did not."""
+    """How recently fresh documents showed something, timed by the requests that read them: ``last`` is
+    when the last answer that showed it *arrived* (it was there at some point up to then), ``misses`` the
+    number of answers since then that did not show it, and ``missed_at`` when the request of the latest
+    of those was *sent* (it was missing at some point from then on). Both ends are taken on the side that
+    makes "gone" later: a slow answer never stretches the misses."""
 
     last: float
     misses: int = 0
+    missed_at: float | None = None
 
 
-def is_gone(sighting: Sighting | None, mono: float, gone_after: float) -> bool:
-    """Gone means missing from at least two fresh documents and for ``gone_after`` seconds: a single
-    flapped read, or an incarnation reset that drops an event for one poll, never puts a VM back."""
+def is_gone(sighting: Sighting | None, gone_after: float) -> bool:
+    """Gone means missing from at least two fresh documents whose requests were sent ``gone_after``
+    seconds or more after the last answer that showed it arrived: a single flapped read, an incarnation
+    reset that drops an event for one poll, or two quick reads whose answers came late never put a VM
+    back. Time without answers (IMDS unreachable) adds nothing."""
     if sighting is None:
         return True
-    return sighting.misses >= 2 and mono - sighting.last >= gone_after
+    return (sighting.misses >= 2 and sighting.missed_at is not None
+            and sighting.missed_at - sighting.last >= gone_after)
+
+
+def sight(sightings: Mapping[str, Sighting], present: set[str], sent: float, answered: float) -> dict[str, Sighting]:
+    """One fresh document, read by a request sent at ``sent`` and answered at ``answered``: what it
+    shows is seen (as late as ``answered``), everything else tracked misses once more (as early as
+    ``sent``)."""
+    out: dict[str, Sighting] = {}
+    for key, sighting in sightings.items():
+        if key not in present:
+            missed_at = sent if sighting.missed_at is None else max(sighting.missed_at, sent)
+            out[key] = Sighting(sighting.last, sighting.misses + 1, missed_at)
+    for key in present:
+        out[key] = Sighting(answered)
+    return out
 
 
 @dataclass(frozen=True)
@@ -86,9 +110,28 @@ class Snapshot:
     named: Mapping[str, Sighting] = field(default_factory=dict)  # event id -> when it last named me
     seen: Mapping[str, Sighting] = field(default_factory=dict)  # event key -> when it was last present
     absent_for: Mapping[str, float] = field(default_factory=dict)  # vm -> seconds this agent saw it absent
-    disconnected_for: float = 0.0  # seconds since the store connection was last seen CONNECTED
-    uptime: float = float("inf")  # seconds since this process started
+    # The connection history, on this process's monotonic clock: when it was last seen CONNECTED (None:
+    # never, in this process) and when the process started.
+    connected_at: float | None = None
+    started: float = float("-inf")
+    # The longest session timeout a server granted this process (None: not known, no session yet).
+    granted_session: float | None = None
     peers: Mapping[str, PeerSeen] | None = None  # vm -> last probe answer; None: peers are not probed
+
+    @property
+    def uptime(self) -> float:
+        return self.mono - self.started
+
+    @property
+    def cut_off_for(self) -> float:
+        """How long this process has been without a CONNECTED session, counted from before it started
+        when it never had one: a restarted agent does not know when its previous session ended, and the
+        peers may have seen this VM gone since before the restart."""
+        if self.cluster is not None and self.cluster.connection is ConnectionState.CONNECTED:
+            return 0.0
+        if self.connected_at is None:
+            return float("inf")
+        return self.mono - self.connected_at
 
 
 @dataclass(frozen=True)
@@ -112,7 +155,10 @@ class Policy:
     terminate_together: bool = True
     recover_retry: float = 5.0
     done_retention: float = 7 * 24 * 3600.0
-    session_timeout: float = 30.0
+    session_timeout: float = 30.0  # what the agent asks ZooKeeper for
+    # ZooKeeper's tickTime as the operator configured it: the server grants at least 2 ticks, and expires
+    # a session only on a tick boundary, up to one tick after its timeout.
+    zk_tick: float = 2.0
     # How old a peer's probe answer may be and still count; None: peers are not probed, and a live member
     # without an /out node or an ack counts as in rotation.
     peer_fresh: float | None = None
@@ -180,6 +226,7 @@ class Plan:
     blocked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # event key -> reasons
     invalid: tuple[str, ...] = ()  # why some events cannot be coordinated
     waiting: str = ""  # why this VM is not recovering although nothing holds it
+    posted: frozenset[str] = frozenset()  # LocalState.posted, less the events whose approved instance ended
 
     @property
     def acts(self) -> bool:
@@ -222,3 +269,46 @@ class Plan:
         for key, reasons in sorted(self.blocked.items()):
             parts.append(f"{key} waits: {'; '.join(reasons)}")
         return "; ".join(parts) if parts else "nothing to do"
+
+
+def session_lapses_after(policy: Policy, granted: float | None) -> float:
+    """How long after a session was last heard from by the server it has certainly expired there: the
+    longest timeout it may have been granted (what was asked, what a server granted this process, and
+    ZooKeeper's minimum of two ticks), plus one tick (expiry happens on tick boundaries). A session of an
+    earlier process of this agent is bounded the same way."""
+    timeout = max(policy.session_timeout, granted or 0.0, 2 * policy.zk_tick)
+    return timeout + policy.zk_tick
+
+
+def approval_fence(
+    policy: Policy,
+    *,
+    mono: float,
+    now: float,
+    checked_at: float,
+    granted: float | None,
+    connection: ConnectionState,
+    paused: Pause | str | None,
+    peers_confirmed_at: float | None,
+) -> str:
+    """Why no (more) bytes of an approval may be sent now (empty: they may). Checked before every attempt
+    of the POST, retries included: the session may have lapsed (half the shorter of the asked and the
+    granted timeout since the final check began), the connection is not CONNECTED, an operator paused
+    approvals since (``paused``: the pause read now, or why it could not be read), the maintenance window
+    closed, or the peers counted as serving were confirmed too long ago."""
+    session = min(policy.session_timeout, granted) if granted else policy.session_timeout
+    if mono >= checked_at + session / 2:
+        return f"more than half a session timeout ({session / 2:.1f}s) since the final check"
+    if connection is not ConnectionState.CONNECTED:
+        return f"ZooKeeper connection {connection.value}"
+    if isinstance(paused, str):
+        return f"the pause could not be read: {paused}"
+    if paused is not None:
+        return f"approvals paused by {paused.by}: {paused.reason}"
+    if not in_windows(policy.windows, now):
+        return "the maintenance window closed"
+    peers_fresh_until = None if peers_confirmed_at is None or policy.peer_fresh is None else (
+        peers_confirmed_at + policy.peer_fresh)
+    if peers_fresh_until is not None and mono >= peers_fresh_until:
+        return "the peers were confirmed in rotation too long ago"
+    return ""

@@ -21,6 +21,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from coordinator.config import ApprovalRule
 from coordinator.decide import LocalState, Plan, Policy, Snapshot, rule_for
@@ -28,7 +29,7 @@ from coordinator.metrics import EventRow, Metrics, blocked_reason, bounded_statu
 from coordinator.models import Document, ScheduledEvent
 from coordinator.store.base import ConnectionState, EventRecord
 
-__all__ = ["Health", "Telemetry"]
+__all__ = ["Health", "Telemetry", "status_dict"]
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ class Telemetry:
     # -- internals -------------------------------------------------------------------------------------------
 
     def _approved(self, event: ScheduledEvent, record: EventRecord | None, local: LocalState) -> bool:
-        return event.event_id in local.posted or (record is not None and record.approval is not None)
+        return event.event_id.upper() in local.posted or (record is not None and record.approval is not None)
 
     def _session_changes(self, connection: ConnectionState, session: object | None) -> None:
         held = self._session
@@ -182,3 +183,53 @@ class Telemetry:
 
 def _same_maintenance(a: ScheduledEvent, b: ScheduledEvent) -> bool:
     return a.event_type == b.event_type and {r.lower() for r in a.resources} == {r.lower() for r in b.resources}
+
+
+def status_dict(vm: str, local: LocalState, plan: Plan | None, snap: Snapshot | None, description: str,
+                cycles: int) -> dict[str, Any]:
+    """The agent's ``/status`` document: its phase, what it holds and approved, and the last cycle's view."""
+    out: dict[str, Any] = {
+        "vm": vm,
+        "phase": local.phase.value,
+        "cycles": cycles,
+        "last_cycle": description,
+        "approved_by_me": sorted(local.posted),
+        "drained_for": sorted(local.draining_for),
+        "stays_out": plan.waiting if plan is not None else "",
+    }
+    if snap is None or plan is None:
+        return out
+    cluster = snap.cluster
+    out["imds"] = {
+        "fresh": snap.document is not None,
+        "incarnation": snap.last_document.document_incarnation if snap.last_document else None,
+    }
+    out["cluster"] = None if cluster is None else {
+        "connection": cluster.connection.value,
+        "leader": cluster.leader,
+        "i_am_leader": cluster.i_am_leader,
+        "members": sorted(cluster.members),
+        "paused": None if cluster.paused is None else {
+            "reason": cluster.paused.reason, "by": cluster.paused.by, "at": cluster.paused.at},
+    }
+    if snap.peers is not None:
+        # What this agent's probes of its peers showed, as the budget counts them (leader and named VMs).
+        out["peers"] = {vm: {"in_rotation": seen.in_rotation, "seen": seen.detail,
+                             "age_seconds": round(snap.mono - seen.at, 1)} for vm, seen in sorted(snap.peers.items())}
+    events = []
+    for event in snap.last_document.events if snap.last_document else ():
+        key = event.event_id.upper()
+        record = cluster.records.get(key) if cluster else None
+        events.append({
+            "event_id": event.event_id,
+            "type": event.event_type,
+            "status": event.event_status,
+            "resources": list(event.resources),
+            "not_before": event.not_before.isoformat() if event.not_before else None,
+            "approver": plan.approvers.get(key),
+            "acks": sorted(record.acks) if record else [],
+            "approved_by": record.approval.by if record and record.approval else None,
+            "waiting_for": list(plan.blocked.get(key, ())),
+        })
+    out["events"] = events
+    return out

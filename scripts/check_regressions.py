@@ -19,14 +19,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = "tests/unit/test_safety_regressions.py"
 FOUND = "tests/model/test_found_by_model.py"  # reproductions of what the model-based suite found
+LOOP = "tests/unit/test_loop_safety.py"  # breaks in the shell around the decision
 
 # (fix, file, the code of the fix, the code without it, the test that must then fail)
 MUTATIONS = [
     (
         'fence',
-        'coordinator/agent.py',
-        '            return (self._clock.monotonic() < fence_until\n',
-        '            return True or (self._clock.monotonic() < fence_until\n',
+        'coordinator/snapshot.py',
+        '    if mono >= checked_at + session / 2:\n',
+        '    if False:\n',
         'test_no_post_once_the_session_may_have_lapsed',
     ),
     (
@@ -46,7 +47,8 @@ MUTATIONS = [
     (
         'gone-debounce',
         'coordinator/snapshot.py',
-        '    return sighting.misses >= 2 and mono - sighting.last >= gone_after',
+        '    return (sighting.misses >= 2 and sighting.missed_at is not None\n'
+        '            and sighting.missed_at - sighting.last >= gone_after)',
         '    return sighting.misses >= 1',
         'test_a_one_read_flap_never_puts_a_drained_vm_back',
     ),
@@ -60,8 +62,8 @@ MUTATIONS = [
     (
         'draining-for-shrinks',
         'coordinator/decide.py',
-        '        if event_id not in holding and not is_gone(',
-        '        if False and event_id not in holding and not is_gone(',
+        '        if key not in holding and not is_gone(',
+        '        if False and key not in holding and not is_gone(',
         'test_restart_with_imds_and_zookeeper_down_stays_drained',
     ),
     (
@@ -81,8 +83,8 @@ MUTATIONS = [
     (
         'no-self-drain',
         'coordinator/decide.py',
-        '    if grace is not None and snap.disconnected_for',
-        '    if False and snap.disconnected_for',
+        '    if grace is not None and snap.cut_off_for',
+        '    if False and snap.cut_off_for',
         'test_a_vm_cut_off_from_zookeeper_drains_itself_before_its_peers_stop_waiting',
     ),
     (
@@ -312,10 +314,60 @@ MUTATIONS = [
         'tests/integration/test_hostile_zookeeper.py::'
         'test_the_gate_refuses_a_well_formed_ack_that_vm1s_own_session_does_not_hold',
     ),
+    (
+        'cut-off-since-before-start',
+        'coordinator/snapshot.py',
+        '            return float("inf")\n        return self.mono - self.connected_at',
+        '            return self.mono - self.started\n        return self.mono - self.connected_at',
+        LOOP + '::test_a_restarted_agent_cut_off_from_zookeeper_counts_itself_cut_off_since_before_it_started',
+    ),
+    (
+        'granted-session-lapse',
+        'coordinator/snapshot.py',
+        '    timeout = max(policy.session_timeout, granted or 0.0, 2 * policy.zk_tick)\n',
+        '    timeout = policy.session_timeout - policy.zk_tick\n',
+        LOOP + '::test_a_cut_off_vm_serves_only_once_the_session_the_server_granted_has_lapsed',
+    ),
+    (
+        'posted-never-cleared',
+        'coordinator/decide.py',
+        '    posted = _still_posted(local.posted, set(by_key), snap, policy)\n',
+        '    posted = local.posted\n',
+        LOOP + '::test_a_reused_event_id_is_approved_again_by_the_same_approver',
+    ),
+    (
+        'fence-reads-the-pause',
+        'coordinator/snapshot.py',
+        '    if paused is not None:\n        return f"approvals paused',
+        '    if False:\n        return f"approvals paused',
+        LOOP + '::test_a_pause_made_while_the_approval_is_retried_stops_the_retries',
+    ),
+    (
+        'fence-checks-the-window',
+        'coordinator/snapshot.py',
+        '    if not in_windows(policy.windows, now):\n        return "the maintenance window closed"',
+        '    if False:\n        return "the maintenance window closed"',
+        LOOP + '::test_a_maintenance_window_that_closes_while_the_approval_is_retried_stops_the_retries',
+    ),
+    (
+        'gone-timed-by-requests',
+        'coordinator/snapshot.py',
+        '            missed_at = sent if sighting.missed_at is None else max(sighting.missed_at, sent)\n',
+        '            missed_at = answered\n',
+        LOOP + '::test_two_misses_whose_answers_came_late_do_not_make_an_event_gone',
+    ),
+    (
+        'held-by-key',
+        'coordinator/agent.py',
+        '            draining_for=frozenset(e.upper() for e in saved.draining_for) if saved else frozenset(),\n',
+        '            draining_for=saved.draining_for if saved else frozenset(),\n',
+        LOOP + '::test_a_state_file_spelling_an_event_id_otherwise_than_imds_now_does_still_holds_the_vm',
+    ),
 ]
 
 
 def main() -> int:
+    only = sys.argv[1:]  # names (or parts of names) of the fixes to check; none: every one
     failures = 0
     with tempfile.TemporaryDirectory(prefix="regressions-") as tmp:
         work = Path(tmp)
@@ -323,6 +375,8 @@ def main() -> int:
         shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__", "e2e"))
         shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
         for name, path, fixed, unfixed, test in MUTATIONS:
+            if only and not any(part in name for part in only):
+                continue
             target = work / path
             original = target.read_text()
             if fixed not in original:

@@ -236,7 +236,7 @@ def _plans(read: GroupRead, policy: Policy, approvers: Mapping[str, tuple[str | 
             cluster=cluster,
             seen={key: Sighting(read.mono) for key in view.records},
             absent_for={vm: max(read.read_at - since, 0.0) for vm, since in view.absent_since.items()},
-            disconnected_for=0.0, uptime=float("inf"), peers=peers,
+            connected_at=read.mono, peers=peers,
         )
         plans[me] = decide(snapshot, LocalState(phase=Phase.SERVING, phase_since=read.mono), policy)
     return plans

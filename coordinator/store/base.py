@@ -198,6 +198,15 @@ class Store(Protocol):
         """The member info of those of ``vms`` that have a member node (what they joined with).
         Raises ``StoreUnavailable``."""
 
+    def read_pause(self) -> Pause | None:
+        """The operator's pause as the ensemble holds it now (a read, not the watched view): the fence of
+        an approval's POST asks before every attempt. Raises ``StoreUnavailable``."""
+
+    @property
+    def granted_session_timeout(self) -> float | None:
+        """The longest session timeout, in seconds, that a server granted this store's sessions (None:
+        no session yet). ZooKeeper may grant more than was asked (at least two ticks) or less."""
+
     def publish_event(self, record: EventRecord) -> WriteResult:
         """Create the event record if absent (EXISTS if another agent published it first)."""
 

@@ -80,6 +80,8 @@ class MemoryCluster:
         self.events: dict[str, _Event] = {}
         self.out: dict[str, OutMark] = {}
         self.paused: Pause | None = None  # ``/pause``: set by ``pause`` / ``resume`` (an operator's command)
+        # The session timeout the "ensemble" grants (None: what was asked, which the store does not know).
+        self.granted_session: float | None = None
         self._stores: list[MemoryStore] = []
 
     def new_session(self) -> int:
@@ -297,6 +299,15 @@ class MemoryStore:
                 out=dict(self._cluster.out),
                 paused=self._cluster.paused,
             )
+
+    def read_pause(self) -> Pause | None:
+        with self._cluster.lock:
+            self._session_for(write=False)
+            return self._cluster.paused
+
+    @property
+    def granted_session_timeout(self) -> float | None:
+        return self._cluster.granted_session
 
     def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
         with self._cluster.lock:

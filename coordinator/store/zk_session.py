@@ -130,6 +130,27 @@ def client_arguments(options: ClientOptions) -> dict[str, Any]:
     }
 
 
+def record_granted_timeout(client: KazooClient, record: Callable[[float], None]) -> None:
+    """Call ``record`` with the session timeout (seconds) the server grants at each (re)connection.
+
+    kazoo negotiates it in ``ConnectionHandler._connect`` and keeps only the read timeout it derives
+    (two thirds of it), which ``_connect`` returns: wrapped here, on this client's handler alone. A kazoo
+    whose handler has no such method leaves the value unknown (the agent then assumes the longest
+    timeout the server may grant, see ``coordinator.snapshot.session_lapses_after``)."""
+    handler = getattr(client, "_connection", None)
+    original = getattr(handler, "_connect", None)
+    if handler is None or original is None:
+        log.warning("cannot learn the session timeout ZooKeeper grants from this kazoo version")
+        return
+
+    def connect(host: str, hostip: str, port: int) -> tuple[float, float]:
+        read_timeout, connect_timeout = original(host, hostip, port)
+        record(read_timeout * 1.5 / 1000.0)
+        return read_timeout, connect_timeout
+
+    handler._connect = connect
+
+
 class Deadline:
     """A point in monotonic time, ``seconds`` from now: the budget of one store method."""
 
@@ -162,10 +183,23 @@ class ZooKeeperSession:
         self._counters = threading.Lock()
         self._generation = 0  # see the module docstring
         self._epoch = 0
+        self._granted: float | None = None  # the longest session timeout a server granted (seconds)
         # One bound method object, so that kazoo's per-path watcher sets hold it once.
         self.watch: Callable[[WatchedEvent], None] = self._on_watch
 
     # -- introspection --------------------------------------------------------------------------------
+
+    @property
+    def granted_timeout(self) -> float | None:
+        """The longest session timeout a server granted this store's sessions, in seconds (None: none yet)."""
+        return self._granted
+
+    def _granted_by_server(self, seconds: float) -> None:
+        if self._granted is None or seconds > self._granted:
+            if seconds != self._options.session_timeout:
+                log.warning("ZooKeeper granted a session timeout of %.1fs (asked for %.1fs): the agent times "
+                            "its session by what was granted", seconds, self._options.session_timeout)
+            self._granted = seconds
 
     @property
     def options(self) -> ClientOptions:
@@ -225,6 +259,7 @@ class ZooKeeperSession:
         """Build the client and connect it before ``deadline``. Raises ``StoreUnavailable`` (after
         closing the client) if it is not connected by then. Must not be called while a client exists."""
         client = self._client_factory(self._options)
+        record_granted_timeout(client, self._granted_by_server)
         self._timeouts = (KazooTimeoutError, client.handler.timeout_exception)
         self._failures = (KazooException, *self._timeouts)
         self._quiet_until = 0.0

@@ -56,6 +56,7 @@ from coordinator.store.payloads import (
     PauseNode,
     PayloadError,
 )
+from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_event_id, is_canonical_vm
 from coordinator.store.zk_session import Deadline, ZooKeeperSession
 
@@ -233,9 +234,18 @@ def _children_or_empty(session: ZooKeeperSession, result: IAsyncResult[list[str]
         return []
 
 
+def read_pause_now(ctx: StoreContext) -> Pause | None:
+    """``/pause`` as the server holds it now, without a watch (see ``Store.read_pause``)."""
+    client, _ = ctx.session.connected(write=False)
+    deadline = ctx.session.deadline()
+    with ctx.session.reading("read the pause"):
+        exists_r = client.exists_async(ctx.paths.pause)
+        return _read_pause(ctx.session, client, ctx.paths, exists_r, deadline, None)
+
+
 def _read_pause(
     session: ZooKeeperSession, client: KazooClient, paths: ZooKeeperPaths,
-    exists_r: IAsyncResult[ZnodeStat | None], deadline: Deadline, watch: Watcher,
+    exists_r: IAsyncResult[ZnodeStat | None], deadline: Deadline, watch: Watcher | None,
 ) -> Pause | None:
     """The operator's pause, if ``/pause`` exists. A node that does not parse still pauses: an operator
     meant to stop approvals, and the safe side is not to approve."""

@@ -32,8 +32,8 @@ from kazoo.client import KazooClient
 
 from coordinator.errors import ConfigError, InvalidName
 from coordinator.names import normalize_event_id, normalize_vm_name
-from coordinator.store import zk_gate, zk_membership, zk_records
-from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, WriteResult
+from coordinator.store import zk_gate, zk_membership, zk_records, zk_view
+from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, Pause, WriteResult
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_paths import ZooKeeperPaths, validate_cluster, validate_root
 from coordinator.store.zk_security import NodeAcls
@@ -164,6 +164,15 @@ class ZooKeeperStore:
     def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
         """See ``coordinator.store.zk_watch.WatchedView.member_info``."""
         return self._watched.member_info([normalize_vm_name(vm) for vm in vms])
+
+    def read_pause(self) -> Pause | None:
+        """See ``Store.read_pause``: ``exists`` (and ``get`` when there is one) on ``/pause``, no watch."""
+        return zk_view.read_pause_now(self._ctx)
+
+    @property
+    def granted_session_timeout(self) -> float | None:
+        """See ``Store.granted_session_timeout``."""
+        return self._session.granted_timeout
 
     # -- the approval gate ----------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from coordinator.actions import ActionContext, ProbeState
 from coordinator.errors import ActionError, ImdsError
 from coordinator.models import Document
 from coordinator.poller import Reading
-from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, WriteResult
+from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, Pause, WriteResult
 from coordinator.store.memory import MemoryStore
 
 __all__ = [
@@ -325,6 +325,13 @@ class ModelStore:
 
     def campaign(self, vm: str) -> bool:
         return self.inner.campaign(vm)
+
+    def read_pause(self) -> Pause | None:
+        return self.inner.read_pause()
+
+    @property
+    def granted_session_timeout(self) -> float | None:
+        return self.inner.granted_session_timeout
 
     def read_view(self, vm: str) -> ClusterView:
         view = self.inner.read_view(vm)

@@ -10,9 +10,9 @@ import pytest
 
 from coordinator.config import ApprovalRule, PeersPolicy
 from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide, rule_for
+from coordinator.maintenance_windows import Window
 from coordinator.models import Document, parse_document
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Pause
-from coordinator.windows import Window
 
 NOW = 1_700_000_000.0
 A = "AAAAAAAA-0000-0000-0000-000000000001"

@@ -11,7 +11,7 @@ import yaml
 
 from coordinator.config import MaintenanceWindowConfig, Settings, load_settings
 from coordinator.errors import ConfigError
-from coordinator.windows import Window, in_windows, next_opening
+from coordinator.maintenance_windows import Window, in_windows, next_opening
 
 UTC = ZoneInfo("UTC")
 AMS = ZoneInfo("Europe/Amsterdam")

@@ -1,0 +1,77 @@
+"""What an agent has observed beyond one cycle, as plain data updated by pure functions.
+
+The decision (``coordinator.decide``) reads this evidence from the snapshot: when each event last named
+this VM and was last listed at all (for "gone"), since when each registered VM has been seen without its
+agent (for ``absent_peer_grace_seconds``), and when the store was last seen CONNECTED (for "cut off").
+The agent only feeds observations in, with the times they were made; every rule about what they mean
+lives here and in ``coordinator.snapshot``, where the model-based suite drives it.
+
+Times are this process's monotonic clock. A document counts with the time its request was *sent* and the
+time its answer *arrived* (``coordinator.snapshot.sight``): an event it lists was there as late as the
+answer, an event it misses was gone as early as the request, so a slow answer never makes an event look
+gone for longer than it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
+
+from coordinator.models import Document
+from coordinator.snapshot import Sighting, is_gone, sight
+from coordinator.store.base import ClusterView, ConnectionState
+
+__all__ = ["Evidence", "after_connection", "after_reading", "after_view", "holding_also"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    named: Mapping[str, Sighting] = field(default_factory=dict)  # event key -> when documents last named me
+    seen: Mapping[str, Sighting] = field(default_factory=dict)  # event key -> when documents last listed it
+    absent_since: Mapping[str, float] = field(default_factory=dict)  # vm -> since when seen without its agent
+    connected_at: float | None = None  # when the store was last seen CONNECTED (None: never, in this process)
+
+
+def after_reading(
+    evidence: Evidence, document: Document, *, me: str, sent: float, answered: float,
+    draining_for: Collection[str], records: Collection[str], gone_after: float,
+) -> Evidence:
+    """A new document (each reading counts once). Events this VM no longer drains for, and records the
+    store no longer has, are forgotten once gone."""
+    naming = {e.event_id.upper() for e in document.events if e.names(me)}
+    named = sight(evidence.named, naming, sent, answered)
+    named = {k: s for k, s in named.items() if k in draining_for or not is_gone(s, gone_after)}
+    present = {e.event_id.upper() for e in document.events}
+    seen = sight(evidence.seen, present, sent, answered)
+    seen = {k: s for k, s in seen.items() if k in records or not is_gone(s, gone_after)}
+    return replace(evidence, named=named, seen=seen)
+
+
+def after_view(evidence: Evidence, cluster: ClusterView | None, mono: float) -> Evidence:
+    """A cycle's cluster view (None: it could not be read). A record first heard of from the store counts
+    as just seen, with or without a new reading: a record a peer published since this VM's last poll is
+    never taken for one gone. Absence is counted only while watched without a gap."""
+    if cluster is None:
+        return replace(evidence, absent_since={})
+    seen = dict(evidence.seen)
+    for key in set(cluster.records) - set(seen):
+        seen[key] = Sighting(mono)
+    absent = cluster.known - cluster.members
+    absent_since = {vm: evidence.absent_since.get(vm, mono) for vm in absent}
+    return replace(evidence, seen=seen, absent_since=absent_since)
+
+
+def after_connection(evidence: Evidence, connection: ConnectionState, mono: float) -> Evidence:
+    """The store's connection state at the end of a cycle's observation."""
+    if connection is ConnectionState.CONNECTED:
+        return replace(evidence, connected_at=mono)
+    return evidence
+
+
+def holding_also(evidence: Evidence, keys: Collection[str], mono: float) -> Evidence:
+    """Events held from another source than a document (an unreadable state file, an ``/out`` node):
+    named now, so that they are held until gone."""
+    named = dict(evidence.named)
+    for key in keys:
+        named.setdefault(key.upper(), Sighting(mono))
+    return replace(evidence, named=named)
