@@ -363,6 +363,13 @@ MUTATIONS = [
         '            draining_for=saved.draining_for if saved else frozenset(),\n',
         LOOP + '::test_a_state_file_spelling_an_event_id_otherwise_than_imds_now_does_still_holds_the_vm',
     ),
+    (
+        'granted-timeout-learnt',
+        'coordinator/store/zk_session.py',
+        '        record_granted_timeout(client, self._granted_by_server)\n',
+        '',
+        'tests/integration/test_session_timing.py::test_a_server_with_a_3s_tick_grants_6s_to_an_agent_asking_for_4s',
+    ),
 ]
 
 
