@@ -140,7 +140,6 @@ class Agent:
         self._document_fresh = 1.5 * poll_interval
         self._reading = Reading(0, self._clock.monotonic())
         self._asked: set[str] = set()  # records published by peers for which an early read was asked
-        self._approvable_since: dict[str, float] = {}  # event key -> first cycle that found it approvable
         self._executor = executor or JobExecutor(on_done=self.wake)
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
         self._state_file = state_file or StateFile(None)
@@ -280,22 +279,24 @@ class Agent:
 
     def _cycle(self) -> Plan:
         started = self._clock.monotonic()
-        snap = self._observe()
+        snap = self._observe(started)
         local = self._job_status(self._local)
-        plan = self._fresh_for_approval(decide(snap, local, self._policy), started)
+        plan = decide(snap, local, self._policy)
         self._peers_confirmed_at = None
         if plan.approve and self._peers is not None and self._policy.peer_fresh is not None:
             # About to approve: what the budget counted as serving is asked again, now, and the
             # decision taken again on that (the last probing round may be a second old).
             self._peers_confirmed_at = self._clock.monotonic()
             snap = replace(snap, peers=self._peers.confirm())
-            confirmed = self._fresh_for_approval(decide(snap, local, self._policy), started)
+            confirmed = decide(snap, local, self._policy)
             for intent in plan.approve:
                 if intent not in confirmed.approve:
                     reasons = "; ".join(confirmed.blocked.get(intent.key, ())) or "no longer approvable"
                     log.info("approval held (vm=%s event=%s): peers probed again: %s", self.vm, intent.event_id,
                              reasons, extra={"event_id": intent.event_id})
             plan = confirmed
+        if plan.read_now:
+            self._readings.poll_soon()
         decided = self._clock.monotonic()
         with log_context(phase=(plan.next_phase or local.phase).value):  # what this plan makes of the VM
             self._local = self._act(snap, local, plan)
@@ -334,27 +335,9 @@ class Agent:
                       ",".join(sorted(new)), self.vm)
             self._readings.poll_soon()
 
-    def _fresh_for_approval(self, plan: Plan, started: float) -> Plan:
-        """An approval rests on a document whose request was sent no earlier than the cycle that first
-        found the event approvable: IMDS may have changed the event (its Resources, a reused id) since
-        an older reading. A held approval asks the poller for one read now; the reading wakes the loop
-        and the next cycle approves on it (a loop that reads IMDS each cycle always has one)."""
-        ready = {intent.key for intent in plan.approve}
-        self._approvable_since = {k: self._approvable_since.get(k, started) for k in ready}
-        if not ready:
-            return plan
-        sent = self._reading.sent
-        stale = [i for i in plan.approve if sent < self._approvable_since[i.key]]
-        if not stale:
-            return plan
-        self._readings.poll_soon()
-        why = "approval waits for a document read after it became approvable"
-        blocked = {**plan.blocked, **{i.key: (why,) for i in stale}}
-        return replace(plan, approve=tuple(i for i in plan.approve if i not in stale), blocked=blocked)
-
     # -- observe -----------------------------------------------------------------------------------
 
-    def _observe(self) -> Snapshot:
+    def _observe(self, started: float) -> Snapshot:
         reading = self._readings.latest()
         new = reading.seq != self._reading.seq
         self._reading = reading
@@ -405,6 +388,8 @@ class Agent:
             connected_at=evidence.connected_at,
             started=self._started,
             granted_session=self._store.granted_session_timeout,
+            cycle_started=started,
+            read_sent=reading.sent,
             peers=self._peers.seen() if self._peers is not None else None,
         )
 
@@ -511,7 +496,8 @@ class Agent:
             self._metrics.set_phase(plan.next_phase)
         # Drained for an event means drained until it is gone: remembered across cycles, whatever the
         # budget or ZooKeeper say later.
-        local = replace(local, draining_for=frozenset(plan.holding), posted=plan.posted)
+        local = replace(local, draining_for=frozenset(plan.holding), posted=plan.posted,
+                        approvable_since=plan.approvable_since)
         if snap.cluster is not None:
             local = self._write(snap, local, plan)
         return local

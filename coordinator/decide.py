@@ -493,6 +493,12 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
             if mine_out is None or not set(holding) <= known:
                 mark_out = earlier + tuple(e for e in holding if e not in known)
 
+    approve, approvable_since, held = _fresh_for_approval(
+        tuple(intent for intent in ready.values() if intent is not None), snap, local)
+    if held:
+        why = "approval waits for a document read after it became approvable"
+        blocked = {**blocked, **{key: (why,) for key in held}}
+
     return Plan(
         next_phase=next_phase,
         start_drain=start_drain,
@@ -501,7 +507,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         admit=tuple(admit),
         ack=tuple(ack),
         withdraw=tuple(withdraw),
-        approve=tuple(intent for intent in ready.values() if intent is not None),
+        approve=approve,
         mark_done=tuple(mark_done),
         reopen=tuple(reopen),
         mark_absent=tuple(mark_absent),
@@ -515,7 +521,22 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         invalid=tuple(invalid),
         waiting=waiting,
         posted=posted,
+        approvable_since=approvable_since,
+        read_now=bool(held),
     )
+
+
+def _fresh_for_approval(
+    approve: tuple[ApprovalIntent, ...], snap: Snapshot, local: LocalState
+) -> tuple[tuple[ApprovalIntent, ...], dict[str, float], list[str]]:
+    """An approval rests on a document whose request was sent no earlier than the cycle that first found
+    the event approvable: IMDS may have changed the event (its Resources, a reused id) since an older
+    reading. Returns the approvals that may go ahead, when each approvable event first was, and the keys
+    held: the agent then reads IMDS now, and the next cycle approves on that reading (a loop that reads
+    IMDS each cycle always has one)."""
+    since = {i.key: local.approvable_since.get(i.key, snap.cycle_started) for i in approve}
+    held = [i.key for i in approve if snap.read_sent < since[i.key]]
+    return tuple(i for i in approve if i.key not in held), since, held
 
 
 def _still_posted(posted: frozenset[str], listed: set[str], snap: Snapshot, policy: Policy) -> frozenset[str]:

@@ -48,8 +48,10 @@ class LocalState:
     job_running: bool = False  # the executor is still running this phase's actions
     job_failed: bool = False  # the last drain/recover job of this phase failed
     job_done_at: float = 0.0  # monotonic time the last job finished
-    draining_for: frozenset[str] = frozenset()  # ids (as IMDS spells them) of the events held drained
-    posted: frozenset[str] = frozenset()  # event ids this process has POSTed successfully
+    draining_for: frozenset[str] = frozenset()  # keys (upper-cased ids) of the events held drained
+    posted: frozenset[str] = frozenset()  # keys of the events this process POSTed, for their current instance
+    # event key -> when the cycle that first found it approvable (without a break since) began
+    approvable_since: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,9 @@ class Snapshot:
     started: float = float("-inf")
     # The longest session timeout a server granted this process (None: not known, no session yet).
     granted_session: float | None = None
+    # When this cycle began, and when the request of the reading it uses (``document`` or not) was sent.
+    cycle_started: float = float("-inf")
+    read_sent: float = float("-inf")
     peers: Mapping[str, PeerSeen] | None = None  # vm -> last probe answer; None: peers are not probed
 
     @property
@@ -227,6 +232,8 @@ class Plan:
     invalid: tuple[str, ...] = ()  # why some events cannot be coordinated
     waiting: str = ""  # why this VM is not recovering although nothing holds it
     posted: frozenset[str] = frozenset()  # LocalState.posted, less the events whose approved instance ended
+    approvable_since: Mapping[str, float] = field(default_factory=dict)  # LocalState.approvable_since, updated
+    read_now: bool = False  # an approval waits for a document read after it became approvable: read IMDS now
 
     @property
     def acts(self) -> bool:
