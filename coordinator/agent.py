@@ -28,12 +28,9 @@ from coordinator import __version__
 from coordinator.actions.base import Action, ActionContext, run_drain, run_recover
 from coordinator.decide import LocalState, PeerSeen, Phase, Plan, Policy, Sighting, Snapshot, approval_fence, decide
 from coordinator.errors import (
-    ImdsBadRequest,
     ImdsError,
     ImdsFenced,
-    ImdsUnavailable,
     InvalidName,
-    MalformedDocument,
     StoreError,
 )
 from coordinator.evidence import Evidence, after_connection, after_reading, after_view, holding_also
@@ -41,9 +38,11 @@ from coordinator.executor import JobExecutor
 from coordinator.logsetup import log_context
 from coordinator.metrics import Metrics
 from coordinator.models import Document
+from coordinator.plan_writes import write_plan
 from coordinator.poller import ReadEachCycle, Reading, Readings
+from coordinator.quiet import QuietCycles
 from coordinator.state import PersistedState, StateFile
-from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Pause, Store, WriteResult
+from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Pause, Store
 from coordinator.telemetry import Health, Telemetry, status_dict
 
 __all__ = ["Agent", "Clock", "Imds", "Peers", "SystemClock"]
@@ -173,13 +172,10 @@ class Agent:
         self._status = _Status()
         self._status_lock = threading.Lock()
         self._last_purge = float("-inf")
-        self._paused_seen = False  # for the log line when an operator's pause starts or ends
-        self._last_described = ""
         self._action_error: str | None = None
-        # A quiet group costs one cycle per idle_cycle, not one per reading: see ``_quiet_reading``.
+        # A quiet group costs one cycle per idle_cycle, not one per reading (``coordinator.quiet``).
         self._woken_by_other = True
-        self._quiet_since: float | None = None  # when the last cycle found nothing at all to watch
-        self._quiet_incarnation: int | None = None
+        self._quiet = QuietCycles(self._idle_cycle)
         store.set_wakeup(self.wake)
 
     # -- threads other than the loop call only these -------------------------------------------
@@ -190,7 +186,7 @@ class Agent:
 
     def reading_arrived(self) -> None:
         """The poller's wake-up: a new reading. Told apart from other wake-ups (``wake``) so that a reading
-        that repeats a quiet document can skip its cycle (see ``_quiet_reading``)."""
+        that repeats a quiet document can skip its cycle (``coordinator.quiet``)."""
         self._wake.set()
 
     def phase(self) -> str:
@@ -226,9 +222,11 @@ class Agent:
             # Cleared before the cycle, not after: a wake-up during the cycle makes the next one.
             self._wake.clear()
             started = self._clock.monotonic()
-            if self._quiet_reading(started):
+            # Only a poller's readings are looked at here: ``latest`` of a loop that reads IMDS itself reads it.
+            if (self._polled and not self._woken_by_other
+                    and self._quiet.skips(self._readings.latest(), self._reading.seq, started)):
                 self._metrics.document_age.set(started - self._readings.latest().at)
-                self._wake.wait(max(self._idle_cycle - (started - (self._quiet_since or started)), 0))
+                self._wake.wait(max(self._idle_cycle - (started - (self._quiet.since or started)), 0))
                 continue
             self._woken_by_other = False
             try:
@@ -241,34 +239,6 @@ class Agent:
             remaining = self._idle_cycle - (self._clock.monotonic() - started)
             if remaining > 0 and not stop.is_set():
                 self._wake.wait(remaining)
-
-    def _quiet_reading(self, now: float) -> bool:
-        """Whether this wake-up is only a new reading that repeats the quiet document of the last cycle, so
-        that the cycle can be skipped: the last cycle acted on nothing and found nothing to watch (no
-        event in its document, no open record, serving, no job, CONNECTED), the reading is a document
-        without events of the same incarnation, nothing else woke the loop (a watch, a job, a peer), and
-        the last full cycle is less than ``idle_cycle`` old. A document with an event, an error, a new
-        incarnation or any other change runs the cycle at once; the idle cycle runs in any case."""
-        if (not self._polled or self._quiet_since is None or self._woken_by_other
-                or now - self._quiet_since >= self._idle_cycle):
-            return False
-        reading = self._readings.latest()
-        document = reading.document
-        return (reading.seq != self._reading.seq and document is not None and not document.events
-                and document.document_incarnation == self._quiet_incarnation)
-
-    def _note_quiet(self, snap: Snapshot, local: LocalState, plan: Plan) -> None:
-        cluster, document = snap.cluster, snap.document
-        quiet = (
-            not plan.acts and not plan.blocked and not plan.waiting
-            and document is not None and not document.events
-            and cluster is not None and cluster.connection is ConnectionState.CONNECTED
-            and all(record.done_at is not None for record in cluster.records.values())
-            and local.phase is Phase.SERVING and not local.job_running and not local.draining_for
-            and not self._evidence.named
-        )
-        self._quiet_since = snap.mono if quiet else None
-        self._quiet_incarnation = document.document_incarnation if quiet and document is not None else None
 
     def cycle(self) -> Plan:
         """One observe-decide-act cycle. Returns the plan it carried out."""
@@ -300,7 +270,7 @@ class Agent:
         decided = self._clock.monotonic()
         with log_context(phase=(plan.next_phase or local.phase).value):  # what this plan makes of the VM
             self._local = self._act(snap, local, plan)
-        self._note_quiet(snap, self._local, plan)
+        self._quiet.note(snap, self._local, plan, holding_named=bool(self._evidence.named))
         self._persist(snap)
         self._report(snap, plan)
         log.debug("cycle took %.1f ms: observe %.1f, decide %.1f, act %.1f (vm=%s)",
@@ -342,7 +312,7 @@ class Agent:
         new = reading.seq != self._reading.seq
         self._reading = reading
         if new and reading.error is not None:
-            self._note_imds_error(reading.error)
+            self._telemetry.imds_error(reading.error)
         if new and reading.document is not None:
             self._last_document = reading.document
             self._metrics.document_incarnation.set(reading.document.document_incarnation)
@@ -392,18 +362,6 @@ class Agent:
             read_sent=reading.sent,
             peers=self._peers.seen() if self._peers is not None else None,
         )
-
-    def _note_imds_error(self, exc: ImdsError) -> None:
-        self._metrics.errors.labels("imds").inc()
-        if isinstance(exc, MalformedDocument):
-            self._metrics.documents_invalid.inc()
-            log.warning("IMDS document ignored (vm=%s): %s; content: %s", self.vm, exc, exc.content)
-        elif isinstance(exc, ImdsBadRequest):
-            log.error("IMDS refused our request (a bug; vm=%s): %s %s", self.vm, exc, exc.body[:500])
-        elif isinstance(exc, ImdsUnavailable):
-            log.warning("IMDS unavailable (vm=%s, %s): %s", self.vm, exc.outcome, exc)
-        else:
-            log.warning("IMDS error (vm=%s): %s", self.vm, exc)
 
     def _track(self, reading: Reading | None, cluster: ClusterView | None, connection: ConnectionState,
                mono: float) -> None:
@@ -503,50 +461,13 @@ class Agent:
         return local
 
     def _write(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
-        store = self._store
-        try:
-            if plan.mark_out is not None:
-                store.mark_out(self.vm, plan.mark_out, snap.now)
-            for record in plan.publish:
-                store.publish_event(record)
-            for key in plan.reopen:
-                if store.reopen(key) is WriteResult.DONE:
-                    log.info("event back after it was marked done: reopened (vm=%s event=%s)", self.vm, key,
-                             extra={"event_id": key})
-            for key in plan.admit:
-                if store.admit(key, self.vm, snap.now) is WriteResult.DONE:
-                    log.info("admitted into the maintenance budget (vm=%s event=%s)", self.vm, key,
-                             extra={"event_id": key})
-            for key in plan.ack:
-                if store.acknowledge(key, self.vm, snap.now) is WriteResult.DONE:
-                    self._metrics.acknowledged(local.drain_started, snap.mono - local.drain_started)
-                    log.info("acknowledged (vm=%s event=%s)", self.vm, key, extra={"event_id": key})
-            for key in plan.withdraw:
-                store.withdraw_ack(key, self.vm)
-                log.info("acknowledgement withdrawn (vm=%s event=%s)", self.vm, key, extra={"event_id": key})
-            if plan.withdraw:
-                self.wake()  # the next cycle sees the acks gone and may recover
-            for key in plan.mark_done:
-                store.mark_done(key, snap.now)
-            for vm in plan.mark_absent:
-                store.mark_absent(vm, snap.now)
-            for vm in plan.clear_absent:
-                store.clear_absent(vm)
-            if plan.clear_out:
-                store.clear_out(self.vm)
-                log.info("back in the load balancer's rotation (vm=%s)", self.vm)
-            if plan.purge_before is not None and snap.mono - self._last_purge >= self.PURGE_EVERY:
-                self._last_purge = snap.mono
-                purged = store.purge_done(plan.purge_before)
-                if purged:
-                    log.info("purged %d finished event records (vm=%s)", purged, self.vm)
-        except (StoreError, InvalidName) as exc:
-            self._metrics.errors.labels("store").inc()
-            log.warning("store write failed, retried next cycle (vm=%s): %s", self.vm, exc)
+        purge = None
+        if plan.purge_before is not None and snap.mono - self._last_purge >= self.PURGE_EVERY:
+            self._last_purge, purge = snap.mono, plan.purge_before
+        if not write_plan(self._store, self.vm, snap, local, plan, metrics=self._metrics, purge_before=purge,
+                          wake=self.wake):
             return local
-        if plan.approve:
-            local = self._approve(snap, local, plan)
-        return local
+        return self._approve(snap, local, plan) if plan.approve else local
 
     def _approve(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
         confirmed: list[str] = []
@@ -654,29 +575,8 @@ class Agent:
     # -- report ------------------------------------------------------------------------------------
 
     def _report(self, snap: Snapshot, plan: Plan) -> None:
-        description = plan.describe()
-        if plan.acts or description != self._last_described:
-            incarnation = snap.document.document_incarnation if snap.document else None
-            log.info("cycle (vm=%s phase=%s incarnation=%s): %s", self.vm, self._local.phase.value,
-                     incarnation, description)
-        else:
-            log.debug("cycle (vm=%s): %s", self.vm, description)
-        for problem in plan.invalid:
-            if problem not in self._last_described:
-                log.warning("cannot coordinate (vm=%s): %s", self.vm, problem)
-        self._last_described = description + "".join(plan.invalid)
-        if snap.cluster is not None:
-            paused = snap.cluster.paused
-            if (paused is not None) != self._paused_seen:
-                if paused is not None:
-                    log.warning("early approvals paused for the group by %s: %s; drains go on (vm=%s)",
-                                paused.by, paused.reason, self.vm)
-                else:
-                    log.info("pause lifted: early approvals resume (vm=%s)", self.vm)
-            self._paused_seen = paused is not None
-            self._metrics.paused.set(1 if paused is not None else 0)
-        self._telemetry.cycle_done(snap, plan, self._local, self._store.connection_state,
-                                   getattr(self._store, "session_id", None))
+        description = self._telemetry.report(snap, plan, self._local, self._store.connection_state,
+                                             getattr(self._store, "session_id", None))
         with self._status_lock:
             self._status = _Status(plan=plan, snapshot=snap, description=description,
                                    cycles=self._status.cycles + 1)

@@ -25,6 +25,7 @@ from typing import Any
 
 from coordinator.config import ApprovalRule
 from coordinator.decide import LocalState, Plan, Policy, Snapshot, rule_for
+from coordinator.errors import ImdsBadRequest, ImdsError, ImdsUnavailable, MalformedDocument
 from coordinator.metrics import EventRow, Metrics, blocked_reason, bounded_status, bounded_type
 from coordinator.models import Document, ScheduledEvent
 from coordinator.store.base import ConnectionState, EventRecord
@@ -32,6 +33,8 @@ from coordinator.store.base import ConnectionState, EventRecord
 __all__ = ["Health", "Telemetry", "status_dict"]
 
 log = logging.getLogger(__name__)
+# The lines that describe the agent's cycles are logged as the agent's own.
+agent_log = logging.getLogger("coordinator.agent")
 
 _ID_LABEL_MAX = 128
 
@@ -55,6 +58,8 @@ class Telemetry:
         self._session: object | None = None  # the ZooKeeper session id this agent last held
         self._completed_at: float | None = None  # monotonic time of the last completed cycle
         self._ready = False
+        self._described = ""  # the last cycle's description, to log a cycle at INFO only when it changes
+        self._paused_seen = False  # for the log line when an operator's pause starts or ends
 
     # -- liveness and readiness (any thread) -------------------------------------------------------------
 
@@ -80,6 +85,48 @@ class Telemetry:
         return Health(False, "no cycle yet with both a ZooKeeper view and a valid IMDS document")
 
     # -- the loop ------------------------------------------------------------------------------------------
+
+    def report(self, snap: Snapshot, plan: Plan, local: LocalState, connection: ConnectionState,
+               session: object | None) -> str:
+        """Describe a cycle in one log line (INFO when it acted or its description changed), say once when
+        an operator's pause begins or ends, and update what spans cycles. Returns the description."""
+        description = plan.describe()
+        vm = self._vm
+        if plan.acts or description != self._described:
+            incarnation = snap.document.document_incarnation if snap.document else None
+            agent_log.info("cycle (vm=%s phase=%s incarnation=%s): %s", vm, local.phase.value, incarnation, description)
+        else:
+            agent_log.debug("cycle (vm=%s): %s", vm, description)
+        for problem in plan.invalid:
+            if problem not in self._described:
+                agent_log.warning("cannot coordinate (vm=%s): %s", vm, problem)
+        self._described = description + "".join(plan.invalid)
+        if snap.cluster is not None:
+            paused = snap.cluster.paused
+            if (paused is not None) != self._paused_seen:
+                if paused is not None:
+                    agent_log.warning("early approvals paused for the group by %s: %s; drains go on (vm=%s)",
+                                paused.by, paused.reason, vm)
+                else:
+                    agent_log.info("pause lifted: early approvals resume (vm=%s)", vm)
+            self._paused_seen = paused is not None
+            self._metrics.paused.set(1 if paused is not None else 0)
+        self.cycle_done(snap, plan, local, connection, session)
+        return description
+
+    def imds_error(self, exc: ImdsError) -> None:
+        """A reading that failed: counted, and logged by kind."""
+        vm = self._vm
+        self._metrics.errors.labels("imds").inc()
+        if isinstance(exc, MalformedDocument):
+            self._metrics.documents_invalid.inc()
+            agent_log.warning("IMDS document ignored (vm=%s): %s; content: %s", vm, exc, exc.content)
+        elif isinstance(exc, ImdsBadRequest):
+            agent_log.error("IMDS refused our request (a bug; vm=%s): %s %s", vm, exc, exc.body[:500])
+        elif isinstance(exc, ImdsUnavailable):
+            agent_log.warning("IMDS unavailable (vm=%s, %s): %s", vm, exc.outcome, exc)
+        else:
+            agent_log.warning("IMDS error (vm=%s): %s", vm, exc)
 
     def cycle_done(self, snap: Snapshot, plan: Plan, local: LocalState, connection: ConnectionState,
                    session: object | None) -> None:

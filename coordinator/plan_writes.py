@@ -1,0 +1,68 @@
+"""Carrying out a plan's writes to the coordination store, in the order the decision relies on.
+
+``/out/{me}`` first (the budget must see this VM out before anything else it does), then records,
+reopenings and admissions, acks and withdrawals, done marks, absences, and ``/out`` cleared last. A write
+that fails stops the rest for this cycle (logged and counted): the next cycle decides again from what the
+store then shows, so nothing is half-remembered. Approvals are not written here: they go through the
+store's last check and the fenced POST (``coordinator.agent``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from coordinator.errors import InvalidName, StoreError
+from coordinator.metrics import Metrics
+from coordinator.snapshot import LocalState, Plan, Snapshot
+from coordinator.store.base import Store, WriteResult
+
+__all__ = ["write_plan"]
+
+# Logged as the agent: these lines are what the agent did (operators filter on this logger).
+log = logging.getLogger("coordinator.agent")
+
+
+def write_plan(store: Store, vm: str, snap: Snapshot, local: LocalState, plan: Plan, *, metrics: Metrics,
+               purge_before: float | None, wake: Callable[[], None]) -> bool:
+    """Send the plan's writes. ``purge_before``: purge records done before this time (None: not now).
+    Returns False if a write failed."""
+    try:
+        if plan.mark_out is not None:
+            store.mark_out(vm, plan.mark_out, snap.now)
+        for record in plan.publish:
+            store.publish_event(record)
+        for key in plan.reopen:
+            if store.reopen(key) is WriteResult.DONE:
+                log.info("event back after it was marked done: reopened (vm=%s event=%s)", vm, key,
+                         extra={"event_id": key})
+        for key in plan.admit:
+            if store.admit(key, vm, snap.now) is WriteResult.DONE:
+                log.info("admitted into the maintenance budget (vm=%s event=%s)", vm, key, extra={"event_id": key})
+        for key in plan.ack:
+            if store.acknowledge(key, vm, snap.now) is WriteResult.DONE:
+                metrics.acknowledged(local.drain_started, snap.mono - local.drain_started)
+                log.info("acknowledged (vm=%s event=%s)", vm, key, extra={"event_id": key})
+        for key in plan.withdraw:
+            store.withdraw_ack(key, vm)
+            log.info("acknowledgement withdrawn (vm=%s event=%s)", vm, key, extra={"event_id": key})
+        if plan.withdraw:
+            wake()  # the next cycle sees the acks gone and may recover
+        for key in plan.mark_done:
+            store.mark_done(key, snap.now)
+        for name in plan.mark_absent:
+            store.mark_absent(name, snap.now)
+        for name in plan.clear_absent:
+            store.clear_absent(name)
+        if plan.clear_out:
+            store.clear_out(vm)
+            log.info("back in the load balancer's rotation (vm=%s)", vm)
+        if purge_before is not None:
+            purged = store.purge_done(purge_before)
+            if purged:
+                log.info("purged %d finished event records (vm=%s)", purged, vm)
+    except (StoreError, InvalidName) as exc:
+        metrics.errors.labels("store").inc()
+        log.warning("store write failed, retried next cycle (vm=%s): %s", vm, exc)
+        return False
+    return True
