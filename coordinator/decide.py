@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
 from coordinator.errors import InvalidName
@@ -428,10 +429,13 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     ready: dict[str, ApprovalIntent | None] = {}  # approvable events (None: approvable by someone else)
 
     if cluster is not None:
+        # What the budget weighs: this VM's events, and those known only from records its documents never
+        # listed (groups whose IMDS shows each VM only the events naming it).
+        known = {**_from_store(cluster, snap, policy), **by_key}
         wait_slot: dict[str, str] = {}
         if doc is not None and policy.budgeted and cluster.i_am_leader:
-            admit, wait_slot = _admissions(by_key, cluster, snap, policy)
-        flight = _in_flight(by_key, cluster, snap, policy) if policy.budgeted else {}
+            admit, wait_slot = _admissions(known, cluster, snap, policy)
+        flight = _in_flight(known, cluster, snap, policy) if policy.budgeted else {}
         for ev in holding_events:
             if ev.key is None or phase_after is not Phase.DRAINED:
                 continue
@@ -460,7 +464,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                 reasons += ("no live agent named in Resources and no leader",)
             if not reasons and policy.budgeted:
                 batch = {k for k in by_key if _unit(k, by_key, policy) == _unit(ev.key, by_key, policy)}
-                over = _over_budget(batch, frozenset(ev.resources), flight, by_key, cluster, snap, policy)
+                over = _over_budget(batch, frozenset(ev.resources), flight, known, cluster, snap, policy)
                 reasons = (f"at approval: {over}",) if over else ()
             if reasons:
                 blocked[ev.key] = reasons
@@ -477,7 +481,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                 if key in by_key:
                     if record.done_at is not None:
                         reopen.append(key)  # back (a flap, or a reused EventId): nothing of before counts
-                elif record.done_at is None and is_gone(snap.seen.get(key), policy.gone_after):
+                elif record.done_at is None and _over(key, record, cluster, snap, policy):
                     mark_done.append(key)
         if cluster.i_am_leader:
             mark_absent = sorted(cluster.known - cluster.members - set(cluster.absent_since))
@@ -489,9 +493,9 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
             # Events accumulate until the VM is back in rotation: a VM back from a reboot is still out
             # for the event that took it out, whatever its restarted agent holds now.
             earlier = tuple(mine_out.events) if mine_out is not None else ()
-            known = {e.upper() for e in earlier}
-            if mine_out is None or not set(holding) <= known:
-                mark_out = earlier + tuple(e for e in holding if e not in known)
+            out_for = {e.upper() for e in earlier}
+            if mine_out is None or not set(holding) <= out_for:
+                mark_out = earlier + tuple(e for e in holding if e not in out_for)
 
     approve, approvable_since, held = _fresh_for_approval(
         tuple(intent for intent in ready.values() if intent is not None), snap, local)
@@ -537,6 +541,37 @@ def _fresh_for_approval(
     since = {i.key: local.approvable_since.get(i.key, snap.cycle_started) for i in approve}
     held = [i.key for i in approve if snap.read_sent < since[i.key]]
     return tuple(i for i in approve if i.key not in held), since, held
+
+
+def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, _Event]:
+    """Open records of events this VM's documents have never listed, as events (status Scheduled): the
+    leader admits them and the budget counts them. Where IMDS shows every VM every event of the group,
+    this is a record a peer published a moment before this VM's next poll; where it shows each VM only
+    the events naming it, it is how the leader learns of them at all. Approvals and drains still rest on
+    each VM's own documents."""
+    found: dict[str, _Event] = {}
+    for key, record in cluster.records.items():
+        sighting = snap.seen.get(key)
+        if record.done_at is not None or sighting is None or sighting.listed:
+            continue
+        not_before = datetime.fromtimestamp(record.not_before, UTC) if record.not_before is not None else None
+        event = ScheduledEvent(event_id=key, event_type=record.event_type, event_status="Scheduled",
+                               resources=record.resources, not_before=not_before)
+        found[key] = _Event(event, key, tuple(record.resources), (), rule_for(event, policy))
+    return found
+
+
+def _over(key: str, record: EventRecord, cluster: ClusterView, snap: Snapshot, policy: Policy) -> bool:
+    """Whether the leader takes an open record's event for over (its record is then marked done). One its
+    documents listed is over once gone from them. One they never listed (IMDS shows it only to the VMs it
+    names) is over once none of those VMs holds it (no ack, no ``/out`` node naming it) and it was
+    approved or its NotBefore has passed: its VMs hold it from their drain until it is gone for them."""
+    sighting = snap.seen.get(key)
+    if sighting is None or sighting.listed:
+        return is_gone(sighting, policy.gone_after)
+    if record.acks or any(key in {e.upper() for e in mark.events} for mark in cluster.out.values()):
+        return False
+    return record.approval is not None or record.not_before is None or snap.now >= record.not_before
 
 
 def _still_posted(posted: frozenset[str], listed: set[str], snap: Snapshot, policy: Policy) -> frozenset[str]:

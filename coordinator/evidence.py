@@ -55,7 +55,7 @@ def after_view(evidence: Evidence, cluster: ClusterView | None, mono: float) -> 
         return replace(evidence, absent_since={})
     seen = dict(evidence.seen)
     for key in set(cluster.records) - set(seen):
-        seen[key] = Sighting(mono)
+        seen[key] = Sighting(mono, listed=False)
     absent = cluster.known - cluster.members
     absent_since = {vm: evidence.absent_since.get(vm, mono) for vm in absent}
     return replace(evidence, seen=seen, absent_since=absent_since)

@@ -65,6 +65,10 @@ class Sighting:
     last: float
     misses: int = 0
     missed_at: float | None = None
+    # False for a record first heard of from the store and never listed by this VM's documents since
+    # (``coordinator.evidence.after_view``): in groups whose IMDS shows each VM only the events naming it,
+    # its misses say nothing about the event.
+    listed: bool = True
 
 
 def is_gone(sighting: Sighting | None, gone_after: float) -> bool:
@@ -86,7 +90,7 @@ def sight(sightings: Mapping[str, Sighting], present: set[str], sent: float, ans
     for key, sighting in sightings.items():
         if key not in present:
             missed_at = sent if sighting.missed_at is None else max(sighting.missed_at, sent)
-            out[key] = Sighting(sighting.last, sighting.misses + 1, missed_at)
+            out[key] = Sighting(sighting.last, sighting.misses + 1, missed_at, sighting.listed)
     for key in present:
         out[key] = Sighting(answered)
     return out

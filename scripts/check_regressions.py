@@ -370,6 +370,13 @@ MUTATIONS = [
         '',
         'tests/integration/test_session_timing.py::test_a_server_with_a_3s_tick_grants_6s_to_an_agent_asking_for_4s',
     ),
+    (
+        'records-never-listed-judged-by-holders',
+        'coordinator/evidence.py',
+        '        seen[key] = Sighting(mono, listed=False)\n',
+        '        seen[key] = Sighting(mono)\n',
+        LOOP + '::test_a_group_whose_vms_see_only_their_own_events_still_approves_early',
+    ),
 ]
 
 

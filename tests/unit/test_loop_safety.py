@@ -18,9 +18,9 @@ from coordinator.config import ApprovalRule
 from coordinator.decide import Policy
 from coordinator.errors import ImdsFenced, ImdsUnavailable
 from coordinator.maintenance_windows import Window
-from coordinator.models import parse_document
-from coordinator.poller import Reading
-from tests.unit.test_safety_regressions import AT_ONCE, Bench, E, FakeImds
+from coordinator.models import Document, parse_document
+from coordinator.poller import ReadEachCycle, Reading
+from tests.unit.test_safety_regressions import AT_ONCE, E2, Bench, E, FakeImds
 
 # --- 21. a restarted agent that cannot reach ZooKeeper, with absent_peer_grace_seconds ---------------
 
@@ -251,3 +251,42 @@ def test_a_state_file_spelling_an_event_id_otherwise_than_imds_now_does_still_ho
     bench.run(20)
     assert vm0.probe.serving
 
+
+
+# --- 28. groups whose IMDS shows each VM only the events naming it ---------------------------------------------
+
+
+class NamedOnlyImds(FakeImds):
+    """IMDS of a group that delivers an event only to the VMs it names (one-fault-domain GPU scale sets)."""
+
+    def get_document(self) -> Document:
+        if self.failing:
+            raise ImdsUnavailable("IMDS timed out", outcome="timeout")
+        hidden = {eid for eid, e in self.group.events.items() if self.vm not in e.get("Resources", [])}
+        return parse_document(self.group.raw(hidden | self.omit_once))
+
+
+def test_a_group_whose_vms_see_only_their_own_events_still_approves_early(tmp_path: Path) -> None:
+    """The leader (vm0) never sees vm1's or vm2's events: it admits them from their records, and marks a
+    record done only once its VMs no longer hold it, not because its own documents never listed it."""
+    bench = Bench(tmp_path)
+    for name in ("vm0", "vm1", "vm2"):
+        vm = bench.add(name)
+        vm.imds = NamedOnlyImds(bench.group, name)
+        vm.agent._imds = vm.imds  # type: ignore[assignment]
+        vm.agent._readings = ReadEachCycle(vm.imds.get_document, bench.clock.monotonic)  # type: ignore[assignment]
+    bench.run(3)
+    assert bench.cluster.leader is not None and bench.cluster.leader.vm == "vm0"
+    bench.group.schedule(E, ["vm1"])
+    bench.run(40, until=lambda: bool(bench.group.approved(E)))
+    assert bench.group.approved(E), "approved early, long before its NotBefore"
+    bench.assert_drained_at_every_post(E, ["vm1"])
+    bench.run(5)
+    bench.group.remove(E)
+    bench.run(30, until=lambda: bench.cluster.events[E].record.done_at is not None)
+    assert bench.vms["vm1"].probe.serving
+    bench.run(20)  # vm1 back in rotation for the return wait: the budget frees
+    bench.group.schedule(E2, ["vm2"])
+    bench.run(40, until=lambda: bool(bench.group.approved(E2)))
+    assert bench.group.approved(E2)
+    bench.assert_drained_at_every_post(E2, ["vm2"])
