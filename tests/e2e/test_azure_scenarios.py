@@ -349,3 +349,22 @@ def test_incarnation_reset_and_skip_during_an_event(make_cluster: ClusterFactory
         assert [a["vm"] for a in approvals(cluster, event_id)] == ["vm0"]
         assert_no_approval_before_acks(cluster, observer)
         assert_recovered(cluster, observer, {"vm0"})
+
+
+def test_events_delivered_only_to_the_vms_they_name_are_approved_early(make_cluster: ClusterFactory) -> None:
+    """GPU VMs of a one-fault-domain scale set see only their own events: the leader, which never sees
+    them, admits them from their records and marks them done once their VMs are back."""
+    cluster = make_cluster()
+    with Observer(cluster) as observer:
+        a = sim(cluster).schedule("Freeze", ["vm1"], not_before_in=300, deliver_to_named_only=True)["event_id"]
+        assert sim(cluster).document("vm0")["Events"] == []
+        assert sim(cluster).document("vm2")["Events"] == []
+        cluster.wait(lambda: gone(cluster, a), 40, "vm1's event to be approved, start and end")
+        b = sim(cluster).schedule("Redeploy", ["vm2"], not_before_in=300, deliver_to_named_only=True)["event_id"]
+        cluster.wait(lambda: gone(cluster, b), 40, "vm2's event to be approved too: the budget was freed")
+        assert [x["vm"] for x in approvals(cluster, a)] == ["vm1"]
+        assert [x["vm"] for x in approvals(cluster, b)] == ["vm2"]
+        assert ("Scheduled", "Started", "approved") in transitions(cluster, a)
+        assert ("Scheduled", "Started", "approved") in transitions(cluster, b)
+        assert_no_approval_before_acks(cluster, observer)
+        assert_recovered(cluster, observer, {"vm1", "vm2"})
