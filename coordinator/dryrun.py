@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from coordinator.agent import Imds
+from coordinator.errors import DuplicateMember
 from coordinator.models import Document
 from coordinator.state import PersistedState, StateFile
 from coordinator.store.base import (
@@ -75,6 +76,10 @@ class DryRunStore:
     @property
     def connection_state(self) -> ConnectionState:
         return self._inner.connection_state
+
+    @property
+    def duplicate(self) -> DuplicateMember | None:
+        return None  # a dry run never joins: it watches beside the VM's real agent, if any
 
     def set_wakeup(self, callback: Callable[[], None]) -> None:
         self._inner.set_wakeup(callback)

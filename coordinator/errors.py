@@ -15,6 +15,7 @@ __all__ = [
     "ActionError",
     "ConfigError",
     "CoordinatorError",
+    "DuplicateMember",
     "ImdsBadRequest",
     "ImdsError",
     "ImdsFenced",
@@ -83,6 +84,29 @@ class StoreUnavailable(StoreError):
 
 class StoreUnknownOutcome(StoreError):
     """A write failed or timed out: it may or may not have been applied. Treat as not done."""
+
+
+class DuplicateMember(StoreError):
+    """Another live agent holds this VM's member node and nothing proves it is this VM's previous agent
+    process: two agents run with one VM name. The node is left to it; this agent is not a member (it
+    neither leads nor approves) until that node is gone. The message says so in one line."""
+
+    def __init__(self, vm: str, session: int, host: str | None, pid: int | None, since: str) -> None:
+        super().__init__(
+            f"another agent runs as {vm} (member node held by session 0x{session:x} from host {host or '?'} "
+            f"pid {pid if pid is not None else '?'} since {since}): this agent stays out of rotation until it "
+            "is gone; check vm_name in the configuration"
+        )
+        self.vm = vm
+        self.session = session
+        self.host = host
+        self.pid = pid
+        self.since = since
+
+    def again(self) -> DuplicateMember:
+        """The same refusal, as a new exception to raise (one raised again and again would keep growing
+        its traceback)."""
+        return DuplicateMember(self.vm, self.session, self.host, self.pid, self.since)
 
 
 class ActionError(CoordinatorError):

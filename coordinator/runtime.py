@@ -39,6 +39,7 @@ from coordinator.poller import ImdsPoller, Reading
 from coordinator.state import StateFile
 from coordinator.store.base import Store
 from coordinator.store.zookeeper import ZooKeeperStore
+from coordinator.support.hostos import agent_identity
 from coordinator.telemetry import Health
 
 __all__ = ["Stopper", "advertised_probe_url", "build_actions", "policy_from", "run_agent"]
@@ -309,7 +310,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         policy=policy_from(settings),
         metrics=metrics,
         poll_interval=settings.imds.poll_interval,
-        member_info={"admin": settings.http.listen, "probe": probe_url, **placement},
+        # Who this process is: lets a restarted agent take its predecessor's member node, and no other.
+        member_info={"admin": settings.http.listen, "probe": probe_url, **placement, **agent_identity()},
         state_file=state_file,
         peers=peers,
         readings=poller if settings.imds.stagger else _Unstaggered(poller),

@@ -1,12 +1,42 @@
 """Test doubles an agent is built with when a test drives its cycles by hand: a clock the test moves,
-and an executor that runs each drain or recover job at once, on the loop's thread."""
+and an executor that runs each drain or recover job at once, on the loop's thread; and the member info of
+agent processes other than the test's own (``member_identity``)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Clock", "InlineExecutor", "InlineJob"]
+import pytest
+
+from coordinator.support.hostos import agent_identity, process_start
+
+__all__ = ["Clock", "InlineExecutor", "InlineJob", "gone_process", "member_identity"]
+
+
+def gone_process() -> tuple[int, str | None]:
+    """The pid and start time (``process_start``) of a process of this host that has ended (started and
+    reaped here: should its pid be reused meanwhile, the start time tells the new process apart)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start(child.pid)  # read before it is reaped: a zombie keeps its /proc entry
+    child.wait()
+    return child.pid, start
+
+
+def member_identity(started_at: float, *, process: str = "this", **overrides: object) -> dict[str, object]:
+    """Member info naming an agent process of this host (``agent_identity``) that started at
+    ``started_at``: this very process (``process="this"``), or one that has ended (``"gone"``: the pid
+    of a reaped child). ``overrides`` replace fields (``host``, ``boot_id``...). Skips the test where the
+    host has no boot id (the proof of a predecessor needs one)."""
+    identity = agent_identity()
+    if identity["boot_id"] is None:
+        pytest.skip("no boot id on this system: a previous agent process cannot be told from another agent")
+    if process == "gone":
+        pid, start = gone_process()
+        identity.update(pid=pid, pid_start=start)
+    return {**identity, "started_at": started_at, **overrides}
 
 
 class Clock:

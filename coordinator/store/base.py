@@ -2,7 +2,8 @@
 
 Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``)::
 
-    /members/{vm}               ephemeral   one per live agent: {"vm", "started_at", "version", "admin", "probe"}
+    /members/{vm}               ephemeral   one per live agent: {"vm", "started_at", "version", "admin", "probe",
+                                            "host", "boot_id", "pid", "pid_start"}
     /registry/{vm}              persistent  every VM that has ever run an agent here: {"vm", "first_seen"}
     /absent/{vm}                persistent  the leader saw this registered VM without an agent since {"since"}
     /leader                     ephemeral   held by the leader: {"vm", "since"}
@@ -11,8 +12,10 @@ Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``):
     /out/{vm}                   persistent  the VM is out of its load balancer's rotation: {"vm", "since", "events"}
     /events/{EVENT_ID}/acks/{vm} ephemeral  {"vm", "at"}: the VM is drained for this event now (its session)
     /events/{EVENT_ID}/admitted persistent  {"by", "at"}: the leader admitted the event into the
-                                            disruption budget (written once)
+                                            disruption budget (written once, with a versioned rewrite of
+                                            the record: never on a record marked done)
     /events/{EVENT_ID}/approval persistent  {"by", "at", "as_leader"}: written once, before the POST
+                                            (likewise with a versioned rewrite of the record)
 
 VM names are stored lower case and event ids upper case (see ``coordinator.names``); both are validated
 before they reach a path.
@@ -33,6 +36,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
+
+from coordinator.errors import DuplicateMember
 
 __all__ = [
     "Approval",
@@ -183,16 +188,27 @@ class Store(Protocol):
         """Make sure this agent's ephemeral member node exists and belongs to the current session, and
         that ``/registry/{vm}`` exists.
 
-        DONE: created now; EXISTS: already ours. A node left by an older session of the same VM is
-        replaced. Raises ``StoreUnknownOutcome``."""
+        DONE: created now; EXISTS: already ours. A live node of another session is replaced only when
+        it provably belongs to this VM's previous agent process (same host, started earlier, and gone:
+        another boot, or its pid no longer runs; see ``coordinator.store.members``) or to an earlier
+        session of this store. Otherwise another agent runs with this VM's name: its node is left alone,
+        this session gives up ``/leader`` if it held it, and ``DuplicateMember`` (a ``StoreError``) is
+        raised, and kept in ``duplicate`` until a ``join`` succeeds. Raises ``StoreUnknownOutcome``."""
+
+    @property
+    def duplicate(self) -> DuplicateMember | None:
+        """While the last ``join`` was refused (another agent runs with this VM's name): that refusal,
+        whose message says who holds the node; None otherwise. Sends nothing. Meanwhile ``campaign``
+        raises it, ``approve`` refuses and ``read_view`` does not count this VM among the members."""
 
     def campaign(self, vm: str) -> bool:
         """Try, without blocking, to hold leadership. True if this session holds ``/leader`` now.
-        Raises ``StoreUnavailable``."""
+        Raises ``StoreUnavailable``, or ``DuplicateMember`` (with nothing sent) while ``duplicate`` is
+        set for ``vm``."""
 
     def read_view(self, vm: str) -> ClusterView:
-        """Read members, leader and every event record with its acks and approval.
-        Raises ``StoreUnavailable``."""
+        """Read members, leader and every event record with its acks and approval. ``vm`` is not among
+        the members while ``duplicate`` is set for it. Raises ``StoreUnavailable``."""
 
     def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
         """The member info of those of ``vms`` that have a member node (what they joined with).
@@ -231,8 +247,9 @@ class Store(Protocol):
         with the reason. Raises ``StoreUnknownOutcome`` when it cannot tell."""
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
-        """Create ``admitted`` under the event (EXISTS if present, MISSING if the record is gone).
-        Only the leader calls it; admission is never revoked."""
+        """Create ``admitted`` under the event (EXISTS if present, MISSING if the record is gone or marked
+        done). Only the leader calls it; admission is never revoked, except by ``mark_done``. An
+        admission never lands on a record marked done after it was read, nor survives ``mark_done``."""
 
     def mark_absent(self, vm: str, at: float) -> WriteResult:
         """Create ``/absent/{vm}`` with ``since: at`` (EXISTS if present). Only the leader calls it, for
@@ -244,7 +261,8 @@ class Store(Protocol):
     def mark_done(self, event_id: str, at: float) -> WriteResult:
         """Set ``done_at`` on the record and delete its ``admitted`` and ``approval``, in one
         transaction (EXISTS if already set, MISSING if no record): should the event come back (a
-        flap, or a reused EventId) nothing of before counts."""
+        flap, or a reused EventId) nothing of before counts. An admission or approval written
+        concurrently either is deleted too or is refused: none survives on a record marked done."""
 
     def reopen(self, event_id: str) -> WriteResult:
         """Clear ``done_at`` (the event is present again). EXISTS if it was not set, MISSING if no

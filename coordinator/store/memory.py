@@ -15,6 +15,10 @@ Test controls on ``MemoryStore``:
   and the next ``start`` opens a new session.
 
 Wakeup callbacks are called after the cluster lock is released, from the thread that made the change.
+
+Every method runs under the cluster's one lock, so writes cannot interleave: ``mark_done`` drops the
+admission and approval it sees, and ``admit`` and ``approve`` see a record marked done, atomically (the
+ZooKeeper store needs versioned transactions for the same, see ``coordinator.store.zk_records``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 
-from coordinator.errors import StoreUnavailable, StoreUnknownOutcome
+from coordinator.errors import DuplicateMember, StoreUnavailable, StoreUnknownOutcome
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store.base import (
     Approval,
@@ -40,6 +44,7 @@ from coordinator.store.base import (
     Wakeup,
     WriteResult,
 )
+from coordinator.store.members import duplicate_member, predecessor
 
 __all__ = ["MemoryCluster", "MemoryStore"]
 
@@ -50,6 +55,7 @@ log = logging.getLogger(__name__)
 class _Member:
     session: int
     info: dict[str, object]
+    since: float | None = None  # when the node was created (by the store's clock)
 
 
 @dataclass
@@ -148,6 +154,8 @@ class MemoryStore:
         self._state = ConnectionState.LOST
         self._wakeup = Wakeup()
         self._partitioned = False
+        self._joined_sessions: set[int] = set()  # the sessions in which this store joined
+        self._duplicate: DuplicateMember | None = None
 
     # -- life cycle, signalling, test controls --------------------------------------------------------
 
@@ -158,6 +166,12 @@ class MemoryStore:
     @property
     def session_id(self) -> int | None:
         return self._session if self._state is ConnectionState.CONNECTED else None
+
+    @property
+    def duplicate(self) -> DuplicateMember | None:
+        """The refusal of the last ``join`` (another agent runs with this VM's name), until a ``join``
+        succeeds; None otherwise."""
+        return self._duplicate
 
     def start(self) -> None:
         if self._partitioned:
@@ -246,23 +260,49 @@ class MemoryStore:
     # -- membership and leadership --------------------------------------------------------------------
 
     def join(self, vm: str, info: Mapping[str, object]) -> WriteResult:
+        """See ``Store.join``: a live member node of another session is replaced only when it provably
+        belongs to this VM's previous agent process (``coordinator.store.members``) or to an earlier
+        session of this store; else ``DuplicateMember`` (and this session gives up ``/leader``)."""
         vm = normalize_vm_name(vm)
+        refused: DuplicateMember | None = None
         with self._cluster.lock:
             session = self._session_for(write=True)
-            changed = vm not in self._cluster.registry
-            self._cluster.registry.setdefault(vm, self._clock())
             member = self._cluster.members.get(vm)
+            reason = None
+            if member is not None and member.session != session:
+                reason = ("an earlier session of this agent" if member.session in self._joined_sessions
+                          else predecessor(member.info, {**info, "vm": vm}))
             if member is not None and member.session == session:
-                result = WriteResult.EXISTS
+                result, changed = WriteResult.EXISTS, False
+            elif member is not None and reason is None:
+                refused = self._duplicate = duplicate_member(vm, member.session, member.info, member.since)
+                leader = self._cluster.leader
+                changed = leader is not None and leader.session == session
+                if changed:
+                    self._cluster.leader = None  # a duplicate does not lead
             else:
-                self._cluster.members[vm] = _Member(session, {**info, "vm": vm})
+                if member is not None:
+                    log.warning("member node of %s belongs to session %d, not ours (%d), %s: replacing it",
+                                vm, member.session, session, reason)
+                self._cluster.members[vm] = _Member(session, {**info, "vm": vm}, self._clock())
                 result, changed = WriteResult.DONE, True
+            if refused is None:
+                changed = vm not in self._cluster.registry or changed
+                self._cluster.registry.setdefault(vm, self._clock())
+                self._joined_sessions.add(session)
+                self._duplicate = None
         if changed:
             self._cluster.changed()
+        if refused is not None:
+            raise refused
         return result
 
     def campaign(self, vm: str) -> bool:
+        """See ``Store.campaign``; raises the standing ``DuplicateMember`` while ``join`` is refused."""
         vm = normalize_vm_name(vm)
+        duplicate = self._duplicate
+        if duplicate is not None and duplicate.vm == vm:
+            raise duplicate.again()
         with self._cluster.lock:
             session = self._session_for(write=False)
             leader = self._cluster.leader
@@ -288,8 +328,12 @@ class MemoryStore:
                 )
                 for event_id, event in self._cluster.events.items()
             }
+            members = frozenset(self._cluster.members)
+            duplicate = self._duplicate
+            if duplicate is not None and duplicate.vm == vm:
+                members -= {vm}  # the node under its name is another agent's
             return ClusterView(
-                members=frozenset(self._cluster.members),
+                members=members,
                 leader=leader.vm if leader is not None else None,
                 i_am_leader=leader is not None and leader.session == session and leader.vm == vm,
                 records=records,
@@ -363,6 +407,9 @@ class MemoryStore:
         event_id = normalize_event_id(event_id)
         vm = normalize_vm_name(vm)
         needed = {normalize_vm_name(name) for name in required}
+        duplicate = self._duplicate
+        if duplicate is not None:
+            return _refused(str(duplicate))
         with self._cluster.lock:
             try:
                 session = self._session_for(write=True)
@@ -411,8 +458,8 @@ class MemoryStore:
         with self._cluster.lock:
             self._session_for(write=True)
             event = self._cluster.events.get(event_id)
-            if event is None:
-                return WriteResult.MISSING
+            if event is None or event.record.done_at is not None:
+                return WriteResult.MISSING  # a record marked done is admitted no more
             if event.admitted is not None:
                 return WriteResult.EXISTS
             event.admitted = (vm, at)

@@ -4,7 +4,10 @@ It re-confirms everything from the server itself, never from what an earlier rea
 CONNECTED; after a ``sync``, this session owns ``/leader`` (and holds it for this VM) or
 ``/members/{vm}``; no operator has paused approvals (``/pause``); the record exists and is not done;
 with ``admission``, the event is admitted; every required VM has acknowledged; the session did not change
-meanwhile. Only then is ``approval`` created (or found: approval is idempotent, whoever wrote it).
+meanwhile. Only then is ``approval`` created (or found: approval is idempotent, whoever wrote it), in
+one transaction with a rewrite of the record at the version the checks read (see
+``coordinator.store.zk_records``): should the record have changed since (marked done, reopened), the
+approval is not written and the checks are made again.
 
 Node data that does not parse: the leader node counts as held by nobody (REFUSED); a record that does not
 parse is REFUSED, and so is a required ack that does not parse, names another VM, or is not an ephemeral
@@ -17,17 +20,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from coordinator.errors import StoreUnknownOutcome
 from coordinator.names import normalize_event_id, normalize_vm_name
-from coordinator.store.base import Approval, ApprovalOutcome, ApprovalResult, ConnectionState
+from coordinator.store.base import Approval, ApprovalOutcome, ApprovalResult, ConnectionState, WriteResult
 from coordinator.store.payloads import AckNode, ApprovalNode, EventNode, LeaderNode, PayloadError
 from coordinator.store.zk_context import StoreContext
+from coordinator.store.zk_records import create_on_record
 
 __all__ = ["approve"]
 
 log = logging.getLogger(__name__)
+
+
+ATTEMPTS = 2  # checks made again when the record changed between them and the approval's write
 
 
 def approve(
@@ -38,6 +45,17 @@ def approve(
     event_id = normalize_event_id(event_id)
     vm = normalize_vm_name(vm)
     needed = {normalize_vm_name(name) for name in required}
+    for _ in range(ATTEMPTS):
+        result = _approve(ctx, event_id, vm, needed, as_leader=as_leader, at=at, admission=admission)
+        if result is not None:
+            return result
+    return _refused(f"event {event_id}: the record kept changing during the checks")
+
+
+def _approve(
+    ctx: StoreContext, event_id: str, vm: str, needed: set[str], *, as_leader: bool, at: float, admission: bool,
+) -> ApprovalResult | None:
+    """One round of checks, then the write; None if the record changed since the checks read it."""
     paths, wait = ctx.paths, ctx.session.wait
 
     # 1. The connection is CONNECTED (SUSPENDED may mean that our session, and leadership, are gone).
@@ -84,7 +102,7 @@ def approve(
         # 3. The record is not done (a returning event is reopened first), it is admitted if it must be,
         # and every required VM has acknowledged.
         try:
-            record_data, _ = wait(record_r, deadline)
+            record_data, record_stat = wait(record_r, deadline)
             done_at = EventNode.from_bytes(record_data, paths.event(event_id)).done_at
         except NoNodeError:
             return _refused(f"event {event_id} has no record in the store")
@@ -122,15 +140,19 @@ def approve(
         state = ctx.session.connection_state
         if state is not ConnectionState.CONNECTED or client_id is None or client_id[0] != session:
             return _refused("the ZooKeeper session changed during the checks")
+        # Written with the record as checked: it fails if the record was marked done (or reopened, or
+        # approved by another) since, and a done mark that listed the record's children before fails.
         approval = Approval(by=vm, at=at, as_leader=as_leader)
-        try:
-            wait(client.create_async(paths.approval(event_id), ApprovalNode.of(approval).to_bytes()), deadline)
+        written = create_on_record(ctx, client, paths.event(event_id), record_data, record_stat.version,
+                                   paths.approval(event_id), ApprovalNode.of(approval).to_bytes(), deadline)
+        if written is None:
+            log.info("event %s: the record changed during the checks: checking again", event_id)
+            return None
+        if written is WriteResult.MISSING:
+            return _refused(f"event {event_id} has no record in the store")
+        if written is WriteResult.DONE:
             log.info("event %s: approval recorded by %s (as leader: %s)", event_id, vm, as_leader)
             return ApprovalResult(ApprovalOutcome.APPROVED, record=approval)
-        except NoNodeError:
-            return _refused(f"event {event_id} has no record in the store")
-        except NodeExistsError:
-            pass
         data, _ = wait(client.get_async(paths.approval(event_id)), deadline)
     try:
         existing = ApprovalNode.from_bytes(data, paths.approval(event_id)).to_approval()

@@ -1,8 +1,12 @@
 """Membership and leadership on ZooKeeper: ``join`` (``/members/{vm}``, ephemeral, and ``/registry/{vm}``)
 and ``campaign`` (``/leader``, ephemeral).
 
-A member node left by an older session of the same VM (the agent restarted before that session expired)
-is replaced, deleting exactly the version seen so that a newer node is never removed.
+A live member node held by another session is never taken over, unless it provably belongs to this VM's
+previous agent process (see ``coordinator.store.members``) or to an earlier session of this very store:
+then it is replaced. Anything else is another agent running with the same VM name: its node is left
+alone, ``join`` raises ``DuplicateMember`` (and gives up ``/leader`` if this session held it), and the
+store remembers it (``Membership.duplicate``) until a ``join`` succeeds. The refused node is read with a
+watch, so the agent is woken as soon as it goes.
 
 Both answer from the watched view (``coordinator.store.zk_watch``) when it is current and already shows
 the answer, sending nothing: ``join`` when the view shows this session's own member node, made by this
@@ -14,25 +18,64 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Mapping
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from coordinator.errors import StoreUnknownOutcome
+from coordinator.errors import DuplicateMember, StoreUnknownOutcome
 from coordinator.names import normalize_vm_name
 from coordinator.store.base import WriteResult
-from coordinator.store.payloads import LeaderNode, MemberNode, RegistryNode
+from coordinator.store.members import duplicate_member, predecessor
+from coordinator.store.payloads import LeaderNode, MemberNode, PayloadError, RegistryNode
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_session import Deadline
 from coordinator.store.zk_watch import WatchedView
 
-__all__ = ["campaign", "join"]
+__all__ = ["Membership", "campaign", "join"]
 
 log = logging.getLogger(__name__)
 
 
-def join(ctx: StoreContext, watched: WatchedView, vm: str, info: Mapping[str, object]) -> WriteResult:
+class Membership:
+    """What one store knows of its own membership: the sessions in which it joined (a member node left
+    by one of them is its own, whatever it says), and the refusal of the last ``join`` while no later
+    one succeeded."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: set[int] = set()
+        self._duplicate: DuplicateMember | None = None
+
+    @property
+    def duplicate(self) -> DuplicateMember | None:
+        return self._duplicate
+
+    def is_own(self, session: int) -> bool:
+        with self._lock:
+            return session in self._sessions
+
+    def joined(self, session: int) -> None:
+        with self._lock:
+            self._sessions.add(session)
+            self._duplicate = None
+
+    def refused(self, error: DuplicateMember) -> bool:
+        """Note the refusal; True if it is news (not the one already standing), to be logged once."""
+        previous, self._duplicate = self._duplicate, error
+        return previous is None or str(previous) != str(error)
+
+    def check(self, vm: str) -> None:
+        """Raise the standing ``DuplicateMember`` of ``vm``, if any."""
+        duplicate = self._duplicate
+        if duplicate is not None and duplicate.vm == vm:
+            raise duplicate.again()
+
+
+def join(
+    ctx: StoreContext, watched: WatchedView, membership: Membership, vm: str, info: Mapping[str, object]
+) -> WriteResult:
     """See ``Store.join``."""
     vm = normalize_vm_name(vm)
     client, session = ctx.session.connected(write=True)
@@ -42,21 +85,31 @@ def join(ctx: StoreContext, watched: WatchedView, vm: str, info: Mapping[str, ob
     deadline = ctx.session.deadline()
     data = MemberNode.of(vm, info).to_bytes()
     with ctx.session.writing(f"join as {vm}"):
-        result = _join_members(ctx, client, session, vm, data, deadline)
+        try:
+            result = _join_members(ctx, watched, membership, client, session, vm, info, data, deadline)
+        except DuplicateMember as exc:
+            if membership.refused(exc):
+                log.error("%s", exc)
+            _step_down(ctx, client, session, vm, deadline)
+            raise
         _register(ctx, client, vm, deadline)
+    membership.joined(session)
     watched.joined(vm, session)
     return result
 
 
 def _join_members(
-    ctx: StoreContext, client: KazooClient, session: int, vm: str, data: bytes, deadline: Deadline
+    ctx: StoreContext, watched: WatchedView, membership: Membership, client: KazooClient, session: int, vm: str,
+    info: Mapping[str, object], data: bytes, deadline: Deadline,
 ) -> WriteResult:
     path = ctx.paths.member(vm)
     wait = ctx.session.wait
     for _ in range(3):
         # Looked at before a create is tried: a create that fails still costs the ensemble a transaction.
-        stat = wait(client.exists_async(path), deadline)
-        if stat is None:
+        # Watched: a node this agent may not take wakes it up when it goes.
+        try:
+            raw, stat = wait(client.get_async(path, watch=watched.watch), deadline)
+        except NoNodeError:
             try:
                 wait(client.create_async(path, data, ephemeral=True), deadline)
                 log.info("joined as %s (session 0x%x)", vm, session)
@@ -66,19 +119,39 @@ def _join_members(
                 continue
             except NodeExistsError:
                 continue  # created in between: look again
-        if stat.ephemeralOwner == session:
+        owner = stat.ephemeralOwner
+        if owner == session:
             return WriteResult.EXISTS
-        # Left by an older session of this VM (agent restart before the old session expired):
-        # replace it, deleting exactly the version seen so that a newer node is never removed.
-        log.warning(
-            "member node of %s belongs to session 0x%x, not ours (0x%x): replacing it",
-            vm,
-            stat.ephemeralOwner,
-            session,
-        )
+        try:
+            theirs: dict[str, object] | None = MemberNode.from_bytes(raw, path).model_dump()
+        except PayloadError as exc:
+            log.warning("undecodable member node, taken for another agent's: %s", exc)
+            theirs = None
+        if membership.is_own(owner):
+            reason: str | None = "an earlier session of this agent"
+        else:
+            reason = predecessor(theirs, info) if theirs is not None else None
+        if reason is None:
+            raise duplicate_member(vm, owner, theirs, stat.ctime / 1000.0)
+        # This VM's previous agent process (restarted before its old session expired): replace its node.
+        log.warning("member node of %s belongs to session 0x%x, not ours (0x%x), %s: replacing it",
+                    vm, owner, session, reason)
         with contextlib.suppress(NoNodeError, BadVersionError):
             wait(client.delete_async(path, version=stat.version), deadline)
     raise StoreUnknownOutcome(f"member node of {vm} keeps being taken by another session")
+
+
+def _step_down(ctx: StoreContext, client: KazooClient, session: int, vm: str, deadline: Deadline) -> None:
+    """A duplicate does not lead: delete ``/leader`` if this session holds it. Never raises: the refusal
+    is what the caller must see (``campaign`` and ``approve`` refuse a duplicate anyway)."""
+    try:
+        stat = ctx.session.wait(client.exists_async(ctx.paths.leader), deadline)
+        if stat is not None and stat.ephemeralOwner == session:
+            with contextlib.suppress(NoNodeError, BadVersionError):
+                ctx.session.wait(client.delete_async(ctx.paths.leader, version=stat.version), deadline)
+            log.warning("%s gives up leadership: another agent runs with its name", vm)
+    except Exception as exc:  # a failure of the connection: leadership lapses with the session
+        log.warning("%s could not give up leadership: %r", vm, exc)
 
 
 def _register(ctx: StoreContext, client: KazooClient, vm: str, deadline: Deadline) -> None:
@@ -99,9 +172,11 @@ def _register(ctx: StoreContext, client: KazooClient, vm: str, deadline: Deadlin
     raise StoreUnknownOutcome(f"{ctx.paths.registry} keeps disappearing")
 
 
-def campaign(ctx: StoreContext, watched: WatchedView, vm: str) -> bool:
-    """See ``Store.campaign``: create ``/leader`` if nobody holds it; True if this session holds it."""
+def campaign(ctx: StoreContext, watched: WatchedView, membership: Membership, vm: str) -> bool:
+    """See ``Store.campaign``: create ``/leader`` if nobody holds it; True if this session holds it.
+    Raises the standing ``DuplicateMember`` without sending anything while ``join`` is refused."""
     vm = normalize_vm_name(vm)
+    membership.check(vm)
     client, session = ctx.session.connected(write=False)
     answer = watched.campaign_answer(session)
     if answer is not None:

@@ -4,7 +4,15 @@ admission, done and reopened, purge), absences and out-of-rotation marks.
 Each function is one store method (see ``coordinator.store.base`` for the contract): it sends nothing
 unless CONNECTED, is bounded by one deadline, and turns a kazoo failure into ``StoreUnknownOutcome``.
 
-Node data that does not parse: the record read by ``mark_done`` or ``reopen`` raises
+``admitted`` and ``approval`` (see ``coordinator.store.zk_gate``) are created only together with a
+versioned rewrite of their record (``create_on_record``), and ``mark_done`` and ``reopen`` rewrite the record
+with the version they read: of an admission (or approval) and a done mark sent at the same time, whichever
+lands second fails, is re-read and decided again. So an admission never lands on a record marked done since
+it was read, and none created after ``mark_done`` listed the record's children survives it (ZooKeeper's
+multi can check a node's data version only, not its ``cversion``, the count of its children's changes:
+hence the rewrite of the record's data, with the same bytes, rather than a bare check).
+
+Node data that does not parse: the record read by ``admit``, ``mark_done`` or ``reopen`` raises
 ``StoreUnknownOutcome``; ``purge_done`` leaves such a record, with a warning; ``mark_out`` rewrites an
 ``/out/{vm}`` it cannot read, with ``since`` set to now.
 """
@@ -28,6 +36,7 @@ __all__ = [
     "admit",
     "clear_absent",
     "clear_out",
+    "create_on_record",
     "mark_absent",
     "mark_out",
     "publish_event",
@@ -101,20 +110,59 @@ def withdraw_ack(ctx: StoreContext, event_id: str, vm: str) -> WriteResult:
 
 
 def admit(ctx: StoreContext, event_id: str, vm: str, at: float) -> WriteResult:
-    """Create ``admitted`` under the event, once. The store does not check that ``vm`` leads."""
+    """Create ``admitted`` under the event, once, on the record as read: MISSING if the record is gone or
+    marked done (now, or by the time the admission would land). The store does not check that ``vm``
+    leads."""
     event_id = normalize_event_id(event_id)
     vm = normalize_vm_name(vm)
     client, _ = ctx.session.connected(write=True)
     deadline = ctx.session.deadline()
+    path = ctx.paths.event(event_id)
     data = AdmittedNode(by=vm, at=at).to_bytes()
     with ctx.session.writing(f"event {event_id}: admit (by {vm})"):
-        try:
-            ctx.session.wait(client.create_async(ctx.paths.admitted(event_id), data), deadline)
-        except NodeExistsError:
-            return WriteResult.EXISTS
-        except NoNodeError:
-            return WriteResult.MISSING
-    log.info("event %s: admitted by %s", event_id, vm)
+        for _ in range(3):
+            try:
+                record, stat = ctx.session.wait(client.get_async(path), deadline)
+            except NoNodeError:
+                return WriteResult.MISSING
+            try:
+                done = EventNode.from_bytes(record, path).done_at is not None
+            except PayloadError as exc:
+                raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
+            if done:
+                return WriteResult.MISSING
+            result = create_on_record(ctx, client, path, record, stat.version, ctx.paths.admitted(event_id), data,
+                                      deadline)
+            if result is WriteResult.DONE:
+                log.info("event %s: admitted by %s", event_id, vm)
+            if result is not None:
+                return result
+    raise StoreUnknownOutcome(f"event {event_id}: record keeps changing")
+
+
+def create_on_record(
+    ctx: StoreContext, client: KazooClient, path: str, record: bytes, version: int, child: str, data: bytes,
+    deadline: Deadline,
+) -> WriteResult | None:
+    """Create ``child`` of the record at ``path`` in one transaction with a rewrite of the record, as read
+    (``record``, at ``version``): the record's data version moves, so that a ``set_done`` that listed the
+    children before fails, and this fails if the record was rewritten (marked done, reopened, another
+    child created this way) since it was read. DONE; EXISTS if ``child`` exists; MISSING if the record is
+    gone; None if it changed since it was read (read it again and decide again)."""
+    transaction = client.transaction()
+    transaction.set_data(path, record, version=version)
+    transaction.create(child, data)
+    results = ctx.session.wait(transaction.commit_async(), deadline)
+    rewrite, created = [*results, None, None][:2]
+    if isinstance(rewrite, BadVersionError):
+        return None
+    if isinstance(rewrite, NoNodeError):
+        return WriteResult.MISSING
+    if isinstance(created, NodeExistsError):
+        return WriteResult.EXISTS
+    failure = next((r for r in results if isinstance(r, BaseException)), None)
+    if failure is not None:
+        raise failure
     return WriteResult.DONE
 
 
@@ -143,8 +191,10 @@ def clear_absent(ctx: StoreContext, vm: str) -> WriteResult:
 def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *, drop: tuple[str, ...]) -> WriteResult:
     """Rewrite the record's ``done_at`` (EXISTS if it already is set, or clear, as asked) and delete the
     children named in ``drop``, in one transaction, versioned so that a concurrent writer is never
-    overwritten: re-read and decide again. Every other field of the record is kept (including fields
-    unknown to this version). Raises ``StoreUnknownOutcome`` if the record does not parse."""
+    overwritten: re-read and decide again. A child created since the record was read moved its version
+    (``create_on_record``): the transaction fails and the children are listed again. Every other field of
+    the record is kept (including fields unknown to this version). Raises ``StoreUnknownOutcome`` if the
+    record does not parse."""
     event_id = normalize_event_id(event_id)
     client, _ = ctx.session.connected(write=True)
     deadline = ctx.session.deadline()

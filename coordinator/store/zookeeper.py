@@ -24,16 +24,25 @@ The modules behind it:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 
 from kazoo.client import KazooClient
 
-from coordinator.errors import ConfigError, InvalidName
+from coordinator.errors import ConfigError, DuplicateMember, InvalidName
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store import zk_gate, zk_membership, zk_records, zk_view
-from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, Pause, WriteResult
+from coordinator.store.base import (
+    ApprovalOutcome,
+    ApprovalResult,
+    ClusterView,
+    ConnectionState,
+    EventRecord,
+    Pause,
+    WriteResult,
+)
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_paths import ZooKeeperPaths, validate_cluster, validate_root
 from coordinator.store.zk_security import NodeAcls
@@ -93,6 +102,7 @@ class ZooKeeperStore:
         self._session = ZooKeeperSession(options, operation_timeout, client_factory)
         self._ctx = StoreContext(self._session, self._paths, clock, create_layout)
         self._watched = WatchedView(self._session, self._paths)
+        self._membership = zk_membership.Membership()
 
     # -- introspection ------------------------------------------------------------------------------
 
@@ -114,6 +124,12 @@ class ZooKeeperStore:
     def session_id(self) -> int | None:
         """The current ZooKeeper session id, or None while not connected."""
         return self._session.session_id
+
+    @property
+    def duplicate(self) -> DuplicateMember | None:
+        """The refusal of the last ``join`` (another agent runs with this VM's name), until a ``join``
+        succeeds; None otherwise. Sends nothing."""
+        return self._membership.duplicate
 
     # -- life cycle and signalling --------------------------------------------------------------------
 
@@ -149,17 +165,23 @@ class ZooKeeperStore:
 
     def join(self, vm: str, info: Mapping[str, object]) -> WriteResult:
         """See ``coordinator.store.zk_membership.join``."""
-        return zk_membership.join(self._ctx, self._watched, vm, info)
+        return zk_membership.join(self._ctx, self._watched, self._membership, vm, info)
 
     def campaign(self, vm: str) -> bool:
         """See ``coordinator.store.zk_membership.campaign``."""
-        return zk_membership.campaign(self._ctx, self._watched, vm)
+        return zk_membership.campaign(self._ctx, self._watched, self._membership, vm)
 
     # -- reads ----------------------------------------------------------------------------------------
 
     def read_view(self, vm: str) -> ClusterView:
-        """See ``coordinator.store.zk_watch.WatchedView.read_view``."""
-        return self._watched.read_view(normalize_vm_name(vm))
+        """See ``coordinator.store.zk_watch.WatchedView.read_view``. While ``join`` is refused, ``vm`` is
+        not among the members: the node under its name is another agent's."""
+        vm = normalize_vm_name(vm)
+        view = self._watched.read_view(vm)
+        duplicate = self._membership.duplicate
+        if duplicate is not None and duplicate.vm == vm and vm in view.members:
+            view = dataclasses.replace(view, members=view.members - {vm})
+        return view
 
     def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
         """See ``coordinator.store.zk_watch.WatchedView.member_info``."""
@@ -180,7 +202,10 @@ class ZooKeeperStore:
         self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float,
         admission: bool = False,
     ) -> ApprovalResult:
-        """See ``coordinator.store.zk_gate.approve``."""
+        """See ``coordinator.store.zk_gate.approve``. REFUSED, with nothing sent, while ``join`` is refused."""
+        duplicate = self._membership.duplicate
+        if duplicate is not None:
+            return ApprovalResult(ApprovalOutcome.REFUSED, reason=str(duplicate))
         with self._touching(event_id):
             return zk_gate.approve(self._ctx, event_id, vm, required, as_leader=as_leader, at=at,
                                    admission=admission)

@@ -11,6 +11,10 @@ them never asks ``sys.platform`` itself.
   also reaches grandchildren whose parent already exited. Windows has neither sessions nor signals: the
   command starts in a new process group (``CREATE_NEW_PROCESS_GROUP``) and its process tree, as psutil
   sees it (``Process.children(recursive=True)``), is terminated and then killed, with a bounded wait.
+* Who this agent process is (``agent_identity``: host name, Linux boot id, pid and the pid's start time),
+  written into its member node, and whether a process seen there still runs (``process_running``): with
+  them the store tells this VM's previous agent process (gone) from another agent configured with the
+  same VM name (alive). Anything that cannot be read is None: the store then proves nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -29,11 +34,15 @@ __all__ = [
     "PosixProcessGroup",
     "ProcessControl",
     "PsutilProcessTree",
+    "agent_identity",
+    "boot_id",
     "default_config_file",
     "default_log_file",
     "default_state_file",
     "is_windows",
     "process_control",
+    "process_running",
+    "process_start",
     "program_data_dir",
 ]
 
@@ -171,3 +180,74 @@ def process_control(system: str | None = None, psutil: Any = None, *, wait: floa
 
         psutil = psutil_module
     return PsutilProcessTree(psutil, wait=wait)
+
+
+# -- who this agent process is ------------------------------------------------------------------------------
+
+_PROC = Path("/proc")
+
+
+def boot_id(system: str | None = None, proc: Path = _PROC) -> str | None:
+    """The Linux boot id (random, new at every boot; shared by containers on one kernel), or None
+    elsewhere or when unreadable."""
+    if (sys.platform if system is None else system) != "linux":
+        return None
+    try:
+        return (proc / "sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def process_start(pid: int, system: str | None = None, proc: Path = _PROC) -> str | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/{pid}/stat``, as a
+    string): with the pid it names one process of one boot. None elsewhere than Linux, or when there is
+    no such process or it cannot be read."""
+    if (sys.platform if system is None else system) != "linux":
+        return None
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or parentheses itself.
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def process_running(pid: int, start: str | None, system: str | None = None, proc: Path = _PROC) -> bool | None:
+    """Whether the process ``pid`` that started at ``start`` (``process_start``; None: unknown) runs on
+    this machine: False if no process has that pid, or the one that has it started at another time (the
+    pid was reused); True if it runs; None if this cannot be told (Windows, where signalling a pid would
+    end it; a ``/proc`` that cannot be read)."""
+    system = sys.platform if system is None else system
+    if pid <= 0:
+        return False
+    if system == "linux":
+        if not (proc / str(pid)).exists():
+            return False
+        current = process_start(pid, system, proc)
+        if current is None:
+            return None if (proc / str(pid)).exists() else False
+        return start is None or current == start
+    if is_windows(system):
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0: no signal, only the existence and permission checks
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return None
+    return True
+
+
+def agent_identity(system: str | None = None, proc: Path = _PROC) -> dict[str, object]:
+    """This process as its member node names it: ``host`` (the host name), ``boot_id`` (see
+    ``boot_id``), ``pid`` and ``pid_start`` (see ``process_start``). Unreadable parts are None."""
+    pid = os.getpid()
+    return {
+        "host": socket.gethostname(),
+        "boot_id": boot_id(system, proc),
+        "pid": pid,
+        "pid_start": process_start(pid, system, proc),
+    }

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from coordinator.errors import InvalidName, StoreUnavailable, StoreUnknownOutcome
+from coordinator.errors import DuplicateMember, InvalidName, StoreError, StoreUnavailable, StoreUnknownOutcome
 from coordinator.store.base import (
     ApprovalOutcome,
     ClusterView,
@@ -23,6 +23,7 @@ from coordinator.store.base import (
 )
 from coordinator.store.memory import MemoryCluster, MemoryStore
 from coordinator.store.zookeeper import ZooKeeperStore
+from tests.doubles import member_identity
 from tests.plugins.zookeeper import expire_session, wait_until
 
 EVENT = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
@@ -264,6 +265,20 @@ def test_admission_is_written_once(harness: Harness) -> None:
         a.admit("../x", "vm-a", T0)
 
 
+def test_a_record_marked_done_is_admitted_no_more(harness: Harness) -> None:
+    """An admission lands only on a record not marked done: a reused EventId is reopened first, and then
+    admitted afresh (``tests/integration/test_zookeeper_store.py`` interleaves the two on ZooKeeper)."""
+    a = harness.make()
+    a.publish_event(record())
+    assert a.mark_done(EVENT, T0) is WriteResult.DONE
+    assert a.admit(EVENT, "vm-a", T0 + 1) is WriteResult.MISSING
+    assert a.read_view("vm-a").records[EVENT].admitted_at is None
+    assert a.reopen(EVENT) is WriteResult.DONE
+    assert a.read_view("vm-a").records[EVENT].admitted_at is None
+    assert a.admit(EVENT, "vm-a", T0 + 2) is WriteResult.DONE
+    assert a.read_view("vm-a").records[EVENT].admitted_at == T0 + 2
+
+
 def test_registry_remembers_every_vm_that_ever_joined(harness: Harness) -> None:
     a, b = harness.make(), harness.make()
     assert a.read_view("vm-a").known == frozenset()
@@ -490,3 +505,91 @@ def test_member_info_returns_what_each_live_member_joined_with(harness: Harness)
     assert info["vm-b"] == {"vm": "vm-b", "probe": "http://10.0.0.5:8090/health"}
     b.stop()
     wait_until(lambda: "vm-b" not in a.member_info(["vm-a", "vm-b"]), message="vm-b's member node gone")
+
+
+# -- two agents with one VM name ---------------------------------------------------------------------------
+
+
+def joins(store: Store, vm: str, info: dict[str, object]) -> bool:
+    try:
+        return store.join(vm, info) in (WriteResult.DONE, WriteResult.EXISTS)
+    except DuplicateMember:
+        return False
+
+
+def test_a_second_agent_with_the_same_vm_name_is_refused_and_the_first_keeps_its_node(harness: Harness) -> None:
+    """Two live agents configured with one vm_name: the second never takes the first's member node; it is
+    told why in one line, is not a member in its own view, neither leads nor approves, and joins once the
+    first is gone."""
+    first, second = harness.make(), harness.make()
+    mine = member_identity(T0)  # this very process: it runs
+    assert first.join("vm-a", mine) is WriteResult.DONE
+    assert second.campaign("vm-a") is True  # it led before it learnt of the other agent
+    for _ in range(20):
+        with pytest.raises(DuplicateMember) as refused:
+            second.join("vm-a", member_identity(T0 + 10))
+    message = str(refused.value)
+    assert isinstance(refused.value, StoreError)
+    assert message.startswith("another agent runs as vm-a (member node held by session 0x")
+    assert f" from host {mine['host']} pid {mine['pid']} since " in message
+    assert message.endswith(
+        "): this agent stays out of rotation until it is gone; check vm_name in the configuration")
+    assert "\n" not in message
+    assert second.duplicate is not None and str(second.duplicate) == message
+    assert first.duplicate is None
+
+    assert first.member_info(["vm-a"])["vm-a"]["started_at"] == T0  # the first's node, as it wrote it
+    assert first.join("vm-a", mine) is WriteResult.EXISTS
+    assert first.read_view("vm-a").members == {"vm-a"}
+    assert "vm-a" not in second.read_view("vm-a").members
+    with pytest.raises(DuplicateMember):
+        second.campaign("vm-a")
+    assert second.read_view("vm-a").leader is None  # it gave up /leader
+    assert first.campaign("vm-a") is True
+    first.publish_event(record(resources=("vm-a",)))
+    first.acknowledge(EVENT, "vm-a", T0)
+    stale = second.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0)
+    assert stale.outcome is ApprovalOutcome.REFUSED and "another agent runs as vm-a" in stale.reason
+
+    first.stop()
+    wait_until(lambda: joins(second, "vm-a", member_identity(T0 + 10)), message="second to join once first is gone")
+    assert second.duplicate is None
+    assert second.read_view("vm-a").members == {"vm-a"}
+    assert second.campaign("vm-a") is True
+
+
+@pytest.mark.parametrize("left_by", ["a process that has ended", "an earlier boot"])
+def test_a_node_left_by_this_hosts_previous_agent_process_is_replaced(harness: Harness, left_by: str) -> None:
+    """The agent restarted (or the VM rebooted) before its old session expired: the new process takes the
+    node, and the old session can no longer approve in the VM's name."""
+    before, after = harness.make(), harness.make()
+    old = (member_identity(T0, process="gone") if left_by == "a process that has ended"
+           else member_identity(T0, boot_id="an-earlier-boot"))
+    assert before.join("vm-a", old) is WriteResult.DONE
+    assert after.join("vm-a", member_identity(T0 + 10)) is WriteResult.DONE
+    assert after.duplicate is None
+    assert after.member_info(["vm-a"])["vm-a"]["started_at"] == T0 + 10
+    assert after.read_view("vm-a").members == {"vm-a"}
+    after.publish_event(record(resources=("vm-a",)))
+    after.acknowledge(EVENT, "vm-a", T0)
+    stale = before.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0)
+    assert stale.outcome is ApprovalOutcome.REFUSED
+    assert after.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0).outcome is ApprovalOutcome.APPROVED
+
+
+@pytest.mark.parametrize("theirs", ["another host", "started later", "says nothing of its process"])
+def test_a_node_not_provably_this_vms_previous_agent_is_never_replaced(harness: Harness, theirs: str) -> None:
+    """Even with its process gone (as seen from here), a node from another host, or from an agent that
+    started after this one (of two agents that pass the rest, only one can take the other's node: they
+    never take it back and forth), or one that does not say who wrote it, is another agent's."""
+    first, second = harness.make(), harness.make()
+    info = {
+        "another host": lambda: member_identity(T0, process="gone", host="another-host"),
+        "started later": lambda: member_identity(T0 + 20, process="gone"),
+        "says nothing of its process": lambda: {"version": "1", "started_at": T0},
+    }[theirs]()
+    assert first.join("vm-a", info) is WriteResult.DONE
+    with pytest.raises(DuplicateMember):
+        second.join("vm-a", member_identity(T0 + 10))
+    assert second.duplicate is not None
+    assert first.join("vm-a", info) is WriteResult.EXISTS

@@ -12,11 +12,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 
-from coordinator.errors import ConfigError, StoreUnavailable, StoreUnknownOutcome
+from coordinator.errors import ConfigError, DuplicateMember, StoreUnavailable, StoreUnknownOutcome
 from coordinator.store.base import (
     ApprovalOutcome,
     ApprovalResult,
@@ -27,6 +28,7 @@ from coordinator.store.base import (
 )
 from coordinator.store.zookeeper import ClientOptions, ZooKeeperStore
 from coordinator.testbed.zookeeper import LocalEnsemble, LocalZooKeeper
+from tests.doubles import member_identity
 from tests.plugins.zookeeper import StoreMaker, expire_session, wait_until
 
 EVENT = "5AA1A3F2-3C39-4E5B-9C4B-9E3E5D2B1A01"
@@ -78,14 +80,15 @@ def test_member_node_disappears_on_stop(zk_hosts: str, zk_chroot: str, make_stor
     wait_until(lambda: b.read_view("vm-b").members == frozenset(), message="vm-a to leave")
 
 
-def test_join_replaces_a_node_left_by_an_older_session_of_the_same_vm(
+def test_join_replaces_a_node_left_by_this_vms_previous_agent_process(
     zk_hosts: str, zk_chroot: str, make_store: StoreMaker
 ) -> None:
     before_restart = make_store(zk_hosts, zk_chroot)
-    assert before_restart.join("vm-a", {"version": "old"}) is WriteResult.DONE
+    # Written as the previous process did: this host and boot, a pid that has ended since.
+    assert before_restart.join("vm-a", member_identity(T0, process="gone")) is WriteResult.DONE
     after_restart = make_store(zk_hosts, zk_chroot)  # the agent restarted; the old session lingers
 
-    assert after_restart.join("vm-a", {"version": "new"}) is WriteResult.DONE
+    assert after_restart.join("vm-a", member_identity(T0 + 10)) is WriteResult.DONE
     assert after_restart.client is not None
     stat = after_restart.client.exists(f"{after_restart.base_path}/members/vm-a")
     assert stat is not None
@@ -99,6 +102,144 @@ def test_join_replaces_a_node_left_by_an_older_session_of_the_same_vm(
     assert "session" in stale.reason
     current = after_restart.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0)
     assert current.outcome is ApprovalOutcome.APPROVED
+
+
+def test_a_second_agent_with_the_same_vm_name_leaves_the_first_ones_node_untouched(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """Before, two agents with one vm_name replaced each other's member node some 20 times a second. Now
+    the node stays the first agent's: not deleted, not rewritten, however often the second tries; the
+    second's refused join reads it with a watch, and is woken when it goes."""
+    first, second = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
+    assert first.join("vm-a", member_identity(T0)) is WriteResult.DONE
+    client = first.client
+    assert client is not None
+    path = f"{first.base_path}/members/vm-a"
+    before = client.exists(path)
+    assert before is not None and before.ephemeralOwner == first.session_id
+    woken = threading.Event()
+    second.set_wakeup(woken.set)
+    for _ in range(50):
+        with pytest.raises(DuplicateMember, match=f"held by session 0x{first.session_id:x} from host "):
+            second.join("vm-a", member_identity(T0 + 10))
+    after = client.exists(path)
+    assert after is not None
+    assert (after.czxid, after.mzxid, after.version, after.ephemeralOwner) == (
+        before.czxid, before.mzxid, before.version, before.ephemeralOwner)
+    assert first.join("vm-a", member_identity(T0)) is WriteResult.EXISTS
+    assert first.duplicate is None
+
+    woken.clear()
+    first.stop()
+    assert woken.wait(5.0), "the refused agent was not woken when the other agent's node went"
+    assert second.join("vm-a", member_identity(T0 + 10)) is WriteResult.DONE
+    assert second.duplicate is None
+
+
+def test_a_member_node_that_does_not_parse_is_another_agents(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    other, agent = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
+    assert agent.join("vm-b", {}) is WriteResult.DONE  # creates the layout
+    client = other.client
+    assert client is not None
+    path = f"{other.base_path}/members/vm-a"
+    client.create(path, b"\xff not json", ephemeral=True)
+    with pytest.raises(DuplicateMember, match=r"from host \? pid \? since "):
+        agent.join("vm-a", member_identity(T0 + 10))
+    assert client.get(path)[0] == b"\xff not json"
+
+
+# -- done marks and what is written under a record ----------------------------------------------------
+
+
+def _before_the_next_transaction(store: ZooKeeperStore, action: Callable[[], object]) -> list[object]:
+    """Run ``action`` (another client's write) right before ``store`` next builds a transaction: after
+    whatever it read to decide on it. Returns what ``action`` returned, once it ran."""
+    client = store.client
+    assert client is not None
+    original = client.transaction
+    ran: list[object] = []
+
+    def transaction() -> Any:
+        if not ran:
+            ran.append(action())
+        return original()
+
+    client.transaction = transaction  # type: ignore[method-assign]
+    return ran
+
+
+def _children(store: ZooKeeperStore) -> list[str]:
+    client = store.client
+    assert client is not None
+    return sorted(client.get_children(f"{store.base_path}/events/{EVENT}"))
+
+
+def test_an_admission_created_while_mark_done_lists_the_children_does_not_survive_it(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """mark_done lists the record's children, then deletes admitted and approval with the done mark in one
+    transaction: an admission another leader (one whose session is lapsing) creates in between must not
+    survive on the done record, to be inherited when a reused EventId reopens it."""
+    leader, old_leader = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
+    leader.publish_event(record())
+    ran = _before_the_next_transaction(leader, lambda: old_leader.admit(EVENT, "vm-b", T0))
+    assert leader.mark_done(EVENT, T0 + 1) is WriteResult.DONE
+    assert ran == [WriteResult.DONE]  # the admission landed between the listing and the transaction
+    view = leader.read_view("vm-a").records[EVENT]
+    assert view.done_at == T0 + 1
+    assert view.admitted_at is None
+    assert _children(leader) == ["acks"]
+    assert leader.reopen(EVENT) is WriteResult.DONE
+    assert leader.read_view("vm-a").records[EVENT].admitted_at is None  # the new instance inherits nothing
+
+
+def test_an_admission_decided_before_mark_done_landed_is_not_written_on_the_done_record(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    leader, other = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
+    leader.publish_event(record())
+    ran = _before_the_next_transaction(leader, lambda: other.mark_done(EVENT, T0 + 1))
+    assert leader.admit(EVENT, "vm-a", T0) is WriteResult.MISSING  # read again: marked done meanwhile
+    assert ran == [WriteResult.DONE]
+    assert _children(leader) == ["acks"]
+    assert leader.read_view("vm-a").records[EVENT].done_at == T0 + 1
+
+
+def test_an_approval_checked_before_mark_done_landed_is_not_written_on_the_done_record(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """The approver's checks pass, then the leader marks the event done (it is gone): the approval must
+    not be written (and no POST sent) on the done record, nor be found by a reused EventId later."""
+    approver, leader = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
+    approver.join("vm-a", {})
+    approver.publish_event(record(resources=("vm-a",)))
+    approver.acknowledge(EVENT, "vm-a", T0)
+    ran = _before_the_next_transaction(approver, lambda: leader.mark_done(EVENT, T0 + 1))
+    result = approver.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0)
+    assert ran == [WriteResult.DONE]
+    assert result.outcome is ApprovalOutcome.REFUSED and "marked done" in result.reason
+    assert _children(approver) == ["acks"]
+    assert approver.read_view("vm-a").records[EVENT].approval is None
+
+
+def test_two_approvers_at_once_both_find_the_one_approval(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """The approval moves the record's version: an approver whose checks read the record before another
+    approval landed checks again, and finds that approval."""
+    member, leader = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
+    member.join("vm-a", {})
+    leader.campaign("vm-b")
+    member.publish_event(record(resources=("vm-a",)))
+    member.acknowledge(EVENT, "vm-a", T0)
+    ran = _before_the_next_transaction(
+        member, lambda: leader.approve(EVENT, "vm-b", ["vm-a"], as_leader=True, at=T0).outcome)
+    result = member.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0 + 1)
+    assert ran == [ApprovalOutcome.APPROVED]
+    assert result.outcome is ApprovalOutcome.APPROVED
+    assert result.record is not None and result.record.by == "vm-b"
 
 
 # -- leadership -------------------------------------------------------------------------------------

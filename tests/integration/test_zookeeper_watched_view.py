@@ -16,10 +16,11 @@ from kazoo.client import KazooClient
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import Callback
 
-from coordinator.errors import StoreUnavailable, StoreUnknownOutcome
+from coordinator.errors import DuplicateMember, StoreUnavailable, StoreUnknownOutcome
 from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, EventRecord, WriteResult
 from coordinator.store.zookeeper import ClientOptions, ZooKeeperStore
 from coordinator.testbed.zookeeper import ConnectionStats, LocalZooKeeper
+from tests.doubles import member_identity
 from tests.plugins.zookeeper import StoreMaker, expire_session, wait_until
 
 EVENT = "3F2A9C51-7B1D-4E8A-9C2B-5D6E7F8A9B01"
@@ -270,15 +271,18 @@ def test_a_leader_taken_from_a_store_is_seen_by_its_campaign(
 def test_join_sees_that_another_session_took_the_member_node(
     zk_hosts: str, zk_chroot: str, make_store: StoreMaker
 ) -> None:
-    """Two agents with the same VM name (an agent restarted while its old session lingers): the view
-    still lists the VM, but the node is not this session's any more, so join does its work again."""
+    """The VM's agent restarted while its old session lingers (both stores say they are processes of this
+    host that have ended, the new one started later): the new one takes the node. The old store's view
+    still lists the VM, but the node is not this session's any more, so join does its work again, and is
+    refused: the node is not its predecessor's (it started later), so it is not taken back."""
     a, a_again = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
-    assert a.join("vm-a", {}) is WriteResult.DONE
+    a_info = member_identity(T0, process="gone")
+    assert a.join("vm-a", a_info) is WriteResult.DONE
     assert a.read_view("vm-a").members == {"vm-a"}
-    assert a.join("vm-a", {}) is WriteResult.EXISTS  # from the view
+    assert a.join("vm-a", a_info) is WriteResult.EXISTS  # from the view
     woken = threading.Event()
     a.set_wakeup(woken.set)
-    assert a_again.join("vm-a", {}) is WriteResult.DONE  # replaces a's node
+    assert a_again.join("vm-a", member_identity(T0 + 10, process="gone")) is WriteResult.DONE  # replaces a's node
     assert woken.wait(SEEN_WITHIN), "no watch fired for a when its member node was replaced"
     client = a_again.client
     assert client is not None
@@ -291,8 +295,11 @@ def test_join_sees_that_another_session_took_the_member_node(
     assert owner() == a_again.session_id
     # The replacement deleted a's node: a's watch fired, and its next read shows vm-a (a_again's node).
     assert a.read_view("vm-a").members == {"vm-a"}
-    assert a.join("vm-a", {}) is WriteResult.DONE  # taken back: not EXISTS from a view of another's node
-    assert owner() == a.session_id
+    with pytest.raises(DuplicateMember):  # not EXISTS from a view of another's node, and not taken back
+        a.join("vm-a", a_info)
+    assert owner() == a_again.session_id
+    assert a.read_view("vm-a").members == frozenset()  # not a member in its own view
+    assert a_again.join("vm-a", {}) is WriteResult.EXISTS
 
 
 def test_an_observer_sees_the_layout_created_after_its_first_read(

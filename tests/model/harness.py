@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from coordinator.actions import ActionContext, ProbeState
-from coordinator.errors import ActionError, ImdsError
+from coordinator.errors import ActionError, DuplicateMember, ImdsError
 from coordinator.models import Document
 from coordinator.poller import Reading
 from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, Pause, WriteResult
@@ -316,6 +316,10 @@ class ModelStore:
     @property
     def connection_state(self) -> ConnectionState:
         return self.inner.connection_state
+
+    @property
+    def duplicate(self) -> DuplicateMember | None:
+        return self.inner.duplicate
 
     def set_wakeup(self, callback: Callable[[], None]) -> None:
         self.inner.set_wakeup(callback)

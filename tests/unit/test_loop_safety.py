@@ -1,5 +1,5 @@
 """Regression tests for the breaks found in the shell around the decision after the poller, the watched
-view, the pause and the maintenance windows landed (``docs/safety.md``, rows 21 to 27).
+view, the pause and the maintenance windows landed (``docs/safety.md``, rows 21 to 28).
 
 Same bench as ``test_safety_regressions``: real ``Agent`` objects with the real decision code, on the
 in-memory store, a small IMDS group driven by the test, a fake clock and inline actions. Each test fails
