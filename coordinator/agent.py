@@ -28,6 +28,7 @@ from coordinator import __version__
 from coordinator.actions.base import Action, ActionContext, run_drain, run_recover
 from coordinator.decide import LocalState, PeerSeen, Phase, Plan, Policy, Sighting, Snapshot, approval_fence, decide
 from coordinator.errors import (
+    DuplicateMember,
     ImdsError,
     ImdsFenced,
     InvalidName,
@@ -324,6 +325,7 @@ class Agent:
         self._metrics.document_age.set(age if reading.seq else float("nan"))
 
         cluster: ClusterView | None = None
+        duplicate: str | None = None
         try:
             if self._store.connection_state is ConnectionState.LOST:
                 # Level-triggered like the rest: (re)connect when there is no connection. A no-op
@@ -332,6 +334,8 @@ class Agent:
             self._store.join(self.vm, self._member_info)
             self._store.campaign(self.vm)
             cluster = self._store.read_view(self.vm)
+        except DuplicateMember as exc:
+            duplicate = str(exc)  # said once by the decision (``Plan.invalid``), not every cycle
         except (StoreError, InvalidName) as exc:
             self._metrics.errors.labels("store").inc()
             log.warning("cluster view unavailable (vm=%s): %s", self.vm, exc)
@@ -360,6 +364,7 @@ class Agent:
             granted_session=self._store.granted_session_timeout,
             cycle_started=started,
             read_sent=reading.sent,
+            duplicate=duplicate,
             peers=self._peers.seen() if self._peers is not None else None,
         )
 

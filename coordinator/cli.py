@@ -75,6 +75,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return 0
     cluster = status.get("cluster") or {}
     print(f"vm {status.get('vm')}: {status.get('phase')}  (last cycle: {status.get('last_cycle')})")
+    if status.get("duplicate"):
+        print(f"DUPLICATE: {status['duplicate']}")
     if cluster:
         members = ", ".join(cluster["members"])
         print(f"zookeeper: {cluster['connection']}  leader: {cluster['leader']}  members: {members}")

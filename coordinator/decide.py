@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
 from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
 from coordinator.errors import InvalidName
@@ -99,6 +98,9 @@ class _Event:
     bad_names: tuple[str, ...]
     rule: ApprovalRule
     listed: int = 1  # how many entries of the document carry this event id
+    # Known only from its record (``_from_store``): its NotBefore as the record holds it (epoch seconds).
+    from_store: bool = False
+    stored_not_before: float | None = None
 
     @property
     def held_as(self) -> str:
@@ -108,6 +110,8 @@ class _Event:
 
     @property
     def not_before(self) -> float | None:
+        if self.from_store:
+            return self.stored_not_before
         return self.event.not_before.timestamp() if self.event.not_before is not None else None
 
 
@@ -407,7 +411,12 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     for key in sorted(local.draining_for):
         if key not in holding and not is_gone(snap.named.get(key), policy.gone_after):
             holding.append(key)
-    next_phase, start_drain, start_recover, waiting = _local(snap, local, policy, bool(holding))
+    # Another agent running as this VM: out of rotation until it is gone, whatever the events say. The
+    # store never lets it take that agent's member node (which would let one's ack stand for the other).
+    next_phase, start_drain, start_recover, waiting = _local(snap, local, policy, bool(holding) or bool(snap.duplicate))
+    if snap.duplicate:
+        invalid.append(snap.duplicate)
+        waiting = waiting or "another agent runs as this VM"
     phase_after = next_phase or local.phase
     drain_started = snap.mono if start_drain else local.drain_started
     holding_keys = set(holding)
@@ -554,10 +563,11 @@ def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[st
         sighting = snap.seen.get(key)
         if record.done_at is not None or sighting is None or sighting.listed:
             continue
-        not_before = datetime.fromtimestamp(record.not_before, UTC) if record.not_before is not None else None
+        # NotBefore stays in epoch seconds: a clamped one at the calendar's limits has no datetime.
         event = ScheduledEvent(event_id=key, event_type=record.event_type, event_status="Scheduled",
-                               resources=record.resources, not_before=not_before)
-        found[key] = _Event(event, key, tuple(record.resources), (), rule_for(event, policy))
+                               resources=record.resources)
+        found[key] = _Event(event, key, tuple(record.resources), (), rule_for(event, policy), from_store=True,
+                            stored_not_before=record.not_before)
     return found
 
 

@@ -262,6 +262,11 @@ class Metrics:
         self.paused = Gauge("coordinator_paused", "1 while an operator has paused early approvals for the group",
                             registry=registry)
         self.members = Gauge("coordinator_cluster_members", "Live agents seen in ZooKeeper", registry=registry)
+        self.duplicate = Gauge(
+            "coordinator_duplicate_vm_name",
+            "1 while another live agent holds this VM's member node (two agents with one vm_name): this agent "
+            "stays out of rotation", registry=registry,
+        )
         self.drain_seconds = Histogram(
             "coordinator_drain_duration_seconds",
             "From the start of a drain to its first acknowledgement (once per drain)",

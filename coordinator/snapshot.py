@@ -125,6 +125,8 @@ class Snapshot:
     # When this cycle began, and when the request of the reading it uses (``document`` or not) was sent.
     cycle_started: float = float("-inf")
     read_sent: float = float("-inf")
+    # Another live agent holds this VM's member node (two agents run with one vm_name): why, in one line.
+    duplicate: str | None = None
     peers: Mapping[str, PeerSeen] | None = None  # vm -> last probe answer; None: peers are not probed
 
     @property

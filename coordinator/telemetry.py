@@ -58,6 +58,7 @@ class Telemetry:
         self._session: object | None = None  # the ZooKeeper session id this agent last held
         self._completed_at: float | None = None  # monotonic time of the last completed cycle
         self._ready = False
+        self._duplicate: str | None = None  # another agent runs as this VM (the last cycle said so)
         self._described = ""  # the last cycle's description, to log a cycle at INFO only when it changes
         self._paused_seen = False  # for the log line when an operator's pause starts or ends
 
@@ -80,6 +81,9 @@ class Telemetry:
         return Health(True, f"last cycle completed {since:.1f} s ago")
 
     def ready(self) -> Health:
+        duplicate = self._duplicate
+        if duplicate is not None:
+            return Health(False, duplicate)
         if self._ready:
             return Health(True, "coordinating: a cycle completed with a ZooKeeper view and a valid IMDS document")
         return Health(False, "no cycle yet with both a ZooKeeper view and a valid IMDS document")
@@ -111,6 +115,8 @@ class Telemetry:
                     agent_log.info("pause lifted: early approvals resume (vm=%s)", vm)
             self._paused_seen = paused is not None
             self._metrics.paused.set(1 if paused is not None else 0)
+        self._duplicate = snap.duplicate
+        self._metrics.duplicate.set(1 if snap.duplicate else 0)
         self.cycle_done(snap, plan, local, connection, session)
         return description
 
@@ -243,6 +249,7 @@ def status_dict(vm: str, local: LocalState, plan: Plan | None, snap: Snapshot | 
         "approved_by_me": sorted(local.posted),
         "drained_for": sorted(local.draining_for),
         "stays_out": plan.waiting if plan is not None else "",
+        "duplicate": snap.duplicate if snap is not None else None,
     }
     if snap is None or plan is None:
         return out

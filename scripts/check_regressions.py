@@ -454,6 +454,22 @@ MUTATIONS = [
         '            if event is None:\n                return WriteResult.MISSING',
         'tests/integration/test_store_contract.py::test_a_record_marked_done_is_admitted_no_more[memory]',
     ),
+    (
+        'duplicate-stays-out-of-rotation',
+        'coordinator/decide.py',
+        '_local(snap, local, policy, bool(holding) or bool(snap.duplicate))',
+        '_local(snap, local, policy, bool(holding))',
+        LOOP + '::test_a_serving_agent_that_finds_another_agent_in_its_place_leaves_rotation',
+    ),
+    (
+        'store-only-not-before-in-seconds',
+        'coordinator/decide.py',
+        '            return self.stored_not_before\n',
+        '            dt = __import__("datetime")\n'
+        '            stored = self.stored_not_before\n'
+        '            return None if stored is None else dt.datetime.fromtimestamp(stored, dt.UTC).timestamp()\n',
+        LOOP + '::test_a_record_known_only_from_the_store_with_a_notbefore_at_the_calendars_end_is_weighed_not_a_crash',
+    ),
 ]
 
 

@@ -1,5 +1,5 @@
 """Regression tests for the breaks found in the shell around the decision after the poller, the watched
-view, the pause and the maintenance windows landed (``docs/safety.md``, rows 21 to 28).
+view, the pause and the maintenance windows landed (``docs/safety.md``, rows 21 to 30).
 
 Same bench as ``test_safety_regressions``: real ``Agent`` objects with the real decision code, on the
 in-memory store, a small IMDS group driven by the test, a fake clock and inline actions. Each test fails
@@ -15,11 +15,12 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from coordinator.config import ApprovalRule
-from coordinator.decide import Policy
+from coordinator.decide import LocalState, Phase, Policy, Sighting, Snapshot, decide
 from coordinator.errors import ImdsFenced, ImdsUnavailable
 from coordinator.maintenance_windows import Window
 from coordinator.models import Document, parse_document
 from coordinator.poller import ReadEachCycle, Reading
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord
 from tests.unit.test_safety_regressions import AT_ONCE, E2, Bench, E, FakeImds
 
 # --- 21. a restarted agent that cannot reach ZooKeeper, with absent_peer_grace_seconds ---------------
@@ -290,3 +291,63 @@ def test_a_group_whose_vms_see_only_their_own_events_still_approves_early(tmp_pa
     bench.run(40, until=lambda: bool(bench.group.approved(E2)))
     assert bench.group.approved(E2)
     bench.assert_drained_at_every_post(E2, ["vm2"])
+
+
+# --- 29. two agents configured with one vm_name ---------------------------------------------------------------
+
+
+def test_a_second_agent_with_the_same_vm_name_stays_out_of_rotation_and_says_so(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    first = bench.add("vm0")
+    bench.add("vm1")
+    bench.run(20)
+    assert first.probe.serving
+    session = bench.cluster.members["vm0"].session
+    second = bench.add("vm0")  # another process configured as vm0, with a session of its own
+    second.history = []
+    bench.vms["vm0-first"] = first  # keep cycling the first one too
+    bench.run(30)
+    assert bench.cluster.members["vm0"].session == session, "the first agent's member node is left alone"
+    assert first.probe.serving
+    assert not any(serving for _, serving in second.history), "the second one never serves"
+    ready = second.agent.ready()
+    assert not ready.ok and "another agent runs as vm0" in ready.detail
+    assert second.agent.status()["duplicate"].startswith("another agent runs as vm0")
+    gauge = second.agent._metrics.duplicate
+    assert gauge._value.get() == 1.0
+    bench.crash("vm0-first")  # the first one stops: its node goes with its session
+    bench.run(30)
+    assert bench.cluster.members["vm0"].session != session
+    assert second.probe.serving and second.agent.ready().ok
+    assert gauge._value.get() == 0.0
+
+
+def test_a_serving_agent_that_finds_another_agent_in_its_place_leaves_rotation(tmp_path: Path) -> None:
+    """vm0's agent is cut off long enough for its session to expire; meanwhile another agent configured as
+    vm0 joins. Back, the first one finds a live member node of another session: it drains."""
+    bench = Bench(tmp_path)
+    first = bench.add("vm0")
+    bench.add("vm1")
+    bench.run(20)
+    first.store.partition()
+    bench.vms["vm0-first"] = first
+    bench.add("vm0").history = []
+    bench.run(20)
+    first.store.heal()
+    bench.run(20)
+    assert not first.probe.serving
+    assert "another agent runs as vm0" in first.agent.status()["stays_out"] + str(first.agent.status()["duplicate"])
+
+
+def test_a_record_known_only_from_the_store_with_a_notbefore_at_the_calendars_end_is_weighed_not_a_crash() -> None:
+    """Found by the model-based suite: a NotBefore clamped to the end of the calendar, in a record the
+    leader's documents never listed, crashed every agent's cycle when it was turned back into a date."""
+
+    end = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() + 3600  # "-01:00", clamped as it is
+    record = EventRecord(event_id=E, event_type="Terminate", resources=("vm1",), not_before=end,
+                         published_by="vm1", published_at=0.0)
+    cluster = ClusterView(frozenset({"vm0", "vm1"}), "vm0", True, {E: record}, ConnectionState.CONNECTED)
+    snapshot = Snapshot(me="vm0", now=1_700_000_000.0, mono=100.0, document=parse_document('{"DocumentIncarnation": 1, "Events": []}'),
+                        last_document=None, cluster=cluster, seen={E: Sighting(99.0, listed=False)})
+    plan = decide(snapshot, LocalState(phase=Phase.SERVING), Policy())
+    assert plan.admit == (E,)
