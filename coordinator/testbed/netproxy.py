@@ -220,7 +220,7 @@ class LinkProxy:
         self._state = state
         loop = self._loop
         if loop is not None and self.running:
-            with contextlib.suppress(RuntimeError):
+            with contextlib.suppress(RuntimeError, TimeoutError):  # waiters also poll the state
                 asyncio.run_coroutine_threadsafe(self._notify(), loop).result(2.0)
 
     def cut(self) -> None:

@@ -163,7 +163,9 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
         kinds += ["link_cut_long", "link_oneway", "link_cut_short", "link_delay"]
         extra += ["link_cut_short", "link_oneway", "link_delay"]
     rng.shuffle(kinds)
-    lapse = session_lapse_seconds(config, tick_time_ms(seed, config))
+    tick = tick_time_ms(seed, config)
+    lapse = session_lapse_seconds(config, tick)
+    read_timeout = granted_session_ms(config, tick) * 2 / 3 / 1000.0
     t = rng.uniform(1.5, 3.0) * k
     zk_free = 0.0
     link_free = 0.0
@@ -172,12 +174,19 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
         kind = kinds.pop(0) if kinds else rng.choice(extra)
         if kind.startswith("link_"):
             # One link fault at a time; one that could not begin within the window is left out.
-            link_step = _link_fault(rng, kind, max(t, link_free), vms, lapse)
+            link_step = _link_fault(rng, kind, max(t, link_free), vms, lapse, read_timeout)
             if link_step.target == "named":  # not before an event can name the VM
                 link_step = replace(link_step, at=max(link_step.at, steps[0].at + 0.5))
+            past_session = bool(link_step.params["past_session"])
+            if past_session:
+                # A new ZooKeeper leader gives every session a fresh timeout: no server fault from a little
+                # before the cut (a restarted server's election) until the session has had time to expire.
+                link_step = replace(link_step, at=max(link_step.at, zk_free + 2.0))
             if link_step.at < config.duration:
                 steps.append(link_step)
                 link_free = link_step.at + link_step.seconds + 1.0
+                if past_session:
+                    zk_free = max(zk_free, link_step.at + float(link_step.params["lapse"]) + 0.5)
             t += rng.uniform(1.2, 3.0) * k
             continue
         fallback = rng.choice(vms)
@@ -213,7 +222,8 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
     return sorted(steps, key=lambda s: s.at)
 
 
-def _link_fault(rng: random.Random, kind: str, at: float, vms: Sequence[str], lapse: float) -> Step:
+def _link_fault(rng: random.Random, kind: str, at: float, vms: Sequence[str], lapse: float,
+                read_timeout: float) -> Step:
     """One VM's link to ZooKeeper cut, delayed, or lossy one way. A cut meant to outlast the session lasts
     ``lapse`` (the latest the server expires the session) plus 1-4 s, and hits a VM an event names at that
     moment when there is one; a short fault lasts 0.5-3 s, less than any session the agents get."""
@@ -222,6 +232,8 @@ def _link_fault(rng: random.Random, kind: str, at: float, vms: Sequence[str], la
     seconds = lapse + rng.uniform(1.0, 4.0) if past_session else rng.uniform(0.5, 3.0)
     target = "named" if past_session or rng.random() < 0.5 else fallback
     params: dict[str, Any] = {"past_session": past_session, "pick": round(rng.random(), 4)}
+    if past_session:
+        params["lapse"] = round(lapse, 2)  # by when the server has expired the session, from the fault's start
     if kind in ("link_cut_long", "link_cut_short"):
         return Step(at, "zk_link_cut", target, seconds, params=params, fallback=fallback if target == "named" else "")
     if kind == "link_delay":
@@ -229,6 +241,11 @@ def _link_fault(rng: random.Random, kind: str, at: float, vms: Sequence[str], la
         seconds = rng.uniform(2.0, 8.0)
         return Step(at, "zk_link_delay", target, seconds, params=params, fallback=fallback if target == "named" else "")
     params["direction"] = rng.choice(["up", "down"])
+    if past_session and params["direction"] == "down":
+        # The agent's pings still reach the servers until kazoo gives the silent connection up, after its read
+        # timeout (two thirds of the session): the session's timer starts only then.
+        params["lapse"] = round(lapse + read_timeout, 2)
+        seconds += read_timeout
     return Step(at, "zk_link_oneway", target, seconds, params=params, fallback=fallback if target == "named" else "")
 
 
