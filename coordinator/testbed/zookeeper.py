@@ -613,6 +613,15 @@ class LocalEnsemble:
         return tuple(self._servers)
 
     @property
+    def tick_time_ms(self) -> int:
+        """The servers' tickTime (sessions last at least twice that, and expire on its boundaries)."""
+        return self._options["tick_time_ms"]
+
+    @property
+    def max_session_timeout_ms(self) -> int:
+        return self._options["max_session_timeout_ms"]
+
+    @property
     def hosts(self) -> str:
         """``127.0.0.1:P1,127.0.0.1:P2,...`` for clients."""
         if not self._servers:

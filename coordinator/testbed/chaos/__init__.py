@@ -2,10 +2,12 @@
 
 ``python -m coordinator.testbed.chaos --seed N [--runs K] [--duration S] [--json out.json]``
 
-One run starts, on loopback: a three-server ZooKeeper ensemble, the IMDS simulator under a time scale
-(so that Azure's 15-minute notices last about 20 s), one agent per VM, one app server per VM behind a
-real HAProxy whose health check of each server is that VM's agent probe, and a steady load through
-HAProxy. It plays a story of maintenance events and a schedule of faults, both drawn from
+One run starts, on loopback: a three-server ZooKeeper ensemble (its tickTime drawn from the seed), the
+IMDS simulator under a time scale (so that Azure's 15-minute notices last about 20 s), one agent per VM,
+each reaching ZooKeeper through link proxies of its own (``coordinator.testbed.netproxy``: the plan cuts,
+delays or makes lossy one way one agent's link at a time), one app server per VM behind a real HAProxy
+whose health check of each server is that VM's agent probe, and a steady load through HAProxy. It plays
+a story of maintenance events and a schedule of faults, both drawn from
 ``random.Random(seed)``; heals everything, waits until every event is gone and every VM is back, stops,
 and hands what was recorded to the oracle. The plan (what happens, to whom, when and for how long) is
 fully determined by the seed and printed first; real timing varies from run to run (process start-up,

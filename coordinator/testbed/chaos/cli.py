@@ -99,7 +99,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _write_json(path: Path, results: Sequence[RunResult], config: ChaosConfig, seconds: float) -> None:
     totals: dict[str, int] = {}
+    faults: dict[str, int] = {}
+    ticks: dict[str, int] = {}
     for result in results:
+        for kind, n in result.faults.items():
+            faults[kind] = faults.get(kind, 0) + n
+        if result.tick_time_ms is not None:
+            ticks[str(result.tick_time_ms)] = ticks.get(str(result.tick_time_ms), 0) + 1
         if result.verdict is None:
             continue
         for key in ("events", "approved_early", "started_at_not_before", "started_without_notice", "requests",
@@ -112,6 +118,8 @@ def _write_json(path: Path, results: Sequence[RunResult], config: ChaosConfig, s
         "runs_not_completed": sum(1 for r in results if r.error),
         "wall_seconds": round(seconds, 1),
         "totals": totals,
+        "faults": dict(sorted(faults.items())),
+        "runs_by_tick_time_ms": ticks,
         "results": [r.to_json() for r in results],
     }
     path.parent.mkdir(parents=True, exist_ok=True)

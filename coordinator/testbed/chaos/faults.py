@@ -2,9 +2,12 @@
 
 ``FaultSteps`` plays each ``Step`` of the plan on a thread of its own at its time: it schedules and
 cancels events in the IMDS simulator, kills an agent (a VM, the leader now, or a drained VM now) and
-restarts it, pauses one with SIGSTOP, takes ZooKeeper servers down and back, and adds IMDS faults. A VM
-a fault step holds is left alone by the other steps and by the supervisor. At the end of the fault
-window it heals everything and waits until every event is gone and every VM is back.
+restarts it, pauses one with SIGSTOP, takes ZooKeeper servers down and back, adds IMDS faults, and cuts,
+delays or makes lossy one way the link between one agent and ZooKeeper (its proxy; IMDS stays reachable).
+A VM a kill or pause holds is left alone by the other kills and pauses and by the supervisor; a link
+fault holds the links (one at a time) but not the agent, which may still be killed or paused behind it.
+Each fault is healed at the end of its own window; at the end of the run's fault window everything is
+healed, and the run waits until every event is gone and every VM is back.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import threading
 import time
 
 from coordinator.testbed.chaos.observers import ZooKeeperRecorder
-from coordinator.testbed.chaos.planning import Step
+from coordinator.testbed.chaos.planning import LINK_FAULTS, Step
 from coordinator.testbed.chaos.processes import RunProcesses
 from coordinator.testbed.chaos.state import Abort
 
@@ -61,9 +64,12 @@ class FaultSteps(RunProcesses):
                 self._zk_down(step)
             elif step.kind == "imds":
                 self._imds(step)
+            elif step.kind in LINK_FAULTS:
+                self._link_fault(step)
             elif step.kind == "cancel":
                 label = f"extra-{step.at:.1f}"
                 self._schedule(Step(step.at, "event", label=label, params=step.params))
+                self.count("cancel")
                 self._stopping.wait(step.seconds)
                 self._cancel(self._labels.get(label), label)
         except Exception as exc:
@@ -125,6 +131,7 @@ class FaultSteps(RunProcesses):
         if vm is None:
             self.say(f"fault skipped (its target is held by another fault): {step.describe()}")
             self.record("skipped", step.target, detail=step.describe())
+            self.count(step.kind, skipped=True)
             return
         cluster = self._cluster()
         with self._vm_locks[vm]:
@@ -133,8 +140,10 @@ class FaultSteps(RunProcesses):
             if proc is None or proc.poll() is not None:
                 self._busy.discard(vm)
                 self.say(f"fault skipped ({vm}'s agent is not running): {step.describe()}")
+                self.count(step.kind, skipped=True)
                 return
             why = {"leader": " (the leader)", "drained": " (drained)"}.get(step.target, "")
+            self.count(step.kind)
             self.record("sigkill", vm, proc.pid, f"restart after {step.seconds:.1f}s{why}")
             proc.send_signal(signal.SIGKILL)
             self._register(vm)
@@ -157,12 +166,15 @@ class FaultSteps(RunProcesses):
         with self._vm_locks[vm]:
             if vm in self._busy:
                 self.say(f"fault skipped (its target is held by another fault): {step.describe()}")
+                self.count(step.kind, skipped=True)
                 return
             proc = cluster.agents[vm].proc
             if proc is None or proc.poll() is not None:
                 self.say(f"fault skipped ({vm}'s agent is not running): {step.describe()}")
+                self.count(step.kind, skipped=True)
                 return
             self._busy.add(vm)
+            self.count(step.kind)
             self.record("sigstop", vm, proc.pid, f"for {step.seconds:.1f}s")
             proc.send_signal(signal.SIGSTOP)
         longer = " (longer than its session timeout)" if step.seconds > self.config.session_timeout else ""
@@ -186,6 +198,7 @@ class FaultSteps(RunProcesses):
                 indexes = [leader if leader is not None else 0]
             else:
                 indexes = [int(i) for i in spec.split(",")]
+            self.count("zk_down" if len(indexes) == 1 else "zk_down_no_quorum")
             for index in indexes:
                 self.record("zk_down", f"zk{index}", self.ensemble.server(index).pid)
                 self.ensemble.kill(index)
@@ -221,7 +234,67 @@ class FaultSteps(RunProcesses):
             sim.add_fault(fault, p["vm"], p.get("count", 1), status=p.get("status"), seconds=p.get("seconds"),
                           field=p.get("field"))
         self.record("imds_fault", p["vm"] or "all", detail=step.describe())
+        self.count(f"imds_{fault}")
         self.say(f"fault: {step.describe()}")
+
+    def _named_vms(self) -> list[str]:
+        sim = self._cluster().sim
+        assert sim is not None
+        return sorted({r.lower() for e in sim.events().get("events", []) for r in e["resources"]}
+                      & set(self.config.vms))
+
+    def _link_fault(self, step: Step) -> None:
+        """Cut, delay or make lossy one way the link of one agent to ZooKeeper for ``step.seconds``, then heal
+        it. The agent keeps running and keeps reaching IMDS; the harness's own ZooKeeper recorder has a
+        direct link and sees what the servers see."""
+        if not self.links:
+            return
+        vm = step.target
+        if step.target == "named":
+            named = self._named_vms()
+            vm = named[int(step.params.get("pick", 0.0) * len(named)) % len(named)] if named else step.fallback
+        if not self._link_lock.acquire(blocking=False):
+            self.say(f"fault skipped (another link fault is still on): {step.describe()}")
+            self.record("skipped", vm, detail=step.describe())
+            self.count(step.kind, skipped=True)
+            return
+        try:
+            link = self.links[vm]
+            p = step.params
+            named_now = vm in self._named_vms()
+            if step.kind == "zk_link_cut":
+                link.cut()
+                what = "cut"
+            elif step.kind == "zk_link_delay":
+                link.delay(int(p["delay_ms"]))
+                what = f"delay {p['delay_ms']} ms each way"
+            elif p["direction"] == "up":
+                link.loss_up()
+                what = "one-way loss up (agent to ZooKeeper)"
+            else:
+                link.loss_down()
+                what = "one-way loss down (ZooKeeper to agent)"
+            past = step.kind != "zk_link_delay" and step.seconds > self.session_granted_ms / 1000.0
+            detail = (f"{what} for {step.seconds:.1f}s"
+                      + (f" (longer than the {self.session_granted_ms} ms session granted)" if past else "")
+                      + (" while an event names it" if named_now else ""))
+            self.record(step.kind, vm, detail=detail)
+            self.count(step.kind)
+            with self._lock:
+                self.link_faults.append({"at": round(self.clock.rel(), 2), "kind": step.kind, "vm": vm,
+                                         "seconds": round(step.seconds, 2), "how": what,
+                                         "longer_than_session": past, "named_by_an_event": named_now})
+            self.say(f"fault: ZooKeeper link of {vm}: {detail}")
+            try:
+                self._stopping.wait(step.seconds)
+            finally:
+                link.heal()
+                stats = link.stats()
+                self.record("zk_link_heal", vm, detail=f"after {what}")
+                self.say(f"heal: ZooKeeper link of {vm} whole again (connections through it so far: "
+                         f"{stats.accepted}, parked while cut {stats.parked}, of which gave up {stats.dropped_parked})")
+        finally:
+            self._link_lock.release()
 
     # -- healing ---------------------------------------------------------------------------------------------
 
@@ -230,6 +303,10 @@ class FaultSteps(RunProcesses):
         sim = cluster.sim
         assert sim is not None
         sim.clear_faults()
+        for vm, link in self.links.items():
+            if link.state.describe() != "whole":
+                link.heal()
+                self.record("zk_link_heal", vm, detail="at the end of the fault window")
         for index, server in enumerate(self.ensemble.servers):
             if not server.running:
                 self._zk_restart(index)

@@ -3,21 +3,40 @@
 ``ChaosConfig`` is what every run uses. ``plan(seed, config)`` draws from ``random.Random(seed)`` a story
 of maintenance events (overlapping events on different VMs, one event cancelled, a hardware failure
 without notice) and a schedule of faults (agents killed or paused, ZooKeeper servers down, IMDS faults,
-events scheduled then cancelled), each one a ``Step``. Targets such as "the leader" or "a drained VM"
-are named in the plan and resolved only when the step fires.
+events scheduled then cancelled, one VM's network link to ZooKeeper cut, delayed or lossy in one
+direction while IMDS stays reachable), each one a ``Step``. Targets such as "the leader", "a drained VM"
+or "a VM an event names" are named in the plan and resolved only when the step fires.
+
+The ensemble's tickTime is drawn from the seed too (``tick_time_ms``): at 2000 or 3000 ms ZooKeeper
+grants the agents a session longer than the 4 s they ask for (at least 2 x tickTime), and expires
+sessions only on tick boundaries; the link cuts meant to outlast a session are sized for what the
+server grants (``session_lapse_seconds``).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["IMDS_FAULTS", "WRONG_TYPE_FIELDS", "ChaosConfig", "Step", "plan"]
+__all__ = [
+    "IMDS_FAULTS",
+    "LINK_DELAYS_MS",
+    "LINK_FAULTS",
+    "WRONG_TYPE_FIELDS",
+    "ChaosConfig",
+    "Step",
+    "granted_session_ms",
+    "plan",
+    "session_lapse_seconds",
+    "tick_time_ms",
+]
 
 IMDS_FAULTS = ("status", "delay", "malformed", "wrong_type", "drop", "refuse", "post")
 WRONG_TYPE_FIELDS = ("DocumentIncarnation", "Events", "EventId", "Resources", "NotBefore", "DurationInSeconds")
+LINK_FAULTS = ("zk_link_cut", "zk_link_delay", "zk_link_oneway")
+LINK_DELAYS_MS = (100, 300, 800, 1500)  # each way: the last two make a round trip near or past kazoo's read timeout
 
 
 @dataclass(frozen=True)
@@ -35,16 +54,19 @@ class ChaosConfig:
     reboot_seconds: float = 1.0  # how long a VM killed by an impact takes to come back
     rate: float = 20.0  # requests per second through HAProxy
     recovery_bound: float = 20.0
-    tick_time_ms: int = 500
+    tick_time_ms: int | None = None  # None: drawn from the seed among tick_choices_ms
+    tick_choices_ms: tuple[int, ...] = (500, 2000, 3000)
+    max_session_timeout_ms: int = 60_000  # the servers' maxSessionTimeout (at least 2 x the largest tick)
+    link_faults: bool = True  # each agent reaches ZooKeeper through a proxy of its own, and the plan cuts it
 
 
 @dataclass(frozen=True)
 class Step:
     """One thing the harness does ``at`` seconds after the story began.
 
-    ``target`` is a VM, ``leader`` or ``drained`` (resolved when the step fires, ``fallback`` if that
-    cannot be done), ``zk`` indexes (``zk:0,2``; ``zk:leader``), or empty. ``seconds`` is how long the
-    fault lasts (or, for a kill, how long until the restart)."""
+    ``target`` is a VM, ``leader``, ``drained`` or ``named`` (a VM an event names; resolved when the step
+    fires, ``fallback`` if that cannot be done), ``zk`` indexes (``zk:0,2``; ``zk:leader``), or empty.
+    ``seconds`` is how long the fault lasts (or, for a kill, how long until the restart)."""
 
     at: float
     kind: str
@@ -74,7 +96,40 @@ class Step:
             return f"IMDS fault {p['fault']} on {where} {what}"
         if self.kind == "cancel":
             return f"schedule {p['event_type']} on {','.join(p['resources'])}, cancel it after {self.seconds:.1f}s"
+        if self.kind in LINK_FAULTS:
+            who = {"named": "a VM an event names"}.get(self.target, self.target)
+            who = f"{who} (else {self.fallback})" if self.fallback else who
+            longer = " (longer than the session)" if p.get("past_session") else ""
+            if self.kind == "zk_link_cut":
+                action = "cut"
+            elif self.kind == "zk_link_delay":
+                action = f"delay {p['delay_ms']} ms each way on"
+            else:
+                action = {"up": "one-way loss (agent to ZooKeeper) on",
+                        "down": "one-way loss (ZooKeeper to agent) on"}[p["direction"]]
+            return f"{action} the ZooKeeper link of {who} for {self.seconds:.1f}s{longer}"
         return f"{self.kind} {self.target}"
+
+
+def tick_time_ms(seed: int, config: ChaosConfig = ChaosConfig()) -> int:
+    """The ensemble's tickTime for this seed: ``config.tick_time_ms`` if set, else drawn from the seed (from
+    a stream of its own, so that the plan's other draws do not depend on it)."""
+    if config.tick_time_ms is not None:
+        return config.tick_time_ms
+    return random.Random(f"tick-time:{seed}").choice(config.tick_choices_ms)
+
+
+def granted_session_ms(config: ChaosConfig, tick_ms: int) -> int:
+    """The session timeout ZooKeeper grants an agent asking for ``config.session_timeout``: what it asked,
+    raised to the minimum 2 x tickTime, lowered to maxSessionTimeout."""
+    asked = int(config.session_timeout * 1000)
+    return min(max(asked, 2 * tick_ms), config.max_session_timeout_ms)
+
+
+def session_lapse_seconds(config: ChaosConfig, tick_ms: int) -> float:
+    """The longest a server may take to expire the session of an agent it no longer hears from: the granted
+    timeout, plus up to one tick (sessions expire on tick boundaries)."""
+    return (granted_session_ms(config, tick_ms) + tick_ms) / 1000.0
 
 
 def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
@@ -103,13 +158,37 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
                               "duration_in_seconds": rng.choice([30, 60])}))
 
     kinds = ["leader_kill", "drained_kill", "pause_long", "zk_one", "zk_two", "imds", "imds", "agent_kill", "cancel"]
-    rng.shuffle(kinds)
     extra = ["agent_kill", "pause_long", "pause_short", "imds", "imds", "zk_one", "cancel", "drained_kill"]
+    if config.link_faults:
+        kinds += ["link_cut_long", "link_oneway", "link_cut_short", "link_delay"]
+        extra += ["link_cut_short", "link_oneway", "link_delay"]
+    rng.shuffle(kinds)
+    tick = tick_time_ms(seed, config)
+    lapse = session_lapse_seconds(config, tick)
+    read_timeout = granted_session_ms(config, tick) * 2 / 3 / 1000.0
     t = rng.uniform(1.5, 3.0) * k
     zk_free = 0.0
+    link_free = 0.0
     busy: dict[str, float] = {}
     while t < config.duration:
         kind = kinds.pop(0) if kinds else rng.choice(extra)
+        if kind.startswith("link_"):
+            # One link fault at a time; one that could not begin within the window is left out.
+            link_step = _link_fault(rng, kind, max(t, link_free), vms, lapse, read_timeout)
+            if link_step.target == "named":  # not before an event can name the VM
+                link_step = replace(link_step, at=max(link_step.at, steps[0].at + 0.5))
+            past_session = bool(link_step.params["past_session"])
+            if past_session:
+                # A new ZooKeeper leader gives every session a fresh timeout: no server fault from a little
+                # before the cut (a restarted server's election) until the session has had time to expire.
+                link_step = replace(link_step, at=max(link_step.at, zk_free + 2.0))
+            if link_step.at < config.duration:
+                steps.append(link_step)
+                link_free = link_step.at + link_step.seconds + 1.0
+                if past_session:
+                    zk_free = max(zk_free, link_step.at + float(link_step.params["lapse"]) + 0.5)
+            t += rng.uniform(1.2, 3.0) * k
+            continue
         fallback = rng.choice(vms)
         free = [vm for vm in vms if busy.get(vm, 0.0) <= t] or vms
         vm = rng.choice(free)
@@ -141,6 +220,33 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
         steps.append(step)
         t += rng.uniform(1.2, 3.0) * k
     return sorted(steps, key=lambda s: s.at)
+
+
+def _link_fault(rng: random.Random, kind: str, at: float, vms: Sequence[str], lapse: float,
+                read_timeout: float) -> Step:
+    """One VM's link to ZooKeeper cut, delayed, or lossy one way. A cut meant to outlast the session lasts
+    ``lapse`` (the latest the server expires the session) plus 1-4 s, and hits a VM an event names at that
+    moment when there is one; a short fault lasts 0.5-3 s, less than any session the agents get."""
+    fallback = rng.choice(vms)
+    past_session = kind == "link_cut_long" or (kind == "link_oneway" and rng.random() < 0.5)
+    seconds = lapse + rng.uniform(1.0, 4.0) if past_session else rng.uniform(0.5, 3.0)
+    target = "named" if past_session or rng.random() < 0.5 else fallback
+    params: dict[str, Any] = {"past_session": past_session, "pick": round(rng.random(), 4)}
+    if past_session:
+        params["lapse"] = round(lapse, 2)  # by when the server has expired the session, from the fault's start
+    if kind in ("link_cut_long", "link_cut_short"):
+        return Step(at, "zk_link_cut", target, seconds, params=params, fallback=fallback if target == "named" else "")
+    if kind == "link_delay":
+        params["delay_ms"] = rng.choice(LINK_DELAYS_MS)
+        seconds = rng.uniform(2.0, 8.0)
+        return Step(at, "zk_link_delay", target, seconds, params=params, fallback=fallback if target == "named" else "")
+    params["direction"] = rng.choice(["up", "down"])
+    if past_session and params["direction"] == "down":
+        # The agent's pings still reach the servers until kazoo gives the silent connection up, after its read
+        # timeout (two thirds of the session): the session's timer starts only then.
+        params["lapse"] = round(lapse + read_timeout, 2)
+        seconds += read_timeout
+    return Step(at, "zk_link_oneway", target, seconds, params=params, fallback=fallback if target == "named" else "")
 
 
 def _imds_fault(rng: random.Random, vms: Sequence[str]) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Setting up and tearing down the processes of a chaos run, and watching them while it runs.
 
-``RunProcesses`` starts the ZooKeeper ensemble (unless the run shares one) and the group: the IMDS
-simulator, HAProxy, and an app server and an agent per VM. It builds the samplers (every agent's probe,
+``RunProcesses`` starts the ZooKeeper ensemble (unless the run shares one), one link proxy per agent
+between that agent and the ensemble (with link faults; ``coordinator.testbed.netproxy``), and the group:
+the IMDS simulator, HAProxy, and an app server and an agent per VM, each agent's connect string naming
+its own proxies. It builds the samplers (every agent's probe,
 HAProxy's server states, the agents' ``/status``, the simulator's log), records every agent process
 started and how it ended, and brings a VM whose agent or app server died back as a rebooted VM would
 come back. At the end it stops the agents, reads the simulator's and the agents' logs, and stops every
@@ -23,6 +25,7 @@ from coordinator.testbed.chaos.observers import Sampler
 from coordinator.testbed.chaos.result import read_agent_log
 from coordinator.testbed.chaos.state import Abort, RunState
 from coordinator.testbed.cluster import LocalCluster
+from coordinator.testbed.netproxy import ZooKeeperLink
 from coordinator.testbed.oracle import LogLine, ProbeSample, ProcessRecord, ServerSample, StatusSample
 
 __all__ = ["RunProcesses"]
@@ -41,6 +44,23 @@ class RunProcesses(RunState):
                 self.ensemble.start(timeout=60)
             except RuntimeError as exc:
                 raise Abort(f"ZooKeeper ensemble did not start: {exc}") from exc
+        tick = f"tickTime {self.tick_ms} ms, sessions granted {self.session_granted_ms} ms (asked "
+        self.say(tick + f"{config.session_timeout * 1000:.0f} ms)")
+        if self.tick_ms != self.planned_tick_ms:
+            self.say(f"the shared ensemble's tickTime ({self.tick_ms} ms) is not the seed's "
+                     f"({self.planned_tick_ms} ms): the link cuts meant to outlast a session were sized for the seed's")
+        per_vm: dict[str, dict[str, Any]] = {}
+        if config.link_faults:
+            for vm in config.vms:
+                link = ZooKeeperLink.for_hosts(self.ensemble.hosts, name=vm)
+                self.links[vm] = link
+                try:
+                    link.start()
+                except OSError as exc:
+                    raise Abort(f"the ZooKeeper link proxy of {vm} did not start: {exc}") from exc
+                per_vm[vm] = {"zookeeper": {"hosts": link.hosts}}
+            self.say("each agent reaches ZooKeeper through a link proxy of its own: "
+                     + ", ".join(f"{vm} {link.hosts}" for vm, link in self.links.items()))
         self.say("starting the IMDS simulator, HAProxy, app servers and agents")
         self.cluster = LocalCluster(
             self.workdir / "group", config.vms, cluster=self.cluster_name, drain_wait=config.drain_wait,
@@ -48,6 +68,7 @@ class RunProcesses(RunState):
             started_for=config.started_for_sim, zk_hosts=self.ensemble.hosts, with_haproxy=True,
             sim_args=["--time-scale", f"{config.time_scale:g}", "--not-before-clock", "real"],
             extra_config={"drain": {"latest_start_seconds": config.latest_start}, "logging": {"format": "json"}},
+            per_vm_config=per_vm,
         )
         before = time.time()
         try:
@@ -258,6 +279,8 @@ class RunProcesses(RunState):
         if self.cluster is not None:
             with contextlib.suppress(Exception):
                 self.cluster.stop()
+        for link in self.links.values():
+            link.stop()
         if self._own_ensemble:
             self.ensemble.stop()
         else:

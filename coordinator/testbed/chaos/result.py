@@ -1,7 +1,9 @@
 """What a chaos run hands back, and the agents' logs it reads for the oracle.
 
-``RunResult`` is one run's outcome: its plan, the oracle's verdict (or why the run could not be done)
-and its JSON form. ``read_agent_log`` reads an agent's log into the oracle's ``LogLine``s, with
+``RunResult`` is one run's outcome: its plan, the ensemble's tickTime and the session timeout it grants
+the agents, the faults carried out (and skipped) by kind, each link fault with its target, the oracle's
+verdict (or why the run could not be done), and its JSON form.
+``read_agent_log`` reads an agent's log into the oracle's ``LogLine``s, with
 ``short_paths`` trimming the absolute paths that tracebacks name.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,11 @@ class RunResult:
     verdict: Verdict | None
     error: str | None = None
     workdir: Path | None = None
+    tick_time_ms: int | None = None
+    session_granted_ms: int | None = None
+    faults: dict[str, int] = field(default_factory=dict)
+    faults_skipped: dict[str, int] = field(default_factory=dict)
+    link_faults: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -39,7 +46,12 @@ class RunResult:
         return {
             "seed": self.seed,
             "wall_seconds": round(self.wall_seconds, 1),
+            "tick_time_ms": self.tick_time_ms,
+            "session_granted_ms": self.session_granted_ms,
             "plan": [{"at": round(s.at, 2), "step": s.describe()} for s in self.steps],
+            "faults": dict(sorted(self.faults.items())),
+            "faults_skipped": dict(sorted(self.faults_skipped.items())),
+            "link_faults": self.link_faults,
             "error": self.error,
             "verdict": self.verdict.to_json(self.origin) if self.verdict is not None else None,
         }

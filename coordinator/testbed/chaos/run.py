@@ -34,6 +34,8 @@ class ChaosRun(FaultSteps):
 
     def execute(self) -> RunResult:
         started = time.monotonic()
+        self._say(f"[seed {self.seed}] plan: ZooKeeper tickTime {self.tick_ms} ms (agents ask a "
+                  f"{self.config.session_timeout:g} s session, the servers grant {self.session_granted_ms} ms)")
         for step in self.steps:
             self._say(f"[seed {self.seed}] plan t={step.at:5.1f}s {step.describe()}")
         verdict: Verdict | None = None
@@ -96,7 +98,9 @@ class ChaosRun(FaultSteps):
             if error is None and healed_at is None:
                 error = "the run ended before every fault was healed and every event was gone"
         return RunResult(self.seed, self.steps, self.clock.origin, time.monotonic() - started, verdict, error,
-                         self.workdir)
+                         self.workdir, tick_time_ms=self.tick_ms, session_granted_ms=self.session_granted_ms,
+                         faults=dict(self.faults), faults_skipped=dict(self.faults_skipped),
+                         link_faults=list(self.link_faults))
 
 
 def run_chaos(seed: int, config: ChaosConfig = _DEFAULT_CONFIG, *, workdir: Path | None = None,
@@ -116,6 +120,11 @@ def run_chaos(seed: int, config: ChaosConfig = _DEFAULT_CONFIG, *, workdir: Path
             f"{stats['requests_failed_other']})")
         if not verdict.ok:
             say(verdict.render(result.origin))
+    if result.faults or result.faults_skipped:
+        skipped = ", ".join(f"{k} {v}" for k, v in sorted(result.faults_skipped.items()))
+        say(f"[seed {seed}] faults carried out (tickTime {result.tick_time_ms} ms): "
+            + ", ".join(f"{k} {v}" for k, v in sorted(result.faults.items()))
+            + (f" | skipped: {skipped}" if skipped else ""))
     if result.error:
         say(head + f"ERROR: {result.error}")
     return result

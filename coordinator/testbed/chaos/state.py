@@ -4,6 +4,9 @@
 group, the locks and the set of VMs a fault step holds, and every record the oracle will judge: what the
 harness did, the agent processes started and how they ended, the probe, HAProxy and ``/status``
 samples. It says and records what happens, waits for a condition, and tells whether every VM is back.
+The ensemble's tickTime comes from the seed (``planning.tick_time_ms``) unless the run is given an
+ensemble, whose own tick then counts. With link faults, each agent reaches ZooKeeper through a
+``ZooKeeperLink`` of its own (``links``), started with the group.
 ``Clock`` gives times relative to the story's beginning; ``Abort`` ends a run that cannot go on.
 """
 
@@ -18,8 +21,9 @@ from typing import Any
 
 import httpx
 
-from coordinator.testbed.chaos.planning import ChaosConfig, plan
+from coordinator.testbed.chaos.planning import ChaosConfig, granted_session_ms, plan, tick_time_ms
 from coordinator.testbed.cluster import LocalCluster
+from coordinator.testbed.netproxy import ZooKeeperLink
 from coordinator.testbed.oracle import HarnessRecord, ProbeSample, ProcessRecord, ServerSample, StatusSample
 from coordinator.testbed.zookeeper import LocalEnsemble
 
@@ -51,8 +55,16 @@ class RunState:
         self._say = say
         self.steps = plan(seed, config)
         self._own_ensemble = ensemble is None
-        self.ensemble = ensemble or LocalEnsemble(workdir / "zookeeper", 3, tick_time_ms=config.tick_time_ms,
-                                                  max_session_timeout_ms=60_000)
+        self.planned_tick_ms = tick_time_ms(seed, config)
+        self.ensemble = ensemble or LocalEnsemble(workdir / "zookeeper", 3, tick_time_ms=self.planned_tick_ms,
+                                                  max_session_timeout_ms=config.max_session_timeout_ms)
+        self.tick_ms = self.ensemble.tick_time_ms
+        self.session_granted_ms = granted_session_ms(config, self.tick_ms)
+        self.links: dict[str, ZooKeeperLink] = {}  # vm -> its agent's link to ZooKeeper (with link faults)
+        self._link_lock = threading.Lock()  # one link fault at a time
+        self.faults: dict[str, int] = {}  # fault steps carried out, by kind
+        self.faults_skipped: dict[str, int] = {}
+        self.link_faults: list[dict[str, Any]] = []  # each link fault carried out: whom, how, how long
         self.cluster_name = f"chaos-{seed}-{uuid.uuid4().hex[:6]}"
         self.cluster: LocalCluster | None = None
         self.clock = Clock()
@@ -83,6 +95,12 @@ class RunState:
     def record(self, kind: str, target: str = "", pid: int | None = None, detail: str = "") -> None:
         with self._lock:
             self.harness.append(HarnessRecord(time.time(), kind, target, pid, detail))
+
+    def count(self, kind: str, *, skipped: bool = False) -> None:
+        """Count a fault step carried out (or skipped) by its kind, for the run's result."""
+        with self._lock:
+            counts = self.faults_skipped if skipped else self.faults
+            counts[kind] = counts.get(kind, 0) + 1
 
     # -- shared helpers --------------------------------------------------------------------------------------
 
