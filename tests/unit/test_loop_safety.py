@@ -347,7 +347,8 @@ def test_a_record_known_only_from_the_store_with_a_notbefore_at_the_calendars_en
     record = EventRecord(event_id=E, event_type="Terminate", resources=("vm1",), not_before=end,
                          published_by="vm1", published_at=0.0)
     cluster = ClusterView(frozenset({"vm0", "vm1"}), "vm0", True, {E: record}, ConnectionState.CONNECTED)
-    snapshot = Snapshot(me="vm0", now=1_700_000_000.0, mono=100.0, document=parse_document('{"DocumentIncarnation": 1, "Events": []}'),
+    empty = parse_document('{"DocumentIncarnation": 1, "Events": []}')
+    snapshot = Snapshot(me="vm0", now=1_700_000_000.0, mono=100.0, document=empty,
                         last_document=None, cluster=cluster, seen={E: Sighting(99.0, listed=False)})
     plan = decide(snapshot, LocalState(phase=Phase.SERVING), Policy())
     assert plan.admit == (E,)
