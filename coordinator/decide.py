@@ -557,11 +557,16 @@ def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[st
     leader admits them and the budget counts them. Where IMDS shows every VM every event of the group,
     this is a record a peer published a moment before this VM's next poll; where it shows each VM only
     the events naming it, it is how the leader learns of them at all. Approvals and drains still rest on
-    each VM's own documents."""
+    each VM's own documents. A record counts so only once it has been known for ``gone_after`` without
+    this VM's documents listing it."""
     found: dict[str, _Event] = {}
     for key, record in cluster.records.items():
         sighting = snap.seen.get(key)
         if record.done_at is not None or sighting is None or sighting.listed:
+            continue
+        if snap.mono - sighting.last < policy.gone_after:
+            # Where every VM sees every event, this VM's own documents list it within a poll or two, with
+            # what the record cannot say (its source, its duration): not admitted on the record meanwhile.
             continue
         # NotBefore stays in epoch seconds: a clamped one at the calendar's limits has no datetime.
         event = ScheduledEvent(event_id=key, event_type=record.event_type, event_status="Scheduled",

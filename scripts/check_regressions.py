@@ -470,6 +470,13 @@ MUTATIONS = [
         '            return None if stored is None else dt.datetime.fromtimestamp(stored, dt.UTC).timestamp()\n',
         LOOP + '::test_a_record_known_only_from_the_store_with_a_notbefore_at_the_calendars_end_is_weighed_not_a_crash',
     ),
+    (
+        'no-admission-on-a-fresh-record-alone',
+        'coordinator/decide.py',
+        '        if snap.mono - sighting.last < policy.gone_after:\n',
+        '        if False:\n',
+        LOOP + '::test_the_leader_admits_no_record_on_its_word_alone_while_its_own_documents_may_still_list_it',
+    ),
 ]
 
 

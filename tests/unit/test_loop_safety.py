@@ -349,6 +349,28 @@ def test_a_record_known_only_from_the_store_with_a_notbefore_at_the_calendars_en
     cluster = ClusterView(frozenset({"vm0", "vm1"}), "vm0", True, {E: record}, ConnectionState.CONNECTED)
     empty = parse_document('{"DocumentIncarnation": 1, "Events": []}')
     snapshot = Snapshot(me="vm0", now=1_700_000_000.0, mono=100.0, document=empty,
-                        last_document=None, cluster=cluster, seen={E: Sighting(99.0, listed=False)})
+                        last_document=None, cluster=cluster, seen={E: Sighting(90.0, listed=False)})
     plan = decide(snapshot, LocalState(phase=Phase.SERVING), Policy())
     assert plan.admit == (E,)
+
+
+def test_the_leader_admits_no_record_on_its_word_alone_while_its_own_documents_may_still_list_it(
+    tmp_path: Path,
+) -> None:
+    """Where every VM sees every event, a record published a moment before the leader's next poll is not
+    admitted from the store: the leader's own document, a poll later, says what the record cannot (here a
+    User reboot, which the policy never approves early). An admission on the record would hold the budget
+    for the whole notice."""
+    bench = Bench(tmp_path, Policy(drain_wait=10.0, return_wait=5.0, gone_after=3.0, latest_start=120.0,
+                                   approval={"User": ApprovalRule.NEVER}))
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.run(15)  # every VM back in rotation
+    bench.group.schedule(E, ["vm1"])
+    bench.group.events[E]["EventSource"] = "User"
+    bench.vms["vm0"].imds.omit_once = {E}  # the leader's poll came just before the event
+    bench.step()
+    bench.vms["vm0"].imds.omit_once = {E}  # and its next one too
+    bench.run(20)
+    assert E in bench.cluster.events
+    assert bench.cluster.events[E].admitted is None
