@@ -67,7 +67,10 @@ class RunProcesses(RunState):
             poll_interval=config.poll_interval, session_timeout=config.session_timeout,
             started_for=config.started_for_sim, zk_hosts=self.ensemble.hosts, with_haproxy=True,
             sim_args=["--time-scale", f"{config.time_scale:g}", "--not-before-clock", "real"],
-            extra_config={"drain": {"latest_start_seconds": config.latest_start}, "logging": {"format": "json"}},
+            # The agents know the servers' tickTime, as an operator configures it: a cut-off agent serves again
+            # only once its session has certainly lapsed (granted timeout plus a tick).
+            extra_config={"drain": {"latest_start_seconds": config.latest_start}, "logging": {"format": "json"},
+                          "zookeeper": {"tick_seconds": self.tick_ms / 1000.0}},
             per_vm_config=per_vm,
         )
         before = time.time()
