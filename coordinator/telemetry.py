@@ -208,8 +208,8 @@ class Telemetry:
                     f"0x{session:x}" if isinstance(session, int) else session, how, self._vm)
 
     def _compare(self, before: Document, after: Document, local: LocalState) -> None:
-        """Two successive documents: events naming this VM that started unapproved, and Started events that
-        came back under another id."""
+        """Two successive documents: events naming this VM that started unapproved, and running events (Started,
+        or approved) that came back Started under another id."""
         mine_before = {e.event_id: e for e in before.events if e.names(self._vm)}
         mine_after = {e.event_id: e for e in after.events if e.names(self._vm)}
         for event_id, event in mine_after.items():
@@ -220,7 +220,10 @@ class Telemetry:
                 self._metrics.started_unapproved.inc()
                 log.warning("event started without this group's approval: its NotBefore came first (vm=%s event=%s)",
                             self._vm, event_id, extra={"event_id": event_id})
-        gone = [e for eid, e in mine_before.items() if e.is_started and eid not in mine_after]
+        # Running before: Started, or Scheduled and approved by this group (the POST started it; the read
+        # that would have shown it Started under its old id may never come).
+        gone = [e for eid, e in mine_before.items() if eid not in mine_after and (
+            e.is_started or (e.is_scheduled and self._approved(e, self._records.get(eid.upper()), local)))]
         for event_id, event in mine_after.items():
             if not event.is_started or event_id in mine_before:
                 continue

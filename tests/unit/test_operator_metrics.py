@@ -329,3 +329,22 @@ def test_event_detail_serves_only_the_events_of_the_last_update() -> None:
     assert get("coordinator_event_acknowledged_vms", labels) is None
     assert get("coordinator_event_acknowledged_vms", {**labels, "status": "Started"}) == 1
     assert E2 not in generate_latest(metrics.registry).decode()
+
+
+def test_an_approved_event_that_comes_back_started_under_a_new_id_is_one_change(tmp_path: Path) -> None:
+    """Whether the poll fell between the approval and the re-issue or not, an approved Scheduled event
+    that comes back Started under another id is the same maintenance: counted as an id change."""
+    bench = three(tmp_path)
+    bench.group.schedule(E, ["vm0"])
+    vm0 = bench.vms["vm0"]
+    real_approve = vm0.imds.approve
+
+    def approve_and_reissue(event_ids: Any, *, fence: Any = None) -> None:
+        real_approve(event_ids, fence=fence)
+        bench.group.remove(E)  # IMDS re-issues the approved event, now Started, under another id
+        bench.group.schedule(E2, ["vm0"], status="Started", in_s=None)
+
+    vm0.imds.approve = approve_and_reissue  # type: ignore[method-assign]
+    bench.run(40, until=lambda: E2 in bench.group.events)
+    bench.run(5)
+    assert value(vm0, "coordinator_event_id_changes_total") == 1
