@@ -8,6 +8,7 @@ so ``true``, ``5`` and ``1.5`` have their natural types). Errors name the field:
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import os
 from collections.abc import Mapping
@@ -640,14 +641,37 @@ def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
     return merged
 
 
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),  # before UTF-16 LE: its BOM starts with UTF-16 LE's
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),  # Windows PowerShell 5.1 writes this with `>` and Out-File
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def decode_config(raw: bytes, path: Path) -> str:
+    """The text of a configuration file: UTF-8, or UTF-8, UTF-16 or UTF-32 with a byte order mark. Any
+    other bytes raise ``ConfigError`` naming the file and the offset of the first undecodable byte."""
+    encoding = next((name for bom, name in _BOMS if raw.startswith(bom)), "utf-8")
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not {exc.encoding.upper()} text: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
+            "cannot be decoded; save the file as UTF-8"
+        ) from None
+
+
 def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
     """Read, merge environment overrides and validate. Raises ``ConfigError`` naming the field."""
     data: Any = {}
     if path is not None:
         try:
-            text = path.read_text(encoding="utf-8")
+            raw = path.read_bytes()
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        text = decode_config(raw, path)
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
