@@ -282,6 +282,7 @@ class ApprovalRule(StrEnum):
 
 
 _EVENT_KEYS = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", "User")
+_DEFAULT_WAIT_BY_TYPE: dict[str, float] = {"Preempt": 5.0}  # a Preempt has 30 s of notice
 
 
 class PeersPolicy(StrEnum):
@@ -401,8 +402,9 @@ class DrainConfig(_Section):
         "probe_threshold + grace_seconds (35 s with Azure's defaults)",
     )
     wait_seconds_by_type: dict[str, float] = Field(
-        default_factory=lambda: {"Preempt": 5.0},
-        description="Per event type override of wait_seconds (Preempt has only 30 s of notice)",
+        default_factory=lambda: dict(_DEFAULT_WAIT_BY_TYPE),
+        description="Per event type override of wait_seconds (Preempt has only 30 s of notice); entries merge "
+        "over the default {Preempt: 5}, null removes one",
     )
     latest_start_seconds: float = Field(
         120.0,
@@ -434,6 +436,15 @@ class DrainConfig(_Section):
         "an agent, an invalid name): drain latest_start_seconds before NotBefore, or at once",
     )
 
+    @field_validator("wait_seconds_by_type", mode="before")
+    @classmethod
+    def _merge_defaults(cls, value: Any) -> Any:
+        # {Reboot: 600} keeps Preempt's 5 s (a Preempt has 30 s of notice); {Preempt: null} drops it.
+        if not isinstance(value, Mapping):
+            return value
+        merged = {**_DEFAULT_WAIT_BY_TYPE, **value}
+        return {key: wait for key, wait in merged.items() if wait is not None}
+
     @field_validator("wait_seconds_by_type")
     @classmethod
     def _types(cls, value: dict[str, float]) -> dict[str, float]:
@@ -450,12 +461,18 @@ class DrainConfig(_Section):
             return self.wait_seconds
         return probe_wait_seconds(self.probe_interval_seconds, self.probe_threshold, self.grace_seconds)
 
+    def wait_for(self, event_type: str) -> float:
+        """The drain wait of an event of this type."""
+        return self.wait_seconds_by_type.get(event_type, self.effective_wait)
+
     @model_validator(mode="after")
     def _lead(self) -> DrainConfig:
-        if self.latest_start_seconds < self.effective_wait:
+        short = [(t, self.wait_for(t)) for t in _EVENT_KEYS[:-1] if self.latest_start_seconds < self.wait_for(t)]
+        if short:
+            waits = ", ".join(f"{t} {w:g} s" for t, w in short)
             raise ValueError(
-                f"drain.latest_start_seconds ({self.latest_start_seconds}) must be at least the drain wait "
-                f"({self.effective_wait}), or a late drain cannot finish before NotBefore"
+                f"drain.latest_start_seconds ({self.latest_start_seconds:g}) must be at least the drain wait of "
+                f"every event type ({waits}), or a late drain cannot finish before NotBefore"
             )
         if self.lead_time_seconds is not None and self.lead_time_seconds < self.latest_start_seconds:
             raise ValueError("drain.lead_time_seconds must be at least drain.latest_start_seconds")

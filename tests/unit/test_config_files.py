@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.config import load_settings
+from coordinator.config import Settings, load_settings
 from coordinator.errors import ConfigError
+from coordinator.runtime import policy_from
 
 TEXT = "cluster: web  # café\nzookeeper:\n  hosts: zk1:2181\n"
 
@@ -47,3 +48,26 @@ def test_every_command_reading_a_latin1_file_says_so_in_one_line(tmp_path: Path,
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert str(path) in result.stderr and f"offset {TEXT.index('é')}" in result.stderr
+
+
+def _settings(tmp_path: Path, text: str, environ: dict[str, str] | None = None) -> Settings:
+    path = tmp_path / "agent.yaml"
+    path.write_text(text)
+    return load_settings(path, environ=environ or {})
+
+
+def test_a_per_type_drain_wait_merges_over_the_defaults(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, "cluster: web\ndrain:\n  wait_seconds_by_type: {Reboot: 100}\n")
+    assert settings.drain.wait_seconds_by_type == {"Preempt": 5.0, "Reboot": 100.0}
+    assert policy_from(settings).drain_wait_by_type == {"Preempt": 5.0, "Reboot": 100.0}
+    assert settings.drain.wait_for("Preempt") == 5.0 and settings.drain.wait_for("Freeze") == 35.0
+    dropped = _settings(tmp_path, "cluster: web\ndrain:\n  wait_seconds_by_type: {Preempt: null}\n")
+    assert dropped.drain.wait_seconds_by_type == {}
+
+
+def test_latest_start_must_cover_the_drain_wait_of_each_type(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, "cluster: web\ndrain:\n  wait_seconds_by_type: {Reboot: 600}\n")
+    assert "drain.latest_start_seconds (120)" in str(info.value) and "Reboot 600 s" in str(info.value)
+    # a longer start time covers it
+    _settings(tmp_path, "cluster: web\ndrain:\n  latest_start_seconds: 600\n  wait_seconds_by_type: {Reboot: 600}\n")
