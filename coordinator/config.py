@@ -1,8 +1,9 @@
 """Configuration: one YAML file, validated once at start, with environment overrides.
 
 Every option has a default except ``cluster``. An environment variable
-``COORDINATOR__SECTION__FIELD=value`` overrides ``section.field`` (values are parsed as YAML scalars,
-so ``true``, ``5`` and ``1.5`` have their natural types). Errors name the field:
+``COORDINATOR__SECTION__FIELD=value`` overrides ``section.field`` (the field's type converts the text:
+``true``, ``5`` and ``1.5`` where a boolean or a number is expected, while ``on`` stays ``on`` where a
+string is; ``null`` is null, ``[...]`` and ``{...}`` are YAML lists and mappings). Errors name the field:
 ``zookeeper.session_timeout: Input should be greater than or equal to 4``.
 """
 
@@ -640,22 +641,76 @@ class Settings(_Section):
         return self
 
 
+def _env_path(key: str) -> tuple[str, ...]:
+    return tuple(p.lower() for p in key[len(ENV_PREFIX) :].split("__") if p)
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], str]:
+    """The options the environment sets, as paths into the configuration, each with its variable's name."""
+    return {path: key for key in sorted(environ) if key.startswith(ENV_PREFIX) and (path := _env_path(key))}
+
+
+def env_value(key: str, raw: str) -> Any:
+    """The value of one override. No YAML 1.1 guessing: a plain word stays a string (``on``, ``no`` and
+    ``0700`` included) and the field's type converts it where it expects a number or a boolean; ``null``
+    or ``~`` is null; a value that starts as a YAML flow list, mapping or quoted string is read as such."""
+    text = raw.strip()
+    if text in ("null", "Null", "NULL", "~"):
+        return None
+    if text[:1] in ("[", "{", '"', "'"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or "not valid YAML"
+            raise ConfigError(f"{key}: {problem} in its value {raw[:80]!r}") from None
+    return raw
+
+
 def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     merged = dict(data)
-    for key, raw in sorted(environ.items()):
-        if not key.startswith(ENV_PREFIX):
-            continue
-        path = [p.lower() for p in key[len(ENV_PREFIX) :].split("__") if p]
-        if not path:
-            continue
+    for path, key in env_overrides(environ).items():
         node = merged
         for part in path[:-1]:
             child = node.get(part)
             child = dict(child) if isinstance(child, dict) else {}
             node[part] = child
             node = child
-        node[path[-1]] = yaml.safe_load(raw) if raw != "" else ""
+        node[path[-1]] = env_value(key, environ[key])
     return merged
+
+
+def _in_file(data: Any, loc: tuple[str | int, ...]) -> bool:
+    for part in loc:
+        in_list = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if not in_list and not (isinstance(data, dict) and part in data):
+            return False
+        data = data[part]
+    return True
+
+
+def _variable_of(loc: tuple[str | int, ...], overrides: Mapping[tuple[str, ...], str], file_data: Any) -> str | None:
+    """The environment variable an error at ``loc`` comes from, if any: one that sets ``loc`` or an option
+    inside it, or one that creates ``loc`` (a misspelt section) where the file has nothing."""
+    for path, key in overrides.items():
+        if loc[: len(path)] == path:
+            return key
+    for path, key in overrides.items():
+        if loc and path[: len(loc)] == loc and not _in_file(file_data, loc):
+            return key
+    return None
+
+
+def _error_lines(exc: ValidationError, overrides: Mapping[tuple[str, ...], str], file_data: Any) -> list[str]:
+    lines = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        where = ".".join(str(p) for p in loc)
+        message = error["msg"].removeprefix("Value error, ")
+        # Cross-field checks name their fields themselves, from the top.
+        line = message if not where or message.startswith(where + ".") else f"{where}: {message}"
+        variable = _variable_of(loc, overrides, file_data)
+        lines.append(f"{variable} (environment): {line}" if variable else line)
+    return lines
 
 
 _BOMS = (
@@ -695,18 +750,18 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
-    data = apply_env(data, os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    file_data = data
+    data = apply_env(data, environ)
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            loc = ".".join(str(p) for p in error["loc"])
-            message = error["msg"].removeprefix("Value error, ")
-            # Cross-field checks name their fields themselves, from the top.
-            lines.append(message if not loc or message.startswith(loc + ".") else f"{loc}: {message}")
-        where = f"{path}: " if path else ""
-        raise ConfigError(where + "invalid configuration:\n  " + "\n  ".join(lines)) from None
+        lines = _error_lines(exc, env_overrides(environ), file_data)
+        if all(line.startswith(ENV_PREFIX) for line in lines):
+            where = "invalid configuration from the environment" + (f" (over {path})" if path else "")
+        else:
+            where = (f"{path}: " if path else "") + "invalid configuration"
+        raise ConfigError(where + ":\n  " + "\n  ".join(lines)) from None
 
 
 REDACTED = "<redacted>"

@@ -71,3 +71,48 @@ def test_latest_start_must_cover_the_drain_wait_of_each_type(tmp_path: Path) -> 
     assert "drain.latest_start_seconds (120)" in str(info.value) and "Reboot 600 s" in str(info.value)
     # a longer start time covers it
     _settings(tmp_path, "cluster: web\ndrain:\n  latest_start_seconds: 600\n  wait_seconds_by_type: {Reboot: 600}\n")
+
+
+PROBE_ONLY = Path(__file__).parent.parent.parent / "deploy/examples/probe-only.yaml"
+
+
+def test_an_error_from_the_environment_names_the_variable_not_the_file() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(PROBE_ONLY, environ={"COORDINATOR__ZOOKEEPR__HOSTS": "zk1:2181"})
+    message = str(info.value)
+    assert "COORDINATOR__ZOOKEEPR__HOSTS (environment): zookeepr: " in message
+    assert not message.startswith(f"{PROBE_ONLY}: ")
+    with pytest.raises(ConfigError) as info:
+        load_settings(PROBE_ONLY, environ={"COORDINATOR__DRAIN__WAIT_SECONDS": "forty"})
+    assert "COORDINATOR__DRAIN__WAIT_SECONDS (environment): drain.wait_seconds: " in str(info.value)
+    with pytest.raises(ConfigError, match="COORDINATOR__ZOOKEEPER__ACL__READERS: "):
+        load_settings(PROBE_ONLY, environ={"COORDINATOR__ZOOKEEPER__ACL__READERS": "[unclosed"})
+
+
+def test_an_error_in_the_file_still_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text("cluster: web\ndrain:\n  probe_threshold: 0\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path, environ={"COORDINATOR__IMDS__POLL_INTERVAL": "0"})
+    message = str(info.value)
+    assert message.startswith(f"{path}: invalid configuration")
+    assert "\n  drain.probe_threshold: " in message
+    assert "\n  COORDINATOR__IMDS__POLL_INTERVAL (environment): imds.poll_interval: " in message
+
+
+def test_environment_values_are_not_guessed_as_yaml_1_1() -> None:
+    settings = load_settings(PROBE_ONLY, environ={
+        "COORDINATOR__CLUSTER": "on",
+        "COORDINATOR__VM_NAME": "no",
+        "COORDINATOR__IMDS__STAGGER": "off",  # a boolean option still takes the usual words
+        "COORDINATOR__DRAIN__WAIT_SECONDS": "45",
+        "COORDINATOR__POLICY__ABSENT_PEER_GRACE_SECONDS": "null",
+        "COORDINATOR__POLICY__MAX_EVENTS_IN_MAINTENANCE": "2",
+        "COORDINATOR__DRAIN__WAIT_SECONDS_BY_TYPE": "{Reboot: 60}",
+        "COORDINATOR__PROBE__PATH": "'/health'",
+    })
+    assert settings.cluster == "on" and settings.vm_name == "no"
+    assert settings.imds.stagger is False and settings.drain.wait_seconds == 45.0
+    assert settings.policy.absent_peer_grace_seconds is None and settings.policy.max_events_in_maintenance == 2
+    assert settings.drain.wait_seconds_by_type == {"Preempt": 5.0, "Reboot": 60.0}
+    assert settings.probe.path == "/health"
