@@ -713,6 +713,29 @@ def _error_lines(exc: ValidationError, overrides: Mapping[tuple[str, ...], str],
     return lines
 
 
+class _DuplicateKey(yaml.YAMLError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (it would keep the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        if any(key_node.tag == "tag:yaml.org,2002:merge" for key_node, _ in node.value):
+            return super().construct_mapping(node, deep=deep)  # `<<: *base` then overrides: meant
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, list | dict):
+                continue  # unhashable: the constructor below refuses it
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(f"line {line}: the key {key!r} is given twice (first on line {seen[key]}); "
+                                    "YAML would keep only the last")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 _BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32"),  # before UTF-16 LE: its BOM starts with UTF-16 LE's
     (codecs.BOM_UTF32_BE, "utf-32"),
@@ -745,7 +768,9 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
             raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
         text = decode_config(raw, path)
         try:
-            data = yaml.safe_load(text) or {}
+            data = yaml.load(text, Loader=_UniqueKeyLoader) or {}  # a SafeLoader
+        except _DuplicateKey as exc:
+            raise ConfigError(f"{path}: {exc}") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(data, dict):

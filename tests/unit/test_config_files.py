@@ -116,3 +116,17 @@ def test_environment_values_are_not_guessed_as_yaml_1_1() -> None:
     assert settings.policy.absent_peer_grace_seconds is None and settings.policy.max_events_in_maintenance == 2
     assert settings.drain.wait_seconds_by_type == {"Preempt": 5.0, "Reboot": 60.0}
     assert settings.probe.path == "/health"
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, "cluster: web\ndrain:\n  wait_seconds: 10\nhttp: {}\ndrain:\n  wait_seconds: 20\n")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "line 5: the key 'drain' is given twice (first on line 2)" in message
+    with pytest.raises(ConfigError, match="line 4: the key 'name' is given twice"):
+        _settings(tmp_path, "cluster: web\nactions:\n  - {type: command, name: a, drain: [x],\n     name: b}\n")
+    # a YAML merge key followed by an override is meant, not a mistake
+    merged = _settings(tmp_path, "cluster: web\nlogging:\n  <<: {format: json}\n  format: text\n")
+    assert merged.logging.format == "text"
+
