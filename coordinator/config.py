@@ -563,10 +563,15 @@ class HttpConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level")
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level (any case)")
     format: Literal["text", "json"] = Field(
         "text", description="text for people, json (one object per line) for shippers"
     )
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
 
 
 class Settings(_Section):

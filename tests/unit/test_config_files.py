@@ -130,3 +130,8 @@ def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
     merged = _settings(tmp_path, "cluster: web\nlogging:\n  <<: {format: json}\n  format: text\n")
     assert merged.logging.format == "text"
 
+
+@pytest.mark.parametrize("level", ["debug", "Info", "warning", "ERROR"])
+def test_the_log_level_is_taken_in_any_case(tmp_path: Path, level: str) -> None:
+    assert _settings(tmp_path, f"cluster: web\nlogging:\n  level: {level}\n").logging.level == level.upper()
+
