@@ -65,7 +65,9 @@ ENV_PREFIX = "COORDINATOR__"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No .inf or .nan anywhere: they would pass every bound (or none), then fail a later check under another
+    # field's name, and check-config would print Infinity, which is not JSON.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _host_port(value: str) -> str:

@@ -135,3 +135,23 @@ def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
 def test_the_log_level_is_taken_in_any_case(tmp_path: Path, level: str) -> None:
     assert _settings(tmp_path, f"cluster: web\nlogging:\n  level: {level}\n").logging.level == level.upper()
 
+
+@pytest.mark.parametrize("field", ["drain.grace_seconds", "drain.latest_start_seconds", "imds.poll_interval",
+                                   "policy.absent_peer_grace_seconds", "drain.wait_seconds_by_type.Reboot"])
+@pytest.mark.parametrize("value", [".inf", ".nan", "-.inf"])
+def test_an_infinite_number_is_refused_at_its_own_field(tmp_path: Path, field: str, value: str) -> None:
+    *sections, leaf = field.split(".")
+    text = "cluster: web\n" + "".join("  " * i + f"{s}:\n" for i, s in enumerate(sections)) \
+        + "  " * len(sections) + f"{leaf}: {value}\n"
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, text)
+    assert str(info.value).splitlines()[1:] == [f"  {field}: Input should be a finite number"]
+
+
+def test_check_config_never_prints_infinity(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text("cluster: web\ndrain:\n  latest_start_seconds: .inf\n")
+    result = subprocess.run([sys.executable, "-m", "coordinator", "check-config", "--config", str(path)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2 and "drain.latest_start_seconds: Input should be a finite number" in result.stderr
+    assert "Infinity" not in result.stdout + result.stderr
