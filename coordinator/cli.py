@@ -20,7 +20,7 @@ DEFAULT_ADMIN_URL = "http://127.0.0.1:9110"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from coordinator.config import load_settings
+    from coordinator.config import host_problems, load_settings
     from coordinator.errors import ConfigError
     from coordinator.logsetup import configure_logging
     from coordinator.runtime import run_agent
@@ -32,12 +32,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 2
+    problems, _ = host_problems(settings, at_start=True)
+    if problems:
+        print(f"coordinator: {args.config}: " + "; ".join(problems), file=sys.stderr)
+        return 2
     configure_logging(settings.logging.level, settings.logging.format)
     return run_agent(settings, dry_run=args.dry_run)
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from coordinator.config import load_settings, redacted
+    from coordinator.config import host_problems, load_settings, redacted
     from coordinator.errors import ConfigError
 
     try:
@@ -45,6 +49,12 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 2
+    problems, warnings = host_problems(settings, at_start=False)
+    if problems:
+        print(f"coordinator: {args.config}: invalid on this machine:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
+    for warning in warnings:
+        print(f"coordinator: {args.config}: warning: {warning}", file=sys.stderr)
     print(json.dumps(redacted(settings), indent=2))
     print(f"coordinator: {args.config}: configuration is valid", file=sys.stderr)
     return 0

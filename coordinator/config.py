@@ -57,6 +57,7 @@ __all__ = [
     "ZooKeeperConfig",
     "ZooKeeperTlsConfig",
     "apply_env",
+    "host_problems",
     "load_settings",
     "redacted",
 ]
@@ -621,31 +622,52 @@ class Settings(_Section):
 
     @model_validator(mode="after")
     def _timing(self) -> Settings:
+        problems = self.cross_field_problems()
+        if problems:
+            raise ValueError("\n  ".join(problems))  # one line each in the report
+        return self
+
+    def cross_field_problems(self) -> list[str]:
+        """Every rule between fields that this configuration breaks, each message naming its fields."""
+        problems = []
         # A session must outlive a few polls, or one slow cycle costs the leader its session.
         if self.zookeeper.session_timeout < 3 * self.imds.poll_interval:
-            raise ValueError(
+            problems.append(
                 "zookeeper.session_timeout must be at least 3 x imds.poll_interval "
-                f"({self.zookeeper.session_timeout} < 3 x {self.imds.poll_interval})"
+                f"({self.zookeeper.session_timeout:g} < 3 x {self.imds.poll_interval:g})"
             )
         if self.imds.backoff_max_seconds < self.imds.poll_interval:
-            raise ValueError(
+            problems.append(
                 "imds.backoff_max_seconds must be at least imds.poll_interval "
-                f"({self.imds.backoff_max_seconds} < {self.imds.poll_interval})"
+                f"({self.imds.backoff_max_seconds:g} < {self.imds.poll_interval:g})"
             )
         names = [a.name for a in self.actions if isinstance(a, CommandActionConfig | WebhookActionConfig)]
         if len(names) != len(set(names)):
-            raise ValueError("actions: two actions share a name: " + ", ".join(sorted(names)))
+            problems.append("actions: two actions share a name: " + ", ".join(sorted(names)))
         if self.zookeeper.operation_timeout >= self.zookeeper.session_timeout:
-            raise ValueError("zookeeper.operation_timeout must be shorter than zookeeper.session_timeout")
+            problems.append("zookeeper.operation_timeout must be shorter than zookeeper.session_timeout")
         grace = self.policy.absent_peer_grace_seconds
         longest_wait = max([self.drain.effective_wait, *self.drain.wait_seconds_by_type.values()])
         if grace is not None and grace < longest_wait:
-            raise ValueError(
-                f"policy.absent_peer_grace_seconds ({grace}) must be at least the longest drain wait "
-                f"({longest_wait}): a VM cut off from ZooKeeper drains itself that long before its peers "
+            problems.append(
+                f"policy.absent_peer_grace_seconds ({grace:g}) must be at least the longest drain wait "
+                f"({longest_wait:g}): a VM cut off from ZooKeeper drains itself that long before its peers "
                 "stop waiting for it"
             )
-        return self
+        if _same_socket(self.probe.listen, self.http.listen):
+            problems.append(
+                f"probe.listen and http.listen must be different ports ({self.probe.listen} and "
+                f"{self.http.listen}): the health probe and the admin endpoints each need their own listener"
+            )
+        return problems
+
+
+def _same_socket(a: str, b: str) -> bool:
+    """Whether two HOST:PORT listeners would collide: one port, and one host or a wildcard on either side."""
+    host_a, _, port_a = a.rpartition(":")
+    host_b, _, port_b = b.rpartition(":")
+    wildcard = ("", "0.0.0.0", "::", "[::]", "*")
+    return int(port_a) == int(port_b) != 0 and (host_a == host_b or host_a in wildcard or host_b in wildcard)
 
 
 def _env_path(key: str) -> tuple[str, ...]:
@@ -794,6 +816,44 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
         else:
             where = (f"{path}: " if path else "") + "invalid configuration"
         raise ConfigError(where + ":\n  " + "\n  ".join(lines)) from None
+
+
+def host_problems(settings: Settings, *, at_start: bool) -> tuple[list[str], list[str]]:
+    """What this machine would refuse the agent that the file alone cannot tell, as (errors, warnings): the
+    state file must be writable, with its directory (it is replaced atomically), or every cycle would fail
+    to save it. A directory still missing is created by the agent (or by systemd's StateDirectory before
+    it starts): ``check-config`` (``at_start`` False), perhaps run by another user, only warns when this
+    user could not create it; the agent itself (``at_start`` True) refuses to start."""
+    path = settings.state_file
+    if path is None:
+        return [], []
+    as_user = f" (checked as user {_user_name()})"
+    if path.is_dir():
+        return [f"state_file: {path} is a directory; name a file in it"], []
+    if path.exists() and not os.access(path, os.W_OK):
+        return [f"state_file: cannot write {path}: permission denied{as_user}"], []
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return [f"state_file: cannot create {path}: {ancestor} is not a directory"], []
+    if os.access(ancestor, os.W_OK | os.X_OK):
+        return [], []
+    if ancestor == path.parent:
+        return [f"state_file: cannot write files in {ancestor}: permission denied{as_user}"], []
+    message = f"state_file: cannot create {path.parent} in {ancestor}: permission denied{as_user}"
+    if at_start:
+        return [message], []
+    return [], [message + "; fine if the agent runs as another user or systemd creates it (StateDirectory)"]
+
+
+def _user_name() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid()) if hasattr(os, "getuid") else "?"
 
 
 REDACTED = "<redacted>"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import getpass
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from coordinator.config import Settings, load_settings
+from coordinator.config import Settings, host_problems, load_settings
 from coordinator.errors import ConfigError
 from coordinator.runtime import policy_from
 
@@ -155,3 +156,41 @@ def test_check_config_never_prints_infinity(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2 and "drain.latest_start_seconds: Input should be a finite number" in result.stderr
     assert "Infinity" not in result.stdout + result.stderr
+
+
+def _command(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "coordinator", *argv], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+@pytest.mark.parametrize("where", ["under a file", "a directory"])
+def test_check_config_and_run_refuse_a_state_file_that_cannot_be_written(tmp_path: Path, where: str) -> None:
+    (tmp_path / "plain").write_text("")
+    state = tmp_path / "plain" / "state.json" if where == "under a file" else tmp_path
+    path = tmp_path / "agent.yaml"
+    path.write_text(f"cluster: web\nstate_file: {state}\n")
+    for command in ("check-config", "run"):
+        result = _command(command, "--config", str(path))
+        assert result.returncode == 2, (command, result.stderr)
+        assert "state_file: " in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_state_file_in_a_directory_this_user_cannot_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _settings(tmp_path, f"cluster: web\nstate_file: {tmp_path}/state.json\n")
+    monkeypatch.setattr("coordinator.config.os.access", lambda path, mode: False)
+    errors, _ = host_problems(settings, at_start=False)
+    assert errors == [f"state_file: cannot write files in {tmp_path}: permission denied "
+                      f"(checked as user {getpass.getuser()})"]
+    # a directory still to be made: the agent refuses to start, check-config (maybe another user) warns
+    later = _settings(tmp_path, f"cluster: web\nstate_file: {tmp_path}/coordinator/state.json\n")
+    assert host_problems(later, at_start=True)[0] and not host_problems(later, at_start=False)[0]
+    assert "systemd creates it" in host_problems(later, at_start=False)[1][0]
+
+
+@pytest.mark.parametrize(("probe", "http"), [("127.0.0.1:9110", "127.0.0.1:9110"), ("0.0.0.0:8090", "127.0.0.1:8090"),
+                                             ("10.0.0.4:8090", "[::]:8090")])
+def test_the_probe_and_the_admin_endpoints_cannot_share_a_port(tmp_path: Path, probe: str, http: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, f"cluster: web\nprobe:\n  listen: '{probe}'\nhttp:\n  listen: '{http}'\n")
+    assert "probe.listen and http.listen must be different ports" in str(info.value)
+    _settings(tmp_path, "cluster: web\nprobe:\n  listen: '10.0.0.4:8090'\nhttp:\n  listen: '127.0.0.1:8090'\n")
