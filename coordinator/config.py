@@ -10,6 +10,7 @@ string is; ``null`` is null, ``[...]`` and ``{...}`` are YAML lists and mappings
 from __future__ import annotations
 
 import codecs
+import copy
 import datetime as dt
 import os
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -107,6 +109,12 @@ class ImdsConfig(_Section):
         return value.rstrip("/")
 
 
+def _rules_off(info: ValidationInfo, section: str) -> bool:
+    """Whether the rule between the fields of ``section`` is off for this validation: after it failed,
+    to find the errors it hid (see ``_later_errors``)."""
+    return isinstance(info.context, dict) and section in info.context.get("rules_off", ())
+
+
 def _readable(value: Path | None) -> Path | None:
     if value is not None:
         try:
@@ -128,7 +136,9 @@ class ZooKeeperAuthConfig(_Section):
     _secret: str = PrivateAttr("")
 
     @model_validator(mode="after")
-    def _one_password(self) -> ZooKeeperAuthConfig:
+    def _one_password(self, info: ValidationInfo) -> ZooKeeperAuthConfig:
+        if _rules_off(info, "zookeeper.auth"):
+            return self
         if (self.password is None) == (self.password_file is None):
             raise ValueError("zookeeper.auth needs exactly one of password and password_file")
         if self.password_file is not None:
@@ -192,7 +202,9 @@ class ZooKeeperTlsConfig(_Section):
     _files = field_validator("ca", "certfile", "keyfile")(classmethod(lambda cls, v: _readable(v)))
 
     @model_validator(mode="after")
-    def _pair(self) -> ZooKeeperTlsConfig:
+    def _pair(self, info: ValidationInfo) -> ZooKeeperTlsConfig:
+        if _rules_off(info, "zookeeper.tls"):
+            return self
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("zookeeper.tls: certfile and keyfile go together")
         return self
@@ -236,7 +248,9 @@ class ZooKeeperConfig(_Section):
         return value
 
     @model_validator(mode="after")
-    def _some_agent(self) -> ZooKeeperConfig:
+    def _some_agent(self, info: ValidationInfo) -> ZooKeeperConfig:
+        if _rules_off(info, "zookeeper"):
+            return self
         if (self.acl.operators or self.acl.readers) and self.auth is None and not self.acl.agents:
             raise ValueError("zookeeper.acl: operators and readers need an agent identity too (zookeeper.auth "
                              "or zookeeper.acl.agents), or the agents could not write their records")
@@ -470,7 +484,9 @@ class DrainConfig(_Section):
         return self.wait_seconds_by_type.get(event_type, self.effective_wait)
 
     @model_validator(mode="after")
-    def _lead(self) -> DrainConfig:
+    def _lead(self, info: ValidationInfo) -> DrainConfig:
+        if _rules_off(info, "drain"):
+            return self
         short = [(t, self.wait_for(t)) for t in _EVENT_KEYS[:-1] if self.latest_start_seconds < self.wait_for(t)]
         if short:
             waits = ", ".join(f"{t} {w:g} s" for t, w in short)
@@ -729,6 +745,74 @@ def _variable_of(loc: tuple[str | int, ...], overrides: Mapping[tuple[str, ...],
     return None
 
 
+def _later_errors(data: dict[str, Any], exc: ValidationError, overrides: Mapping[tuple[str, ...], str],
+                  file_data: Any) -> list[str]:
+    """The errors pydantic reports only once the first ones are fixed: a rule between fields runs only when
+    every field it reads is valid. The invalid values are taken out (their fields fall back to defaults, a
+    bad list item is dropped), the rules of sections that failed already are turned off, and the rest is
+    validated again, until nothing more comes up."""
+    lines: list[str] = []
+    rules_off: set[str] = set()
+    for _ in range(4):
+        data = copy.deepcopy(data)
+        if not _take_out(data, [tuple(error["loc"]) for error in exc.errors()], rules_off):
+            break
+        try:
+            Settings.model_validate(data, context={"rules_off": rules_off})
+            break
+        except ValidationError as again:
+            exc = again
+            lines += _error_lines(again, overrides, file_data)
+    return lines
+
+
+def _take_out(data: dict[str, Any], locs: list[tuple[str | int, ...]], rules_off: set[str]) -> bool:
+    """Remove what each error points at: the value (a missing cluster gets a stand-in), or the list item
+    it lies in. An error about a whole section that is a mapping comes from a rule between its fields: that
+    rule is turned off (added to ``rules_off``). Returns whether anything changed."""
+    targets: set[tuple[str | int, ...]] = set()
+    changed = False
+    for loc in locs:
+        if loc == ("cluster",) and "cluster" not in data:
+            data["cluster"] = "stand-in"
+            changed = True
+            continue
+        node: Any = data
+        path: list[str | int] = []
+        for part in loc:
+            if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                path.append(part)
+                break  # the whole item goes
+            if not isinstance(node, dict) or part not in node:
+                path = []
+                break
+            path.append(part)
+            node = node[part]
+        else:
+            section = ".".join(str(p) for p in loc)
+            if isinstance(node, dict) and loc and section not in rules_off:
+                rules_off.add(section)  # a section that is a mapping: its own rule failed
+                changed = True
+                path = []
+            elif isinstance(node, dict):
+                path = []
+        if path:
+            targets.add(tuple(path))
+    # Deepest and last first, so that taking out one list item does not move another still to go.
+    for target in sorted(targets, key=lambda t: [(0, p, "") if isinstance(p, int) else (1, 0, p) for p in t],
+                         reverse=True):
+        *parents, last = target
+        node = data
+        try:
+            for part in parents:
+                node = node[part]
+            del node[last]
+            changed = True
+        except (KeyError, IndexError, TypeError):
+            pass
+    return changed
+
+
 def _error_lines(exc: ValidationError, overrides: Mapping[tuple[str, ...], str], file_data: Any) -> list[str]:
     lines = []
     for error in exc.errors():
@@ -811,6 +895,7 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
         return Settings.model_validate(data)
     except ValidationError as exc:
         lines = _error_lines(exc, env_overrides(environ), file_data)
+        lines += [line for line in _later_errors(data, exc, env_overrides(environ), file_data) if line not in lines]
         if all(line.startswith(ENV_PREFIX) for line in lines):
             where = "invalid configuration from the environment" + (f" (over {path})" if path else "")
         else:

@@ -194,3 +194,36 @@ def test_the_probe_and_the_admin_endpoints_cannot_share_a_port(tmp_path: Path, p
         _settings(tmp_path, f"cluster: web\nprobe:\n  listen: '{probe}'\nhttp:\n  listen: '{http}'\n")
     assert "probe.listen and http.listen must be different ports" in str(info.value)
     _settings(tmp_path, "cluster: web\nprobe:\n  listen: '10.0.0.4:8090'\nhttp:\n  listen: '127.0.0.1:8090'\n")
+
+
+def test_rules_between_fields_are_reported_with_the_field_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, """
+imds: {poll_interval: 5, url: "https://169.254.169.254"}
+zookeeper: {session_timeout: 10}
+drain: {probe_threshold: 0, wait_seconds: 200}
+probe: {listen: "127.0.0.1:9110"}
+policy:
+  maintenance_windows: [{start: "25:00", end: "01:00"}]
+actions:
+  - {type: command, name: a, drain: [x]}
+  - {type: command, name: b, drain: [y], timeout_seconds: -1}
+  - {type: command, name: a, drain: [z]}
+""")
+    lines = str(info.value).splitlines()[1:]
+    fields = [line.split(":")[0].strip() for line in lines]
+    assert fields == [
+        "cluster", "imds.url", "policy.maintenance_windows.0.start", "drain.probe_threshold",
+        "actions.1.command.timeout_seconds",  # the field errors, then what they hid:
+        "drain.latest_start_seconds (120) must be at least the drain wait of every event type (Freeze 200 s, "
+        "Reboot 200 s, Redeploy 200 s, Terminate 200 s), or a late drain cannot finish before NotBefore",
+        "zookeeper.session_timeout must be at least 3 x imds.poll_interval (10 < 3 x 5)",
+        "actions", "probe.listen and http.listen must be different ports (127.0.0.1",
+    ], lines
+
+
+def test_a_valid_file_with_one_bad_field_reports_only_that_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, "cluster: web\ndrain:\n  wait_seconds: 10\n  probe_threshold: 0\n"
+                  "policy:\n  absent_peer_grace_seconds: 10\n")
+    assert str(info.value).splitlines()[1:] == ["  drain.probe_threshold: Input should be greater than or equal to 1"]
