@@ -77,9 +77,19 @@ def _cmd_status(args: argparse.Namespace) -> int:
         response = httpx.get(url.rstrip("/") + "/status", timeout=5, trust_env=False)
         response.raise_for_status()
     except httpx.HTTPError as exc:
-        print(f"coordinator: cannot read {url}/status: {exc}", file=sys.stderr)
+        print(f"coordinator: cannot read {url}/status: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+              file=sys.stderr)
         return 1
-    status = response.json()
+    try:
+        status = response.json()
+    except ValueError:
+        status = None
+    if not isinstance(status, dict) or not {"vm", "phase", "events"} <= status.keys() \
+            or not isinstance(status["events"], list):
+        kind = response.headers.get("content-type", "no content type").split(";")[0]
+        print(f"coordinator: {url}/status is not a coordinator agent's status (HTTP {response.status_code}, {kind}); "
+              f"--url takes an agent's http.listen address (default {DEFAULT_ADMIN_URL})", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
