@@ -114,8 +114,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _group_address(args: argparse.Namespace) -> GroupAddress | int:
-    """The group a control command acts on, found as ``status`` finds it (``group_settings``). Returns a
-    ``GroupAddress``, or an exit code after a message."""
+    """The group a control command acts on, found as ``status`` finds it (``group_settings``), with
+    ``--timeout`` bounding the connection and each request. Returns a ``GroupAddress``, or an exit code
+    after a message."""
+    from dataclasses import replace
+
     from coordinator.control import GroupAddress
     from coordinator.errors import ConfigError
     from coordinator.groupstatus.options import group_settings
@@ -125,7 +128,23 @@ def _group_address(args: argparse.Namespace) -> GroupAddress | int:
     except ConfigError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 2
-    return GroupAddress.of(settings)
+    if args.timeout is not None and not 0 < args.timeout <= 600:
+        print(f"coordinator: {args.command}: --timeout must be between 0 and 600 seconds", file=sys.stderr)
+        return 2
+    timeout = args.timeout if args.timeout is not None else settings.zookeeper.operation_timeout
+    return replace(GroupAddress.of(settings), timeout=timeout)
+
+
+def _same_group_options(args: argparse.Namespace) -> str:
+    """The options that named the group, to repeat in a hint: ``--config FILE`` or ``--zookeeper ...``."""
+    import shlex
+
+    words: list[str] = []
+    for option in ("config", "zookeeper", "cluster", "root"):
+        value = getattr(args, option, None)
+        if value is not None:
+            words += [f"--{option}", shlex.quote(str(value))]
+    return " ".join(words)
 
 
 def _cmd_pause(args: argparse.Namespace) -> int:
@@ -133,19 +152,21 @@ def _cmd_pause(args: argparse.Namespace) -> int:
 
     from coordinator.control import ControlError, pause
     from coordinator.errors import ConfigError
+    from coordinator.groupstatus.command import quiet_logging
 
     group = _group_address(args)
     if isinstance(group, int):
         return group
     try:
-        found, created = pause(group, args.reason)
+        with quiet_logging(args.verbose):
+            found, created = pause(group, args.reason)
     except (ControlError, ConfigError) as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
     since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(found.at))
     if created:
         print(f"group {group.cluster}: early approvals paused ({found.reason}); drains go on. "
-              "Lift with: coordinator resume")
+              f"Lift with: coordinator resume {_same_group_options(args)}")
     else:
         print(f"group {group.cluster}: already paused since {since} by {found.by} ({found.reason}); kept as it is")
     return 0
@@ -154,12 +175,14 @@ def _cmd_pause(args: argparse.Namespace) -> int:
 def _cmd_resume(args: argparse.Namespace) -> int:
     from coordinator.control import ControlError, resume
     from coordinator.errors import ConfigError
+    from coordinator.groupstatus.command import quiet_logging
 
     group = _group_address(args)
     if isinstance(group, int):
         return group
     try:
-        lifted = resume(group)
+        with quiet_logging(args.verbose):
+            lifted = resume(group)
     except (ControlError, ConfigError) as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
@@ -249,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
         control.add_argument("--cluster", metavar="NAME", help="the group's cluster name")
         control.add_argument("--root", metavar="PATH", help="zookeeper.root of the agents (default: the "
                              "configuration's, else /azure-maintenance)")
+        control.add_argument("--timeout", type=float, metavar="SECONDS",
+                             help="bound on connecting to ZooKeeper and on each request (default: the "
+                             "configuration's zookeeper.operation_timeout, 5 s)")
+        control.add_argument("-v", "--verbose", action="store_true",
+                             help="log what the ZooKeeper client does to stderr")
         if name == "pause":
             control.add_argument("--reason", required=True, help="why; shown in status and in the agents' logs")
         control.set_defaults(func=func)
