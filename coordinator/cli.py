@@ -20,7 +20,7 @@ DEFAULT_ADMIN_URL = "http://127.0.0.1:9110"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from coordinator.config import load_settings
+    from coordinator.config import host_problems, load_settings
     from coordinator.errors import ConfigError
     from coordinator.logsetup import configure_logging
     from coordinator.runtime import run_agent
@@ -32,12 +32,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 2
+    problems, _ = host_problems(settings, at_start=True)
+    if problems:
+        print(f"coordinator: {args.config}: " + "; ".join(problems), file=sys.stderr)
+        return 2
     configure_logging(settings.logging.level, settings.logging.format)
     return run_agent(settings, dry_run=args.dry_run)
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from coordinator.config import load_settings, redacted
+    from coordinator.config import host_problems, load_settings, redacted
     from coordinator.errors import ConfigError
 
     try:
@@ -45,6 +49,12 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 2
+    problems, warnings = host_problems(settings, at_start=False)
+    if problems:
+        print(f"coordinator: {args.config}: invalid on this machine:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 2
+    for warning in warnings:
+        print(f"coordinator: {args.config}: warning: {warning}", file=sys.stderr)
     print(json.dumps(redacted(settings), indent=2))
     print(f"coordinator: {args.config}: configuration is valid", file=sys.stderr)
     return 0
@@ -67,9 +77,19 @@ def _cmd_status(args: argparse.Namespace) -> int:
         response = httpx.get(url.rstrip("/") + "/status", timeout=5, trust_env=False)
         response.raise_for_status()
     except httpx.HTTPError as exc:
-        print(f"coordinator: cannot read {url}/status: {exc}", file=sys.stderr)
+        print(f"coordinator: cannot read {url}/status: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+              file=sys.stderr)
         return 1
-    status = response.json()
+    try:
+        status = response.json()
+    except ValueError:
+        status = None
+    if not isinstance(status, dict) or not {"vm", "phase", "events"} <= status.keys() \
+            or not isinstance(status["events"], list):
+        kind = response.headers.get("content-type", "no content type").split(";")[0]
+        print(f"coordinator: {url}/status is not a coordinator agent's status (HTTP {response.status_code}, {kind}); "
+              f"--url takes an agent's http.listen address (default {DEFAULT_ADMIN_URL})", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
@@ -94,8 +114,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _group_address(args: argparse.Namespace) -> GroupAddress | int:
-    """The group a control command acts on, found as ``status`` finds it (``group_settings``). Returns a
-    ``GroupAddress``, or an exit code after a message."""
+    """The group a control command acts on, found as ``status`` finds it (``group_settings``), with
+    ``--timeout`` bounding the connection and each request. Returns a ``GroupAddress``, or an exit code
+    after a message."""
+    from dataclasses import replace
+
     from coordinator.control import GroupAddress
     from coordinator.errors import ConfigError
     from coordinator.groupstatus.options import group_settings
@@ -105,7 +128,23 @@ def _group_address(args: argparse.Namespace) -> GroupAddress | int:
     except ConfigError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 2
-    return GroupAddress.of(settings)
+    if args.timeout is not None and not 0 < args.timeout <= 600:
+        print(f"coordinator: {args.command}: --timeout must be between 0 and 600 seconds", file=sys.stderr)
+        return 2
+    timeout = args.timeout if args.timeout is not None else settings.zookeeper.operation_timeout
+    return replace(GroupAddress.of(settings), timeout=timeout)
+
+
+def _same_group_options(args: argparse.Namespace) -> str:
+    """The options that named the group, to repeat in a hint: ``--config FILE`` or ``--zookeeper ...``."""
+    import shlex
+
+    words: list[str] = []
+    for option in ("config", "zookeeper", "cluster", "root"):
+        value = getattr(args, option, None)
+        if value is not None:
+            words += [f"--{option}", shlex.quote(str(value))]
+    return " ".join(words)
 
 
 def _cmd_pause(args: argparse.Namespace) -> int:
@@ -113,19 +152,21 @@ def _cmd_pause(args: argparse.Namespace) -> int:
 
     from coordinator.control import ControlError, pause
     from coordinator.errors import ConfigError
+    from coordinator.groupstatus.command import quiet_logging
 
     group = _group_address(args)
     if isinstance(group, int):
         return group
     try:
-        found, created = pause(group, args.reason)
+        with quiet_logging(args.verbose):
+            found, created = pause(group, args.reason)
     except (ControlError, ConfigError) as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
     since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(found.at))
     if created:
         print(f"group {group.cluster}: early approvals paused ({found.reason}); drains go on. "
-              "Lift with: coordinator resume")
+              f"Lift with: coordinator resume {_same_group_options(args)}")
     else:
         print(f"group {group.cluster}: already paused since {since} by {found.by} ({found.reason}); kept as it is")
     return 0
@@ -134,12 +175,14 @@ def _cmd_pause(args: argparse.Namespace) -> int:
 def _cmd_resume(args: argparse.Namespace) -> int:
     from coordinator.control import ControlError, resume
     from coordinator.errors import ConfigError
+    from coordinator.groupstatus.command import quiet_logging
 
     group = _group_address(args)
     if isinstance(group, int):
         return group
     try:
-        lifted = resume(group)
+        with quiet_logging(args.verbose):
+            lifted = resume(group)
     except (ControlError, ConfigError) as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
@@ -229,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
         control.add_argument("--cluster", metavar="NAME", help="the group's cluster name")
         control.add_argument("--root", metavar="PATH", help="zookeeper.root of the agents (default: the "
                              "configuration's, else /azure-maintenance)")
+        control.add_argument("--timeout", type=float, metavar="SECONDS",
+                             help="bound on connecting to ZooKeeper and on each request (default: the "
+                             "configuration's zookeeper.operation_timeout, 5 s)")
+        control.add_argument("-v", "--verbose", action="store_true",
+                             help="log what the ZooKeeper client does to stderr")
         if name == "pause":
             control.add_argument("--reason", required=True, help="why; shown in status and in the agents' logs")
         control.set_defaults(func=func)

@@ -1,13 +1,16 @@
 """Configuration: one YAML file, validated once at start, with environment overrides.
 
 Every option has a default except ``cluster``. An environment variable
-``COORDINATOR__SECTION__FIELD=value`` overrides ``section.field`` (values are parsed as YAML scalars,
-so ``true``, ``5`` and ``1.5`` have their natural types). Errors name the field:
+``COORDINATOR__SECTION__FIELD=value`` overrides ``section.field`` (the field's type converts the text:
+``true``, ``5`` and ``1.5`` where a boolean or a number is expected, while ``on`` stays ``on`` where a
+string is; ``null`` is null, ``[...]`` and ``{...}`` are YAML lists and mappings). Errors name the field:
 ``zookeeper.session_timeout: Input should be greater than or equal to 4``.
 """
 
 from __future__ import annotations
 
+import codecs
+import copy
 import datetime as dt
 import os
 from collections.abc import Mapping
@@ -25,6 +28,7 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -55,6 +59,7 @@ __all__ = [
     "ZooKeeperConfig",
     "ZooKeeperTlsConfig",
     "apply_env",
+    "host_problems",
     "load_settings",
     "redacted",
 ]
@@ -63,7 +68,9 @@ ENV_PREFIX = "COORDINATOR__"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No .inf or .nan anywhere: they would pass every bound (or none), then fail a later check under another
+    # field's name, and check-config would print Infinity, which is not JSON.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _host_port(value: str) -> str:
@@ -102,6 +109,12 @@ class ImdsConfig(_Section):
         return value.rstrip("/")
 
 
+def _rules_off(info: ValidationInfo, section: str) -> bool:
+    """Whether the rule between the fields of ``section`` is off for this validation: after it failed,
+    to find the errors it hid (see ``_later_errors``)."""
+    return isinstance(info.context, dict) and section in info.context.get("rules_off", ())
+
+
 def _readable(value: Path | None) -> Path | None:
     if value is not None:
         try:
@@ -123,7 +136,9 @@ class ZooKeeperAuthConfig(_Section):
     _secret: str = PrivateAttr("")
 
     @model_validator(mode="after")
-    def _one_password(self) -> ZooKeeperAuthConfig:
+    def _one_password(self, info: ValidationInfo) -> ZooKeeperAuthConfig:
+        if _rules_off(info, "zookeeper.auth"):
+            return self
         if (self.password is None) == (self.password_file is None):
             raise ValueError("zookeeper.auth needs exactly one of password and password_file")
         if self.password_file is not None:
@@ -187,7 +202,9 @@ class ZooKeeperTlsConfig(_Section):
     _files = field_validator("ca", "certfile", "keyfile")(classmethod(lambda cls, v: _readable(v)))
 
     @model_validator(mode="after")
-    def _pair(self) -> ZooKeeperTlsConfig:
+    def _pair(self, info: ValidationInfo) -> ZooKeeperTlsConfig:
+        if _rules_off(info, "zookeeper.tls"):
+            return self
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("zookeeper.tls: certfile and keyfile go together")
         return self
@@ -231,7 +248,9 @@ class ZooKeeperConfig(_Section):
         return value
 
     @model_validator(mode="after")
-    def _some_agent(self) -> ZooKeeperConfig:
+    def _some_agent(self, info: ValidationInfo) -> ZooKeeperConfig:
+        if _rules_off(info, "zookeeper"):
+            return self
         if (self.acl.operators or self.acl.readers) and self.auth is None and not self.acl.agents:
             raise ValueError("zookeeper.acl: operators and readers need an agent identity too (zookeeper.auth "
                              "or zookeeper.acl.agents), or the agents could not write their records")
@@ -281,6 +300,7 @@ class ApprovalRule(StrEnum):
 
 
 _EVENT_KEYS = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", "User")
+_DEFAULT_WAIT_BY_TYPE: dict[str, float] = {"Preempt": 5.0}  # a Preempt has 30 s of notice
 
 
 class PeersPolicy(StrEnum):
@@ -400,8 +420,9 @@ class DrainConfig(_Section):
         "probe_threshold + grace_seconds (35 s with Azure's defaults)",
     )
     wait_seconds_by_type: dict[str, float] = Field(
-        default_factory=lambda: {"Preempt": 5.0},
-        description="Per event type override of wait_seconds (Preempt has only 30 s of notice)",
+        default_factory=lambda: dict(_DEFAULT_WAIT_BY_TYPE),
+        description="Per event type override of wait_seconds (Preempt has only 30 s of notice); entries merge "
+        "over the default {Preempt: 5}, null removes one",
     )
     latest_start_seconds: float = Field(
         120.0,
@@ -433,6 +454,15 @@ class DrainConfig(_Section):
         "an agent, an invalid name): drain latest_start_seconds before NotBefore, or at once",
     )
 
+    @field_validator("wait_seconds_by_type", mode="before")
+    @classmethod
+    def _merge_defaults(cls, value: Any) -> Any:
+        # {Reboot: 600} keeps Preempt's 5 s (a Preempt has 30 s of notice); {Preempt: null} drops it.
+        if not isinstance(value, Mapping):
+            return value
+        merged = {**_DEFAULT_WAIT_BY_TYPE, **value}
+        return {key: wait for key, wait in merged.items() if wait is not None}
+
     @field_validator("wait_seconds_by_type")
     @classmethod
     def _types(cls, value: dict[str, float]) -> dict[str, float]:
@@ -449,12 +479,20 @@ class DrainConfig(_Section):
             return self.wait_seconds
         return probe_wait_seconds(self.probe_interval_seconds, self.probe_threshold, self.grace_seconds)
 
+    def wait_for(self, event_type: str) -> float:
+        """The drain wait of an event of this type."""
+        return self.wait_seconds_by_type.get(event_type, self.effective_wait)
+
     @model_validator(mode="after")
-    def _lead(self) -> DrainConfig:
-        if self.latest_start_seconds < self.effective_wait:
+    def _lead(self, info: ValidationInfo) -> DrainConfig:
+        if _rules_off(info, "drain"):
+            return self
+        short = [(t, self.wait_for(t)) for t in _EVENT_KEYS[:-1] if self.latest_start_seconds < self.wait_for(t)]
+        if short:
+            waits = ", ".join(f"{t} {w:g} s" for t, w in short)
             raise ValueError(
-                f"drain.latest_start_seconds ({self.latest_start_seconds}) must be at least the drain wait "
-                f"({self.effective_wait}), or a late drain cannot finish before NotBefore"
+                f"drain.latest_start_seconds ({self.latest_start_seconds:g}) must be at least the drain wait of "
+                f"every event type ({waits}), or a late drain cannot finish before NotBefore"
             )
         if self.lead_time_seconds is not None and self.lead_time_seconds < self.latest_start_seconds:
             raise ValueError("drain.lead_time_seconds must be at least drain.latest_start_seconds")
@@ -544,10 +582,15 @@ class HttpConfig(_Section):
 
 
 class LoggingConfig(_Section):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level")
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level (any case)")
     format: Literal["text", "json"] = Field(
         "text", description="text for people, json (one object per line) for shippers"
     )
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _any_case(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
 
 
 class Settings(_Section):
@@ -595,49 +638,237 @@ class Settings(_Section):
 
     @model_validator(mode="after")
     def _timing(self) -> Settings:
+        problems = self.cross_field_problems()
+        if problems:
+            raise ValueError("\n  ".join(problems))  # one line each in the report
+        return self
+
+    def cross_field_problems(self) -> list[str]:
+        """Every rule between fields that this configuration breaks, each message naming its fields."""
+        problems = []
         # A session must outlive a few polls, or one slow cycle costs the leader its session.
         if self.zookeeper.session_timeout < 3 * self.imds.poll_interval:
-            raise ValueError(
+            problems.append(
                 "zookeeper.session_timeout must be at least 3 x imds.poll_interval "
-                f"({self.zookeeper.session_timeout} < 3 x {self.imds.poll_interval})"
+                f"({self.zookeeper.session_timeout:g} < 3 x {self.imds.poll_interval:g})"
             )
         if self.imds.backoff_max_seconds < self.imds.poll_interval:
-            raise ValueError(
+            problems.append(
                 "imds.backoff_max_seconds must be at least imds.poll_interval "
-                f"({self.imds.backoff_max_seconds} < {self.imds.poll_interval})"
+                f"({self.imds.backoff_max_seconds:g} < {self.imds.poll_interval:g})"
             )
         names = [a.name for a in self.actions if isinstance(a, CommandActionConfig | WebhookActionConfig)]
         if len(names) != len(set(names)):
-            raise ValueError("actions: two actions share a name: " + ", ".join(sorted(names)))
+            problems.append("actions: two actions share a name: " + ", ".join(sorted(names)))
         if self.zookeeper.operation_timeout >= self.zookeeper.session_timeout:
-            raise ValueError("zookeeper.operation_timeout must be shorter than zookeeper.session_timeout")
+            problems.append("zookeeper.operation_timeout must be shorter than zookeeper.session_timeout")
         grace = self.policy.absent_peer_grace_seconds
         longest_wait = max([self.drain.effective_wait, *self.drain.wait_seconds_by_type.values()])
         if grace is not None and grace < longest_wait:
-            raise ValueError(
-                f"policy.absent_peer_grace_seconds ({grace}) must be at least the longest drain wait "
-                f"({longest_wait}): a VM cut off from ZooKeeper drains itself that long before its peers "
+            problems.append(
+                f"policy.absent_peer_grace_seconds ({grace:g}) must be at least the longest drain wait "
+                f"({longest_wait:g}): a VM cut off from ZooKeeper drains itself that long before its peers "
                 "stop waiting for it"
             )
-        return self
+        if _same_socket(self.probe.listen, self.http.listen):
+            problems.append(
+                f"probe.listen and http.listen must be different ports ({self.probe.listen} and "
+                f"{self.http.listen}): the health probe and the admin endpoints each need their own listener"
+            )
+        return problems
+
+
+def _same_socket(a: str, b: str) -> bool:
+    """Whether two HOST:PORT listeners would collide: one port, and one host or a wildcard on either side."""
+    host_a, _, port_a = a.rpartition(":")
+    host_b, _, port_b = b.rpartition(":")
+    wildcard = ("", "0.0.0.0", "::", "[::]", "*")
+    return int(port_a) == int(port_b) != 0 and (host_a == host_b or host_a in wildcard or host_b in wildcard)
+
+
+def _env_path(key: str) -> tuple[str, ...]:
+    return tuple(p.lower() for p in key[len(ENV_PREFIX) :].split("__") if p)
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], str]:
+    """The options the environment sets, as paths into the configuration, each with its variable's name."""
+    return {path: key for key in sorted(environ) if key.startswith(ENV_PREFIX) and (path := _env_path(key))}
+
+
+def env_value(key: str, raw: str) -> Any:
+    """The value of one override. No YAML 1.1 guessing: a plain word stays a string (``on``, ``no`` and
+    ``0700`` included) and the field's type converts it where it expects a number or a boolean; ``null``
+    or ``~`` is null; a value that starts as a YAML flow list, mapping or quoted string is read as such."""
+    text = raw.strip()
+    if text in ("null", "Null", "NULL", "~"):
+        return None
+    if text[:1] in ("[", "{", '"', "'"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or "not valid YAML"
+            raise ConfigError(f"{key}: {problem} in its value {raw[:80]!r}") from None
+    return raw
 
 
 def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     merged = dict(data)
-    for key, raw in sorted(environ.items()):
-        if not key.startswith(ENV_PREFIX):
-            continue
-        path = [p.lower() for p in key[len(ENV_PREFIX) :].split("__") if p]
-        if not path:
-            continue
+    for path, key in env_overrides(environ).items():
         node = merged
         for part in path[:-1]:
             child = node.get(part)
             child = dict(child) if isinstance(child, dict) else {}
             node[part] = child
             node = child
-        node[path[-1]] = yaml.safe_load(raw) if raw != "" else ""
+        node[path[-1]] = env_value(key, environ[key])
     return merged
+
+
+def _in_file(data: Any, loc: tuple[str | int, ...]) -> bool:
+    for part in loc:
+        in_list = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if not in_list and not (isinstance(data, dict) and part in data):
+            return False
+        data = data[part]
+    return True
+
+
+def _variable_of(loc: tuple[str | int, ...], overrides: Mapping[tuple[str, ...], str], file_data: Any) -> str | None:
+    """The environment variable an error at ``loc`` comes from, if any: one that sets ``loc`` or an option
+    inside it, or one that creates ``loc`` (a misspelt section) where the file has nothing."""
+    for path, key in overrides.items():
+        if loc[: len(path)] == path:
+            return key
+    for path, key in overrides.items():
+        if loc and path[: len(loc)] == loc and not _in_file(file_data, loc):
+            return key
+    return None
+
+
+def _later_errors(data: dict[str, Any], exc: ValidationError, overrides: Mapping[tuple[str, ...], str],
+                  file_data: Any) -> list[str]:
+    """The errors pydantic reports only once the first ones are fixed: a rule between fields runs only when
+    every field it reads is valid. The invalid values are taken out (their fields fall back to defaults, a
+    bad list item is dropped), the rules of sections that failed already are turned off, and the rest is
+    validated again, until nothing more comes up."""
+    lines: list[str] = []
+    rules_off: set[str] = set()
+    for _ in range(4):
+        data = copy.deepcopy(data)
+        if not _take_out(data, [tuple(error["loc"]) for error in exc.errors()], rules_off):
+            break
+        try:
+            Settings.model_validate(data, context={"rules_off": rules_off})
+            break
+        except ValidationError as again:
+            exc = again
+            lines += _error_lines(again, overrides, file_data)
+    return lines
+
+
+def _take_out(data: dict[str, Any], locs: list[tuple[str | int, ...]], rules_off: set[str]) -> bool:
+    """Remove what each error points at: the value (a missing cluster gets a stand-in), or the list item
+    it lies in. An error about a whole section that is a mapping comes from a rule between its fields: that
+    rule is turned off (added to ``rules_off``). Returns whether anything changed."""
+    targets: set[tuple[str | int, ...]] = set()
+    changed = False
+    for loc in locs:
+        if loc == ("cluster",) and "cluster" not in data:
+            data["cluster"] = "stand-in"
+            changed = True
+            continue
+        node: Any = data
+        path: list[str | int] = []
+        for part in loc:
+            if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                path.append(part)
+                break  # the whole item goes
+            if not isinstance(node, dict) or part not in node:
+                path = []
+                break
+            path.append(part)
+            node = node[part]
+        else:
+            section = ".".join(str(p) for p in loc)
+            if isinstance(node, dict) and loc and section not in rules_off:
+                rules_off.add(section)  # a section that is a mapping: its own rule failed
+                changed = True
+                path = []
+            elif isinstance(node, dict):
+                path = []
+        if path:
+            targets.add(tuple(path))
+    # Deepest and last first, so that taking out one list item does not move another still to go.
+    for target in sorted(targets, key=lambda t: [(0, p, "") if isinstance(p, int) else (1, 0, p) for p in t],
+                         reverse=True):
+        *parents, last = target
+        node = data
+        try:
+            for part in parents:
+                node = node[part]
+            del node[last]
+            changed = True
+        except (KeyError, IndexError, TypeError):
+            pass
+    return changed
+
+
+def _error_lines(exc: ValidationError, overrides: Mapping[tuple[str, ...], str], file_data: Any) -> list[str]:
+    lines = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        where = ".".join(str(p) for p in loc)
+        message = error["msg"].removeprefix("Value error, ")
+        # Cross-field checks name their fields themselves, from the top.
+        line = message if not where or message.startswith(where + ".") else f"{where}: {message}"
+        variable = _variable_of(loc, overrides, file_data)
+        lines.append(f"{variable} (environment): {line}" if variable else line)
+    return lines
+
+
+class _DuplicateKey(yaml.YAMLError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (it would keep the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        if any(key_node.tag == "tag:yaml.org,2002:merge" for key_node, _ in node.value):
+            return super().construct_mapping(node, deep=deep)  # `<<: *base` then overrides: meant
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, list | dict):
+                continue  # unhashable: the constructor below refuses it
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(f"line {line}: the key {key!r} is given twice (first on line {seen[key]}); "
+                                    "YAML would keep only the last")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),  # before UTF-16 LE: its BOM starts with UTF-16 LE's
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),  # Windows PowerShell 5.1 writes this with `>` and Out-File
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def decode_config(raw: bytes, path: Path) -> str:
+    """The text of a configuration file: UTF-8, or UTF-8, UTF-16 or UTF-32 with a byte order mark. Any
+    other bytes raise ``ConfigError`` naming the file and the offset of the first undecodable byte."""
+    encoding = next((name for bom, name in _BOMS if raw.startswith(bom)), "utf-8")
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not {exc.encoding.upper()} text: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
+            "cannot be decoded; save the file as UTF-8"
+        ) from None
 
 
 def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
@@ -645,27 +876,69 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     data: Any = {}
     if path is not None:
         try:
-            text = path.read_text(encoding="utf-8")
+            raw = path.read_bytes()
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        text = decode_config(raw, path)
         try:
-            data = yaml.safe_load(text) or {}
+            data = yaml.load(text, Loader=_UniqueKeyLoader) or {}  # a SafeLoader
+        except _DuplicateKey as exc:
+            raise ConfigError(f"{path}: {exc}") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
-    data = apply_env(data, os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    file_data = data
+    data = apply_env(data, environ)
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            loc = ".".join(str(p) for p in error["loc"])
-            message = error["msg"].removeprefix("Value error, ")
-            # Cross-field checks name their fields themselves, from the top.
-            lines.append(message if not loc or message.startswith(loc + ".") else f"{loc}: {message}")
-        where = f"{path}: " if path else ""
-        raise ConfigError(where + "invalid configuration:\n  " + "\n  ".join(lines)) from None
+        lines = _error_lines(exc, env_overrides(environ), file_data)
+        lines += [line for line in _later_errors(data, exc, env_overrides(environ), file_data) if line not in lines]
+        if all(line.startswith(ENV_PREFIX) for line in lines):
+            where = "invalid configuration from the environment" + (f" (over {path})" if path else "")
+        else:
+            where = (f"{path}: " if path else "") + "invalid configuration"
+        raise ConfigError(where + ":\n  " + "\n  ".join(lines)) from None
+
+
+def host_problems(settings: Settings, *, at_start: bool) -> tuple[list[str], list[str]]:
+    """What this machine would refuse the agent that the file alone cannot tell, as (errors, warnings): the
+    state file must be writable, with its directory (it is replaced atomically), or every cycle would fail
+    to save it. A directory still missing is created by the agent (or by systemd's StateDirectory before
+    it starts): ``check-config`` (``at_start`` False), perhaps run by another user, only warns when this
+    user could not create it; the agent itself (``at_start`` True) refuses to start."""
+    path = settings.state_file
+    if path is None:
+        return [], []
+    as_user = f" (checked as user {_user_name()})"
+    if path.is_dir():
+        return [f"state_file: {path} is a directory; name a file in it"], []
+    if path.exists() and not os.access(path, os.W_OK):
+        return [f"state_file: cannot write {path}: permission denied{as_user}"], []
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return [f"state_file: cannot create {path}: {ancestor} is not a directory"], []
+    if os.access(ancestor, os.W_OK | os.X_OK):
+        return [], []
+    if ancestor == path.parent:
+        return [f"state_file: cannot write files in {ancestor}: permission denied{as_user}"], []
+    message = f"state_file: cannot create {path.parent} in {ancestor}: permission denied{as_user}"
+    if at_start:
+        return [message], []
+    return [], [message + "; fine if the agent runs as another user or systemd creates it (StateDirectory)"]
+
+
+def _user_name() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid()) if hasattr(os, "getuid") else "?"
 
 
 REDACTED = "<redacted>"

@@ -125,7 +125,11 @@ class _connected:
     def __enter__(self) -> KazooClient:
         try:
             self._client.start(timeout=self._group.timeout)
-        except (KazooTimeoutError, KazooException, OSError) as exc:
+        except KazooTimeoutError:
+            self._client.close()
+            raise ControlError(f"cannot reach ZooKeeper at {self._group.hosts} within {self._group.timeout:g} s "
+                               "(--timeout)") from None
+        except (KazooException, OSError) as exc:
             self._client.close()
             raise ControlError(f"cannot reach ZooKeeper at {self._group.hosts}: {exc or type(exc).__name__}") from None
         return self._client

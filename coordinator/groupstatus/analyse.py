@@ -408,9 +408,10 @@ def _attention(status: GroupStatus, read: GroupRead) -> list[Attention]:
                 f"{event.type} {event.event_id} starts in {_minutes(not_before - read_at)} without an approval "
                 f"unless unblocked ({blocker})")))
         for vm in event.resources:
-            if vm not in read.view.members and vm in read.view.absent_since:
+            if vm not in read.view.members:
+                never = "" if vm in read.view.known else " (never seen in this group)"
                 found.append(Attention(vm=vm, event_id=event.event_id,
-                                       message=f"{vm} is named by {event.event_id} but runs no agent"))
+                                       message=f"{vm} is named by {event.event_id} but runs no agent{never}"))
     for mark in status.out_of_rotation:
         if read_at - mark.since.timestamp() > OUT_LONG:
             why = f" for {', '.join(mark.events)}" if mark.events else ""

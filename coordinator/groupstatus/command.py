@@ -28,7 +28,7 @@ from coordinator.groupstatus.options import group_settings
 from coordinator.groupstatus.read import GroupRead, GroupReader, GroupStatusError
 from coordinator.groupstatus.render import render, render_error
 
-__all__ = ["run"]
+__all__ = ["quiet_logging", "run"]
 
 _MIN_GAP = 0.5  # under --watch, at most two reads a second however many watches fire
 
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and not value > 0:
             print(f"coordinator: status: --{name.replace('_', '-')} must be positive", file=sys.stderr)
             return 2
-    with _quiet_logging(args.verbose):
+    with quiet_logging(args.verbose):
         return _run(args, settings)
 
 
@@ -127,7 +127,7 @@ def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], inter
 
 
 @contextlib.contextmanager
-def _quiet_logging(verbose: bool) -> Iterator[None]:
+def quiet_logging(verbose: bool) -> Iterator[None]:
     """Nothing but the command's own output: kazoo's and the store's warnings (a refused connection,
     a retry) would break the one-line error of an unreachable ZooKeeper. ``--verbose`` shows them on
     stderr. The logging configuration is restored afterwards."""

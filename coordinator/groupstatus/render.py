@@ -108,6 +108,11 @@ def _leader(status: GroupStatus) -> Text:
 
 def _attention(status: GroupStatus) -> RenderableType:
     if not status.attention:
+        blocked = sum(1 for event in status.events if event.state == "blocked")
+        if blocked:
+            return Text(f"Nothing needs attention yet; {blocked} blocked event{'s' if blocked > 1 else ''} "
+                        f"below say{'' if blocked > 1 else 's'} what {'they wait' if blocked > 1 else 'it waits'} "
+                        "for.", style="yellow")
         return Text("Nothing looks stuck.", style="green")
     lines = Text("\n").join(Text(f"- {item.message}") for item in status.attention)
     return Panel(lines, title="needs attention", title_align="left", style="yellow")
@@ -115,6 +120,8 @@ def _attention(status: GroupStatus) -> RenderableType:
 
 def _phase(member: Member) -> Text:
     agent = member.agent
+    if not agent.reachable and agent.url is None and agent.error == "not asked":
+        return Text("not asked", style="dim")  # --no-agents
     if not agent.reachable:
         return Text("unreachable", style="red")
     phase = agent.phase or "?"

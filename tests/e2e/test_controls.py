@@ -63,7 +63,7 @@ def test_an_event_outside_the_maintenance_windows_starts_at_not_before(make_clus
     window = {"days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"], "start": start, "end": end}
     cluster = make_cluster(drain_wait=0.5, extra_config={
         "policy": {"maintenance_windows": [window]},
-        "drain": {"latest_start_seconds": 3},
+        "drain": {"latest_start_seconds": 3, "wait_seconds_by_type": {"Preempt": 0.5}},  # every wait within 3 s
     })
     assert cluster.sim is not None
     event_id = cluster.sim.schedule("Reboot", ["vm0"], not_before_in=8)["event_id"]

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 from kazoo.client import KazooClient
 
@@ -71,3 +77,33 @@ def test_controls_say_clearly_what_went_wrong(zk_hosts: str, zk_chroot: str) -> 
         pause(GroupAddress(zk_hosts, zk_chroot, "nobody"), "why")
     with pytest.raises(ControlError, match="cannot reach ZooKeeper"):
         resume(GroupAddress(f"127.0.0.1:{free_port()}", zk_chroot, "alpha", timeout=2.0))  # nobody listens
+
+
+def _command(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")}
+    return subprocess.run([sys.executable, "-m", "coordinator", *argv], capture_output=True, text=True,
+                          timeout=60, check=False, env=env)
+
+
+@pytest.mark.parametrize("command", [["pause", "--reason", "incident"], ["resume"]])
+def test_with_zookeeper_down_pause_and_resume_are_one_line_bounded_by_timeout(command: list[str]) -> None:
+    port = free_port()  # nothing listens there
+    began = time.monotonic()
+    run = _command(*command, "--zookeeper", f"127.0.0.1:{port}", "--cluster", "alpha", "--timeout", "1")
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr == f"coordinator: cannot reach ZooKeeper at 127.0.0.1:{port} within 1 s (--timeout)\n"
+    assert time.monotonic() - began < 5
+
+
+def test_the_pause_hint_repeats_how_the_group_was_named(
+    tmp_path: Path, zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    make_store(zk_hosts, zk_chroot).join("vm-a", {})
+    config = tmp_path / "agent.yaml"
+    config.write_text(f"cluster: alpha\nzookeeper:\n  hosts: {zk_hosts}\n  root: {zk_chroot}\nstate_file: null\n")
+    run = _command("pause", "--config", str(config), "--reason", "incident 4711")
+    assert run.returncode == 0, run.stderr
+    hint = run.stdout.strip().split("Lift with: ", 1)[1]
+    assert hint == f"coordinator resume --config {config}"
+    lifted = _command(*hint.split()[1:])
+    assert lifted.stdout.strip() == "group alpha: pause lifted: early approvals resume", lifted.stderr

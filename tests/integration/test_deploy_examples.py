@@ -11,6 +11,7 @@ import pytest
 
 from coordinator.config import load_settings
 from coordinator.runtime import build_actions
+from coordinator.store.zk_security import digest_identity
 
 ROOT = Path(__file__).parent.parent.parent
 EXAMPLES = ROOT / "deploy" / "examples"
@@ -76,3 +77,19 @@ def test_the_tls_example_names_exactly_the_files_it_needs(tmp_path: Path) -> Non
         assert result.returncode == 2
         for name in named:
             assert SECRETS_DIR + name in result.stderr
+
+
+def test_the_tls_example_ships_no_usable_credential(tmp_path: Path) -> None:
+    settings = load_settings(_runnable("zookeeper-auth-tls.yaml", tmp_path), environ={})
+    for identity in [*settings.zookeeper.acl.operators, *settings.zookeeper.acl.readers]:
+        scheme, user, digest = identity.split(":")
+        assert "PLACEHOLDER" in digest, identity  # visibly not a credential to keep
+        for password in ("secret", "password", "changeme", user):
+            assert f"{scheme}:{user}:{digest}" != f"digest:{digest_identity(user, password).id}"
+
+
+def test_the_deployment_doc_says_what_the_tls_example_needs() -> None:
+    text = " ".join((ROOT / "docs/deployment.md").read_text().split())
+    assert "except `zookeeper-auth-tls.yaml`, accepted once the four files it names exist" in text
+    for name in ("/etc/coordinator/zookeeper/agent.password", "`ca.pem`", "`client.pem`", "`client.key`"):
+        assert name in text

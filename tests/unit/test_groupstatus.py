@@ -274,7 +274,9 @@ def test_table_shows_pause_leader_members_events_and_blockers() -> None:
     assert "Group demo" in lines[0]
     assert "PAUSED since 12 min ago (07:48:00 UTC) by alice: kernel upgrade [CHG-1]" in text  # brackets kept
     assert "Leader: vm2 (since 5 min ago)" in text
-    assert "Nothing looks stuck." in text
+    # the event below is BLOCKED: not "Nothing looks stuck." above it
+    assert "Nothing looks stuck." not in text
+    assert "Nothing needs attention yet; 1 blocked event below says what it waits for." in text
     vm0 = next(line for line in lines if "│ vm0" in line)
     assert "drained" in vm0 and "#7: vm1 not acked" in vm0 and "0/1" in vm0
     vm2 = next(line for line in lines if "vm2 (leader)" in line)
@@ -471,3 +473,22 @@ def test_watch_renders_each_read_shows_errors_and_stops_on_ctrl_c(monkeypatch: p
 def test_watch_is_for_the_group_view(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["status", "--watch"]) == 2
     assert "--watch needs --config, or --zookeeper and --cluster" in capsys.readouterr().err
+
+
+def test_a_vm_never_seen_in_the_group_is_flagged_and_blocks() -> None:
+    # a Freeze on vm0 and vm1; vm1 has never run an agent (not a member, not known as absent)
+    record = _record(E1, ("vm0", "vm1"), acks={"vm0": NOW - 5}, admitted=NOW - 10, not_before=NOW + 3600)
+    status = build_status(_read({E1: record}, members=("vm0", "vm2")), Policy(), "test")
+    assert Blocker(vm="vm1", reason="vm1 runs no agent") in _event(status, E1).blockers
+    assert [a.message for a in status.attention if a.vm == "vm1"] == [
+        f"vm1 is named by {E1} but runs no agent (never seen in this group)"]
+    text = _rendered(status)
+    assert "Nothing looks stuck." not in text and "BLOCKED" in text
+
+
+def test_members_not_asked_with_no_agents_say_so() -> None:
+    record = _record(E1, ("vm0",), acks={"vm0": NOW - 5}, admitted=NOW - 10)
+    status = build_status(_read({E1: record}, agents={}), Policy(), "test")  # --no-agents: nobody asked
+    assert status.attention == []
+    member_lines = [line for line in _rendered(status).splitlines() if "│ vm" in line]
+    assert member_lines and all("not asked" in line and "unreachable" not in line for line in member_lines)
