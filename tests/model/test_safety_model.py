@@ -55,8 +55,9 @@ wait for its next agent)
   the recording action for some cycles; the jobs behind it wait too) and ``release_jobs``;
   ``action_failures``;
 * composite: ``reboot_cut_off`` (a VM's agent down while the others run, back unable to reach any
-  ZooKeeper server, then maintenance for it and a peer), ``ack_outlives_cut_off`` (a VM that acknowledged
-  is cut off with its session alive, the event names it no more for a while, then names it again);
+  ZooKeeper server, then maintenance for it and a peer), ``ack_outlives_cut_off`` (a pause holds an event while
+  a VM acknowledges it; the VM is cut off with its session alive, the event names it no more for a while,
+  then names it again and the pause is lifted);
 * store: ``partition`` (suspended and back to the same session, or cut off while the ensemble expires
   the session; as in ZooKeeper, a session suspended for the timeout the ensemble granted, plus up to a
   tick, of the model's time expires: the agent is only promised it has lapsed after
@@ -302,7 +303,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         vm3=st.sampled_from(("agent", "none", "dry-run")),
         leader_mode=st.booleans(),
         skews=st.lists(st.sampled_from(SKEWS), min_size=len(VMS), max_size=len(VMS)),
-        absent_grace=st.sampled_from((None, None, 60.0, 120.0)),
+        absent_grace=st.sampled_from((None, 60.0, 120.0, 120.0)),
         granted=st.sampled_from((None, None, 20.0, 40.0, 60.0)),
         lapse_lag=st.sampled_from((0.0, 1.0, 2.0)),
         named_only=st.sampled_from((False, False, False, True)),
@@ -1026,7 +1027,7 @@ class CoordinatorModel(RuleBasedStateMachine):
                 if vm != skip:
                     self._cycle(vm)
 
-    @rule(vm=vm_names, down_for=st.sampled_from((30, 90)), uptime=st.sampled_from((0, 45, 70)),
+    @rule(vm=vm_names, down_for=st.sampled_from((30, 90)), uptime=st.sampled_from((45, 70)),
           first=st.booleans())
     def reboot_cut_off(self, vm: str, down_for: int, uptime: int, first: bool) -> None:
         """The VM reboots: its agent is down for ``down_for`` seconds while the others run (the leader
@@ -1047,33 +1048,34 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.schedule("Reboot", "Platform", resources, 600, 60, "rfc")
         self._operate(60)
 
-    def _acked_events(self) -> list[int]:
-        return [serial for serial, e in self.group.events.items() if e.status != STARTED and any(
-            vm in self.slots and self._store(vm) is not None and self._acked(vm, e) for vm in e.named)]
-
-    @precondition(lambda self: bool(self._acked_events()))
-    @rule(index=indexes, seconds=st.sampled_from((25, 45, 55)))
-    def ack_outlives_cut_off(self, index: int, seconds: int) -> None:
-        """A VM that acknowledged a Scheduled event is cut off (its session, and its ack, live on in the
-        ensemble up to the timeout it granted); meanwhile the event names it no more (and names vm9, which
-        runs no agent, so nobody approves it); after ``seconds`` it names the same VMs as before again, and
-        the group runs on for 15 s."""
-        event = self._pick(self._acked_events(), index)
-        assert event is not None
-        vm = min(vm for vm in event.named
-                 if vm in self.slots and self._store(vm) is not None and self._acked(vm, event))
+    @rule(vm=vm_names, index=indexes, seconds=st.sampled_from((25, 45, 55)))
+    def ack_outlives_cut_off(self, vm: str, index: int, seconds: int) -> None:
+        """While an operator's pause holds approvals, maintenance is scheduled for a live peer and ``vm``
+        (the peer first in Resources); once ``vm`` has acknowledged it, ``vm`` is cut off (its session, and
+        its ack, live on in the ensemble up to the timeout it granted) and the event names it no more;
+        after ``seconds`` it names both again, the pause is lifted and the group runs on for 15 s."""
+        slot = self.slots[vm]
         store = self._store(vm)
-        assert store is not None
-        if store.inner.connection_state is not ConnectionState.CONNECTED:
+        peers = sorted(self._live() - {vm})
+        if slot.dry_run or store is None or store.inner.connection_state is not ConnectionState.CONNECTED or not peers:
             return
-        store.suspend()
-        self.slots[vm].partition_cycles = 0
-        before = event.resources
-        self.group.change_resources(event.serial, (*(r for r in before if r.lower() != vm), "vm9"))
-        self._operate(seconds)
-        if event.serial in self.group.events:
-            self.group.change_resources(event.serial, before)
-            self._operate(15)
+        peer = peers[index % len(peers)]
+        self.cluster.pause("model: held while an ack is made", "operator", self.time.now)
+        self.schedule("Reboot", "Platform", [peer, vm], 900, 60, "rfc")
+        serial = max(self.group.events)
+        event = self.group.events[serial]
+        for _ in range(12):
+            if self._acked(vm, event):
+                break
+            self._operate(5)
+        if self._acked(vm, event) and store.inner.connection_state is ConnectionState.CONNECTED:
+            store.suspend()
+            slot.partition_cycles = 0
+            self.group.change_resources(serial, (peer,))
+            self._operate(seconds)
+            self.group.change_resources(serial, (peer, vm))
+        self.cluster.resume()
+        self._operate(15)
 
     # -- rules: coordination store -----------------------------------------------------------------------
 
