@@ -81,7 +81,9 @@ sessions, the POSTs). They are those of ``docs/safety.md``, no stronger.
   only valid names, and only VMs that run (or ran) a real agent; each of them has been out of rotation
   (probe failing, or its agent down) for at least the drain wait and has its drain actions done (but a
   VM whose agent is down, with ``absent_peer_grace_seconds``: the documented exception; an agent running
-  cut off from the store must have drained itself). A dry-run agent never POSTs.
+  cut off from the store must have drained itself, provided the model ran a cycle of it between the
+  time that rule makes it drain and a drain wait before the release: the rule relies on a loop that
+  runs every second, and the model may leave an agent idle for minutes). A dry-run agent never POSTs.
 * S2: a VM does not answer 200 while an event naming it is present in the group, once it was out of
   rotation at a moment when that event
   - was Started and its agent had been served it so, and no recovery submitted before that read is
@@ -240,6 +242,7 @@ class VmSlot:
     partition_cycles: int = 0  # the store connection comes back after so many more cycles
     returns_cut_off: bool = False  # started again after ``stop``, it cannot reach the store at first
     slow: str = ""  # how its IMDS answers (``ModelReadings.slow``): "" at once, "sent"/"answered" late
+    cycled: list[float] = field(default_factory=list)  # monotonic times of its agent's recent cycles
     agent: Agent | None = None
     store: ModelStore | None = None
     imds: FakeImds | None = None
@@ -497,6 +500,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         if poll:
             slot.readings.poll()
         slot.store.view_session = None
+        slot.cycled = [*slot.cycled[-40:], self.time.mono]
         try:
             slot.agent.cycle()
         except Exception as exc:
@@ -661,6 +665,21 @@ class CoordinatorModel(RuleBasedStateMachine):
             self.cluster.pause("model: paused while a POST was retried", "operator", self.time.now)
         self._advance(backoff)
 
+    def _self_drain_not_due(self, slot: VmSlot, event: ModelEvent) -> bool:
+        """With ``absent_peer_grace_seconds``, a VM whose running agent is cut off from the store (no member
+        node) drains itself once cut off for the grace minus its drain wait (docs/safety.md S1), on a loop
+        that runs every second; its peers stop waiting for it a grace after they saw it gone. When the model
+        ran no cycle of that agent between that moment and a drain wait before now (the model may leave an
+        agent idle for minutes, its probe still answering), the promise is not due: the VM is not held to it."""
+        agent = slot.agent
+        grace = self.policy.absent_grace
+        if agent is None or grace is None or slot.vm in self.cluster.member_names:
+            return False
+        connected_at = agent._evidence.connected_at  # when it last saw the store CONNECTED (None: never)
+        wait = self.policy.drain_wait_by_type.get(event.event_type, self.policy.drain_wait)
+        due = float("-inf") if connected_at is None else connected_at + max(grace - wait, 0.0)
+        return not any(due <= at <= self.time.mono - wait for at in slot.cycled)
+
     def _on_early_approval(self, event: ModelEvent, poster: str) -> None:
         now = self.time.now
         where = f"{self._t()} {poster} released {event.describe()}"
@@ -676,6 +695,8 @@ class CoordinatorModel(RuleBasedStateMachine):
             slot = self.slots.get(vm)
             if slot is None or not slot.had_agent:
                 s1.append(f"{vm} runs no agent" + (" (dry-run only)" if slot is not None and slot.dry_run else ""))
+                continue
+            if self._self_drain_not_due(slot, event):
                 continue
             if slot.serving:
                 s1.append(f"{vm} answers 200")
