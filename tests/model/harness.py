@@ -220,6 +220,7 @@ class VmTruth:
         self.actions_drained = False  # the actions after the probe are drained
         self.fail_drains = 0  # the next so many drains fail
         self.fail_recovers = 0  # the next so many recoveries fail
+        self.drain_failed = False  # the last drain failed (an injected failure)
 
 
 class RecordingAction:
@@ -233,8 +234,10 @@ class RecordingAction:
         self._checkpoint()
         if self._truth.fail_drains > 0:
             self._truth.fail_drains -= 1
+            self._truth.drain_failed = True
             raise ActionError("injected drain failure")
         self._truth.actions_drained = True
+        self._truth.drain_failed = False
 
     def recover(self, ctx: ActionContext) -> None:
         self._checkpoint()

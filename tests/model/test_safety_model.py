@@ -80,7 +80,8 @@ sessions, the POSTs). They are those of ``docs/safety.md``, no stronger.
 * S1: when a POST releases a Scheduled event, the event is of a known type and names at least one VM,
   only valid names, and only VMs that run (or ran) a real agent; each of them has been out of rotation
   (probe failing, or its agent down) for at least the drain wait and has its drain actions done (but a
-  VM whose agent is down, with ``absent_peer_grace_seconds``: the documented exception; an agent running
+  VM without a member node, with ``absent_peer_grace_seconds``, is the documented exception: out of
+  rotation, its drain actions done unless its agent is down or its last drain failed; an agent running
   cut off from the store must have drained itself, provided the model ran a cycle of it between the
   time that rule makes it drain and a drain wait before the release: the rule relies on a loop that
   runs every second, and the model may leave an agent idle for minutes). A dry-run agent never POSTs.
@@ -703,9 +704,12 @@ class CoordinatorModel(RuleBasedStateMachine):
             elif slot.out_since is not None and now - slot.out_since < wait:
                 s1.append(f"{vm} has been out of rotation for only {now - slot.out_since:.0f}s "
                           f"(drain wait {wait:.0f}s)")
-            if not slot.truth.actions_drained and not (self.policy.absent_grace is not None and slot.agent is None):
-                # With absent_peer_grace_seconds, a VM whose agent is down is the documented exception: not
-                # waited for once its peers saw it gone for the grace; its dead probe keeps it out.
+            absent = self.policy.absent_grace is not None and vm not in self.cluster.member_names
+            if not slot.truth.actions_drained and not (absent and (slot.agent is None or slot.truth.drain_failed)):
+                # With absent_peer_grace_seconds, a VM without a member node is the documented exception:
+                # not waited for once its peers saw it gone for the grace. Its dead probe keeps it out if
+                # its agent is down; a running agent's self-drain takes it out of rotation (checked
+                # above), and cannot make good a drain action that failed.
                 s1.append(f"{vm}'s drain actions are not done")
         if s1:
             self._violation("S1", f"{where}: " + "; ".join(s1))
