@@ -15,8 +15,12 @@
   records whether the VM's actions are drained, fails when told to, and is where a slow job waits.
 * ``ModelStore``: the ``Store`` protocol over a ``MemoryStore``; remembers under which session each cycle
   read its view, reports admissions, and injects one-shot session faults at chosen points of a cycle (an
-  expiry after the store's check of an approval first pauses the process for a session timeout: the
-  ensemble expires a session only once it has heard nothing from it for that long).
+  expiry after the store's check of an approval first pauses the process until the session lapses: the
+  ensemble expires a session only once it has heard nothing from it for the timeout it granted, on a
+  tick boundary up to one tick later). A store can also be unreachable from its start (no session).
+* ``ModelReadings``: the IMDS poller; a read is answered at once, or (slow) only at the agent's next
+  poll, at most ``SLOW_ANSWER`` seconds after its request was sent, showing IMDS as it was when the
+  request was sent or when it was answered.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from coordinator.actions import ActionContext, ProbeState
-from coordinator.errors import ActionError, DuplicateMember, ImdsError
+from coordinator.errors import ActionError, DuplicateMember, ImdsError, ImdsUnavailable
 from coordinator.models import Document
 from coordinator.poller import Reading
 from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, Pause, WriteResult
@@ -216,6 +220,7 @@ class VmTruth:
         self.actions_drained = False  # the actions after the probe are drained
         self.fail_drains = 0  # the next so many drains fail
         self.fail_recovers = 0  # the next so many recoveries fail
+        self.drain_failed = False  # the last drain failed (an injected failure)
 
 
 class RecordingAction:
@@ -229,8 +234,10 @@ class RecordingAction:
         self._checkpoint()
         if self._truth.fail_drains > 0:
             self._truth.fail_drains -= 1
+            self._truth.drain_failed = True
             raise ActionError("injected drain failure")
         self._truth.actions_drained = True
+        self._truth.drain_failed = False
 
     def recover(self, ctx: ActionContext) -> None:
         self._checkpoint()
@@ -258,6 +265,13 @@ class ModelStore:
         self.view_session: int | None = None  # the session under which this cycle's view was read
         self.armed: dict[str, str] = {}  # point -> "expire" | "suspend"
         self.suspended_at_start = False
+        self.unreachable_at_start = False  # no server reachable: the first session is made only on reconnect
+        # When the ensemble last heard from this client, as far as the agent can know: its last view read.
+        # A real loop runs every second and its client notices a lost connection only after a read
+        # timeout, so the agent sees CONNECTED until after the ensemble last heard from it; here a
+        # connection is found lost at once, and the loop may not have run for a while: the ensemble is
+        # taken to have last heard from the process when its loop last read the view.
+        self.heard_at: float | None = None
         self.suspended_since: float | None = None  # cut off, its session still alive on the ensemble
         self.cut_off = False  # cut off, its session expired by the ensemble (``MemoryStore.partition``)
 
@@ -265,9 +279,12 @@ class ModelStore:
 
     def suspend(self) -> None:
         """The connection is lost, the session lives on (for a session timeout at most)."""
+        if self.cut_off:
+            return  # no session to keep: cut off already (or never reached a server)
         self.inner.suspend()
         if self.suspended_since is None:
-            self.suspended_since = self._now()
+            now = self._now()
+            self.suspended_since = min(now, self.heard_at) if self.heard_at is not None else now
 
     def partition(self) -> None:
         """Cut off while the ensemble expires the session."""
@@ -284,8 +301,10 @@ class ModelStore:
             self.inner.resume()
         self.suspended_since = None
 
-    def lapse_if_due(self, session_timeout: float) -> None:
-        if self.suspended_since is not None and self._now() - self.suspended_since >= session_timeout:
+    def lapse_if_due(self, lapses_after: float) -> None:
+        """The ensemble expires a session it has not heard from for ``lapses_after`` seconds (the timeout it
+        granted, plus up to a tick)."""
+        if self.suspended_since is not None and self._now() - self.suspended_since >= lapses_after:
             self.partition()
 
     def _fire(self, point: str) -> None:
@@ -305,6 +324,9 @@ class ModelStore:
     # -- delegated ---------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.unreachable_at_start:  # cut off before it ever reached a server: no session at all
+            self.unreachable_at_start = False
+            self.partition()
         self.inner.start()
         if self.suspended_at_start:  # connected to nothing yet: the first session is suspended at once
             self.suspended_at_start = False
@@ -340,6 +362,7 @@ class ModelStore:
     def read_view(self, vm: str) -> ClusterView:
         view = self.inner.read_view(vm)
         self.view_session = self.inner.session_id
+        self.heard_at = self._now()
         self._fire("after_view")
         return view
 
@@ -380,24 +403,56 @@ class ModelStore:
         return getattr(self.inner, name)
 
 
+SLOW_ANSWER = 5.0  # seconds: the latest a slow answer arrives after its request was sent
+
+
 class ModelReadings:
     """The IMDS poller as the model drives it (``coordinator.poller.Readings``): ``poll`` reads the
     agent's IMDS once; cycles in between, woken by the store or a job, see the same reading; a request
-    for an early read (``poll_soon``) is noted and served when the model chooses."""
+    for an early read (``poll_soon``) is noted and served when the model chooses.
+
+    ``slow``: each answer arrives only at the next poll (at most ``SLOW_ANSWER`` seconds after its
+    request was sent; the poller sends the next request then), showing IMDS as it was at one instant in
+    between, chosen adversarially: when the request was sent (``"sent"``), or when it was answered
+    (``"answered"``; an answer that would come later than ``SLOW_ANSWER`` is the client's timeout).
+    ``""``: answered at once."""
 
     def __init__(self, read: Callable[[], Document], monotonic: Callable[[], float]) -> None:
         self._read = read
         self._monotonic = monotonic
         self.reading = Reading(0, monotonic())
         self.asked = False
+        self.slow = ""
+        self.pending: tuple[float, Document | None, ImdsError | None] | None = None  # sent, what it shows
+
+    def _answer(self) -> tuple[Document | None, ImdsError | None]:
+        try:
+            return self._read(), None
+        except ImdsError as exc:
+            return None, exc
 
     def poll(self) -> None:
-        began = self._monotonic()
+        now = self._monotonic()
         seq = self.reading.seq + 1
-        try:
-            self.reading = Reading(seq, self._monotonic(), document=self._read(), began=began)
-        except ImdsError as exc:
-            self.reading = Reading(seq, self._monotonic(), error=exc, began=began)
+        if self.pending is not None:
+            sent, document, error = self.pending
+            self.pending = None
+            answered = min(now, sent + SLOW_ANSWER)
+            if document is None and error is None:  # shows IMDS as it is when the answer leaves it
+                if answered == now:
+                    document, error = self._answer()
+                else:  # not answered within the client's timeout
+                    error = ImdsUnavailable("model: no answer within the timeout", outcome="timeout")
+            self.reading = Reading(seq, answered, document=document, error=error, began=sent)
+            seq += 1
+        elif not self.slow:
+            document, error = self._answer()
+            self.reading = Reading(seq, now, document=document, error=error, began=now)
+        if self.slow:
+            if self.slow == "sent":
+                self.pending = (now, *self._answer())
+            else:
+                self.pending = (now, None, None)  # read when answered
         self.asked = False
 
     def latest(self) -> Reading:

@@ -1,7 +1,8 @@
 """A model of the Scheduled Events service of one VM group: the ground truth of the model-based suite.
 
-``ImdsGroup`` holds the events of the group (every VM sees every event; ``Resources`` says whom it hits),
-their lifecycle and a log of every approval POST, against a clock the test advances:
+``ImdsGroup`` holds the events of the group (every VM sees every event, ``Resources`` says whom it hits;
+except, as the simulator's ``deliver_to_named_only``, events that only the VMs they name are shown), their
+lifecycle and a log of every approval POST, against a clock the test advances:
 
 * an event is created ``Scheduled`` with a ``NotBefore`` (or directly ``Started``, as a hardware failure);
 * an approval POST for a Scheduled event starts it at once (``Started``), except that an approved
@@ -11,7 +12,9 @@ their lifecycle and a log of every approval POST, against a clock the test advan
 * ``DocumentIncarnation`` grows by one on every change of the events; each VM may be served an offset of
   it (reset, skip);
 * per VM, faults can be queued: failing reads (the exceptions the real client raises), a malformed body
-  (parsed, and refused, by the real parser), failing POSTs, and flaps (an event left out of one read).
+  (parsed, and refused, by the real parser), failing POSTs, POSTs retried after failed attempts (the
+  fence asked before every attempt, as the real client does, the world changing between attempts), and
+  flaps (an event left out of one read).
 
 ``FakeImds`` is one agent's view of it, implementing the agent's ``Imds`` protocol: it serves the
 document through the real parser (``coordinator.models.parse_document``), as the real client does, and
@@ -83,6 +86,7 @@ class ModelEvent:
     approved_at: float | None = None
     approved_by: str | None = None
     early: bool = False  # approved by a POST while Scheduled
+    deliver_to_named_only: bool = False  # shown only to the VMs it names (GPU VMs of a one-FD scale set)
     ended_at: float | None = None
     end_reason: str = ""
 
@@ -113,9 +117,12 @@ class ModelEvent:
         except (ValueError, OverflowError):
             return None
 
+    def shown_to(self, vm: str) -> bool:
+        return not self.deliver_to_named_only or vm in self.named
+
     def describe(self) -> str:
         return (f"{self.event_type} {self.event_id} #{self.serial} {self.status} resources={list(self.resources)} "
-                f"NotBefore={self.not_before_raw!r}")
+                f"NotBefore={self.not_before_raw!r}" + (" named-only" if self.deliver_to_named_only else ""))
 
     def to_imds(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -155,11 +162,16 @@ class _VmFeed:
     flaps: set[int] = field(default_factory=set)
     read_faults: list[str] = field(default_factory=list)
     post_faults: list[str] = field(default_factory=list)
+    # The next POSTs fail so many attempts each and are retried; what happens between attempts: "pause"
+    # (an operator pauses approvals) or "backoff" (the client waits that many seconds; a maintenance
+    # window may close meanwhile).
+    retries: list[tuple[int, str, float]] = field(default_factory=list)
 
 
 class ImdsGroup:
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], *, named_only: bool = False) -> None:
         self._clock = clock
+        self.named_only = named_only  # every event is delivered to the VMs it names only
         self.events: dict[int, ModelEvent] = {}  # present, in creation order
         self.ended: dict[int, ModelEvent] = {}
         self.incarnation = 1
@@ -177,6 +189,7 @@ class ImdsGroup:
 
     def add(self, event: ModelEvent) -> ModelEvent:
         event.created_at = self._clock()
+        event.deliver_to_named_only = event.deliver_to_named_only or self.named_only
         if event.status == STARTED:
             event.started_at = event.created_at
         self.events[event.serial] = event
@@ -262,12 +275,13 @@ class ImdsGroup:
         feed.flaps.clear()
         feed.read_faults.clear()
         feed.post_faults.clear()
+        feed.retries.clear()
 
     def serve(self, vm: str, *, consume: bool = True) -> tuple[list[ModelEvent], bytes]:
         """The events IMDS serves ``vm`` now and the document body (a flap is consumed by the read)."""
         self.tick()
         feed = self.feed(vm)
-        events = [e for e in self.events.values() if e.serial not in feed.flaps]
+        events = [e for e in self.events.values() if e.serial not in feed.flaps and e.shown_to(vm)]
         if consume:
             feed.flaps.clear()
         incarnation = max(self.incarnation + feed.offset, 0)
@@ -281,6 +295,10 @@ class ImdsGroup:
     def take_post_fault(self, vm: str) -> str | None:
         faults = self.feed(vm).post_faults
         return faults.pop(0) if faults else None
+
+    def take_retry(self, vm: str) -> tuple[int, str, float] | None:
+        retries = self.feed(vm).retries
+        return retries.pop(0) if retries else None
 
     # -- approvals -------------------------------------------------------------------------------------
 
@@ -316,11 +334,13 @@ class FakeImds:
         vm: str,
         on_post: Callable[[FakeImds, list[str]], None],
         on_served: Callable[[list[ModelEvent]], None] = lambda events: None,
+        between_attempts: Callable[[str, float], None] = lambda what, backoff: None,
     ) -> None:
         self.group = group
         self.vm = vm
         self._on_post = on_post
         self._on_served = on_served
+        self._between = between_attempts
         self.reads = 0
         self.posts = 0
 
@@ -337,13 +357,18 @@ class FakeImds:
         return document
 
     def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
-        """POST ``StartRequests``. As the real client, ``fence`` is asked right before the request is
-        sent; when it says no, nothing is sent and ``ImdsFenced`` is raised."""
+        """POST ``StartRequests``. As the real client, ``fence`` is asked right before every attempt is
+        sent; when it says no, nothing (more) is sent and ``ImdsFenced`` is raised. A queued retry fails
+        its first attempts (lost on the way) and lets the model change the world between attempts."""
         ids = list(event_ids)
-        if fence is not None and not fence():
-            raise ImdsFenced("approval fenced: the agent's check of its session is too old")
-        self.posts += 1
-        self._on_post(self, ids)
+        failures, between, backoff = self.group.take_retry(self.vm) or (0, "", 0.0)
+        for attempt in range(failures + 1):
+            if fence is not None and not fence():
+                raise ImdsFenced(f"approval fenced before attempt {attempt + 1}")
+            self.posts += 1
+            self._on_post(self, ids)
+            if attempt < failures:
+                self._between(between, backoff)
         fault = self.group.take_post_fault(self.vm)
         if fault == "lost":
             raise ImdsUnavailable("POST timed out before reaching IMDS", outcome="timeout")

@@ -12,14 +12,19 @@ skew; the monotonic clock is shared), a controllable executor and a recording ac
 (``tests.model.harness``). vm0-vm2 always run agents; vm3 runs one, an observe-only one (``DryRunImds``,
 ``DryRunStore``, ``DryRunAction``, ``DryRunStateFile`` and the probe answer ``probe_serving_at_start``
 gives, as ``--dry-run`` wires it) or none; vm9 never runs one. The policy is the default one (budget of
-one event, keep one serving) with a drain wait of 10 s to keep examples short, and the approver mode
-drawn per example.
+one event, keep one serving) with a drain wait of 10 s to keep examples short. Drawn per example: the
+approver mode; ``absent_peer_grace_seconds`` (none, 60 s or 120 s); the session timeout the ensemble
+grants (the 30 s asked for, or 20, 40 or 60 s, which agents read through ``Store.granted_session_timeout``)
+and when, within a tick of it, the ensemble expires a session it no longer hears from; per-VM delivery
+(IMDS shows each VM only the events naming it, as the simulator's ``deliver_to_named_only``); maintenance
+windows (the first 40 minutes of every hour).
 
 Model of the group (ground truth): an approval POST of a Scheduled event starts it at once (an approved
 Terminate waits for the other Terminates still Scheduled); a Scheduled event starts by itself at its
 NotBefore (at the drawn notice when its NotBefore is odd); a Started event leaves the group once its
 impact is over. An event names the VMs of ``Resources`` as served (none while the field is left out).
-Every change raises the incarnation; each VM may be served an offset of it.
+Every change raises the incarnation; each VM may be served an offset of it. Agents read IMDS through a
+``Readings`` object (the poller): answered at once, or late (``slow_imds``).
 
 Rules (those acting on an agent do nothing on a VM without a running one; IMDS faults queued for a VM
 wait for its next agent)
@@ -27,28 +32,46 @@ wait for its next agent)
 * events: ``schedule`` (every type, an unknown one too, Platform/User/no source; Resources mostly agent
   VMs, sometimes vm9, ``VM2`` or ``bad/name``), ``schedule_odd`` (NotBefore at the calendar's limits,
   epoch 0, a wrong weekday, garbage or missing; Resources missing or empty; optional fields missing),
-  ``hardware_failure`` (appears Started), ``change_resources``, ``cancel``, ``reuse_event_id``;
+  ``hardware_failure`` (appears Started), ``change_resources``, ``cancel``, ``reuse_event_id`` (an ended
+  event's id, whether or not the leader saw it gone), ``reuse_approved_event_id`` (the id of an event
+  approved early, once its record is marked done, for the same VMs: see liveness);
 * IMDS faults: ``flap`` (an event left out of one read of one VM), ``incarnation`` (reset, skip),
   ``read_faults`` (ImdsUnavailable, ImdsBadRequest, MalformedDocument, a body the parser refuses),
-  ``post_fault`` (lost, refused, applied with the answer lost);
+  ``post_fault`` (lost, refused, applied with the answer lost), ``post_retry`` (the next POST loses 1 to 3
+  attempts and is retried; between attempts an operator pauses approvals, or the client backs off and a
+  maintenance window may close), ``slow_imds`` (each answer arrives at the agent's next poll, up to 5 s
+  after its request, showing IMDS as it was when the request was sent, or when it was answered; an
+  answer later than that is the client's timeout);
 * time: ``advance`` (1 s to 1 h, nobody cycles), ``advance_to_next_change`` (to the next NotBefore or end
-  of impact);
+  of impact), ``to_window_edge`` (to just before a maintenance window ends);
+* operator: ``operator_pause`` (``coordinator pause`` / ``resume``);
 * agents: ``clock_ticks`` (5 s pass, every agent cycles), ``calm_minute`` (12 of them), ``cycle`` (one
   agent), ``cycle_all`` (all, in a drawn order), ``operate`` (all, every 5 s, for a while); ``restart``,
-  ``stop`` (back after a while, or by ``start``), ``start``: state file kept, deleted or corrupted, first
-  IMDS reads failing, store unreachable at first; ``executor_mode`` (jobs done right after the cycle or at
+  ``stop`` (back after a while, or by ``start``; the leader times its absence meanwhile), ``start``: state
+  file kept, deleted or corrupted, first IMDS reads failing, store cut off at first (a first session
+  suspended at once, or no server reachable at all: an agent that never connects, back after ``stop``
+  too); ``executor_mode`` (jobs done right after the cycle or at
   submission), ``hold_jobs`` (slow jobs: a job starts, so a drain fails the probe at once, then waits in
   the recording action for some cycles; the jobs behind it wait too) and ``release_jobs``;
   ``action_failures``;
+* composite: ``reboot_cut_off`` (a VM's agent down while the others run, back unable to reach any
+  ZooKeeper server, then maintenance for it and a peer), ``ack_outlives_cut_off`` (a pause holds an event while
+  a VM acknowledges it; the VM is cut off with its session alive, the event names it no more for a while,
+  then names it again and the pause is lifted);
 * store: ``partition`` (suspended and back to the same session, or cut off while the ensemble expires
-  the session; as in ZooKeeper, a session suspended for a session timeout of the model's time expires),
+  the session; as in ZooKeeper, a session suspended for the timeout the ensemble granted, plus up to a
+  tick, of the model's time expires: the agent is only promised it has lapsed after
+  ``session_lapses_after``),
   ``heal``, ``expire`` (session loss), ``expire_leader`` (leader change),
   ``arm_store_fault`` (expire or suspend the session inside the agent's next cycle: after it read the
   view, before or after the store's last check of an approval; a session can only lapse after that
-  check once the ensemble has heard nothing for a session timeout, so the process is first paused that
+  check once the ensemble has heard nothing for the granted timeout, so the process is first paused that
   long, as in the assumptions of ``docs/safety.md``);
 * liveness: ``settle`` heals one VM (its IMDS feed, executor and actions, not its store) and, when no
-  event names it and its documents parse, requires it to answer 200 within 30 cycles over 60 s.
+  event names it and its documents parse, requires it to answer 200 within 30 cycles over 60 s (twice
+  ``session_lapses_after`` when that is longer); ``reuse_approved_event_id`` requires a reused id that
+  is approvable early in a calm group to be approved again before its NotBefore (not checked when IMDS
+  shows each VM only its own events: early approval is known not to work there yet).
 
 Invariants (checked after every step, from the model's ground truth and what is observable from outside
 the agents: each VM's probe, the state of its drain actions, its executor's jobs, the store's nodes and
@@ -56,8 +79,12 @@ sessions, the POSTs). They are those of ``docs/safety.md``, no stronger.
 --------------------------------------------------------------------------------------------------------
 * S1: when a POST releases a Scheduled event, the event is of a known type and names at least one VM,
   only valid names, and only VMs that run (or ran) a real agent; each of them has been out of rotation
-  (probe failing, or its agent down) for at least the drain wait and has its drain actions done. A
-  dry-run agent never POSTs.
+  (probe failing, or its agent down) for at least the drain wait and has its drain actions done (but a
+  VM without a member node, with ``absent_peer_grace_seconds``, is the documented exception: out of
+  rotation, its drain actions done unless its agent is down or its last drain failed; an agent running
+  cut off from the store must have drained itself, provided the model ran a cycle of it between the
+  time that rule makes it drain and a drain wait before the release: the rule relies on a loop that
+  runs every second, and the model may leave an agent idle for minutes). A dry-run agent never POSTs.
 * S2: a VM does not answer 200 while an event naming it is present in the group, once it was out of
   rotation at a moment when that event
   - was Started and its agent had been served it so, and no recovery submitted before that read is
@@ -69,7 +96,9 @@ sessions, the POSTs). They are those of ``docs/safety.md``, no stronger.
   what earlier agents of the VM were shown: the new agent is held to what it is shown itself (the
   document promises no more for a missing or unreadable file). Liveness: ``settle``.
 * S3: a POST comes from an agent whose store connection is CONNECTED, under the session its cycle read
-  the view with, and whose session owns its member node or the leader node.
+  the view with, and whose session owns its member node or the leader node; and no attempt of it (retries
+  included) is sent once an operator's pause exists, or while the VM's clock is outside the maintenance
+  windows (the fence).
 * S4 (budget of one event, keep one serving): an event released early was admitted by the leader (this
   instance of it, or, for an EventId back before the leader saw it gone, the record it inherits); when it
   is admitted, and when it is released, some live VM outside it is not in maintenance; and when it is
@@ -98,12 +127,14 @@ A failure prints the step sequence (the shortest one found with ``MODEL_SHRINK=1
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 import tempfile
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import cast
 
@@ -123,10 +154,11 @@ from prometheus_client import CollectorRegistry
 from coordinator.actions import Action, DryRunAction, ProbeAction
 from coordinator.agent import Agent, Imds
 from coordinator.config import ApproverMode
-from coordinator.decide import Policy
+from coordinator.decide import Policy, session_lapses_after
 from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
 from coordinator.errors import InvalidName
 from coordinator.executor import JobExecutor
+from coordinator.maintenance_windows import Window, in_windows
 from coordinator.metrics import Metrics
 from coordinator.models import parse_document
 from coordinator.names import normalize_event_id
@@ -173,6 +205,12 @@ START = 1_700_000_000.0
 SETTLE_CYCLES = 30  # the bound of the liveness check: 30 cycles over 60 s, twice the default ZooKeeper
 SETTLE_STEP = 2.0  # session timeout (an agent cut off from the store may wait for its acks to lapse)
 DRAIN_WAIT = 10.0  # probe interval x threshold + grace of a fast load balancer: keeps examples short
+# Maintenance windows, when an example has them: the first 40 minutes of every hour (UTC), so that a long
+# example crosses several window ends. START (22:13:20 UTC) lies in one.
+WINDOWS = tuple(Window(days=frozenset(range(7)), start=time(hour, 0), end=time(hour, 40), zone=UTC)
+                for hour in range(24))
+WINDOW_MINUTES = 40
+REUSE_NOTICE = 300  # NotBefore of a reused EventId, from its reuse
 
 ODD_NOT_BEFORE: dict[str, str | None] = {
     "calendar-max": "9999-12-31T23:59:59-01:00",
@@ -203,6 +241,9 @@ class VmSlot:
     exec_mode: str = "deferred"
     hold_cycles: int = 0  # jobs are held for so many more cycles of this agent
     partition_cycles: int = 0  # the store connection comes back after so many more cycles
+    returns_cut_off: bool = False  # started again after ``stop``, it cannot reach the store at first
+    slow: str = ""  # how its IMDS answers (``ModelReadings.slow``): "" at once, "sent"/"answered" late
+    cycled: list[float] = field(default_factory=list)  # monotonic times of its agent's recent cycles
     agent: Agent | None = None
     store: ModelStore | None = None
     imds: FakeImds | None = None
@@ -245,7 +286,10 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.tmp = Path(tempfile.mkdtemp(prefix="coordinator-model-"))
         self.slots: dict[str, VmSlot] = {}
         self.policy = Policy()
-        self.violations: dict[str, list[str]] = {name: [] for name in ("S1", "S2", "S3", "S4", "S5")}
+        self.violations: dict[str, list[str]] = {
+            name: [] for name in ("S1", "S2", "S3", "S4", "S5", "liveness")
+        }
+        self.lapse_after = self.policy.session_timeout  # the ensemble expires a silent session this late
         self.committed: dict[tuple[str, int], str] = {}  # (vm, event serial) -> why it must stay out
         self.early: list[EarlyRelease] = []
         self.admitted: set[int] = set()  # event serials admitted by the leader while present
@@ -263,12 +307,26 @@ class CoordinatorModel(RuleBasedStateMachine):
         vm3=st.sampled_from(("agent", "none", "dry-run")),
         leader_mode=st.booleans(),
         skews=st.lists(st.sampled_from(SKEWS), min_size=len(VMS), max_size=len(VMS)),
+        absent_grace=st.sampled_from((None, 60.0, 120.0, 120.0)),
+        granted=st.sampled_from((None, None, 20.0, 40.0, 60.0)),
+        lapse_lag=st.sampled_from((0.0, 1.0, 2.0)),
+        named_only=st.sampled_from((False, False, False, True)),
+        windows=st.sampled_from((False, False, True)),
     )
-    def setup(self, vm3: str, leader_mode: bool, skews: list[float]) -> None:
-        """vm0-vm2 run agents; vm3 runs one, an observe-only one, or none (as vm9 never does)."""
+    def setup(self, vm3: str, leader_mode: bool, skews: list[float], absent_grace: float | None,
+              granted: float | None, lapse_lag: float, named_only: bool, windows: bool) -> None:
+        """vm0-vm2 run agents; vm3 runs one, an observe-only one, or none (as vm9 never does). Drawn per
+        example: ``policy.absent_peer_grace_seconds``; the session timeout the ensemble grants (None: the
+        30 s asked for) and how long after it, within a tick, it expires a silent session; whether IMDS
+        shows each VM only the events naming it; maintenance windows."""
         self.policy = Policy(
-            approver=ApproverMode.LEADER if leader_mode else ApproverMode.FIRST_RESOURCE, drain_wait=DRAIN_WAIT
+            approver=ApproverMode.LEADER if leader_mode else ApproverMode.FIRST_RESOURCE, drain_wait=DRAIN_WAIT,
+            absent_grace=absent_grace, windows=WINDOWS if windows else (),
         )
+        assert 0.0 <= lapse_lag <= self.policy.zk_tick
+        self.cluster.granted_session = granted
+        self.lapse_after = (granted or self.policy.session_timeout) + lapse_lag
+        self.group.named_only = named_only
         for index, vm in enumerate(VMS):
             slot = VmSlot(vm, VmClock(self.time, skews[index]), VmTruth(vm), self.tmp / vm / "state.json")
             slot.configured = vm != "vm3" or vm3 != "none"
@@ -350,14 +408,16 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.group.tick()
         for slot in self.slots.values():
             if slot.agent is not None and slot.store is not None:
-                slot.store.lapse_if_due(self.policy.session_timeout)  # the ensemble expires a silent session
+                slot.store.lapse_if_due(self.lapse_after)  # the ensemble expires a silent session
             if slot.agent is None and slot.back_at is not None and slot.back_at <= self.time.now:
-                self._start(slot)  # the process manager started it again
+                # the process manager started it again (cut off from the store at first, if so drawn)
+                self._start(slot, store_down=30 if slot.returns_cut_off else 0, unreachable=slot.returns_cut_off)
         self._observe()
 
     # -- agents ------------------------------------------------------------------------------------------
 
-    def _start(self, slot: VmSlot, state_file: str = "keep", failing_reads: int = 0, store_down: int = 0) -> None:
+    def _start(self, slot: VmSlot, state_file: str = "keep", failing_reads: int = 0, store_down: int = 0,
+               unreachable: bool = False) -> None:
         if state_file != "keep":
             # What its predecessors saw is lost with the file: docs/safety.md promises only what an
             # unreadable file (the first fresh document) or a missing one (the /out node) restores, and
@@ -384,11 +444,12 @@ class CoordinatorModel(RuleBasedStateMachine):
         executor = ModelExecutor("held" if slot.hold_cycles else slot.exec_mode, before_run=self._observe,
                                  stamp=self._stamp)
         store = ModelStore(MemoryStore(self.cluster, clock=slot.clock.now), on_admit=self._on_admit,
-                           pause=lambda: self._advance(self.policy.session_timeout + 1), now=lambda: self.time.now)
-        store.suspended_at_start = store_down > 0
+                           pause=lambda: self._advance(self.lapse_after + 1), now=lambda: self.time.now)
+        store.suspended_at_start = store_down > 0 and not unreachable
+        store.unreachable_at_start = store_down > 0 and unreachable
         slot.partition_cycles = store_down
         imds = FakeImds(self.group, slot.vm, lambda fake, ids: self._on_post(slot, generation, ids),
-                        lambda events: self._on_served(slot, events))
+                        lambda events: self._on_served(slot, events), self._between_attempts)
         actions: list[Action] = [ProbeAction(probe), RecordingAction(slot.truth, executor.checkpoint)]
         agent_store: Store = store
         agent_imds: Imds = imds
@@ -398,6 +459,7 @@ class CoordinatorModel(RuleBasedStateMachine):
             agent_imds = DryRunImds(imds)
         slot.probe, slot.executor, slot.store, slot.imds = probe, executor, store, imds
         slot.readings = ModelReadings(agent_imds.get_document, slot.clock.monotonic)
+        slot.readings.slow = slot.slow
         if serving_at_start and slot.out_since is not None:
             slot.out_since = None
             slot.serve_epoch += 1
@@ -439,6 +501,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         if poll:
             slot.readings.poll()
         slot.store.view_session = None
+        slot.cycled = [*slot.cycled[-40:], self.time.mono]
         try:
             slot.agent.cycle()
         except Exception as exc:
@@ -585,8 +648,38 @@ class CoordinatorModel(RuleBasedStateMachine):
             )
         if not owns:
             problems.append("its session owns neither its member node nor the leader node")
+        # The fence, before every attempt (retries too): no bytes once an operator's pause exists, or
+        # outside the maintenance windows (by the VM's own clock, the one its agent can read).
+        with self.cluster.lock:
+            paused = self.cluster.paused
+        if paused is not None:
+            problems.append(f"approvals were paused at t+{paused.at - START:.0f}s")
+        if not in_windows(self.policy.windows, slot.clock.now()):
+            problems.append("its clock is outside the maintenance windows")
         if problems:
             self._violation("S3", f"{where}: " + "; ".join(problems))
+
+    def _between_attempts(self, what: str, backoff: float) -> None:
+        """Between two attempts of a retried POST: an operator pauses approvals, or the client backs off
+        (and a maintenance window may close meanwhile)."""
+        if what == "pause":
+            self.cluster.pause("model: paused while a POST was retried", "operator", self.time.now)
+        self._advance(backoff)
+
+    def _self_drain_not_due(self, slot: VmSlot, event: ModelEvent) -> bool:
+        """With ``absent_peer_grace_seconds``, a VM whose running agent is cut off from the store (no member
+        node) drains itself once cut off for the grace minus its drain wait (docs/safety.md S1), on a loop
+        that runs every second; its peers stop waiting for it a grace after they saw it gone. When the model
+        ran no cycle of that agent between that moment and a drain wait before now (the model may leave an
+        agent idle for minutes, its probe still answering), the promise is not due: the VM is not held to it."""
+        agent = slot.agent
+        grace = self.policy.absent_grace
+        if agent is None or grace is None or slot.vm in self.cluster.member_names:
+            return False
+        connected_at = agent._evidence.connected_at  # when it last saw the store CONNECTED (None: never)
+        wait = self.policy.drain_wait_by_type.get(event.event_type, self.policy.drain_wait)
+        due = float("-inf") if connected_at is None else connected_at + max(grace - wait, 0.0)
+        return not any(due <= at <= self.time.mono - wait for at in slot.cycled)
 
     def _on_early_approval(self, event: ModelEvent, poster: str) -> None:
         now = self.time.now
@@ -604,12 +697,19 @@ class CoordinatorModel(RuleBasedStateMachine):
             if slot is None or not slot.had_agent:
                 s1.append(f"{vm} runs no agent" + (" (dry-run only)" if slot is not None and slot.dry_run else ""))
                 continue
+            if self._self_drain_not_due(slot, event):
+                continue
             if slot.serving:
                 s1.append(f"{vm} answers 200")
             elif slot.out_since is not None and now - slot.out_since < wait:
                 s1.append(f"{vm} has been out of rotation for only {now - slot.out_since:.0f}s "
                           f"(drain wait {wait:.0f}s)")
-            if not slot.truth.actions_drained:
+            absent = self.policy.absent_grace is not None and vm not in self.cluster.member_names
+            if not slot.truth.actions_drained and not (absent and (slot.agent is None or slot.truth.drain_failed)):
+                # With absent_peer_grace_seconds, a VM without a member node is the documented exception:
+                # not waited for once its peers saw it gone for the grace. Its dead probe keeps it out if
+                # its agent is down; a running agent's self-drain takes it out of rotation (checked
+                # above), and cannot make good a drain action that failed.
                 s1.append(f"{vm}'s drain actions are not done")
         if s1:
             self._violation("S1", f"{where}: " + "; ".join(s1))
@@ -787,6 +887,43 @@ class CoordinatorModel(RuleBasedStateMachine):
     def post_fault(self, vm: str, fault: str) -> None:
         self.group.feed(vm).post_faults.append(fault)
 
+    @rule(vm=vm_names, failures=st.integers(min_value=1, max_value=3),
+          between=st.sampled_from(("pause", "backoff", "backoff")), backoff=st.sampled_from((1.0, 2.0, 4.0)))
+    def post_retry(self, vm: str, failures: int, between: str, backoff: float) -> None:
+        """The VM's next POST loses its first ``failures`` attempts and is retried ``backoff`` seconds later
+        each time; an operator pauses approvals after the first failed attempt (``pause``), or nothing but
+        time passes (a maintenance window may close). The fence is asked before every attempt."""
+        self.group.feed(vm).retries.append((failures, between, backoff))
+
+    @rule(vm=vm_names, slow=st.sampled_from(("", "sent", "sent", "answered")))
+    def slow_imds(self, vm: str, slow: str) -> None:
+        """The VM's IMDS answers late: each answer arrives at the agent's next poll, up to 5 s after its
+        request, showing the events as they were when it was sent (``sent``: changes made meanwhile are
+        not in it) or when answered; ``""``: at once again."""
+        slot = self.slots[vm]
+        slot.slow = slow
+        if slot.readings is not None:
+            slot.readings.slow = slow
+
+    @precondition(lambda self: bool(self.policy.windows))
+    @rule(before=st.sampled_from((0.5, 2.0, 6.0, 15.0)))
+    def to_window_edge(self, before: float) -> None:
+        """Time passes (nobody cycles) until ``before`` seconds before the current or next maintenance
+        window ends."""
+        now = datetime.fromtimestamp(self.time.now, UTC)
+        end = now.replace(minute=WINDOW_MINUTES, second=0, microsecond=0)
+        if end - timedelta(seconds=before) <= now:
+            end += timedelta(hours=1)
+        self._advance(end.timestamp() - before - self.time.now)
+
+    @rule(paused=st.booleans())
+    def operator_pause(self, paused: bool) -> None:
+        """``coordinator pause`` / ``coordinator resume``: early approvals stop, or go on, group-wide."""
+        if paused:
+            self.cluster.pause("model: operator pause", "operator", self.time.now)
+        else:
+            self.cluster.resume()
+
     # -- rules: time and cycles --------------------------------------------------------------------------
 
     @rule(seconds=st.sampled_from((1, 5, 15, 35, 60, 120, 300, 900, 3600)))
@@ -844,34 +981,40 @@ class CoordinatorModel(RuleBasedStateMachine):
     # -- rules: agent processes --------------------------------------------------------------------------
 
     @rule(vm=vm_names, state_file=st.sampled_from(("keep", "delete", "corrupt")),
-          failing_reads=st.integers(min_value=0, max_value=3), store_down=st.sampled_from((0, 3, 20)))
-    def restart(self, vm: str, state_file: str, failing_reads: int, store_down: int) -> None:
+          failing_reads=st.integers(min_value=0, max_value=3), store_down=st.sampled_from((0, 3, 20, 60)),
+          unreachable=st.booleans())
+    def restart(self, vm: str, state_file: str, failing_reads: int, store_down: int, unreachable: bool) -> None:
         """A new process: its state file kept, deleted or corrupted; its first IMDS reads failing; the
-        store unreachable for its first ``store_down`` cycles."""
+        store cut off for its first ``store_down`` cycles: a first session made and suspended at once, or
+        (``unreachable``) no server reached at all, so no session."""
         slot = self.slots[vm]
         if slot.agent is not None:
             self._stop(slot)
-            self._start(slot, state_file, failing_reads, store_down)
+            self._start(slot, state_file, failing_reads, store_down, unreachable)
 
     def _stopped(self) -> list[str]:
         return [vm for vm, s in self.slots.items() if s.configured and s.agent is None]
 
-    @rule(vm=vm_names, down_for=st.sampled_from((30, 300, 1200, None)))
-    def stop(self, vm: str, down_for: int | None) -> None:
-        """The agent process dies (its session ends with it) and the VM fails its probe until it is
-        started again: after ``down_for`` seconds (state file kept), or by ``start`` (None)."""
+    @rule(vm=vm_names, down_for=st.sampled_from((30, 300, 1200, None)), returns_cut_off=st.booleans())
+    def stop(self, vm: str, down_for: int | None, returns_cut_off: bool) -> None:
+        """The agent process dies (its session ends with it; the leader starts timing its absence) and
+        the VM fails its probe until it is started again: after ``down_for`` seconds (state file kept;
+        with ``returns_cut_off``, unable to reach any ZooKeeper server for its first 30 cycles), or by
+        ``start`` (None)."""
         slot = self.slots[vm]
         self._stop(slot)
+        slot.returns_cut_off = returns_cut_off
         if down_for is not None and slot.configured:
             slot.back_at = self.time.now + down_for
 
     @precondition(lambda self: bool(self._stopped()))
     @rule(index=indexes, state_file=st.sampled_from(("keep", "delete", "corrupt")),
-          failing_reads=st.integers(min_value=0, max_value=3), store_down=st.sampled_from((0, 3, 20)))
-    def start(self, index: int, state_file: str, failing_reads: int, store_down: int) -> None:
+          failing_reads=st.integers(min_value=0, max_value=3), store_down=st.sampled_from((0, 3, 20, 60)),
+          unreachable=st.booleans())
+    def start(self, index: int, state_file: str, failing_reads: int, store_down: int, unreachable: bool) -> None:
         """Start a stopped agent, as ``restart`` does."""
         stopped = self._stopped()
-        self._start(self.slots[stopped[index % len(stopped)]], state_file, failing_reads, store_down)
+        self._start(self.slots[stopped[index % len(stopped)]], state_file, failing_reads, store_down, unreachable)
 
     @rule(vm=vm_names, eager=st.booleans())
     def executor_mode(self, vm: str, eager: bool) -> None:
@@ -901,6 +1044,63 @@ class CoordinatorModel(RuleBasedStateMachine):
         """The next so many drains and recoveries of the VM's actions fail."""
         truth = self.slots[vm].truth
         truth.fail_drains, truth.fail_recovers = drains, recovers
+
+    def _operate(self, seconds: float, skip: str | None = None) -> None:
+        for _ in range(int(seconds // 5)):
+            self._advance(5)
+            for vm in VMS:
+                if vm != skip:
+                    self._cycle(vm)
+
+    @rule(vm=vm_names, down_for=st.sampled_from((30, 90)), uptime=st.sampled_from((45, 70)),
+          first=st.booleans())
+    def reboot_cut_off(self, vm: str, down_for: int, uptime: int, first: bool) -> None:
+        """The VM reboots: its agent is down for ``down_for`` seconds while the others run (the leader
+        times its absence), and its new agent reaches no ZooKeeper server for a long while. After
+        ``uptime`` seconds of it, maintenance is scheduled for it and a live peer (it first in Resources,
+        or second); the group runs on for a minute."""
+        slot = self.slots[vm]
+        if slot.agent is None or slot.dry_run:
+            return
+        self._stop(slot)
+        self._operate(down_for, skip=vm)
+        self._start(slot, store_down=60, unreachable=True)
+        self._operate(uptime)
+        peers = sorted(self._live() - {vm})
+        if not peers:
+            return
+        resources = [vm, peers[0]] if first else [peers[0], vm]
+        self.schedule("Reboot", "Platform", resources, 600, 60, "rfc")
+        self._operate(60)
+
+    @rule(vm=vm_names, index=indexes, seconds=st.sampled_from((25, 45, 55)))
+    def ack_outlives_cut_off(self, vm: str, index: int, seconds: int) -> None:
+        """While an operator's pause holds approvals, maintenance is scheduled for a live peer and ``vm``
+        (the peer first in Resources); once ``vm`` has acknowledged it, ``vm`` is cut off (its session, and
+        its ack, live on in the ensemble up to the timeout it granted) and the event names it no more;
+        after ``seconds`` it names both again, the pause is lifted and the group runs on for 15 s."""
+        slot = self.slots[vm]
+        store = self._store(vm)
+        peers = sorted(self._live() - {vm})
+        if slot.dry_run or store is None or store.inner.connection_state is not ConnectionState.CONNECTED or not peers:
+            return
+        peer = peers[index % len(peers)]
+        self.cluster.pause("model: held while an ack is made", "operator", self.time.now)
+        self.schedule("Reboot", "Platform", [peer, vm], 900, 60, "rfc")
+        serial = max(self.group.events)
+        event = self.group.events[serial]
+        for _ in range(12):
+            if self._acked(vm, event):
+                break
+            self._operate(5)
+        if self._acked(vm, event) and store.inner.connection_state is ConnectionState.CONNECTED:
+            store.suspend()
+            slot.partition_cycles = 0
+            self.group.change_resources(serial, (peer,))
+            self._operate(seconds)
+            self.group.change_resources(serial, (peer, vm))
+        self.cluster.resume()
+        self._operate(15)
 
     # -- rules: coordination store -----------------------------------------------------------------------
 
@@ -970,13 +1170,11 @@ class CoordinatorModel(RuleBasedStateMachine):
         if slot.agent is None or slot.dry_run:
             return
         assert slot.executor is not None
-        self.group.heal(vm)
-        slot.truth.fail_drains = slot.truth.fail_recovers = 0
-        slot.hold_cycles = 0
-        slot.exec_mode = slot.executor.mode = "deferred"
-        slot.executor.pump()
+        self._heal_vm(slot)
         readable = True
-        for _ in range(SETTLE_CYCLES):
+        # A VM cut off from the store may wait until every session that could hold its acks has lapsed.
+        cycles = max(SETTLE_CYCLES, math.ceil(2 * self._lapses_after() / SETTLE_STEP))
+        for _ in range(cycles):
             if any(vm in e.named for e in self.group.events.values()):
                 return
             try:
@@ -990,8 +1188,87 @@ class CoordinatorModel(RuleBasedStateMachine):
         if readable and not any(vm in e.named for e in self.group.events.values()):
             self._violation("S2",
                 f"{self._t()} {vm} is named by no event, reads documents fine, and still fails its probe "
-                f"after {SETTLE_CYCLES} cycles and {SETTLE_CYCLES * SETTLE_STEP:.0f}s"
+                f"after {cycles} cycles and {cycles * SETTLE_STEP:.0f}s"
             )
+
+    def _lapses_after(self) -> float:
+        return session_lapses_after(self.policy, self.cluster.granted_session)
+
+    def _heal_vm(self, slot: VmSlot) -> None:
+        """The VM's IMDS feed, executor and actions work again (not its store)."""
+        assert slot.executor is not None
+        self.group.heal(slot.vm)
+        slot.truth.fail_drains = slot.truth.fail_recovers = 0
+        slot.hold_cycles = 0
+        slot.exec_mode = slot.executor.mode = "deferred"
+        slot.executor.pump()
+        slot.slow = ""
+        if slot.readings is not None:
+            slot.readings.slow = ""
+
+    def _record_done(self, key: str) -> bool:
+        with self.cluster.lock:
+            record = self.cluster.events.get(key)
+            return record is None or record.record.done_at is not None
+
+    def _reusable(self) -> list[int]:
+        present = {self._key(e) for e in self.group.events.values()}
+        return [serial for serial, e in self.group.ended.items()
+                if e.early and self._key(e) is not None and self._key(e) not in present]
+
+    @precondition(lambda self: bool(self._reusable()))
+    @rule(index=indexes)
+    def reuse_approved_event_id(self, index: int) -> None:
+        """Azure reuses the EventId of a maintenance approved early, for a new maintenance of the same VMs
+        (the same approver, unless its agent changed), once the leader has marked the record done. The
+        group is first calmed: every VM healed and its store reachable again, no pause.
+
+        Liveness: if the new instance is approvable early (known type, every VM it names runs a real
+        agent, a live VM outside it, no other event, inside the windows, every VM shown every event), it
+        is approved before its NotBefore by normal operation."""
+        old = self._pick(self._reusable(), index)
+        assert old is not None
+        key = self._key(old)
+        assert key is not None
+        self.cluster.resume()
+        for slot in self.slots.values():
+            if slot.agent is not None and not slot.dry_run:
+                self._heal_vm(slot)
+                slot.partition_cycles = 0
+                self._reconnect(slot.vm)
+                if slot.store is not None:
+                    slot.store.armed.clear()
+        for _ in range(30):
+            if self._record_done(key):
+                break
+            self.clock_ticks()
+        if not self._record_done(key) or self.group.present_with_id(old.event_id) is not None:
+            return
+        start = self.time.now + REUSE_NOTICE
+        event = self.group.add(ModelEvent(
+            serial=self.group.next_serial(),
+            event_id=old.event_id,
+            event_type=old.event_type,
+            source=old.source,
+            resources=old.resources,
+            start_at=start,
+            not_before_raw=rfc_not_before(start),
+            impact=60,
+            duration=old.duration,
+        ))
+        live = self._live()
+        approvable = (
+            not self.group.named_only and event.known_type and not event.bad_names and bool(event.named)
+            and event.named <= live and bool(live - event.named) and len(self.group.events) == 1
+            and all(in_windows(self.policy.windows, at) for at in range(
+                int(self.time.now - 60), int(start + 60), 30))
+        )
+        while self.time.now < start - 5 and not event.early and event.serial in self.group.events:
+            self.clock_ticks()
+        if approvable and not event.early and self._live() == live:
+            self._violation("liveness",
+                f"{self._t()} {event.describe()}, a reused EventId (approved early before, by "
+                f"{old.approved_by}), was not approved before its NotBefore in a calm group")
 
     # -- invariants --------------------------------------------------------------------------------------
 
@@ -1020,6 +1297,10 @@ class CoordinatorModel(RuleBasedStateMachine):
     @invariant()
     def s5_cycles_never_raise(self) -> None:
         assert not self.violations["S5"], "S5 violated:\n" + "\n".join(self.violations["S5"])
+
+    @invariant()
+    def reused_ids_are_approved_again(self) -> None:
+        assert not self.violations["liveness"], "liveness:\n" + "\n".join(self.violations["liveness"])
 
 
 SETTINGS = settings(
