@@ -229,20 +229,31 @@ def _acks_outstanding(snap: Snapshot, policy: Policy) -> str:
     """Why this VM may not serve yet although nothing holds it (empty: it may).
 
     It may serve once ZooKeeper, read this cycle over a CONNECTED session, shows no ack of it (its
-    acks are withdrawn first), or once every session that could hold one has certainly lapsed: this
-    process has been cut off, and alive, for longer than the server may keep a session it no longer
-    hears from (``session_lapses_after``: the granted timeout, at least two ticks, plus a tick), since
-    acks are ephemeral."""
+    acks are withdrawn first), or once every session that could hold one has certainly lapsed and every
+    approval one could have released is in IMDS's documents (``_acks_released_by``): this process has
+    been cut off, and alive, for longer than the server may keep a session it no longer hears from
+    (``session_lapses_after``: the granted timeout, at least two ticks, plus a tick) and half a session
+    more, and the document of this decision was requested after that, since acks are ephemeral."""
     cluster = snap.cluster
     if cluster is not None and cluster.connection is ConnectionState.CONNECTED:
         mine = sorted(key for key, record in cluster.records.items() if snap.me in record.acks)
         if not mine:
             return ""
         return f"withdrawing its acknowledgement of {','.join(mine)}"
-    lapse = session_lapses_after(policy, snap.granted_session)
-    if snap.cut_off_for >= lapse and snap.uptime >= lapse:
+    if snap.read_sent >= _acks_released_by(snap, policy):
         return ""
     return "ZooKeeper unreachable: its acknowledgements may stand until its session lapses"
+
+
+def _acks_released_by(snap: Snapshot, policy: Policy) -> float:
+    """When (monotonic) the acks of a cut-off VM can no longer have released any approval that IMDS has
+    not applied yet: every session of it has lapsed (``session_lapses_after``, counted from when it was
+    last seen CONNECTED, or from this process's start if never), and an approver's POST fenced on one of
+    its acks has been sent (the fence lets an attempt go up to half a session timeout after the final
+    check). A VM serves again only on a document whose request was sent after that: an older one may not
+    show an event approved on its standing ack, which has started by now."""
+    since = snap.connected_at if snap.connected_at is not None else snap.started
+    return since + session_lapses_after(policy, snap.granted_session) + policy.session_timeout / 2
 
 
 def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, tuple[str, ...]]:

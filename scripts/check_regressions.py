@@ -477,6 +477,13 @@ MUTATIONS = [
         '        if False:\n',
         LOOP + '::test_the_leader_admits_no_record_on_its_word_alone_while_its_own_documents_may_still_list_it',
     ),
+    (
+        'serve-only-on-a-read-after-acks-released',
+        'coordinator/decide.py',
+        '    if snap.read_sent >= _acks_released_by(snap, policy):\n',
+        '    if snap.cut_off_for >= session_lapses_after(policy, snap.granted_session) <= snap.uptime:\n',
+        f'{FOUND}::test_a_cut_off_vm_does_not_serve_on_a_reading_sent_before_an_approval_made_on_its_standing_ack',
+    ),
 ]
 
 

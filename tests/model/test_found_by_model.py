@@ -28,8 +28,8 @@ VM acknowledges as soon as that drain is done, however little of the drain wait 
 Fixed: the agent counts the drain wait from the moment the drain job began on the executor's thread
 (``Agent._drain_job``).
 
-Open: a cut-off VM serves on a reading sent before an approval made on its standing ack
---------------------------------------------------------------------------------------------
+A cut-off VM served on a reading sent before an approval made on its standing ack
+--------------------------------------------------------------------------------
 vm0 acknowledges event E and is cut off from ZooKeeper; its session, and the ack, live on in the ensemble
 up to the granted timeout. E stops naming vm0 (vm0 no longer holds it once it is gone, but stays out of
 rotation while its ack may stand), then names vm0 again, and vm2 approves E on vm0's ack, which still
@@ -39,9 +39,10 @@ it does not drain for E (``decide._drains``: not admitted as far as it knows, dr
 cut-off has passed ``session_lapses_after``, so ``_acks_outstanding`` lets it recover. vm0 answers 200
 while E, approved on its ack, has started (S2: a VM out of rotation while an event held its ack stays out
 until the event is gone). A reading whose request was sent after the approval shows E Started and keeps
-vm0 out; the gap is the reading's age. Found by the model-based suite (slow IMDS answers, default run);
-kept as a strict xfail until the agent is fixed: a cut-off VM could, for example, leave the drained state
-only on a reading sent after every session that could hold its acks has lapsed.
+vm0 out; the gap is the reading's age. Found by the model-based suite (slow IMDS answers, default run).
+Fixed: a cut-off VM leaves the drained state only on a document requested after every session that could
+hold its acks has lapsed and an approver's POST fenced on one of them has been sent
+(``decide._acks_released_by``).
 """
 
 from __future__ import annotations
@@ -364,8 +365,6 @@ def test_a_drain_queued_behind_a_slow_recovery_is_acknowledged_before_the_drain_
         assert all(failing[vm] is not None and failing[vm] >= wait for vm in ("vm0", "vm1")), failing_at_posts
 
 
-@pytest.mark.xfail(strict=True, reason="open: a cut-off VM serves on a reading sent before an approval made on "
-                   "its standing ack (see the module docstring)")
 def test_a_cut_off_vm_does_not_serve_on_a_reading_sent_before_an_approval_made_on_its_standing_ack() -> None:
     """The model-based suite's minimal sequence (default run), replayed on ``CoordinatorModel``: vm0's IMDS
     answers late, showing the events as they were when each request was sent."""

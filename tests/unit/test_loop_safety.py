@@ -1,5 +1,5 @@
 """Regression tests for the breaks found in the shell around the decision after the poller, the watched
-view, the pause and the maintenance windows landed (``docs/safety.md``, rows 21 to 30).
+view, the pause and the maintenance windows landed (``docs/safety.md``, rows 21 to 32).
 
 Same bench as ``test_safety_regressions``: real ``Agent`` objects with the real decision code, on the
 in-memory store, a small IMDS group driven by the test, a fake clock and inline actions. Each test fails
@@ -32,7 +32,7 @@ def test_a_restarted_agent_cut_off_from_zookeeper_counts_itself_cut_off_since_be
     """The leader times vm1's absence from before its reboot; vm1's new agent, which never reached
     ZooKeeper, must not time its own cut-off from its process start: it drains for an event naming it
     at once, so that the approval that no longer waits for it never finds it serving."""
-    policy = Policy(drain_wait=10.0, return_wait=5.0, latest_start=120.0, absent_grace=60.0, session_timeout=30.0)
+    policy = Policy(drain_wait=10.0, return_wait=5.0, latest_start=120.0, absent_grace=120.0, session_timeout=30.0)
     bench = Bench(tmp_path, policy)
     for name in ("vm0", "vm1", "vm2"):
         bench.add(name)
@@ -41,7 +41,7 @@ def test_a_restarted_agent_cut_off_from_zookeeper_counts_itself_cut_off_since_be
     bench.run(40)  # the reboot takes 40 s
     vm1 = bench.add("vm1")
     vm1.store.partition()  # the new agent cannot reach ZooKeeper (network, credentials, ACLs)
-    bench.run(35)  # after one session timeout of uptime it serves again
+    bench.run(60)  # once any session of it has lapsed (and half a session more), it serves again
     assert vm1.probe.serving
     bench.group.schedule(E, ["vm0", "vm1"])
     bench.run(60, until=lambda: bool(bench.group.approved(E)))
@@ -54,7 +54,8 @@ def test_a_restarted_agent_cut_off_from_zookeeper_counts_itself_cut_off_since_be
 
 def test_a_cut_off_vm_serves_only_once_the_session_the_server_granted_has_lapsed(tmp_path: Path) -> None:
     """ZooKeeper granted 40 s (its minimum is two ticks) where the agent asked for 30: vm0, cut off with
-    its ack standing on the server and no longer named, must not serve after 30 s, or the approver finds
+    its ack standing on the server and no longer named, must not serve after 30 s (and the fence's half
+    session), or the approver finds
     its ack still held by its live session when IMDS names it again, and approves while it serves."""
     bench = Bench(tmp_path, AT_ONCE)
     bench.cluster.granted_session = 40.0
@@ -66,7 +67,7 @@ def test_a_cut_off_vm_serves_only_once_the_session_the_server_granted_has_lapsed
     vm0 = bench.vms["vm0"]
     vm0.store.suspend()  # cut off; its session (and ack) live on in the ensemble
     bench.group.events[E]["Resources"] = ["vm1", "vmx"]
-    bench.run(35)
+    bench.run(47)  # past 30 s asked (and half a session of fence), short of 40 s granted plus a tick (and it)
     assert "vm0" in bench.cluster.events[E].acks
     bench.group.events[E]["Resources"] = ["vm1", "vm0"]  # named again, and approvable by vm1 at once
     bench.run(5, until=lambda: bool(bench.group.approved(E)))
@@ -86,7 +87,9 @@ def test_a_cut_off_vm_comes_back_once_the_granted_session_has_certainly_lapsed(t
     bench.group.remove(E)
     bench.run(41)  # 40 s granted plus a 2 s tick: not yet
     assert not vm0.probe.serving
-    bench.run(10)
+    bench.run(15)  # nor before an approval fenced on its ack could have been sent (half a session more)
+    assert not vm0.probe.serving
+    bench.run(5)
     assert vm0.probe.serving
 
 
