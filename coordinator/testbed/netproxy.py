@@ -94,7 +94,33 @@ class LinkStats:
     bytes_down: int = 0
 
 
-class LinkProxy:
+class _Modes:
+    """The faults a link can be switched to, on top of ``state`` and ``set_state``."""
+
+    @property
+    def state(self) -> LinkState:
+        raise NotImplementedError
+
+    def set_state(self, state: LinkState) -> None:
+        raise NotImplementedError
+
+    def cut(self) -> None:
+        self.set_state(replace(self.state, cut=True))
+
+    def delay(self, ms: int) -> None:
+        self.set_state(replace(self.state, delay_ms=int(ms)))
+
+    def loss_up(self) -> None:
+        self.set_state(replace(self.state, hold_up=True))
+
+    def loss_down(self) -> None:
+        self.set_state(replace(self.state, hold_down=True))
+
+    def heal(self) -> None:
+        self.set_state(LinkState())
+
+
+class LinkProxy(_Modes):
     """One listening port on 127.0.0.1 forwarding to ``upstream``; see the module docstring."""
 
     def __init__(self, upstream: tuple[str, int], *, listen_port: int = 0, name: str = "",
@@ -222,21 +248,6 @@ class LinkProxy:
         if loop is not None and self.running:
             with contextlib.suppress(RuntimeError, TimeoutError):  # waiters also poll the state
                 asyncio.run_coroutine_threadsafe(self._notify(), loop).result(2.0)
-
-    def cut(self) -> None:
-        self.set_state(replace(self._state, cut=True))
-
-    def delay(self, ms: int) -> None:
-        self.set_state(replace(self._state, delay_ms=int(ms)))
-
-    def loss_up(self) -> None:
-        self.set_state(replace(self._state, hold_up=True))
-
-    def loss_down(self) -> None:
-        self.set_state(replace(self._state, hold_down=True))
-
-    def heal(self) -> None:
-        self.set_state(LinkState())
 
     async def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
@@ -381,7 +392,7 @@ class LinkProxy:
                 await reading
 
 
-class ZooKeeperLink:
+class ZooKeeperLink(_Modes):
     """One client's link to a ZooKeeper ensemble: a ``LinkProxy`` per server, switched together.
 
     ``upstreams`` are the servers' ``host:port``; ``hosts`` is the client's connect string through the
@@ -421,21 +432,6 @@ class ZooKeeperLink:
     def set_state(self, state: LinkState) -> None:
         for proxy in self.proxies:
             proxy.set_state(state)
-
-    def cut(self) -> None:
-        self.set_state(replace(self.state, cut=True))
-
-    def delay(self, ms: int) -> None:
-        self.set_state(replace(self.state, delay_ms=int(ms)))
-
-    def loss_up(self) -> None:
-        self.set_state(replace(self.state, hold_up=True))
-
-    def loss_down(self) -> None:
-        self.set_state(replace(self.state, hold_down=True))
-
-    def heal(self) -> None:
-        self.set_state(LinkState())
 
     def stats(self) -> LinkStats:
         total = LinkStats()
