@@ -335,10 +335,12 @@ class HttpSurface:
             return 404, "text/plain", b"not found\n", {}
         # The agent's phase goes with every answer: peers count this VM as in rotation only while it
         # says "serving" (see coordinator.peers); the load balancer looks at the status alone.
-        headers = {PHASE_HEADER: self._phase()} if self._phase is not None else {}
+        phase = self._phase() if self._phase is not None else None
+        headers = {PHASE_HEADER: phase} if phase is not None else {}
         if self._probe.serving:
             return 200, "text/plain", b"serving\n", headers
-        return 503, "text/plain", b"draining\n", headers
+        # The body says what the header says: "unknown" while starting, before a document cleared the VM.
+        return 503, "text/plain", f"{phase or 'draining'}\n".encode(), headers
 
     def _admin_routes(self, path: str) -> _Answer:
         if path == "/metrics":

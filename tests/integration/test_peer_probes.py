@@ -88,6 +88,7 @@ def test_the_probe_answer_carries_the_phase_for_the_load_balancer_and_the_peers(
         peer.probe.set(False)
         answer = httpx.get(peer.url)
         assert answer.status_code == 503 and answer.headers[PHASE_HEADER] == "drained"
+        assert answer.text == "drained\n"  # the body says what the header says
     finally:
         peer.surface.stop()
 
