@@ -547,6 +547,8 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         posted=posted,
         approvable_since=approvable_since,
         read_now=bool(held),
+        unseen=" and ".join(what for what, missing in (("no fresh IMDS document", doc is None),
+                                                       ("no ZooKeeper view", cluster is None)) if missing),
     )
 
 

@@ -240,6 +240,7 @@ class Plan:
     posted: frozenset[str] = frozenset()  # LocalState.posted, less the events whose approved instance ended
     approvable_since: Mapping[str, float] = field(default_factory=dict)  # LocalState.approvable_since, updated
     read_now: bool = False  # an approval waits for a document read after it became approvable: read IMDS now
+    unseen: str = ""  # what this cycle could not read (no fresh IMDS document, no ZooKeeper view): decided blind
 
     @property
     def acts(self) -> bool:
@@ -281,6 +282,8 @@ class Plan:
             parts.append(f"stays out: {self.waiting}")
         for key, reasons in sorted(self.blocked.items()):
             parts.append(f"{key} waits: {'; '.join(reasons)}")
+        if self.unseen:
+            parts.append(f"{self.unseen}: the VM stays as it is")
         return "; ".join(parts) if parts else "nothing to do"
 
 

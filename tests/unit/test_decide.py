@@ -277,3 +277,10 @@ def test_invalid_event_id_still_drains_but_is_never_coordinated() -> None:
     assert plan.start_drain
     assert plan.publish == () and plan.approve == ()
     assert any("invalid event id" in p for p in plan.invalid)
+
+
+def test_a_cycle_that_could_read_neither_imds_nor_zookeeper_says_so_instead_of_nothing_to_do() -> None:
+    plan = decide(snap("vm0", None, None), SERVING, POLICY)
+    assert plan.describe() == "no fresh IMDS document and no ZooKeeper view: the VM stays as it is"
+    assert decide(snap("vm0", doc(), None), SERVING, POLICY).describe() == "no ZooKeeper view: the VM stays as it is"
+    assert decide(snap("vm0", doc(), view(("vm0",))), SERVING, POLICY).describe() == "nothing to do"
