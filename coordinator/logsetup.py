@@ -16,6 +16,7 @@ import json
 import logging
 import logging.handlers
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -24,7 +25,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TextIO
 
-__all__ = ["FIELDS", "ContextFilter", "configure_logging", "log_context", "make_handler", "set_log_defaults"]
+__all__ = [
+    "FIELDS", "ContextFilter", "RepeatFilter", "configure_logging", "log_context", "make_handler", "set_log_defaults",
+]
 
 #: The record attributes that JSON lines carry as keys of their own, when a record has them.
 FIELDS = ("vm", "event_id", "phase")
@@ -62,6 +65,41 @@ class ContextFilter(logging.Filter):
                         setattr(record, name, value() if callable(value) else value)
                     except Exception:  # a field must never cost the log line
                         continue
+        return True
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a library's message through once, then at most once every ``every`` seconds, saying how many
+    like it were held back meanwhile. kazoo logs each failed connection attempt (about 110 lines a minute
+    while ZooKeeper is down); the agent says once when its connection changes, and this keeps kazoo's own
+    lines to a reminder. Messages are alike when they come from one logger, at one level, with one
+    format string (the host and the error may differ). Records of other loggers pass untouched."""
+
+    def __init__(self, prefixes: tuple[str, ...] = ("kazoo",), every: float = 60.0,
+                 clock: Any = time.monotonic) -> None:
+        super().__init__()
+        self._prefixes = prefixes
+        self._every = every
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, int, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self._prefixes):
+            return True
+        key = (record.name, record.levelno, str(record.msg))
+        now = self._clock()
+        with self._lock:
+            last, held = self._seen.get(key, (None, 0))
+            if last is not None and now - last < self._every:
+                self._seen[key] = (last, held + 1)
+                return False
+            self._seen[key] = (now, 0)
+            if len(self._seen) > 1000:  # bounded: forget the oldest templates
+                for old in sorted(self._seen, key=lambda k: self._seen[k][0])[:500]:
+                    del self._seen[old]
+        if held:
+            record.msg = f"{record.msg} ({held} more like it in the last {self._every:.0f} s held back)"
         return True
 
 
@@ -103,6 +141,7 @@ def make_handler(fmt: str = "text", stream: TextIO | None = None, *, file: Path 
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(ContextFilter())
+    handler.addFilter(RepeatFilter())
     return handler
 
 

@@ -86,3 +86,38 @@ def test_text_lines_read_as_before() -> None:
         logger.handlers.clear()
         logger.propagate = True
     assert stream.getvalue().rstrip().endswith(f"WARNING tests.text: acknowledged (vm=vm0 event={E})")
+
+
+def test_kazoo_repeats_its_connection_lines_once_a_minute_and_says_how_many_it_held_back() -> None:
+    import io
+
+    from coordinator.logsetup import RepeatFilter
+
+    now = [0.0]
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+    handler.addFilter(RepeatFilter(every=60.0, clock=lambda: now[0]))
+    kazoo = logging.getLogger("kazoo.client.test")
+    ours = logging.getLogger("coordinator.agent.test")
+    for logger in (kazoo, ours):
+        logger.addHandler(handler)
+        logger.propagate = False
+        logger.setLevel(logging.WARNING)
+    try:
+        for second in range(110):  # ZooKeeper down: one failed attempt after another, every half second
+            now[0] = second / 2
+            kazoo.warning("Connection dropped: socket connection error: %s", f"refused by 10.0.0.{second % 3}")
+            if second % 55 == 0:
+                ours.warning("store connection lost (vm=vm0)")
+        now[0] = 61.0
+        kazoo.warning("Connection dropped: socket connection error: %s", "refused")
+    finally:
+        for logger in (kazoo, ours):
+            logger.removeHandler(handler)
+            logger.propagate = True
+    lines = stream.getvalue().splitlines()
+    kazoo_lines = [line for line in lines if line.startswith("kazoo")]
+    assert len(kazoo_lines) == 2
+    assert kazoo_lines[1].endswith("(109 more like it in the last 60 s held back)")
+    assert sum(1 for line in lines if line.startswith("coordinator")) == 2  # other loggers pass untouched
