@@ -121,3 +121,23 @@ def test_kazoo_repeats_its_connection_lines_once_a_minute_and_says_how_many_it_h
     assert len(kazoo_lines) == 2
     assert kazoo_lines[1].endswith("(109 more like it in the last 60 s held back)")
     assert sum(1 for line in lines if line.startswith("coordinator")) == 2  # other loggers pass untouched
+
+
+def test_text_lines_are_stamped_in_utc_with_the_zone_said() -> None:
+    import io
+    import re
+
+    from coordinator.logsetup import make_handler
+
+    stream = io.StringIO()
+    handler = make_handler("text", stream)
+    logger = logging.getLogger("coordinator.test.stamp")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("hello")
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    assert re.match(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z WARNING coordinator\.test\.stamp: hello$",
+                    stream.getvalue().strip())
