@@ -224,9 +224,9 @@ class Agent:
             self._wake.clear()
             started = self._clock.monotonic()
             # Only a poller's readings are looked at here: ``latest`` of a loop that reads IMDS itself reads it.
-            if (self._polled and not self._woken_by_other
-                    and self._quiet.skips(self._readings.latest(), self._reading.seq, started)):
-                self._metrics.document_age.set(started - self._readings.latest().at)
+            latest = self._readings.latest() if self._polled and not self._woken_by_other else None
+            if latest is not None and self._quiet.skips(latest, self._reading.seq, started):
+                self._metrics.document_age.set(started - latest.at)
                 self._wake.wait(max(self._idle_cycle - (started - (self._quiet.since or started)), 0))
                 continue
             self._woken_by_other = False

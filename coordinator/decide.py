@@ -451,7 +451,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     if cluster is not None:
         # What the budget weighs: this VM's events, and those known only from records its documents never
         # listed (groups whose IMDS shows each VM only the events naming it).
-        known = {**_from_store(cluster, snap, policy), **by_key}
+        known = {**_from_store(cluster, snap, policy), **by_key} if policy.budgeted else by_key
         wait_slot: dict[str, str] = {}
         if doc is not None and policy.budgeted and cluster.i_am_leader:
             admit, wait_slot = _admissions(known, cluster, snap, policy)
