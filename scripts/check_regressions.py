@@ -215,12 +215,28 @@ MUTATIONS = [
         'tests/unit/test_poller.py::test_no_approval_rests_on_a_reading_older_than_one_and_a_half_polls',
     ),
     (
-        'kept-records-wait-for-the-watch-events-before-the-read',
+        'kept-answers-wait-for-the-watch-events-before-the-reads-answers',
         'coordinator/store/zk_watch.py',
-        '            self._session.watch_events_delivered(self._session.deadline())\n',
+        '            if fetch.kept:\n                self._session.watch_events_delivered(fetch.deadline)\n',
         '',
         'tests/integration/test_zookeeper_watched_view.py::'
-        'test_a_kept_record_whose_watch_event_is_still_on_its_way_is_read_again',
+        'test_a_kept_record_whose_watch_event_comes_during_the_read_is_read_again',
+    ),
+    (
+        'a-read-mixing-a-stale-kept-answer-is-made-again',
+        'coordinator/store/zk_watch.py',
+        '        return (None if stale(fetch.kept, fired) else fetch), result\n',
+        '        return fetch, result\n',
+        'tests/integration/test_zookeeper_watched_view.py::'
+        'test_a_kept_record_whose_watch_event_comes_during_the_read_is_read_again',
+    ),
+    (
+        'an-answer-whose-watch-fired-during-the-read-is-not-kept',
+        'coordinator/store/zk_nodes.py',
+        '            if self._fired is not None and key[1] in self._fired:\n                return\n',
+        '',
+        'tests/integration/test_zookeeper_watched_view.py::'
+        'test_a_watch_firing_during_a_read_makes_the_next_read_read_again',
     ),
     (
         'a-pause-holds-approvals',

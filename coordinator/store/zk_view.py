@@ -1,17 +1,20 @@
 """The reads of the ZooKeeper store: the cluster view (members, registry, leader, absences, out-of-rotation
 marks and every event record) and the member info of given VMs.
 
-All requests of one read are sent at once (kazoo pipelines them) and awaited against one deadline. A watch
-is set on every node whose change matters, so that a read stays current until one fires (the cache of
-``coordinator.store.zk_watch``):
+Every request goes through a ``Fetch``, which answers from a ``NodeCache`` (``coordinator.store.zk_nodes``)
+what an earlier read of the same session and connection got and no watch has announced a change of since,
+and sends the rest, all the requests of one round at once (kazoo pipelines them), awaited against one
+deadline. A read of an unchanged group sends nothing; a change costs the nodes it touched. Every request
+carries a watch, so that what it answered stays current until one fires:
 
 * the lists ``/members``, ``/registry``, ``/absent``, ``/out`` and ``/events`` (a list that does not
   exist yet gets an ``exists`` watch instead, so that its creation is seen);
 * ``/leader`` and ``/pause`` (``exists``, whether or not they are there, and their data), and
   ``/members/{vm}`` of the reading VM (``exists``: whose session owns it);
-* the data of ``/absent/{vm}``, ``/out/{vm}`` and ``/events/{EVENT_ID}``, and the children of each event
-  and of its ``acks``. An ack, ``approval`` and ``admitted`` are only ever created and deleted, never
-  rewritten: the watches on the lists they belong to cover them;
+* the data of ``/absent/{vm}``, ``/out/{vm}`` and ``/events/{EVENT_ID}``, the children of each event
+  and of its ``acks``, and the data of each ack, ``approval`` and ``admitted`` (only ever created and
+  deleted, never rewritten: a delete fires the data watch, so a node deleted and created again between
+  two reads is never served from the first);
 * the data of each ``/members/{vm}`` that ``read_member_info`` reads (a member node is rewritten only by
   being deleted and created again).
 
@@ -35,10 +38,10 @@ Child names that are not canonical VM names or event ids are skipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Generic, TypeVar, cast
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
@@ -57,14 +60,16 @@ from coordinator.store.payloads import (
     PayloadError,
 )
 from coordinator.store.zk_context import StoreContext
+from coordinator.store.zk_nodes import Key, NodeCache
 from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_event_id, is_canonical_vm
-from coordinator.store.zk_session import Deadline, ZooKeeperSession
+from coordinator.store.zk_session import ZooKeeperSession
 
-__all__ = ["ViewRead", "Watcher", "read_member_info", "read_view"]
+__all__ = ["Fetch", "ViewRead", "Watcher", "read_member_info", "read_view"]
 
 log = logging.getLogger(__name__)
 
 Watcher = Callable[[WatchedEvent], None]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -78,40 +83,32 @@ class ViewRead:
     member_owner: int | None
 
 
-def read_view(
-    session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, watch: Watcher,
-    reuse: Mapping[str, EventRecord] | None = None,
-) -> ViewRead:
-    """The cluster as seen now by ``vm`` (already normalised), every node read watched by ``watch``.
-    Event records in ``reuse`` (by event id) are taken as they are, without a request, when the events
-    list still holds them: the caller vouches that nothing of theirs changed since they were read (their
-    watches have not fired, so they are still set). Raises ``StoreUnavailable`` if not connected, or if a
-    request fails or is not answered within the operation timeout."""
-    reuse = reuse or {}
-    client, session_id = session.connected(write=False)
-    deadline = session.deadline()
+def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: Fetch) -> ViewRead:
+    """The cluster as seen now by ``vm`` (already normalised): every node through ``fetch``, which answers
+    from what it keeps and sends a watched request for the rest. Raises ``StoreUnavailable`` if not
+    connected, or if a request fails or is not answered within the operation timeout."""
+    session_id = fetch.session_id
     with session.reading("read the cluster view"):
-        members_r = client.get_children_async(paths.members, watch=watch)
-        registry_r = client.get_children_async(paths.registry, watch=watch)
+        members_r = fetch.children(paths.members)
+        registry_r = fetch.children(paths.registry)
         # exists() sets a watch whether or not the node is there, so a new leader wakes us up too.
-        leader_r = client.exists_async(paths.leader, watch=watch)
-        member_r = client.exists_async(paths.member(vm), watch=watch)
-        events_r = client.get_children_async(paths.events, watch=watch)
-
-        absent_r = client.get_children_async(paths.absent, watch=watch)
-        out_r = client.get_children_async(paths.out, watch=watch)
-        pause_r = client.exists_async(paths.pause, watch=watch)
-        lists = _Lists(session, client, deadline, watch)
+        leader_r = fetch.exists(paths.leader)
+        member_r = fetch.exists(paths.member(vm))
+        events_r = fetch.children(paths.events)
+        absent_r = fetch.children(paths.absent)
+        out_r = fetch.children(paths.out)
+        pause_r = fetch.exists(paths.pause)
+        lists = _Lists(session, fetch)
         members = frozenset(name for name in lists.names(paths.members, members_r) if is_canonical_vm(name))
         known = frozenset(name for name in lists.names(paths.registry, registry_r) if is_canonical_vm(name))
-        member_stat = session.wait(member_r, deadline)
+        member_stat = member_r.get()
         member_owner = member_stat.ephemeralOwner if member_stat is not None else None
         leader: str | None = None
         leader_owner: int | None = None
         i_am_leader = False
-        if session.wait(leader_r, deadline) is not None:
+        if leader_r.get() is not None:
             try:
-                data, stat = session.wait(client.get_async(paths.leader, watch=watch), deadline)
+                data, stat = fetch.data(paths.leader).get()
                 leader_owner = stat.ephemeralOwner
                 leader = LeaderNode.from_bytes(data, paths.leader).vm
                 i_am_leader = stat.ephemeralOwner == session_id and leader == vm
@@ -123,10 +120,12 @@ def read_view(
         absent_since: dict[str, float] = {}
         absent_names = [n for n in lists.names(paths.absent, absent_r) if is_canonical_vm(n)]
         # Never rewritten today (created, then deleted), but watched all the same: the cost is nil.
-        absent_data = {name: client.get_async(paths.absent_vm(name), watch=watch) for name in absent_names}
+        absent_data = {name: fetch.data(paths.absent_vm(name)) for name in absent_names}
+        out_names = [n for n in lists.names(paths.out, out_r) if is_canonical_vm(n)]
+        out_data = {name: fetch.data(paths.out_vm(name)) for name in out_names}
         for name, result in absent_data.items():
             try:
-                data, _ = session.wait(result, deadline)
+                data, _ = result.get()
                 absent_since[name] = AbsentNode.from_bytes(data, paths.absent_vm(name)).since
             except NoNodeError:
                 pass
@@ -134,11 +133,9 @@ def read_view(
                 log.warning("undecodable absence node, ignored: %s", exc)
 
         out: dict[str, OutMark] = {}
-        out_names = [n for n in lists.names(paths.out, out_r) if is_canonical_vm(n)]
-        out_data = {name: client.get_async(paths.out_vm(name), watch=watch) for name in out_names}
         for name, result in out_data.items():
             try:
-                data, _ = session.wait(result, deadline)
+                data, _ = result.get()
             except NoNodeError:
                 continue
             try:
@@ -149,27 +146,10 @@ def read_view(
                 log.warning("undecodable out-of-rotation node, counted as out: %s", exc)
                 out[name] = OutMark(since=0.0)
 
-        paused = _read_pause(session, client, paths, pause_r, deadline, watch)
+        paused = _read_pause(session, fetch, paths, pause_r)
 
         event_ids = [e for e in lists.names(paths.events, events_r) if is_canonical_event_id(e)]
-        pending = {
-            event_id: (
-                client.get_async(paths.event(event_id), watch=watch),
-                client.get_children_async(paths.event(event_id), watch=watch),
-                client.get_children_async(paths.acks(event_id), watch=watch),
-            )
-            for event_id in event_ids
-            if event_id not in reuse
-        }
-        records: dict[str, EventRecord] = {}
-        for event_id in event_ids:
-            if event_id in reuse:
-                records[event_id] = reuse[event_id]
-                continue
-            record_r, children_r, acks_r = pending[event_id]
-            record = _read_record(session, client, paths, event_id, record_r, children_r, acks_r, deadline)
-            if record is not None:
-                records[event_id] = record
+        records = _read_records(fetch, paths, event_ids)
     view = ClusterView(
         members=members,
         leader=leader,
@@ -185,25 +165,111 @@ def read_view(
 
 
 def read_member_info(
-    session: ZooKeeperSession, paths: ZooKeeperPaths, vms: Iterable[str], watch: Watcher
+    session: ZooKeeperSession, paths: ZooKeeperPaths, vms: Iterable[str], fetch: Fetch
 ) -> dict[str, dict[str, object]]:
-    """What the member nodes of ``vms`` say (their agents' member info), read at once, each node watched
-    by ``watch``; a VM without a member node, or whose node does not parse, is left out. Raises
-    ``StoreUnavailable``."""
-    client, _ = session.connected(write=False)
-    deadline = session.deadline()
+    """What the member nodes of ``vms`` say (their agents' member info), through ``fetch`` (each node
+    watched; what a node said is kept with it); a VM without a member node, or whose node does not parse,
+    is left out. Raises ``StoreUnavailable``."""
     found: dict[str, dict[str, object]] = {}
     with session.reading("read member info"):
-        pending = {vm: client.get_async(paths.member(vm), watch=watch) for vm in vms if is_canonical_vm(vm)}
-        for vm, result in pending.items():
-            try:
-                data, _ = session.wait(result, deadline)
-                found[vm] = MemberNode.from_bytes(data, paths.member(vm)).model_dump()
-            except NoNodeError:
-                continue
-            except PayloadError as exc:
-                log.warning("undecodable member node, ignored: %s", exc)
+        wanted = [vm for vm in vms if is_canonical_vm(vm)]
+        pending = {vm: fetch.data(paths.member(vm)) for vm in wanted if not fetch.has_memo(paths.member(vm))}
+        for vm in wanted:
+            path = paths.member(vm)
+            result = pending.get(vm)
+            if result is None:
+                info = fetch.memo(path)
+            else:
+                try:
+                    data, _ = result.get()
+                    info = MemberNode.from_bytes(data, path).model_dump()
+                except NoNodeError:
+                    continue
+                except PayloadError as exc:
+                    log.warning("undecodable member node, ignored: %s", exc)
+                    continue
+                fetch.keep_memo(path, info)
+            if isinstance(info, dict):
+                found[vm] = info
     return found
+
+
+class Fetch:
+    """The requests of one read, through a ``NodeCache``: an answer the cache keeps is used as it is, any
+    other is sent at once with ``watch`` (kazoo pipelines what is sent before it is awaited) and kept when
+    it comes. ``sent`` counts the requests; ``kept`` the paths answered from the cache, memos included."""
+
+    def __init__(self, session: ZooKeeperSession, cache: NodeCache, watch: Watcher) -> None:
+        self.client, self.session_id = session.connected(write=False)
+        self._session = session
+        self._cache = cache
+        self._watch = watch
+        self.deadline = session.deadline()
+        self.sent = 0
+        self.kept: set[str] = set()
+
+    def children(self, path: str) -> _Pending[list[str]]:
+        if self.known_missing(path):
+            return _Pending(self, ("children", path), answer=[])  # its creation fires the exists watch
+        return self._pending(("children", path), lambda: self.client.get_children_async(path, watch=self._watch))
+
+    def data(self, path: str) -> _Pending[tuple[bytes, ZnodeStat]]:
+        return self._pending(("data", path), lambda: self.client.get_async(path, watch=self._watch))
+
+    def exists(self, path: str) -> _Pending[ZnodeStat | None]:
+        return self._pending(("exists", path), lambda: self.client.exists_async(path, watch=self._watch))
+
+    def known_missing(self, path: str) -> bool:
+        """The cache knows (from a watched ``exists``) that ``path`` does not exist."""
+        found, answer = self._cache.get(("exists", path))
+        return found and answer is None
+
+    def has_memo(self, path: str) -> bool:
+        return self._cache.memo(path)[0]
+
+    def memo(self, path: str) -> object:
+        found, value = self._cache.memo(path)
+        if found:
+            self.kept.add(path)
+        return value
+
+    def keep_memo(self, path: str, value: object) -> None:
+        self._cache.keep_memo(path, value)
+
+    def wait(self, result: IAsyncResult[_T]) -> _T:
+        return self._session.wait(result, self.deadline)
+
+    def _pending(self, key: Key, send: Callable[[], IAsyncResult[_T]]) -> _Pending[_T]:
+        found, answer = self._cache.get(key)
+        if found:
+            self.kept.add(key[1])
+            return _Pending(self, key, answer=cast("_T", answer))
+        self.sent += 1
+        return _Pending(self, key, result=send())
+
+    def _keep(self, key: Key, answer: object) -> None:
+        self._cache.keep(key, answer)
+
+
+class _Pending(Generic[_T]):
+    """One answer of a ``Fetch``: kept, or a request on its way (kept by the cache when it comes)."""
+
+    __slots__ = ("_answer", "_fetch", "_key", "_result")
+
+    def __init__(self, fetch: Fetch, key: Key, *, answer: _T | None = None,
+                 result: IAsyncResult[_T] | None = None) -> None:
+        self._fetch = fetch
+        self._key = key
+        self._answer = answer
+        self._result = result
+
+    def get(self) -> _T:
+        if self._result is None:
+            return cast("_T", self._answer)
+        answer = self._fetch.wait(self._result)  # raises NoNodeError and the like: nothing is kept then
+        self._fetch._keep(self._key, answer)
+        self._answer, self._result = answer, None
+        return answer
 
 
 class _Lists:
@@ -211,59 +277,66 @@ class _Lists:
     any agent created the layout) reads as empty, and an ``exists`` watch is set on it, since a children
     watch is not set on a missing node; should it exist by then, the read counts as stale at once."""
 
-    def __init__(self, session: ZooKeeperSession, client: KazooClient, deadline: Deadline, watch: Watcher) -> None:
+    def __init__(self, session: ZooKeeperSession, fetch: Fetch) -> None:
         self._session = session
-        self._client = client
-        self._deadline = deadline
-        self._watch = watch
+        self._fetch = fetch
 
-    def names(self, path: str, result: IAsyncResult[list[str]]) -> list[str]:
+    def names(self, path: str, result: _Pending[list[str]]) -> list[str]:
         try:
-            return self._session.wait(result, self._deadline)
+            return result.get()
         except NoNodeError:
             pass
-        if self._session.wait(self._client.exists_async(path, watch=self._watch), self._deadline) is not None:
+        if self._fetch.exists(path).get() is not None:
             self._session.changed()  # created between the two requests: what was read is not current
         return []
 
 
-def _children_or_empty(session: ZooKeeperSession, result: IAsyncResult[list[str]], deadline: Deadline) -> list[str]:
-    try:
-        return session.wait(result, deadline)
-    except NoNodeError:
-        return []
-
-
 def read_pause_now(ctx: StoreContext) -> Pause | None:
-    """``/pause`` as the server holds it now, without a watch (see ``Store.read_pause``)."""
+    """``/pause`` as the server holds it now, without a watch and without the cache (see
+    ``Store.read_pause``)."""
     client, _ = ctx.session.connected(write=False)
     deadline = ctx.session.deadline()
+    path = ctx.paths.pause
     with ctx.session.reading("read the pause"):
-        exists_r = client.exists_async(ctx.paths.pause)
-        return _read_pause(ctx.session, client, ctx.paths, exists_r, deadline, None)
+        stat = ctx.session.wait(client.exists_async(path), deadline)
+        if stat is None:
+            return None
+        try:
+            data, stat = ctx.session.wait(client.get_async(path), deadline)
+        except NoNodeError:
+            return None
+        except NoAuthError:
+            return _unreadable_pause(path, stat)
+        return _pause_of(data, stat, path)
 
 
-def _read_pause(
-    session: ZooKeeperSession, client: KazooClient, paths: ZooKeeperPaths,
-    exists_r: IAsyncResult[ZnodeStat | None], deadline: Deadline, watch: Watcher | None,
-) -> Pause | None:
+def _read_pause(session: ZooKeeperSession, fetch: Fetch, paths: ZooKeeperPaths,
+                exists_r: _Pending[ZnodeStat | None]) -> Pause | None:
     """The operator's pause, if ``/pause`` exists. A node that does not parse still pauses: an operator
     meant to stop approvals, and the safe side is not to approve."""
-    exists = session.wait(exists_r, deadline)
+    exists = exists_r.get()
     if exists is None:
         return None
     try:
-        data, stat = session.wait(client.get_async(paths.pause, watch=watch), deadline)
+        data, stat = fetch.data(paths.pause).get()
     except NoNodeError:
         session.changed()  # deleted between the two requests: what was read is not current
         return None
     except NoAuthError:
-        # Created with an ACL that shuts the agents out: still a pause (and not a reason to stop reading
-        # the rest of the group, which would stop drains too).
-        log.warning("pause node %s is not readable with this agent's identity, approvals stay paused", paths.pause)
-        return Pause(reason="pause node not readable by the agents", by="?", at=exists.ctime / 1000.0)
+        return _unreadable_pause(paths.pause, exists)
+    return _pause_of(data, stat, paths.pause)
+
+
+def _unreadable_pause(path: str, stat: ZnodeStat) -> Pause:
+    # Created with an ACL that shuts the agents out: still a pause (and not a reason to stop reading
+    # the rest of the group, which would stop drains too).
+    log.warning("pause node %s is not readable with this agent's identity, approvals stay paused", path)
+    return Pause(reason="pause node not readable by the agents", by="?", at=stat.ctime / 1000.0)
+
+
+def _pause_of(data: bytes, stat: ZnodeStat, path: str) -> Pause:
     try:
-        node = PauseNode.from_bytes(data, paths.pause)
+        node = PauseNode.from_bytes(data, path)
     except PayloadError as exc:
         log.warning("undecodable pause node, approvals stay paused: %s", exc)
         return Pause(reason="undecodable pause node", by="?", at=stat.ctime / 1000.0)
@@ -280,61 +353,104 @@ def _ack(data: bytes, path: str, vm: str) -> AckNode | None:
         return None
 
 
-def _read_record(
-    session: ZooKeeperSession,
-    client: KazooClient,
-    paths: ZooKeeperPaths,
-    event_id: str,
-    record_r: IAsyncResult[tuple[bytes, ZnodeStat]],
-    children_r: IAsyncResult[list[str]],
-    acks_r: IAsyncResult[list[str]],
-    deadline: Deadline,
-) -> EventRecord | None:
-    """The record of one event with its acks, approval and admission; None if it is gone or undecodable."""
-    try:
-        data, _ = session.wait(record_r, deadline)
-        children = session.wait(children_r, deadline)
-    except NoNodeError:
-        return None  # purged while we were reading
-    try:
-        node = EventNode.from_bytes(data, paths.event(event_id))
-    except PayloadError as exc:
-        log.warning("event %s: undecodable record, ignored: %s", event_id, exc)
-        return None
-    ack_names = [name for name in _children_or_empty(session, acks_r, deadline) if is_canonical_vm(name)]
-    ack_results = {name: client.get_async(paths.ack(event_id, name)) for name in ack_names}
-    approval_r = client.get_async(paths.approval(event_id)) if "approval" in children else None
-    admitted_r = client.get_async(paths.admitted(event_id)) if "admitted" in children else None
+def _read_records(fetch: Fetch, paths: ZooKeeperPaths, event_ids: list[str]) -> dict[str, EventRecord]:
+    """The records of ``event_ids``: a record whose nodes no watch has dropped since it was read is taken
+    as it was made (``NodeCache.memo``); the others are read again, the nodes each one lacks all sent
+    before any is awaited."""
+    records: dict[str, EventRecord] = {}
+    pending: dict[str, _RecordRead] = {}
+    for event_id in event_ids:
+        path = paths.event(event_id)
+        if fetch.has_memo(path):
+            kept = fetch.memo(path)
+            if isinstance(kept, EventRecord):
+                records[event_id] = kept
+            continue
+        pending[event_id] = _RecordRead(fetch, paths, event_id)
+    for read in pending.values():
+        read.send_children()
+    for event_id, read in pending.items():
+        record = read.finish()
+        if record is not None:
+            records[event_id] = record
+            fetch.keep_memo(paths.event(event_id), record)
+    return {event_id: records[event_id] for event_id in event_ids if event_id in records}
 
-    acks: dict[str, float] = {}
-    for name, result in ack_results.items():
+
+class _RecordRead:
+    """The record of one event with its acks, approval and admission, in two rounds: the node and its two
+    lists, then the children the lists name."""
+
+    def __init__(self, fetch: Fetch, paths: ZooKeeperPaths, event_id: str) -> None:
+        self._fetch = fetch
+        self._paths = paths
+        self._event_id = event_id
+        self._record_r = fetch.data(paths.event(event_id))
+        self._children_r = fetch.children(paths.event(event_id))
+        self._acks_r = fetch.children(paths.acks(event_id))
+        self._gone = False
+        self._acks: dict[str, _Pending[tuple[bytes, ZnodeStat]]] = {}
+        self._approval_r: _Pending[tuple[bytes, ZnodeStat]] | None = None
+        self._admitted_r: _Pending[tuple[bytes, ZnodeStat]] | None = None
+
+    def send_children(self) -> None:
+        fetch, paths, event_id = self._fetch, self._paths, self._event_id
         try:
-            ack_data, _ = session.wait(result, deadline)
+            children = self._children_r.get()
         except NoNodeError:
-            continue  # withdrawn meanwhile
-        ack = _ack(ack_data, paths.ack(event_id, name), name)
-        if ack is not None:
-            acks[name] = ack.at
-    approval: Approval | None = None
-    if approval_r is not None:
+            self._gone = True  # purged while we were reading
+            return
         try:
-            approval_data, _ = session.wait(approval_r, deadline)
-            approval = ApprovalNode.from_bytes(approval_data, paths.approval(event_id)).to_approval()
+            ack_names = [name for name in self._acks_r.get() if is_canonical_vm(name)]
         except NoNodeError:
-            pass
+            ack_names = []
+        self._acks = {name: fetch.data(paths.ack(event_id, name)) for name in ack_names}
+        self._approval_r = fetch.data(paths.approval(event_id)) if "approval" in children else None
+        self._admitted_r = fetch.data(paths.admitted(event_id)) if "admitted" in children else None
+
+    def finish(self) -> EventRecord | None:
+        """The record; None if it is gone or undecodable."""
+        paths, event_id = self._paths, self._event_id
+        if self._gone:
+            return None
+        try:
+            data, _ = self._record_r.get()
+        except NoNodeError:
+            return None  # purged while we were reading
+        try:
+            node = EventNode.from_bytes(data, paths.event(event_id))
         except PayloadError as exc:
-            # The node exists, so the event was approved; keep what can be shown.
-            log.warning("event %s: undecodable approval record: %s", event_id, exc)
-            approval = Approval(by="?", at=0.0, as_leader=False)
-    admitted_at: float | None = None
-    if admitted_r is not None:
-        try:
-            admitted_data, admitted_stat = session.wait(admitted_r, deadline)
-        except NoNodeError:
-            pass
-        else:
+            log.warning("event %s: undecodable record, ignored: %s", event_id, exc)
+            return None
+        acks: dict[str, float] = {}
+        for name, result in self._acks.items():
             try:
-                admitted_at = AdmittedNode.from_bytes(admitted_data, paths.admitted(event_id)).at
-            except PayloadError:
-                admitted_at = admitted_stat.ctime / 1000.0
-    return node.to_record(event_id, acks=acks, approval=approval, admitted_at=admitted_at)
+                ack_data, _ = result.get()
+            except NoNodeError:
+                continue  # withdrawn meanwhile
+            ack = _ack(ack_data, paths.ack(event_id, name), name)
+            if ack is not None:
+                acks[name] = ack.at
+        approval: Approval | None = None
+        if self._approval_r is not None:
+            try:
+                approval_data, _ = self._approval_r.get()
+                approval = ApprovalNode.from_bytes(approval_data, paths.approval(event_id)).to_approval()
+            except NoNodeError:
+                pass
+            except PayloadError as exc:
+                # The node exists, so the event was approved; keep what can be shown.
+                log.warning("event %s: undecodable approval record: %s", event_id, exc)
+                approval = Approval(by="?", at=0.0, as_leader=False)
+        admitted_at: float | None = None
+        if self._admitted_r is not None:
+            try:
+                admitted_data, admitted_stat = self._admitted_r.get()
+            except NoNodeError:
+                pass
+            else:
+                try:
+                    admitted_at = AdmittedNode.from_bytes(admitted_data, paths.admitted(event_id)).at
+                except PayloadError:
+                    admitted_at = admitted_stat.ctime / 1000.0
+        return node.to_record(event_id, acks=acks, approval=approval, admitted_at=admitted_at)

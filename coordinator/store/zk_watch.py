@@ -20,17 +20,18 @@ provably current:
 * ``campaign`` answers likewise from the last view when it shows a ``/leader`` node and neither that
   node nor the connection has changed since: True if this session owns it. With no leader in sight it
   tries to take the node, as always.
-* ``member_info`` keeps what each member node said, read with a watch on that node, while the members
-  (the list, or any member node) and the connection have not changed.
-* When the view must be read again, the event records are not all read again: a record is kept, with
-  no request, while no watch on it (its node, its children, its acks) has fired and this store has
-  not written to it since it was read, in the same session and connection. Only the lists and the
-  records that changed are read: the cost of a change follows what changed, not how many records the
-  group keeps (done records stay for ``done_retention_seconds``). kazoo answers requests on one thread
-  and runs watchers on another, so a watch event that came before a read's answers may not have been
-  counted yet when they arrive: after such a read, the watchers are let to catch up
-  (``ZooKeeperSession.watch_events_delivered``), and a read that kept a record whose watch fired
-  meanwhile is made again. A view therefore never mixes lists newer than one of its records.
+* ``member_info`` reads each member node once, with a watch, and keeps what it said until that watch
+  fires (``coordinator.store.zk_nodes.NodeCache``).
+* When the view must be read again, only what changed is read: every answer of an earlier read of the
+  same session and connection is kept (``NodeCache``) until the watch its request set fires, so a read
+  sends requests only for the nodes whose watches fired and the new names of the lists that changed.
+  kazoo answers requests on one thread and runs watchers on another, so a watch event that came before
+  a read's answers may not have been counted yet when they arrive: before a read, the watch events that
+  reached the client are let to run; after it, those that came before its answers
+  (``ZooKeeperSession.watch_events_delivered``), and a read that took from the cache an answer whose
+  watch fired meanwhile is made again (``READ_ATTEMPTS``, the last with nothing kept). A view therefore
+  never mixes an old answer with newer ones. See docs/architecture.md, "The view and what a change
+  costs".
 
 Nothing is ever served while the connection is not CONNECTED: the same ``StoreUnavailable`` (reads) or
 ``StoreUnknownOutcome`` (``join``) as without the cache. A new session (after an expiry) never serves
@@ -47,19 +48,23 @@ import copy
 import dataclasses
 import logging
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kazoo.protocol.states import WatchedEvent
 
-from coordinator.store.base import ClusterView, ConnectionState, EventRecord
+from coordinator.store.base import ClusterView, ConnectionState
+from coordinator.store.zk_nodes import NodeCache, stale
 from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_vm
 from coordinator.store.zk_session import ZooKeeperSession
-from coordinator.store.zk_view import ViewRead, read_member_info, read_view
+from coordinator.store.zk_view import Fetch, ViewRead, read_member_info, read_view
 
 __all__ = ["CachedView", "WatchedView"]
 
 log = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -73,17 +78,6 @@ class CachedView:
     standing: tuple[int, int] = (-1, -1)  # (standing generation, epoch) noted before the read
 
 
-@dataclass(frozen=True)
-class _MemberInfo:
-    """Member info read while the session was ``session_id`` at ``epoch`` and the members were at
-    ``members_generation``; by VM."""
-
-    session_id: int
-    epoch: int
-    members_generation: int
-    by_vm: dict[str, dict[str, object]]
-
-
 class WatchedView:
     """The cache of one store (see the module docstring). Called from the agent loop, except ``watch``,
     which kazoo calls from its threads."""
@@ -93,17 +87,14 @@ class WatchedView:
         self._paths = paths
         self._cached: CachedView | None = None
         self._joined: tuple[str, int] | None = None  # (vm, session id) whose member node this store made
-        self._member_info: _MemberInfo | None = None
+        self._nodes = NodeCache()
         self._members_lock = threading.Lock()
-        self._members_generation = 0  # moved by every watch event on /members or a member node
         self._standing_generation = 0  # moved by watch events on /members, a member, /registry, /leader
-        self._record_generations: dict[str, int] = {}  # event id -> watch events on its record, own writes
-        self._records: dict[str, tuple[int, EventRecord]] = {}  # event id -> (its generation, the record read)
-        self._records_stamp: tuple[int, int] = (-1, -1)  # (session id, epoch) the kept records were read in
+        self.requests_sent = 0  # requests sent by view and member info reads (for tests and benchmarks)
         # One bound method object, so that kazoo's per-path watcher sets hold it once.
         self.watch = self._on_watch
 
-    REUSE_ATTEMPTS = 2  # reads that keep unchanged records; the next one reads every record again
+    READ_ATTEMPTS = 3  # reads that take unchanged answers from the cache; the last one reads everything
 
     # -- the view -------------------------------------------------------------------------------------
 
@@ -117,37 +108,41 @@ class WatchedView:
         cached = self.current(session_id, vm)
         if cached is not None:
             return dataclasses.replace(cached.read.view, connection=self._session.connection_state)
-        if self._records_stamp != (session_id, epoch):
-            self._records = {}  # another session or connection: watches may have been lost with it
-        for attempt in range(self.REUSE_ATTEMPTS + 1):
-            with self._members_lock:
-                record_generations = dict(self._record_generations)
-            reuse = {eid: record for eid, (gen, record) in self._records.items()
-                     if record_generations.get(eid, 0) == gen} if attempt < self.REUSE_ATTEMPTS else {}
-            read = read_view(self._session, self._paths, vm, self.watch, reuse)
-            if not reuse:
-                break
-            # A kept record is current only if no watch event on it came before this read's answers:
-            # one that did (the ack of a session that closed in the same transaction as a member node
-            # this read saw go) may still be on its way to the watcher. Let it arrive, then check.
-            self._session.watch_events_delivered(self._session.deadline())
-            with self._members_lock:
-                moved = [eid for eid in reuse if self._record_generations.get(eid, 0) != record_generations.get(eid, 0)]
-            if not moved:
+        for attempt in range(self.READ_ATTEMPTS):
+            if attempt == self.READ_ATTEMPTS - 1:
+                self._nodes.clear()
+            fetch, read = self._read(session_id, epoch, lambda f: read_view(self._session, self._paths, vm, f))
+            if fetch is not None:
                 break
         self._cached = CachedView(vm, generation, read, standing)
-        self._records = {eid: (record_generations.get(eid, 0), record) for eid, record in read.view.records.items()}
-        self._records_stamp = (session_id, epoch)
         return read.view
+
+    def _read(self, session_id: int, epoch: int, read: Callable[[Fetch], _R]) -> tuple[Fetch | None, _R]:
+        """One read through the node cache: (the fetch, what ``read`` made of it), or (None, it) if a watch
+        fired during the read on an answer it took from the cache (the result may mix that old answer with
+        newer ones: read again). kazoo answers requests on one thread and runs watchers on another, in the
+        order the server sent them: the watch events that came before now, those of this store's own
+        writes among them, are let to arrive first, and those that came before the read's answers after."""
+        if len(self._nodes):
+            self._session.watch_events_delivered(self._session.deadline())
+        self._nodes.begin((session_id, epoch))
+        try:
+            fetch = Fetch(self._session, self._nodes, self.watch)
+            result = read(fetch)
+            if fetch.kept:
+                self._session.watch_events_delivered(fetch.deadline)
+        finally:
+            fired = self._nodes.end()
+        self.requests_sent += fetch.sent
+        return (None if stale(fetch.kept, fired) else fetch), result
 
     def touch(self, event_id: str) -> None:
         """This store wrote to the record of ``event_id`` (normalised): read it again next time."""
-        with self._members_lock:
-            self._record_generations[event_id] = self._record_generations.get(event_id, 0) + 1
+        self._nodes.drop_under(self._paths.event(event_id))
 
     def forget_records(self) -> None:
         """Read every record again next time (after a purge)."""
-        self._records = {}
+        self._nodes.drop_under(self._paths.events)
 
     def _standing(self) -> tuple[int, int]:
         with self._members_lock:
@@ -202,32 +197,23 @@ class WatchedView:
     # -- member info ----------------------------------------------------------------------------------
 
     def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
-        """What the member nodes of ``vms`` (normalised) say, from the kept answers where current. Raises
+        """What the member nodes of ``vms`` (normalised) say, from the node cache where current. Raises
         ``StoreUnavailable`` when not CONNECTED or when a read fails."""
         _, session_id = self._session.connected(write=False)
-        stamp = (session_id, self._session.epoch, self._members_generation)
-        kept = self._member_info
-        current = kept is not None and (kept.session_id, kept.epoch, kept.members_generation) == stamp
-        known = kept.by_vm if kept is not None and current else {}
         wanted = [vm for vm in dict.fromkeys(vms) if is_canonical_vm(vm)]
-        missing = [vm for vm in wanted if vm not in known]
-        fresh = read_member_info(self._session, self._paths, missing, self.watch) if missing else {}
-        if fresh and stamp == (self._session.session_id, self._session.epoch, self._members_generation):
-            self._member_info = _MemberInfo(*stamp, by_vm={**known, **fresh})
-        found = {**known, **fresh}
+        _, found = self._read(session_id, self._session.epoch,
+                              lambda f: read_member_info(self._session, self._paths, wanted, f))
         return {vm: copy.deepcopy(found[vm]) for vm in wanted if vm in found}
 
     # -- watches --------------------------------------------------------------------------------------
 
     def _on_watch(self, event: WatchedEvent) -> None:
-        # Runs on kazoo's event thread: count, then let the session count and wake the agent.
+        # Runs on kazoo's event thread: drop what the event makes stale, count, then let the session count
+        # and wake the agent (in this order: a read that sees the count moved sees the answers dropped).
+        self._nodes.on_watch(event)
         path = event.path
-        events = self._paths.events + "/"
-        if path is not None and path.startswith(events):
-            self.touch(path[len(events):].split("/", 1)[0])
         members = path is None or path == self._paths.members or path.startswith(self._paths.members + "/")
         if members or path in (self._paths.registry, self._paths.leader):
             with self._members_lock:
-                self._members_generation += 1 if members else 0
                 self._standing_generation += 1
         self._session.watch(event)

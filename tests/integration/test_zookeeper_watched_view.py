@@ -512,3 +512,105 @@ def test_a_change_to_one_record_reads_that_record_again_not_every_record(
     assert "vm-a" in a.read_view("vm-a").records[kept[0]].acks
     b.reopen(kept[1])  # another store's write to a kept record: read again once its watch fires
     eventually(a, "vm-a", lambda v: v.records[kept[1]].done_at is None, "the reopened record")
+
+
+# -- what a change costs ------------------------------------------------------------------------------
+
+
+def test_a_change_costs_a_reader_the_nodes_it_touched_not_the_groups_lists(
+    zk_server: LocalZooKeeper, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """Each change by another agent costs the reader's next view exactly the requests for the nodes the
+    change touched (the list whose watch fired, and the data of the new names only), however large the
+    group and however many records it keeps."""
+    a, b = make_store(zk_server.hosts, zk_chroot), make_store(zk_server.hosts, zk_chroot)
+    others = [make_store(zk_server.hosts, zk_chroot) for _ in range(8)]
+    for n, store in enumerate(others):
+        store.join(f"vm-{n:02d}", {"probe": f"http://10.0.1.{n}:8090/health"})
+        store.mark_out(f"vm-{n:02d}", (), T0)
+    b.join("vm-b", {})
+    for n in range(20):
+        b.publish_event(record(f"3F2A9C51-7B1D-4E8A-9C2B-5D6E7F8A{n:04X}"))
+    b.publish_event(record())
+    info: dict[str, object] = {"version": "1"}
+    cycle(a, "vm-a", info)
+    cycle(a, "vm-a", info)
+
+    def cost(change: Callable[[], object], seen: Callable[[ClusterView], bool], what: str) -> int:
+        before = requests_sent(zk_server, a)
+        change()
+        eventually(a, "vm-a", seen, what)
+        sent = requests_sent(zk_server, a) - before
+        settled = requests_sent(zk_server, a)
+        a.read_view("vm-a")
+        assert requests_sent(zk_server, a) == settled, f"{what}: the view was not current after it was seen"
+        return sent
+
+    c = make_store(zk_server.hosts, zk_chroot)
+    costs = {
+        "an ack": cost(lambda: b.acknowledge(EVENT, "vm-b", T0), lambda v: "vm-b" in v.records[EVENT].acks,
+                       "the ack"),
+        "an ack withdrawn": cost(lambda: b.withdraw_ack(EVENT, "vm-b"), lambda v: not v.records[EVENT].acks,
+                                 "the withdrawal"),
+        "a VM out of rotation": cost(lambda: b.mark_out("vm-b", (EVENT,), T0), lambda v: "vm-b" in v.out,
+                                     "the out mark"),
+        "a VM back in rotation": cost(lambda: b.clear_out("vm-b"), lambda v: "vm-b" not in v.out, "the return"),
+        "an absence": cost(lambda: b.mark_absent("vm-x", T0), lambda v: "vm-x" in v.absent_since, "the absence"),
+        "an absence cleared": cost(lambda: b.clear_absent("vm-x"), lambda v: not v.absent_since, "the clearing"),
+        "a new member": cost(lambda: c.join("vm-c", {}), lambda v: "vm-c" in v.members and "vm-c" in v.known,
+                             "vm-c's membership"),
+        "a new record": cost(lambda: b.publish_event(record(OTHER)), lambda v: OTHER in v.records, "the record"),
+    }
+    assert costs == {
+        "an ack": 2,  # the acks list, the new ack
+        "an ack withdrawn": 1,  # the acks list
+        "a VM out of rotation": 2,  # /out, the new node
+        "a VM back in rotation": 1,  # /out
+        "an absence": 2,  # /absent, the new node
+        "an absence cleared": 1,  # /absent
+        "a new member": 2,  # /members, /registry
+        "a new record": 4,  # /events, then the record's node, its children and its acks
+    }
+    before = requests_sent(zk_server, a)
+    assert set(a.member_info(["vm-c", "vm-00"])) == {"vm-c", "vm-00"}
+    assert requests_sent(zk_server, a) - before == 1  # vm-c's node; vm-00's was kept from the cycles
+    assert set(a.member_info(["vm-c", "vm-00"])) == {"vm-c", "vm-00"}
+    assert requests_sent(zk_server, a) - before == 1  # then vm-c's too, with its watch
+
+
+def test_a_kept_record_whose_watch_event_comes_during_the_read_is_read_again(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """A read that takes a record from the cache while the watch event announcing its change is on its
+    way (the server sent it before the read's answers; kazoo's watcher thread has not run it yet) must
+    not serve that record beside the lists read after the change: it waits for the watch events that came
+    before its answers and reads again."""
+    a, client, woken = interleaving_store(zk_hosts, zk_chroot, make_store)
+    b, c = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
+    a.join("vm-a", {})
+    b.join("vm-b", {})
+    b.publish_event(record())
+    b.acknowledge(EVENT, "vm-b", T0 + 1)
+    eventually(a, "vm-a", lambda v: v.records[EVENT].acks == {"vm-b": T0 + 1} if EVENT in v.records else False,
+               "b's ack")
+    woken.clear()
+    c.join("vm-c", {})  # the members list changes: the next read sends a request for it
+    assert woken.wait(SEEN_WITHIN)
+    session = a._session
+    kazoo_client, _ = session.connected(write=False)
+    held = threading.Event()
+
+    def b_withdraws_while_a_watcher_thread_is_busy() -> None:
+        kazoo_client.handler.dispatch_callback(Callback("watch", held.wait, (10.0,)))
+        b.withdraw_ack(EVENT, "vm-b")
+        time.sleep(0.5)  # the watch event has reached a's client and waits behind the held watcher thread
+        threading.Timer(0.5, held.set).start()
+
+    client.path, client.hook = f"{a.base_path}/members", b_withdraws_while_a_watcher_thread_is_busy
+    try:
+        view = a.read_view("vm-a")
+    finally:
+        held.set()
+    assert client.hook is None, "the read did not go through the interleaving"
+    assert "vm-c" in view.members
+    assert view.records[EVENT].acks == {}
