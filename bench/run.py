@@ -12,6 +12,8 @@ Sections:
   window beside Microsoft's sample loop (CPU, memory, ZooKeeper requests);
 * ``detection``: from an event appearing to the affected VMs' probes failing, staggered or not, for
   3, 10 and 30 agents;
+* ``footprint``: the idle footprint of ``coordinator run``: three agent processes beside Microsoft's sample
+  loop (resident memory, CPU, wake-ups), and what the agent's imports alone hold;
 * ``headline``: one maintenance story (a Freeze, a rolling Reboot, a Redeploy, a Preempt) under load
   through HAProxy, under three strategies (coordinated, self-approve, wait), ``--headline-runs`` times each.
 """
@@ -37,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.detection import bench_detection  # noqa: E402
+from bench.footprint import bench_footprint, render_footprint  # noqa: E402
 from bench.group import bench_group, percentiles  # noqa: E402
 from bench.headline import bench_headline, render_headline  # noqa: E402
 from bench.scale import bench_scale  # noqa: E402
@@ -112,7 +115,7 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
 # -- results and the document ---------------------------------------------------------------------------
 
 RESULTS = ROOT / "bench" / "results.json"
-SECTIONS = ("decide", "cycle", "group", "detection", "scale", "headline")
+SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline")
 
 
 def _machine() -> str:
@@ -169,6 +172,8 @@ this is the cost of a cycle woken by a reading that brings nothing new. {_stamp(
         parts.append(_render_group(results["group"]))
     if "group" in results:
         parts.append(_render_fleet(results["group"]["result"]))
+    if "footprint" in results:
+        parts.append(render_footprint(results["footprint"], _stamp(results["footprint"])))
     if "detection" in results:
         parts.append(_render_detection(results["detection"]))
     if "scale" in results:
@@ -378,6 +383,8 @@ def main() -> int:
     parser.add_argument("--only", choices=SECTIONS, action="append", help="measure only this section (repeatable)")
     parser.add_argument("--events", type=int, default=200, help="events of the group section (default 200)")
     parser.add_argument("--idle", type=float, default=600.0, help="seconds of the idle window (default 600)")
+    parser.add_argument("--footprint-idle", type=float, default=300.0,
+                        help="seconds of the footprint section's idle window (default 300)")
     parser.add_argument("--sizes", default="3,10,30", help="group sizes of the detection section")
     parser.add_argument("--detection-events", type=int, default=20, help="events per detection group")
     parser.add_argument("--groups", type=int, default=20, help="groups of the scale section (default 20)")
@@ -393,6 +400,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.events, args.idle, args.detection_events, args.headline_runs = 10, 30.0, 4, 1
+        args.footprint_idle = 30.0
     repeat = 200 if args.quick else 2000
     sections = args.only or list(SECTIONS)
     command = " ".join(["bench/run.py", *sys.argv[1:]])
@@ -420,6 +428,10 @@ def main() -> int:
                 print(f"bench: a group of three, {args.events} events, then {args.idle:.0f} s idle ...", flush=True)
                 result = bench_group(zk, events=args.events, idle_seconds=args.idle)
                 results["group"] = {**stamp, "result": asdict(result), "notes": result.notes}
+                save()
+            if "footprint" in sections:
+                print(f"bench: idle footprint, {args.footprint_idle:.0f} s ...", flush=True)
+                results["footprint"] = {**stamp, **bench_footprint(zk, idle_seconds=args.footprint_idle)}
                 save()
             if "scale" in sections:
                 with tempfile.TemporaryDirectory(prefix="coordinator-bench-scale-") as work:

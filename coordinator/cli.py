@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from coordinator import __version__
 
@@ -230,13 +230,67 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run(args)
 
 
+class _Subcommand(argparse.ArgumentParser):
+    """A subcommand's parser whose arguments are added by ``arguments`` only when that subcommand is
+    parsed or its help is shown: the options of ``status``, ``service``, ``imds-sim`` and ``demo`` live in
+    their own modules (the group reader, the simulator, the testbed), which ``coordinator run`` never
+    loads."""
+
+    def __init__(self, *args: Any, arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._arguments = arguments
+
+    def _complete(self) -> None:
+        arguments, self._arguments = self._arguments, None
+        if arguments is not None:
+            arguments(self)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._complete()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._complete()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._complete()
+        return super().format_help()
+
+
+def _status_arguments(parser: argparse.ArgumentParser) -> None:
+    from coordinator.groupstatus.options import add_arguments
+
+    add_arguments(parser)
+
+
+def _service_arguments(parser: argparse.ArgumentParser) -> None:
+    from coordinator.winservice import add_arguments
+
+    add_arguments(parser)
+
+
+def _sim_arguments(parser: argparse.ArgumentParser) -> None:
+    from coordinator.sim.cli import add_arguments
+
+    add_arguments(parser)
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    from coordinator.testbed.demo import add_arguments
+
+    add_arguments(parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="coordinator",
         description="Coordinated drain and approval of Azure Scheduled Events across a VM group.",
     )
     parser.add_argument("--version", action="version", version=f"coordinator {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Subcommand)
 
     run = sub.add_parser("run", help="run one agent (one per VM)", description="Run the agent of this VM.")
     run.add_argument("--config", type=Path, required=True, help="YAML configuration file")
@@ -249,17 +303,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config", type=Path, required=True)
     check.set_defaults(func=_cmd_check_config)
 
-    from coordinator.groupstatus.options import add_arguments as status_arguments
-
     status = sub.add_parser(
-        "status", help="show the whole group (from ZooKeeper) or one agent's view",
+        "status", arguments=_status_arguments, help="show the whole group (from ZooKeeper) or one agent's view",
         description="With --config or --zookeeper/--cluster: the whole group read from ZooKeeper (read-only) and "
         "from each member's /status: pause, leader, members, events, acks, approvals and what blocks them. "
         "Otherwise: one agent's /status (--url).")
     status.add_argument("--url", default=None, help=f"one agent's admin address (default {DEFAULT_ADMIN_URL})")
     status.add_argument("--json", action="store_true",
                         help="print JSON: the agent's raw /status, or the group's (schema in docs/status.md)")
-    status_arguments(status)
     status.set_defaults(func=_cmd_status)
 
     for name, func, summary in (
@@ -288,29 +339,22 @@ def build_parser() -> argparse.ArgumentParser:
     digest.add_argument("username")
     digest.set_defaults(func=_cmd_zk_digest)
 
-    from coordinator.winservice import add_arguments as service_arguments
-
     service = sub.add_parser(
-        "service", help="install, remove, start or stop the Windows service (Windows only)",
+        "service", arguments=_service_arguments,
+        help="install, remove, start or stop the Windows service (Windows only)",
         description="Manage the Windows service that runs this agent (pywin32). Needs an elevated prompt. "
         "On other systems it exits 2: use the systemd unit there.")
-    service_arguments(service)
     service.set_defaults(func=_cmd_service)
 
-    from coordinator.sim.cli import add_arguments as sim_arguments
-
-    sim = sub.add_parser("imds-sim", help="run the Azure IMDS simulator for several VMs",
+    sim = sub.add_parser("imds-sim", arguments=_sim_arguments, help="run the Azure IMDS simulator for several VMs",
                          description="Serve Scheduled Events for several simulated VMs (one port each).")
-    sim_arguments(sim)
     sim.set_defaults(func=_cmd_imds_sim)
 
-    from coordinator.testbed.demo import add_arguments as demo_arguments
-
-    demo = sub.add_parser("demo", help="run a local group under load through one maintenance story",
+    demo = sub.add_parser("demo", arguments=_demo_arguments,
+                          help="run a local group under load through one maintenance story",
                           description="Start the simulator, three VMs behind HAProxy and their agents (and "
                           "ZooKeeper), play a Freeze, a rolling Reboot, a Redeploy and a Preempt under one "
                           "strategy, and report requests failed and notice reclaimed.")
-    demo_arguments(demo)
     demo.set_defaults(func=_cmd_demo)
     return parser
 

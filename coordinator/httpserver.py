@@ -26,6 +26,7 @@ import ipaddress
 import json
 import logging
 import re
+import selectors
 import socket
 import sys
 import threading
@@ -285,7 +286,9 @@ class HttpSurface:
                 for server in self._servers:
                     server.server_close()
                 raise ListenError(which, listen, exc) from exc
-        self._threads: list[threading.Thread] = []
+        self._thread: threading.Thread | None = None
+        # Wakes the accepting thread to stop: it waits on its listeners with no timeout, never polling.
+        self._waker, self._wakee = socket.socketpair()
 
     @property
     def probe_address(self) -> tuple[str, int]:
@@ -313,22 +316,38 @@ class HttpSurface:
 
     @property
     def running(self) -> bool:
-        """Both listeners' threads are serving (False before ``start`` and after ``stop``)."""
-        return len(self._threads) == len(self._servers) and all(thread.is_alive() for thread in self._threads)
+        """The listeners' thread is serving (False before ``start`` and after ``stop``)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
         warning = admin_exposure_warning(self.admin_address[0])
         if warning is not None:
             log.warning("%s", warning)
-        for server in self._servers:
-            thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._thread = threading.Thread(target=self._serve, name="http", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        """Accept on both listeners from one thread, each request then served on a thread of its own (as
+        ``serve_forever`` does, without its twice-a-second timeout: an idle agent's listeners wake nothing)."""
+        with selectors.DefaultSelector() as selector:
+            for server in self._servers:
+                selector.register(server, selectors.EVENT_READ, server)
+            selector.register(self._wakee, selectors.EVENT_READ, None)
+            while True:
+                for key, _ in selector.select():
+                    if key.data is None:
+                        return
+                    key.data._handle_request_noblock()
 
     def stop(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._waker.send(b"x")
+            thread.join()
         for server in self._servers:
-            server.shutdown()
             server.server_close()
+        self._waker.close()
+        self._wakee.close()
 
     def _probe_routes(self, path: str) -> _Answer:
         if path != self._probe_path:

@@ -184,5 +184,9 @@ class PeerProbes:
                 self.probe_once()
             except Exception:
                 log.exception("peer probing round failed")
-            self._wake.wait(max(self._interval - (self._clock() - started), 0.05))
+            with self._lock:
+                idle = not self._targets
+            # No target: nothing to probe until ``want`` gives some (it sets ``_wake``), so no timeout:
+            # an idle group's agents do not wake once a second for nothing.
+            self._wake.wait(None if idle else max(self._interval - (self._clock() - started), 0.05))
             self._wake.clear()

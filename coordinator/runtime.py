@@ -14,20 +14,14 @@ from prometheus_client import CollectorRegistry
 
 from coordinator import __version__
 from coordinator.actions import Action, DryRunAction, ProbeAction, ProbeState
-from coordinator.actions.command import CommandHook
-from coordinator.actions.connections import ConnectionsDrainedWait
-from coordinator.actions.haproxy import HAProxyAction, HAProxyRuntime
-from coordinator.actions.webhook import WebhookAction
 from coordinator.agent import Agent, Imds
 from coordinator.config import (
     CommandActionConfig,
     HAProxyActionConfig,
     Settings,
     WebhookActionConfig,
-    redacted,
 )
 from coordinator.decide import Policy
-from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
 from coordinator.errors import ImdsError, InvalidName
 from coordinator.httpserver import HttpSurface, ListenError, split_host_port
 from coordinator.imds import ImdsClient
@@ -42,7 +36,7 @@ from coordinator.store.zookeeper import ZooKeeperStore
 from coordinator.support.hostos import agent_identity
 from coordinator.telemetry import Health
 
-__all__ = ["Stopper", "advertised_probe_url", "build_actions", "policy_from", "run_agent"]
+__all__ = ["Stopper", "advertised_probe_url", "build_actions", "policy_from", "run_agent", "startup_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -70,23 +64,55 @@ def _learn_identity(imds: ImdsClient, stop: threading.Event, retry: float) -> tu
 
 
 def build_actions(settings: Settings) -> list[Action]:
-    """The configured actions after the health probe, in order."""
+    """The configured actions after the health probe, in order. Each kind's module is loaded only when the
+    configuration names one: an agent with the probe alone never imports the others."""
     actions: list[Action] = []
     for item in settings.actions:
         if isinstance(item, HAProxyActionConfig):
+            from coordinator.actions.haproxy import HAProxyAction, HAProxyRuntime
+
             actions.append(HAProxyAction(
                 HAProxyRuntime(item.runtime, timeout=item.timeout_seconds), item.backend, item.server,
                 drain_timeout=item.drain_timeout_seconds, use_maint=item.maint, fail_on_timeout=item.fail_on_timeout,
             ))
         elif isinstance(item, CommandActionConfig):
+            from coordinator.actions.command import CommandHook
+
             actions.append(CommandHook(item.name, drain_argv=item.drain, recover_argv=item.recover,
                                        timeout=item.timeout_seconds, env=item.env))
         elif isinstance(item, WebhookActionConfig):
+            from coordinator.actions.webhook import WebhookAction
+
             actions.append(WebhookAction(item.name, url=item.url, on=set(item.phases), body_template=item.body,
                                          headers=item.headers, timeout=item.timeout_seconds, retries=item.retries))
         else:
+            from coordinator.actions.connections import ConnectionsDrainedWait
+
             actions.append(ConnectionsDrainedWait(item.ports, deadline=item.deadline_seconds))
     return actions
+
+
+def _action_summary(item: object) -> str:
+    """One drain action as the start-up line names it: its kind and what it acts on, never a secret (a
+    webhook's URL may carry a token: only its name is shown)."""
+    if isinstance(item, HAProxyActionConfig):
+        return f"haproxy {item.backend}/{item.server}"
+    if isinstance(item, CommandActionConfig | WebhookActionConfig):
+        return f"{item.type} {item.name}"
+    ports = getattr(item, "ports", [])
+    return "connections on port " + ",".join(str(port) for port in ports)
+
+
+def startup_summary(settings: Settings, *, dry_run: bool = False) -> str:
+    """The start-up line: what an operator checks first (this VM, its group, where ZooKeeper and IMDS are,
+    how it drains, where it listens). The whole effective configuration is logged at DEBUG, and printed by
+    ``coordinator check-config``."""
+    vm = settings.vm_name if settings.vm_name is not None else "(learned from IMDS)"
+    drain = ", ".join(["probe", *(_action_summary(item) for item in settings.actions)])
+    return (f"coordinator {__version__} starting{' in DRY-RUN mode (observe only)' if dry_run else ''}: "
+            f"vm {vm}, cluster {settings.cluster}, zookeeper {settings.zookeeper.hosts} "
+            f"(root {settings.zookeeper.root}), imds {settings.imds.url}, drain: {drain}; "
+            f"probe on {settings.probe.listen}{settings.probe.path}, admin on {settings.http.listen}")
 
 
 def policy_from(settings: Settings) -> Policy:
@@ -226,11 +252,21 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         on_latency=metrics.imds_request_time,
     )
 
-    log.info("coordinator %s starting%s; effective configuration: %s", __version__,
-             " in DRY-RUN mode (observe only)" if dry_run else "", json.dumps(redacted(settings)))
-    state_file = DryRunStateFile(settings.state_file) if dry_run else StateFile(settings.state_file)
-    # A dry run keeps the probe's answer as it is: serving, unless a real agent left the VM drained.
-    probe = ProbeState(serving=dry_run and probe_serving_at_start(state_file))
+    log.info("%s", startup_summary(settings, dry_run=dry_run))
+    if log.isEnabledFor(logging.DEBUG):
+        from coordinator.config import redacted
+
+        log.debug("effective configuration: %s", json.dumps(redacted(settings)))
+    state_file: StateFile
+    if dry_run:
+        from coordinator.dryrun import DryRunStateFile, probe_serving_at_start
+
+        state_file = DryRunStateFile(settings.state_file)
+        # A dry run keeps the probe's answer as it is: serving, unless a real agent left the VM drained.
+        probe = ProbeState(serving=probe_serving_at_start(state_file))
+    else:
+        state_file = StateFile(settings.state_file)
+        probe = ProbeState(serving=False)
     agent_ref: list[Agent] = []
     try:
         http = HttpSurface(
@@ -292,6 +328,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
     actions: list[Action] = [ProbeAction(probe), *build_actions(settings)]
     adapters_imds: Imds = imds
     if dry_run:
+        from coordinator.dryrun import DryRunImds, DryRunStore
+
         store = DryRunStore(store)
         actions = [DryRunAction(a) for a in actions]
         adapters_imds = DryRunImds(imds)

@@ -1,0 +1,126 @@
+"""What ``coordinator run`` loads and says as it starts, on a real process: it imports only the modules the
+agent uses (the simulator, the testbed, the group reader, the Windows service, the dry run and the action
+kinds the configuration does not name stay out of it), and its first line is short, naming what an
+operator checks first, while the whole effective configuration is written at DEBUG only.
+
+Each agent here stops right after that line: its probe's port is already taken, so it exits 2 before it
+would reach ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+# Loaded only by other subcommands, by ``--dry-run``, or by an action kind the configuration names.
+NOT_LOADED_BY_RUN = (
+    "coordinator.sim",
+    "coordinator.testbed",
+    "coordinator.groupstatus",
+    "coordinator.winservice",
+    "coordinator.control",
+    "coordinator.dryrun",
+    "coordinator.actions.haproxy",
+    "coordinator.actions.webhook",
+    "coordinator.actions.command",
+    "statistics",
+)
+
+# ``coordinator run`` in this interpreter, then the names of every module it loaded, as JSON.
+RUN_THEN_LIST_MODULES = """
+import json, sys
+from coordinator.cli import main
+code = main(["run", "--config", sys.argv[1]])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+def write_config(path: Path, probe_port: int, **extra: Any) -> Path:
+    path.write_text(yaml.safe_dump({
+        "cluster": "web", "vm_name": "vm0", "probe": {"listen": f"127.0.0.1:{probe_port}", "path": "/health"},
+        "http": {"listen": "127.0.0.1:0"}, "zookeeper": {"hosts": "127.0.0.1:1,127.0.0.1:2"},
+        "imds": {"url": "http://127.0.0.1:3"}, "state_file": str(path.parent / "state.json"), **extra,
+    }))
+    return path
+
+
+def run_agent(config: Path, *args: str) -> str:
+    run = subprocess.run([sys.executable, "-m", "coordinator", "run", "--config", str(config), *args],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr + run.stdout
+    return run.stderr + run.stdout
+
+
+def test_run_loads_no_module_that_only_other_commands_use(tmp_path: Path, taken_port: int) -> None:
+    config = write_config(tmp_path / "agent.yaml", taken_port)
+    run = subprocess.run([sys.executable, "-c", RUN_THEN_LIST_MODULES, str(config)],
+                         capture_output=True, text=True, timeout=60)
+    result = json.loads(run.stdout.splitlines()[-1])
+    assert result["code"] == 2  # stopped at the taken port, every import of the run path done
+    modules = set(result["modules"])
+    assert {"coordinator.runtime", "coordinator.agent", "coordinator.store.zookeeper", "kazoo.client"} <= modules
+    loaded = sorted(m for m in modules if any(m == name or m.startswith(name + ".") for name in NOT_LOADED_BY_RUN))
+    assert loaded == []
+
+
+def test_an_action_kind_is_loaded_when_the_configuration_names_it(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "agent.yaml", 0,
+                          actions=[{"type": "command", "name": "lb-off", "drain": ["true"]}])
+    code = ("import json, sys\nfrom pathlib import Path\nfrom coordinator.config import load_settings\n"
+            "from coordinator.runtime import build_actions\nactions = build_actions(load_settings(Path(sys.argv[1])))\n"
+            "print(json.dumps({'actions': [a.name for a in actions], 'modules': sorted(sys.modules)}))")
+    run = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True, text=True, timeout=60)
+    result = json.loads(run.stdout.splitlines()[-1])
+    assert result["actions"] == ["lb-off"]
+    assert "coordinator.actions.command" in result["modules"]
+    assert not {"coordinator.actions.webhook", "coordinator.actions.haproxy"} & set(result["modules"])
+
+
+def test_the_start_line_is_short_and_names_what_an_operator_checks(tmp_path: Path, taken_port: int) -> None:
+    token = "hook-t0ken-in-the-url"
+    config = write_config(tmp_path / "agent.yaml", taken_port, actions=[
+        {"type": "haproxy", "runtime": "/run/haproxy.sock", "backend": "web", "server": "vm0"},
+        {"type": "webhook", "name": "pager", "url": f"https://hooks.example/{token}",
+         "headers": {"Authorization": "Bearer secret"}},
+    ])
+    output = run_agent(config)
+    [line] = [line for line in output.splitlines() if " starting" in line]
+    assert len(line) < 400
+    for shown in ("vm vm0", "cluster web", "zookeeper 127.0.0.1:1,127.0.0.1:2", "imds http://127.0.0.1:3",
+                  "drain: probe, haproxy web/vm0, webhook pager", f"probe on 127.0.0.1:{taken_port}/health",
+                  "admin on 127.0.0.1:0"):
+        assert shown in line
+    assert "DRY-RUN" not in line
+    assert "effective configuration" not in output
+    assert token not in output and "secret" not in output
+
+
+def test_the_whole_configuration_is_logged_at_debug(tmp_path: Path, taken_port: int) -> None:
+    config = write_config(tmp_path / "agent.yaml", taken_port, logging={"level": "DEBUG", "format": "json"},
+                          actions=[{"type": "command", "name": "api", "drain": ["true"], "env": {"TOKEN": "s3cr3t"}}])
+    output = run_agent(config, "--dry-run")
+    records = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    [start] = [r for r in records if " starting" in r["message"]]
+    assert start["level"] == "INFO"
+    assert "in DRY-RUN mode" in start["message"] and "drain: probe, command api" in start["message"]
+    [full] = [r for r in records if r["message"].startswith("effective configuration: ")]
+    assert full["level"] == "DEBUG"
+    effective = json.loads(full["message"].removeprefix("effective configuration: "))
+    assert effective["zookeeper"]["hosts"] == "127.0.0.1:1,127.0.0.1:2"
+    assert effective["actions"][0]["env"] == {"TOKEN": "<redacted>"}
+    assert "s3cr3t" not in output
