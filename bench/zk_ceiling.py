@@ -23,7 +23,7 @@ of every process (each ZooKeeper server's JVM, each worker, this process) and ``
 
 The ceiling (``ceiling_of``): the highest offered rate of a step whose p99 stays at or under
 ``p99_limit_ms`` and whose achieved rate is within ``tolerance`` (5 %) of the offered rate. The ramp
-stops after two consecutive steps that miss it.
+stops after two steps in a row that answer less than 90 % of their offered rate.
 """
 
 from __future__ import annotations
@@ -500,7 +500,7 @@ def bench_ceiling(workdir: Path, *, workers: int = 4, sessions: int = 200, group
         warm = [_read_line(p, time.monotonic() + step_seconds + 30) for p in procs]
         if any(w is None for w in warm):
             raise RuntimeError("a worker stopped during the warm-up; see its log")
-        misses = 0
+        short = 0
         for index, rate in enumerate(rates):
             cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
             busy0 = _machine_busy_seconds()
@@ -528,9 +528,11 @@ def bench_ceiling(workdir: Path, *, workers: int = 4, sessions: int = 200, group
                      f"{step['p50_ms']:.1f} ms p99 {step['p99_ms']:.1f} ms cpu "
                      + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()) + f" load {' '.join(loads)}"
                      + ("" if ok else " (misses)"))
-            misses = 0 if ok else misses + 1
-            if misses >= 2 and index + 1 < len(rates):
-                stopped = f"after step {index + 1}: two consecutive steps missed the ceiling's conditions"
+            # p99 on a shared machine is noisy; the ramp ends on what cannot be noise: two steps in a row
+            # that fall more than 10 % short of the offered rate.
+            short = 0 if step["achieved"] >= 0.9 * rate else short + 1
+            if short >= 2 and index + 1 < len(rates):
+                stopped = f"after step {index + 1}: two steps in a row answered less than 90 % of the offered rate"
                 break
         for proc in procs:
             assert proc.stdin is not None
