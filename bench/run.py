@@ -14,6 +14,8 @@ Sections:
   3, 10 and 30 agents;
 * ``footprint``: the idle footprint of ``coordinator run``: three agent processes beside Microsoft's sample
   loop (resident memory, CPU, wake-ups), and what the agent's imports alone hold;
+* ``ceiling``: the throughput of a three-node ZooKeeper ensemble for the agents' request mix, raised in
+  steps until p99 latency bends (``bench/zk_ceiling.py``); the fleet model divides by it;
 * ``headline``: one maintenance story (a Freeze, a rolling Reboot, a Redeploy, a Preempt) under load
   through HAProxy, under three strategies (coordinated, self-approve, wait), ``--headline-runs`` times each.
 """
@@ -39,10 +41,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.detection import bench_detection  # noqa: E402
+from bench.fleet import FleetRow, fleet_inputs, fleet_model  # noqa: E402
 from bench.footprint import bench_footprint, render_footprint  # noqa: E402
 from bench.group import bench_group, percentiles  # noqa: E402
 from bench.headline import bench_headline, render_headline  # noqa: E402
 from bench.scale import bench_scale  # noqa: E402
+from bench.zk_ceiling import bench_ceiling, passes  # noqa: E402
 from coordinator.actions import ProbeAction, ProbeState  # noqa: E402
 from coordinator.agent import Agent  # noqa: E402
 from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide  # noqa: E402
@@ -115,7 +119,7 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
 # -- results and the document ---------------------------------------------------------------------------
 
 RESULTS = ROOT / "bench" / "results.json"
-SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline")
+SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline", "ceiling")
 
 
 def _machine() -> str:
@@ -170,8 +174,10 @@ this is the cost of a cycle woken by a reading that brings nothing new. {_stamp(
 """)
     if "group" in results:
         parts.append(_render_group(results["group"]))
-    if "group" in results:
-        parts.append(_render_fleet(results["group"]["result"]))
+    if "ceiling" in results:
+        parts.append(_render_ceiling(results["ceiling"]))
+    if "group" in results or "ceiling" in results:
+        parts.append(_render_fleet(results))
     if "footprint" in results:
         parts.append(render_footprint(results["footprint"], _stamp(results["footprint"])))
     if "detection" in results:
@@ -181,40 +187,118 @@ this is the cost of a cycle woken by a reading that brings nothing new. {_stamp(
     return "\n".join(parts)
 
 
-def _render_fleet(r: dict[str, Any]) -> str:
-    """What a fleet of 10,000 VMs would ask of one ensemble, from the per-agent costs measured above."""
-    per_agent = r["zk_requests_per_agent_per_event"]
-    reads = sum(per_agent.values()) / len(per_agent) if per_agent else float("nan")
-    writes = r["zk_writes_per_event"]
-    session_timeout = 30.0  # the default zookeeper.session_timeout; kazoo pings after a third of it idle
-    vms = 10_000
-    rows = []
-    for size in (10, 100):
-        groups = vms // size
-        events_per_hour = groups * size / 2  # every VM in maintenance once in the hour, two per event
-        per_second = events_per_hour / 3600
-        rows.append(f"| {size} | {groups} | {per_second:.2f} | {per_second * writes:.0f} | "
-                    f"{per_second * size * reads:.0f} | {vms / (session_timeout / 3):.0f} |")
+def _render_fleet(results: dict[str, Any]) -> str:
+    """What a fleet of 10,000 VMs would ask of one ensemble in its busiest hour (``bench/fleet.py``): the
+    inputs per group size from ``results["groups"]`` when measured, else assumed; the ceiling from
+    ``results["ceiling"]``."""
+    ceiling_entry = (results.get("ceiling") or {}).get("result") or {}
+    ceiling = ceiling_entry.get("ceiling")
+    inputs = fleet_inputs(results)
+    rows = fleet_model(ceiling, inputs)
+    lines = [_fleet_line(row) for row in rows]
+    source = ", ".join(f"{i.size}: {'measured' if i.measured else 'assumed'}" for i in inputs)
+    if ceiling:
+        where = (f"the ceiling measured above, {ceiling:.0f} requests/s ({ceiling_entry['sessions']} kazoo sessions in "
+                 f"{ceiling_entry['workers']} processes on the same 2 cores as the ensemble: a lower bound)")
+    else:
+        where = "no ceiling measured (`bench/run.py --only ceiling`): the fraction is left out"
+    today = ""
+    if "group" in results:
+        r = results["group"]["result"]
+        per_agent = r["zk_requests_per_agent_per_event"]
+        reads = sum(per_agent.values()) / len(per_agent) if per_agent else float("nan")
+        today = (f" For comparison, the agent measured in the group section above sends about {reads:.1f} requests "
+                 f"per event of two VMs in a group of three, for {r['zk_writes_per_event']:.1f} writes: "
+                 f"{reads / r['zk_writes_per_event']:.1f} per change.")
     return f"""## What 10,000 VMs would cost one ensemble (a model from the numbers above)
 
-Measured above, per agent: no ZooKeeper request while idle; per event of two VMs, {writes:.1f} writes in
-the whole group and about {reads:.1f} requests by each agent of a three-VM group (each change it is
-told of by a watch costs one read of the view: its lists, and the records whose watches fired). Assumed:
-the default `zookeeper.session_timeout` of 30 s (kazoo pings after a third of it without traffic), one
-session per VM, a view read by every agent of the group for each change (a group of N agents reads N
-times what one agent reads), and a busy hour in which every VM of the fleet is in maintenance once,
-two VMs per event. Not measured: a fleet of this size, or the view read's growth with larger groups.
+`fleet_model` in `bench/fleet.py`, a pure function of the ceiling and, per group size, the requests one
+agent sends per change it is told of and the changes an event makes. Inputs (per group size): {source}.
+Measured inputs are read from `results["groups"]["result"]["sizes"]["N"]` (`requests_per_agent_per_change`,
+`changes_per_event`, `event_vms`); assumed ones are 2 requests per agent per change (what the rewrite of the
+agent's view aims at) and 12 changes per event of two VMs (the writes per event counted in the group
+section: four per event, four per VM), each VM more in an event adding 4. Every agent of a group is told
+of every change (each is one write). The busiest hour: every VM of the fleet in maintenance once, in events
+of two VMs, and again in Freezes of 10 VMs. Sessions ping after 10 s without traffic (the default 30 s
+session timeout): listed apart, as pings are not in the measured mix. Ceiling: {where}.{today} Not measured:
+a fleet of this size.
 
-| VMs per group | groups | events/s | writes/s | requests/s from view reads | pings/s |
-|---|---|---|---|---|---|
-{chr(10).join(rows)}
+{_FLEET_HEAD}
+{chr(10).join(lines)}
+"""
 
-Writes and pings stay small. The view reads are the cost that grows: this model multiplies each agent's
-reads by the group's size, because every agent of a group re-reads the lists on every change it is told
-of. ZooKeeper's overview reports throughputs in the tens of thousands of requests a second for small
-ensembles (not measured here), which puts a fleet of 10,000 VMs in groups of 10 within one ensemble's
-reach in its busiest hour, and groups of 100 at its edge. What this model says to build next for large
-groups: re-read only the lists whose watches fired, as the records already are.
+
+_FLEET_HEAD = (
+    "| VMs per event | VMs per group | inputs | requests per agent per change | changes per event | groups | "
+    "events/s per group | requests/s per group | requests/s, fleet | pings/s, fleet | fraction of the ceiling | "
+    "target: under 10 % | ceiling that would meet it |\n" + "|---" * 13 + "|")
+_CEILING_HEAD = (
+    "| offered (requests/s) | achieved (requests/s) | p50 (ms) | p99 (ms) | writes p50 (ms) | writes p99 (ms) | "
+    "watch notifications received/s | CPU cores: ZooKeeper, 3 servers (leader) | CPU cores: {workers} workers | "
+    "CPU cores: machine, every process | CPU cores: others | load average (1 min), read during the step | "
+    "meets the ceiling's conditions |\n" + "|---" * 13 + "|")
+
+
+def _fleet_line(row: FleetRow) -> str:
+    i = row.inputs
+    if row.fraction_of_ceiling is None:
+        fraction, target = "-", "not measured"
+    else:
+        fraction = f"{100 * row.fraction_of_ceiling:.0f} %"
+        target = _met(row.fraction_of_ceiling < 0.10)
+    return (f"| {row.event_vms} | {i.size} | {'measured' if i.measured else 'assumed'} | "
+            f"{i.requests_per_agent_per_change:.1f} | {row.changes_per_event:.0f} | {row.groups} | "
+            f"{row.events_per_s_group:.4f} | {row.requests_per_s_group:.1f} | {row.requests_per_s_fleet:.0f} | "
+            f"{row.pings_per_s_fleet:.0f} | {fraction} | {target} | {10 * row.requests_per_s_fleet:.0f} |")
+
+
+def _render_ceiling(entry: dict[str, Any]) -> str:
+    r = entry["result"]
+    lines = []
+    for step in r["steps"]:
+        cpu = step["cpu_cores"]
+        zk = sum(v for k, v in cpu.items() if k.startswith("zookeeper"))
+        leader = next((v for k, v in cpu.items() if k.endswith("(leader)")), float("nan"))
+        workers = sum(v for k, v in cpu.items() if k.startswith("worker"))
+        machine = cpu.get("machine (every process)", float("nan"))
+        ok = passes(step, p99_limit_ms=r["p99_limit_ms"], tolerance=r["tolerance"])
+        lines.append(
+            f"| {step['offered']:.0f} | {step['achieved']:.0f} | {step['p50_ms']:.1f} | {step['p99_ms']:.1f} | "
+            f"{step['write_p50_ms']:.1f} | {step['write_p99_ms']:.1f} | {step['watch_events_per_s']:.0f} | "
+            f"{zk:.2f} ({leader:.2f}) | {workers:.2f} | {machine:.2f} | {machine - zk - workers:.2f} | "
+            f"{', '.join(step['loadavg_1min'])} | {'yes' if ok else 'no'} |")
+    sent = r["mix_sent"]
+    total = sum(sent.values()) or 1
+    mix = "\n".join(f"| {kind} | {r['mix'][kind] / 10:.1f} % | {100 * sent.get(kind, 0) / total:.1f} % |"
+                    for kind in r["mix"])
+    ratio = r["mix_ratio"]
+    ceiling = r["ceiling"]
+    said = (f"**{ceiling:.0f} requests/s**" if ceiling is not None else "**not reached**: no step met both conditions")
+    stopped = f" The ramp stopped {r['stopped']}." if r.get("stopped") else ""
+    notes = "".join(f"\n- {note}" for note in entry.get("notes", []))
+    return f"""## The ceiling of a three-node ensemble for the agents' request mix
+
+A three-node ZooKeeper ensemble on loopback (`LocalEnsemble`, ZooKeeper's defaults, each JVM
+`-Xmx256m -XX:+UseSerialGC`), {r['groups']} groups of {r['group_size']} VMs laid out as the product lays them
+out ({r['events_per_group']} event records per group, with `acks`, `admitted` and `approval`), driven by
+**{r['sessions']} kazoo sessions in {r['workers']} worker processes** (one session per VM, each group's sessions
+spread over every worker), open loop: each worker sends its share of the offered rate on a fixed schedule
+whatever the answers. Warm-up {r['warmup_seconds']:.0f} s, then steps of {r['step_seconds']:.0f} s. Latency: from
+the request handed to kazoo to its completion callback in the worker (so the generator's own queueing is
+in it). The ceiling is the highest offered rate of a step whose p99 is at most {r['p99_limit_ms']:.0f} ms and whose
+achieved rate (answers received within the step / its length) is within {100 * r['tolerance']:.0f} % of the
+offered rate: {said}.{stopped} {_stamp(entry)}
+
+{_CEILING_HEAD.format(workers=r['workers'])}
+{chr(10).join(lines)}
+
+The mix, as configured (`MIX` in `bench/zk_ceiling.py`) and as sent over the steps: reads with a watch
+{100 * ratio['reads']:.1f} %, writes {100 * ratio['writes']:.1f} %.
+
+| request | configured | sent |
+|---|---|---|
+{mix}
+{notes}
 """
 
 
@@ -396,6 +480,13 @@ def main() -> int:
     parser.add_argument("--headline-time-scale", type=float, default=60.0,
                         help="time scale of the headline story's notices (default 60)")
     parser.add_argument("--headline-steps", default=",".join(STEPS), help="the headline story's steps")
+    parser.add_argument("--ceiling-workers", type=int, default=4, help="processes of the ceiling's sessions")
+    parser.add_argument("--ceiling-sessions", type=int, default=200, help="kazoo sessions of the ceiling section")
+    parser.add_argument("--ceiling-group-size", type=int, default=100, help="VMs (sessions) per group, ceiling")
+    parser.add_argument("--ceiling-rates", default="250,500,750,1000,1500,2000,3000,4000,6000",
+                        help="offered requests/s of the ceiling's steps")
+    parser.add_argument("--ceiling-step-seconds", type=float, default=15.0, help="seconds per ceiling step")
+    parser.add_argument("--ceiling-p99-ms", type=float, default=100.0, help="p99 limit of a step under the ceiling")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     if args.quick:
@@ -412,6 +503,17 @@ def main() -> int:
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
         args.output.write_text(render(results))
 
+    if "ceiling" in sections:
+        print("bench: the ceiling of a three-node ensemble ...", flush=True)
+        with tempfile.TemporaryDirectory(prefix="coordinator-bench-ceiling-") as work:
+            rates = tuple(float(x) for x in args.ceiling_rates.split(",") if x)
+            if args.quick:
+                rates, args.ceiling_step_seconds = rates[:3], 5.0
+            ceiling = bench_ceiling(Path(work), workers=args.ceiling_workers, sessions=args.ceiling_sessions,
+                                   group_size=args.ceiling_group_size, rates=rates,
+                                   step_seconds=args.ceiling_step_seconds, p99_limit_ms=args.ceiling_p99_ms)
+        results["ceiling"] = {**stamp, "result": ceiling, "notes": results.get("ceiling", {}).get("notes", [])}
+        save()
     if "decide" in sections:
         print("bench: decision function ...", flush=True)
         results["decide"] = {**stamp, "repeat": repeat, "rows": bench_decide(repeat)}

@@ -1,0 +1,92 @@
+"""The fleet model is a pure function of the ensemble's ceiling and of what a change costs each agent; the
+ceiling is read off the ramp's steps by a stated rule."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.fleet import ASSUMED, GroupInputs, fleet_inputs, fleet_model  # noqa: E402
+from bench.run import render  # noqa: E402
+from bench.zk_ceiling import Histogram, ceiling_of, mix_ratio  # noqa: E402
+
+
+def test_busiest_hour_of_groups_of_100() -> None:
+    (row,) = fleet_model(10_000.0, [GroupInputs(100, 2.0, 12.0)], event_vms=(2,))
+    # 100 VMs, two per event, in one hour: 50 events; each makes 12 changes, read by 100 agents twice, plus
+    # its write.
+    assert row.groups == 100
+    assert row.events_per_s_group == pytest.approx(50 / 3600)
+    assert row.requests_per_s_group == pytest.approx(50 / 3600 * 12 * (100 * 2 + 1))
+    assert row.requests_per_s_fleet == pytest.approx(100 * row.requests_per_s_group)
+    assert row.pings_per_s_fleet == pytest.approx(10_000 / 10)
+    assert row.fraction_of_ceiling == pytest.approx(row.requests_per_s_fleet / 10_000.0)
+
+
+def test_a_freeze_on_ten_vms_adds_four_changes_per_vm() -> None:
+    two, ten = fleet_model(1000.0, [GroupInputs(200, 2.0, 12.0)], event_vms=(2, 10))
+    assert (two.changes_per_event, ten.changes_per_event) == (12.0, 44.0)
+    assert ten.events_per_s_group == pytest.approx(200 / 10 / 3600)
+
+
+def test_without_a_ceiling_there_is_no_fraction() -> None:
+    assert all(row.fraction_of_ceiling is None for row in fleet_model(None, ASSUMED))
+
+
+def test_inputs_come_from_results_when_measured_and_are_labelled_assumed_otherwise() -> None:
+    results: dict[str, Any] = {"groups": {"result": {"sizes": {
+        "100": {"requests_per_agent_per_change": 1.8, "changes_per_event": 11.0}}}}}
+    by_size = {i.size: i for i in fleet_inputs(results)}
+    assert by_size[100] == GroupInputs(100, 1.8, 11.0, 2, measured=True)
+    assert not by_size[10].measured and not by_size[200].measured
+    assert by_size[200].requests_per_agent_per_change == 2.0
+    assert not any(i.measured for i in fleet_inputs({}))
+
+
+def test_the_ceiling_is_the_highest_step_with_a_low_p99_and_the_offered_rate_achieved() -> None:
+    steps = [{"offered": 500, "achieved": 500, "p99_ms": 20.0},
+             {"offered": 1000, "achieved": 990, "p99_ms": 60.0},
+             {"offered": 2000, "achieved": 1800, "p99_ms": 40.0},  # 10 % short of the offered rate
+             {"offered": 3000, "achieved": 3000, "p99_ms": 400.0}]
+    assert ceiling_of(steps, p99_limit_ms=100.0) == 1000
+    assert ceiling_of(steps, p99_limit_ms=50.0) == 500
+    assert ceiling_of(steps[3:], p99_limit_ms=100.0) is None
+
+
+def test_histogram_percentiles_are_within_a_bucket_and_merge() -> None:
+    a, b = Histogram(), Histogram()
+    for ms in range(1, 101):
+        (a if ms % 2 else b).add(float(ms))
+    merged = Histogram.from_json(a.to_json())
+    merged.merge(b)
+    assert merged.count == 100
+    assert merged.percentile(0.5) == pytest.approx(50.0, rel=0.021)
+    assert merged.percentile(0.99) == pytest.approx(99.0, rel=0.021)
+    assert math.isnan(Histogram().percentile(0.5))
+
+
+def test_mix_ratio() -> None:
+    ratio = mix_ratio({"getData /events/{id}": 97, "setData /events/{id}": 3})
+    assert ratio == {"reads": 0.97, "writes": 0.03}
+
+
+def test_the_report_says_the_ceiling_and_the_fraction() -> None:
+    step = {"offered": 1000.0, "achieved": 1000.0, "p50_ms": 2.0, "p99_ms": 30.0, "write_p50_ms": 5.0,
+            "write_p99_ms": 40.0, "watch_events_per_s": 300.0, "loadavg_1min": ["1.50"],
+            "cpu_cores": {"zookeeper 1 (leader)": 0.2, "worker 0": 0.3, "machine (every process)": 1.0}}
+    ceiling = {"date": "2026-01-01", "command": "c", "machine": "m", "result": {
+        "ensemble": 3, "workers": 4, "sessions": 200, "group_size": 100, "groups": 2, "events_per_group": 4,
+        "step_seconds": 15.0, "warmup_seconds": 10.0, "p99_limit_ms": 100.0, "tolerance": 0.05,
+        "mix": {"getData /events/{id}": 970, "setData /events/{id}": 30},
+        "mix_sent": {"getData /events/{id}": 97, "setData /events/{id}": 3},
+        "mix_ratio": {"reads": 0.97, "writes": 0.03}, "steps": [step], "stopped": "", "ceiling": 1000.0}}
+    text = render({"ceiling": ceiling})
+    assert "**1000 requests/s**" in text and "200 kazoo sessions in 4 worker processes" in text
+    assert "| 2 | 100 | assumed | 2.0 | 12 | 100 | 0.0139 | 33.5 | 3350 | 1000 | 335 % | not met | 33500 |" in text
