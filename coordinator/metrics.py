@@ -44,7 +44,7 @@ APPROVAL_REASONS = ("after_drain", "immediately")
 _BLOCKED_PREFIXES: tuple[tuple[str, str], ...] = (
     ("approvals paused", "paused"),
     ("outside the maintenance window", "outside_window"),
-    ("not admitted by the maintenance budget", "not_admitted"),
+    ("not admitted", "not_admitted"),
     ("maintenance budget", "budget"),
     ("it would leave no VM serving (not confirmed in rotation", "peer_not_serving"),
     ("it would leave no VM serving", "budget"),
