@@ -354,3 +354,12 @@ def test_an_approved_event_that_comes_back_started_under_a_new_id_is_one_change(
     bench.run(40, until=lambda: E2 in bench.group.events)
     bench.run(5)
     assert value(vm0, "coordinator_event_id_changes_total") == 1
+
+
+def test_counters_the_alert_rules_take_increase_of_start_at_zero() -> None:
+    # A series first scraped at 1 has no increase(): one failed drain would never fire CoordinatorDrainFailed.
+    get = Metrics(CollectorRegistry()).registry.get_sample_value
+    for stage in ("imds", "store", "action", "state", "bug"):
+        assert get("coordinator_errors_total", {"stage": stage}) == 0, stage
+    for outcome in ("posted", "refused", "fenced", "failed", "unknown"):
+        assert get("coordinator_approvals_total", {"outcome": outcome}) == 0, outcome
