@@ -453,6 +453,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         # listed (groups whose IMDS shows each VM only the events naming it).
         known = {**_from_store(cluster, snap, policy), **by_key} if policy.budgeted else by_key
         wait_slot: dict[str, str] = {}
+        budget_view: dict[str, str] | None = None  # a member's own reckoning of the leader's admissions
         if doc is not None and policy.budgeted and cluster.i_am_leader:
             admit, wait_slot = _admissions(known, cluster, snap, policy)
         flight = _in_flight(known, cluster, snap, policy) if policy.budgeted else {}
@@ -478,8 +479,14 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
             approver, as_leader = choose_approver(ev.resources, cluster, policy.approver)
             approvers[ev.key] = approver or ""
             reasons = _approval_blockers(ev, record, ev.key in admit, ack, snap, cluster, policy)
-            if ev.key in wait_slot and reasons:
-                reasons = (wait_slot[ev.key], *[r for r in reasons if not r.startswith("not admitted")])
+            if _NOT_ADMITTED in reasons:
+                if cluster.i_am_leader and ev.key in wait_slot:
+                    why: str | None = wait_slot[ev.key]
+                else:
+                    if budget_view is None:
+                        budget_view = _admissions(known, cluster, snap, policy)[1] if not cluster.i_am_leader else {}
+                    why = _not_admitted_because(ev, reasons, budget_view, cluster, snap, policy)
+                reasons = tuple(r for r in ((why if r == _NOT_ADMITTED else r) for r in reasons) if r is not None)
             if approver is None:
                 reasons += ("no live agent named in Resources and no leader",)
             if not reasons and policy.budgeted:
@@ -667,7 +674,7 @@ def _approval_blockers(
         reasons.append("its record is marked done: reopened by the leader first")
     if ev.rule is ApprovalRule.AFTER_DRAIN:
         if policy.budgeted and record.admitted_at is None and not admitting_now:
-            reasons.append("not admitted by the maintenance budget yet")
+            reasons.append(_NOT_ADMITTED)  # replaced by its cause (``_not_admitted_because``)
         acking = set(acking_now)
         for vm in ev.resources:
             acked = vm in record.acks or (vm == snap.me and ev.key in acking)
@@ -677,6 +684,33 @@ def _approval_blockers(
     if cluster.connection is not ConnectionState.CONNECTED:
         reasons.append(f"ZooKeeper connection {cluster.connection.value}")
     return tuple(reasons)
+
+
+_NOT_ADMITTED = "not admitted yet"
+
+
+def _not_admitted_because(
+    ev: _Event, reasons: tuple[str, ...], budget_view: Mapping[str, str], cluster: ClusterView, snap: Snapshot,
+    policy: Policy,
+) -> str | None:
+    """Why the leader has not admitted ``ev`` into the budget, as far as this agent can tell (None: the
+    other reasons already say it). The leader itself says why from its own admissions (the budget);
+    another member reckons them from its own view: what it cannot see is whether the leader has read
+    the event from IMDS yet."""
+    others = [r for r in reasons if r != _NOT_ADMITTED]
+    if not _approvable(ev, cluster, snap, policy):
+        # Outside the maintenance windows, or a VM it names runs no agent: said by the other reasons.
+        return None if others else "not admitted: it cannot be approved early now"
+    lead = policy.lead_time
+    if lead is not None and ev.not_before is not None and snap.now < ev.not_before - lead:
+        return f"not admitted before {lead:g} s ahead of NotBefore (drain.lead_time_seconds)"
+    if cluster.leader is None:
+        return "not admitted: no leader to admit it"
+    if cluster.i_am_leader:
+        return _NOT_ADMITTED
+    if ev.key is not None and ev.key in budget_view:
+        return budget_view[ev.key]  # the budget is full: the leader's reason, as this agent reckons it
+    return f"not admitted by the leader {cluster.leader} yet (the budget has room for it)"
 
 
 def _hold_terminate_batches(

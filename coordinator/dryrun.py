@@ -6,6 +6,10 @@ agent only observes counts as running no agent), writes nothing to ZooKeeper (no
 layout) or to its state file, POSTs nothing, and its actions only log. Its health probe keeps the
 answer the VM had: 200, unless the state file says that a real agent left the VM drained (then 503,
 until an agent that is not dry-run recovers it). Observing never moves a VM in or out of rotation.
+
+Since nothing is written, the decision plans the same writes again every cycle (the view never shows
+them done). Each "would ..." line is said once, when the action becomes planned: again only if its
+words change, or after a cycle that did not plan it (``Planned``).
 """
 
 from __future__ import annotations
@@ -29,9 +33,29 @@ from coordinator.store.base import (
     WriteResult,
 )
 
-__all__ = ["DryRunImds", "DryRunStateFile", "DryRunStore", "probe_serving_at_start"]
+__all__ = ["DryRunImds", "DryRunStateFile", "DryRunStore", "Planned", "probe_serving_at_start"]
 
 log = logging.getLogger(__name__)
+
+
+class Planned:
+    """What a dry run would do, said once per planned action rather than every cycle.
+
+    ``say(key, message)`` logs ``message`` unless the previous cycle said the same for ``key``;
+    ``next_cycle()`` starts a cycle. An action planned cycle after cycle is said once; one that changes
+    (its events, its required acks) or comes back after a cycle without it is said again."""
+
+    def __init__(self) -> None:
+        self._previous: dict[tuple[str, str], str] = {}
+        self._current: dict[tuple[str, str], str] = {}
+
+    def next_cycle(self) -> None:
+        self._previous, self._current = self._current, {}
+
+    def say(self, key: tuple[str, str], message: str) -> None:
+        if self._previous.get(key) != message and self._current.get(key) != message:
+            log.info("dry-run: %s", message)
+        self._current[key] = message
 
 
 def probe_serving_at_start(state_file: StateFile) -> bool:
@@ -66,6 +90,7 @@ class DryRunStore:
     def __init__(self, inner: Store) -> None:
         self._inner = inner
         self._would_ack: dict[str, tuple[str, float]] = {}  # event id -> (vm, at): shown in read_view
+        self.planned = Planned()
 
     def start(self) -> None:
         self._inner.start()
@@ -102,6 +127,7 @@ class DryRunStore:
 
     def read_view(self, vm: str) -> ClusterView:
         view = self._inner.read_view(vm)
+        self.planned.next_cycle()  # one view per cycle, read before the cycle's writes are planned
         # Pretend to be a member, and to have acknowledged what it would have, so that the decisions
         # logged are the ones this VM's agent would make.
         records = dict(view.records)
@@ -112,16 +138,16 @@ class DryRunStore:
                            view.absent_since)
 
     def publish_event(self, record: EventRecord) -> WriteResult:
-        log.info("dry-run: would publish event %s", record.event_id)
+        self.planned.say(("publish", record.event_id), f"would publish event {record.event_id}")
         return WriteResult.DONE
 
     def acknowledge(self, event_id: str, vm: str, at: float) -> WriteResult:
-        log.info("dry-run: would acknowledge event %s for %s", event_id, vm)
+        self.planned.say(("ack", event_id), f"would acknowledge event {event_id} for {vm}")
         self._would_ack[event_id] = (vm, at)
         return WriteResult.DONE
 
     def withdraw_ack(self, event_id: str, vm: str) -> WriteResult:
-        log.info("dry-run: would withdraw the ack of %s for event %s", vm, event_id)
+        self.planned.say(("ack", event_id), f"would withdraw the ack of {vm} for event {event_id}")
         self._would_ack.pop(event_id, None)
         return WriteResult.DONE
 
@@ -129,7 +155,8 @@ class DryRunStore:
         self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float,
         admission: bool = False,
     ) -> ApprovalResult:
-        log.info("dry-run: would approve event %s (required acks: %s)", event_id, ",".join(required))
+        self.planned.say(("approve", event_id),
+                         f"would approve event {event_id} (required acks: {','.join(required) or '-'})")
         return ApprovalResult(ApprovalOutcome.REFUSED, "dry-run")
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
@@ -148,11 +175,11 @@ class DryRunStore:
         return WriteResult.DONE
 
     def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
-        log.info("dry-run: would mark %s out of rotation for %s", vm, ",".join(events) or "-")
+        self.planned.say(("rotation", vm), f"would mark {vm} out of rotation for {','.join(events) or '-'}")
         return WriteResult.DONE
 
     def clear_out(self, vm: str) -> WriteResult:
-        log.info("dry-run: would mark %s back in rotation", vm)
+        self.planned.say(("rotation", vm), f"would mark {vm} back in rotation")
         return WriteResult.DONE
 
     def purge_done(self, older_than: float) -> int:

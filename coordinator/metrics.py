@@ -20,8 +20,10 @@ from coordinator.models import EventStatus, EventType
 from coordinator.store.base import ConnectionState
 
 __all__ = [
+    "APPROVAL_OUTCOMES",
     "APPROVAL_REASONS",
     "BLOCKED_REASONS",
+    "ERROR_STAGES",
     "EventCollector",
     "EventRow",
     "Metrics",
@@ -32,6 +34,11 @@ __all__ = [
 
 _KNOWN_TYPES = frozenset(t.value for t in EventType)
 _KNOWN_STATUSES = frozenset(s.value for s in EventStatus)
+
+#: Every value of the ``stage`` label of ``coordinator_errors_total``.
+ERROR_STAGES = ("imds", "store", "action", "state", "bug")
+#: Every value of the ``outcome`` label of ``coordinator_approvals_total``.
+APPROVAL_OUTCOMES = ("posted", "refused", "fenced", "failed", "unknown")
 
 #: Why this group approved an event: its rule was after-drain (every VM acknowledged) or immediately.
 APPROVAL_REASONS = ("after_drain", "immediately")
@@ -44,7 +51,7 @@ APPROVAL_REASONS = ("after_drain", "immediately")
 _BLOCKED_PREFIXES: tuple[tuple[str, str], ...] = (
     ("approvals paused", "paused"),
     ("outside the maintenance window", "outside_window"),
-    ("not admitted by the maintenance budget", "not_admitted"),
+    ("not admitted", "not_admitted"),
     ("maintenance budget", "budget"),
     ("it would leave no VM serving (not confirmed in rotation", "peer_not_serving"),
     ("it would leave no VM serving", "budget"),
@@ -306,6 +313,12 @@ class Metrics:
         registry.register(self.http_closed)
         self._acked_drain: float | None = None
         self._blocked_counts: dict[str, int] = {}
+        # Counters the alert rules take increase() of start at 0: a series first seen at 1 has no increase,
+        # and a single failed drain would never fire CoordinatorDrainFailed.
+        for stage in ERROR_STAGES:
+            self.errors.labels(stage)
+        for outcome in APPROVAL_OUTCOMES:
+            self.approvals.labels(outcome)
         for state in ConnectionState:
             self.zk_state.labels(state.value)
         for phase in Phase:

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Install everything the demo and the tests use, on a fresh Debian machine (as root, or with sudo):
-# Java and ZooKeeper, HAProxy and socat, Prometheus (for promtool), systemd-analyze and shellcheck (to check
-# the systemd kit), and a virtualenv (.venv) holding the project with its test dependencies. Safe to run
-# again: it installs only what is missing.
+# Java and ZooKeeper (with Netty, for TLS), HAProxy and socat, openssl, Prometheus (promtool and the
+# server) and Alertmanager, systemd-analyze and shellcheck (to check the systemd kit), a virtualenv (.venv)
+# holding the project with its test dependencies, and the docker-compose binary (to validate
+# docker-compose.yml). Safe to run again: it installs only what is missing. It starts nothing itself
+# (the demo and the tests start their own servers and stop them); where systemd runs, Debian's packages
+# start the services they ship: zookeeper is not one, haproxy, prometheus and prometheus-alertmanager are
+# (`systemctl disable --now haproxy prometheus prometheus-alertmanager` if unwanted).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +17,9 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
 command -v socat >/dev/null 2>&1 || need_apt+=(socat)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # throw-away certificates for ZooKeeper over TLS
-command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)  # promtool: checks and tests of the alert rules
+command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 \
+    || need_apt+=(prometheus)  # promtool checks the alert rules; the server runs them in the alerts test
+command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)  # delivers them
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)  # verify and score deploy/systemd/coordinator.service
 command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)  # lint deploy/systemd/install.sh
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
@@ -55,4 +61,4 @@ if [ ! -x .venv/tools/docker-compose ]; then
     chmod +x .venv/tools/docker-compose
     rm -rf "$tmp"
 fi
-echo "setup: ready (java: $(command -v java), zookeeper: /usr/share/java/zookeeper.jar, haproxy: $(command -v haproxy), promtool: $(command -v promtool), systemd-analyze: $(command -v systemd-analyze))"
+echo "setup: ready (java: $(command -v java), zookeeper: /usr/share/java/zookeeper.jar, haproxy: $(command -v haproxy), promtool: $(command -v promtool), alertmanager: $(command -v prometheus-alertmanager), systemd-analyze: $(command -v systemd-analyze))"

@@ -73,6 +73,7 @@ class DryRunAction:
     def __init__(self, inner: Action) -> None:
         self._inner = inner
         self.name = inner.name
+        self.recover_after_probe = bool(getattr(inner, "recover_after_probe", False))
 
     def drain(self, ctx: ActionContext) -> None:
         log.info("dry-run: would drain %s via %s for %s", ctx.vm, self.name, ctx.event_ids)
@@ -124,5 +125,10 @@ def run_recover(
     actions: Sequence[Action], ctx: ActionContext, *, timings: ActionTimings | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Run every action's recover in reverse order; stop at the first failure."""
-    _run(list(reversed(actions)), ctx, "recover", timings, clock)
+    """Run every action's recover in reverse order; stop at the first failure. An action with a true
+    ``recover_after_probe`` attribute recovers last, after the health probe (always the first action,
+    so the last to recover otherwise): a load balancer whose own check of the VM is that probe (HAProxy)
+    is put back only once the probe serves."""
+    backwards = list(reversed(actions))
+    late = [a for a in backwards if getattr(a, "recover_after_probe", False)]
+    _run([a for a in backwards if a not in late] + late, ctx, "recover", timings, clock)

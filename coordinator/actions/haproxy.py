@@ -7,7 +7,12 @@ rotation before maintenance and put it back afterwards:
 * drain: ``set server B/S state drain`` (no new sessions; existing ones finish), then poll ``show stat``
   until the server's current sessions (``scur``) reach 0 or ``drain_timeout`` passes, then optionally
   ``set server B/S state maint``;
-* recover: ``set server B/S state ready``.
+* recover: once the VM's own probe serves again (``recover_after_probe``: the agent recovers this action
+  after the probe), out of maintenance into ``drain`` (health checks run again), then wait until HAProxy's
+  health checks report the server up, then ``set server B/S state ready``. Setting it ready while its
+  checks still fail would leave it down (HAProxy warns of exactly that); the wait is bounded by
+  ``recover_timeout``, after which it is set ready all the same, with a warning: a server is never left
+  in drain or maintenance by a recovery.
 
 Runtime API reference: https://docs.haproxy.org/2.6/management.html#9.3 (``set server``, ``show stat``,
 ``show servers state``). ``show stat <proxy> <type> <sid>`` with a proxy name needs HAProxy 1.8 or later.
@@ -46,6 +51,9 @@ _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 _ADMF_MAINT = 0x23
 _ADMF_DRAIN = 0x18
 _OPERATIONAL = {0: "stopped", 1: "starting", 2: "running", 3: "stopping"}
+
+#: ``show stat`` statuses of a server whose health checks pass (or that has none), whatever its admin state.
+_CHECKS_UP = frozenset({"UP", "DRAIN", "no check"})
 
 _MAX_ANSWER = 16 * 1024 * 1024  # "show stat" of a large configuration is a few MB at most
 
@@ -286,7 +294,10 @@ class HAProxyAction:
     (and the server stays draining). A server already in maintenance is not moved back to drain: that
     would reopen it to persistent sessions.
 
-    recover: ``state ready``; a warning is logged if health checks report the server down.
+    recover: out of maintenance into drain, wait (at most ``recover_timeout`` seconds, polling every
+    ``poll_interval``) until HAProxy's health checks report the server up, then ``state ready``; a warning
+    is logged if they still report it down then. Recovered after the health probe (``recover_after_probe``):
+    HAProxy's check of the server is commonly that probe.
 
     Both are idempotent. Any runtime API failure raises ``ActionError`` at once; nothing is retried
     here (the agent retries recovery, and an unfinished drain is never acknowledged).
@@ -302,6 +313,7 @@ class HAProxyAction:
         use_maint: bool = False,
         poll_interval: float = 1.0,
         fail_on_timeout: bool = False,
+        recover_timeout: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         name: str = "haproxy",
@@ -310,6 +322,8 @@ class HAProxyAction:
         _check_name("server", server)
         if not (drain_timeout >= 0 and math.isfinite(drain_timeout)):
             raise ValueError(f"drain_timeout must be a non-negative number, got {drain_timeout!r}")
+        if not (recover_timeout >= 0 and math.isfinite(recover_timeout)):
+            raise ValueError(f"recover_timeout must be a non-negative number, got {recover_timeout!r}")
         if not (poll_interval > 0 and math.isfinite(poll_interval)):
             raise ValueError(f"poll_interval must be a positive number, got {poll_interval!r}")
         self.name = name
@@ -320,8 +334,13 @@ class HAProxyAction:
         self._use_maint = use_maint
         self._poll_interval = float(poll_interval)
         self._fail_on_timeout = fail_on_timeout
+        self._recover_timeout = float(recover_timeout)
         self._clock = clock
         self._sleep = sleep
+
+    #: Recovered after the VM's health probe serves again (see ``coordinator.actions.base.run_recover``):
+    #: HAProxy's health check of the server is commonly that probe, and must pass before the server is ready.
+    recover_after_probe = True
 
     @property
     def target(self) -> str:
@@ -372,9 +391,35 @@ class HAProxyAction:
             self._sleep(min(self._poll_interval, deadline - now))
 
     def recover(self, ctx: ActionContext) -> None:
-        self._runtime.set_state(self._backend, self._server, "ready")
         state = self._runtime.server_state(self._backend, self._server)
-        if state.operational == "stopped":
-            log.warning("haproxy %s set to ready but its health checks report it down (vm=%s)", self.target, ctx.vm)
+        if state.admin == "maint":
+            # Health checks do not run in maintenance: drain lets them run, still without new sessions.
+            self._runtime.set_state(self._backend, self._server, "drain")
+            log.info("haproxy %s out of maintenance, draining until its health checks pass (vm=%s)",
+                     self.target, ctx.vm)
+        status = self._wait_for_checks(ctx) if state.admin != "ready" else ""
+        self._runtime.set_state(self._backend, self._server, "ready")
+        if status and status not in _CHECKS_UP:
+            log.warning("haproxy %s set to ready although its health checks still report it %s after %g s "
+                        "(vm=%s): HAProxy routes to it once they pass", self.target, status, self._recover_timeout,
+                        ctx.vm)
         else:
-            log.info("haproxy %s set to ready (vm=%s, %s)", self.target, ctx.vm, state.operational)
+            log.info("haproxy %s set to ready (vm=%s)", self.target, ctx.vm)
+
+    def _wait_for_checks(self, ctx: ActionContext) -> str:
+        """Until HAProxy's health checks report the server fully up, or ``recover_timeout`` passes; returns
+        the last ``status`` of ``show stat``. Leaving maintenance, HAProxy counts a server up on no check at
+        all ("DRAIN 1/2": one failed check from down): only a passing check makes it "DRAIN" or "UP"."""
+        started = self._clock()
+        deadline = started + self._recover_timeout
+        while True:
+            status = self._runtime.server_stats(self._backend, self._server).get("status", "")
+            now = self._clock()
+            if status in _CHECKS_UP:
+                log.info("haproxy %s: health checks report it up after %.1f s (vm=%s)", self.target,
+                         now - started, ctx.vm)
+                return status
+            if now >= deadline:
+                return status
+            log.debug("haproxy %s: %s, waiting for its health checks (vm=%s)", self.target, status, ctx.vm)
+            self._sleep(min(self._poll_interval, deadline - now))

@@ -9,10 +9,10 @@ read, the approver's leadership, the absences (their ages from ``absent/{vm}``),
 agent answered, what each says its phase is (standing in for the probes of ``confirm_peers_by_probe``:
 "serving" is in rotation). The approver's own local state is taken as serving, so that the reasons come
 from ZooKeeper's state alone and never from an acknowledgement the approver is about to write. The
-reasons are the strings the agents log and show in their ``/status`` ("vm1 has not acknowledged", "not
-admitted by the maintenance budget yet", ...). When the approver is not the leader, the admission reason
-is completed with the leader's: ``decide`` from the leader's perspective says why it does not admit the
-event (the budget), or that it admits it now.
+reasons are the strings the agents log and show in their ``/status`` ("vm1 has not acknowledged",
+"maintenance budget: 1 event(s) in maintenance (E1)", ...). When the approver is not the leader, the
+admission reason it reckons is replaced by the leader's: ``decide`` from the leader's perspective says why
+it does not admit the event (the budget, a lead time), or that it admits it now.
 
 What ZooKeeper does not hold, and is therefore assumed: the event's ``EventSource`` and
 ``DurationInSeconds`` (a ``User`` rule or ``freeze_immediately_below_seconds`` cannot be applied), the
@@ -67,7 +67,9 @@ __all__ = ["NOT_ADMITTED", "STUCK_AFTER", "build_status", "event_statuses"]
 
 log = logging.getLogger(__name__)
 
-NOT_ADMITTED = "not admitted by the maintenance budget yet"
+NOT_ADMITTED = "not admitted yet"
+# The reasons about the leader's admission: its cause when known (the budget, no leader, a lead time).
+_ADMISSION = ("not admitted", "maintenance budget:", "it would leave no VM serving")
 #: An event still not done this long after it could start (approved, or NotBefore passed), an ack standing
 #: this long after its event was done, a VM out of rotation for ``OUT_LONG``: shown as needing attention.
 STUCK_AFTER = 1800.0
@@ -324,20 +326,21 @@ def _reasons(record: EventRecord, read: GroupRead, policy: Policy, approver: str
     else:
         reasons = list(plan.blocked.get(key, ()))
         leader_plan = plans.get(view.leader) if view.leader is not None else None
-        if NOT_ADMITTED in reasons and leader_plan is not None and leader_plan is not plan:
-            index = reasons.index(NOT_ADMITTED)
+        index = next((i for i, r in enumerate(reasons) if r.startswith(_ADMISSION)), None)
+        if index is not None and leader_plan is not None and leader_plan is not plan:
+            # The approver reckons the leader's admissions; the leader's own plan says it for sure.
             if key in leader_plan.admit:
-                reasons[index] = f"{NOT_ADMITTED} (the leader {view.leader} admits it now)"
+                reasons[index] = f"not admitted yet (the leader {view.leader} admits it on its next cycle)"
             else:
-                why = leader_plan.blocked.get(key, ())
-                if why and not why[0].startswith("not admitted") and why[0] not in reasons:
-                    reasons[index] = f"{NOT_ADMITTED}: {why[0]}"
+                why = [r for r in leader_plan.blocked.get(key, ()) if r.startswith(_ADMISSION)]
+                if why and why[0] not in reasons:
+                    reasons[index] = why[0]
         if approver is None and not reasons:
             reasons.append("no live agent named in Resources and no leader")
     not_before = record.not_before
     lead = policy.lead_time
     if (reasons and lead is not None and not_before is not None and record.admitted_at is None
-            and read.read_at < not_before - lead):
+            and read.read_at < not_before - lead and not any("lead_time_seconds" in r for r in reasons)):
         reasons.append(f"drains no earlier than {lead:g} s before NotBefore (drain.lead_time_seconds)")
     if reasons and not_before is not None and _never_early(reasons, policy, record):
         reasons.append("waiting for NotBefore: it starts then without an approval")

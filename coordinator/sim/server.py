@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
@@ -52,6 +52,7 @@ from coordinator.sim.schema import (
     SkipIncarnationRequest,
     parse,
 )
+from coordinator.support.quiethttp import QuietThreadingHTTPServer
 from coordinator.support.ratelimit import RateLimiter
 
 __all__ = ["DEFAULT_RATE_LIMIT", "SimulatorServer", "format_url"]
@@ -72,8 +73,7 @@ def format_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(QuietThreadingHTTPServer):  # a client hanging up is a debug line, not a traceback
     allow_reuse_address = True
 
     def __init__(

@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from coordinator.support.quiethttp import QuietThreadingHTTPServer
 
 __all__ = ["main"]
 
@@ -40,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         def log_message(self, format: str, *a: Any) -> None:
             return
 
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
-    server.daemon_threads = True
+    server = QuietThreadingHTTPServer((args.host, args.port), Handler)  # a client hanging up is no traceback
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         server.serve_forever()

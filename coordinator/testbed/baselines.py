@@ -29,6 +29,8 @@ from typing import Any
 
 import httpx
 
+from coordinator.support.quiethttp import QuietThreadingHTTPServer
+
 __all__ = ["STRATEGIES", "BaselineAgent", "main"]
 
 STRATEGIES = ("self-approve", "wait")
@@ -104,8 +106,7 @@ def _serve_probe(agent: BaselineAgent, port: int) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Probe)
-    server.daemon_threads = True
+    server = QuietThreadingHTTPServer(("127.0.0.1", port), Probe)
     threading.Thread(target=server.serve_forever, name="probe", daemon=True).start()
     return server
 

@@ -20,7 +20,11 @@ from pathlib import Path
 from coordinator.testbed.story import STEPS, STRATEGIES, StoryConfig, StoryOutcome, report, run_story, summarize
 from coordinator.testbed.traffic import LoadGenerator
 
-__all__ = ["LoadGenerator", "add_arguments", "run"]
+__all__ = ["DEMO_TIME_SCALE", "LoadGenerator", "add_arguments", "run"]
+
+#: Notices run this many times faster than real time: the shortest of the story (the Preempt's 30 s) then
+#: lasts 5 real seconds, twice what its drain (1.5 s), a poll and an approval take (2.5 s measured).
+DEMO_TIME_SCALE = 6.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "drained, a Freeze at once) or wait (never approve: events start at NotBefore)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="where logs and configuration go (default: a new temporary directory)")
-    parser.add_argument("--time-scale", type=float, default=60.0,
-                        help="simulated seconds per real second for the notices (60: 15 minutes last 15 s)")
+    parser.add_argument("--time-scale", type=float, default=DEMO_TIME_SCALE,
+                        help="simulated seconds per real second for the notices (6: 15 minutes last 150 s, "
+                        "the Preempt's 30 s last 5 s, time to drain; at 60 the Preempt's notice is shorter "
+                        "than the drain). The coordinated story lasts about as long at any scale (its events "
+                        "are approved once drained); under --strategy wait it lasts the notices: about 12 "
+                        "minutes at 6, 75 s at 60")
     parser.add_argument("--drain-wait", type=float, default=1.5,
                         help="seconds each VM waits after failing its probe (HAProxy checks every 0.5 s)")
     parser.add_argument("--rate", type=float, default=20.0, help="requests per second sent through HAProxy")
@@ -55,9 +63,12 @@ def run(args: argparse.Namespace) -> int:
     print("\nEvents (simulated seconds; notice is NotBefore minus the announcement):")
     for e in view["events"]:
         approved = f"approved by {','.join(e['approved_by'])}" if e["approved_by"] else "no approval"
+        short = "" if outcome.drained_before_start.get(e["event_id"]) else (
+            f" [notice of {e['notice'] / config.time_scale:.1f} real s, shorter than the {config.drain_wait:g} s "
+            "drain at this time scale: no strategy can drain for it]")
         print(f"  {e['step']:<8} {e['event_type']:<8} {','.join(e['resources']):<8} notice {e['notice']:5.0f} "
               f"started after {e['to_start'] or float('nan'):5.0f} ({e['start_reason']}, {approved}); "
-              f"reclaimed {e['reclaimed']:5.0f}; failed requests {e['failed']}")
+              f"reclaimed {e['reclaimed']:5.0f}; failed requests {e['failed']}{short}")
     print()
     print(report(summarize([view]), steps))
     ok, verdict = _verdict(outcome, config)

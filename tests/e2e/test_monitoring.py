@@ -40,6 +40,18 @@ def test_the_prometheus_configuration_and_its_rules_are_valid() -> None:
     assert rules.returncode == 0, rules.stdout + rules.stderr
 
 
+def test_the_alertmanager_configuration_is_valid() -> None:
+    tool = shutil.which("amtool")
+    if tool is None:
+        message = "amtool is missing: scripts/setup.sh installs it (Debian's prometheus-alertmanager package)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    result = subprocess.run([tool, "check-config", "alertmanager.yml"], capture_output=True, text=True, timeout=60,
+                            check=False, cwd=PROMETHEUS)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_every_alert_rule_passes_its_promtool_unit_tests() -> None:
     result = _promtool("test", "rules", "alerts.test.yml")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -17,7 +17,7 @@ from tests.e2e.support import ClusterFactory
 pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
 
 DOC = Path(__file__).resolve().parent.parent.parent / "docs" / "operations.md"
-CONFIG = "/etc/coordinator.yaml"
+CONFIG = "/etc/coordinator/coordinator.yaml"
 ADMIN = "http://127.0.0.1:9110"
 
 

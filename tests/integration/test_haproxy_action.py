@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -250,3 +251,111 @@ def test_a_silent_runtime_socket_times_out(tmp_path: Path) -> None:
         with pytest.raises(ActionError, match=r"did not answer 'show servers state be_app' within 0.3 s"):
             runtime.server_state("be_app", "web0")
         assert time.monotonic() - started < 3.0
+
+
+# -- recovery behind a health check that is the VM's own probe -----------------------------------------
+
+
+class ProbeServer:
+    """The VM's health probe as HAProxy checks it: 200 while the ``ProbeState`` serves, else 503."""
+
+    def __init__(self, state: Any) -> None:
+        from http.server import BaseHTTPRequestHandler
+
+        from coordinator.support.quiethttp import QuietThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                code = 200 if state.serving else 503
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                return None
+
+        self.httpd = QuietThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port: int = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def probed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, RunningHAProxy]]:
+    """HAProxy in front of web0 and web1, whose health check of web0 is web0's probe (as in the demo)."""
+    from coordinator.actions.probe import ProbeState
+    from coordinator.testbed.haproxy import BackendTarget, LocalHAProxy
+    from tests.plugins.haproxy import BackendServer
+
+    directory = tmp_path_factory.mktemp("haproxy")
+    state = ProbeState(serving=True)
+    probe = ProbeServer(state)
+    backends = {name: BackendServer(name) for name in ("web0", "web1")}
+    proxy: LocalHAProxy | None = None
+    try:
+        for backend in backends.values():
+            backend.start()
+        targets = {"web0": BackendTarget(backends["web0"].port, check_port=probe.port),
+                   "web1": BackendTarget(backends["web1"].port)}
+        proxy = LocalHAProxy(directory, targets, backend="be_app")
+        proxy.start()
+        instance = RunningHAProxy(proxy, backends)
+        wait_until(lambda: all(instance.status(s) == "UP" for s in ("web0", "web1")), timeout=15,
+                   message="both servers UP")
+        yield state, probe, instance
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        for backend in backends.values():
+            backend.stop()
+        probe.stop()
+
+
+@pytest.mark.parametrize("use_maint", [False, True], ids=["drain", "maint"])
+def test_recovery_behind_the_probe_sets_ready_only_once_haproxy_sees_the_server_up(
+    probed: tuple[Any, Any, RunningHAProxy], use_maint: bool, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from coordinator.actions.base import run_drain, run_recover
+    from coordinator.actions.probe import ProbeAction
+
+    state, _, proxy = probed
+    runtime = HAProxyRuntime(proxy.socket_path, timeout=5.0)
+    actions = [ProbeAction(state), make_action(runtime, use_maint=use_maint, recover_timeout=15.0)]
+    run_drain(actions, CTX)
+    assert not state.serving
+    wait_until(lambda: proxy.status("web0").startswith(("DOWN", "MAINT")), timeout=10,
+               message="HAProxy's check sees web0's probe failing")
+    with caplog.at_level(logging.INFO, logger="coordinator.actions.haproxy"):
+        started = time.monotonic()
+        run_recover(actions, ActionContext(vm="vm0", events=()))
+        took = time.monotonic() - started
+    assert "report it down" not in caplog.text  # ready only once HAProxy's checks pass
+    assert "health checks report it up" in caplog.text
+    assert took < 10.0  # rise 2 checks 0.5 s apart, not the bound
+    # UP at once, not DOWN until the next checks: HAProxy routes to it again.
+    assert proxy.status("web0") == "UP"
+    assert runtime.server_state("be_app", "web0").admin == "ready"
+    assert "web0" in proxy.served_by(4)
+    assert "health checks report it down" not in proxy.log()
+
+
+def test_recovery_is_bounded_when_haproxy_never_sees_the_server_up(
+    probed: tuple[Any, Any, RunningHAProxy], caplog: pytest.LogCaptureFixture,
+) -> None:
+    _, probe, proxy = probed
+    runtime = HAProxyRuntime(proxy.socket_path, timeout=5.0)
+    action = make_action(runtime, use_maint=True, recover_timeout=2.0)
+    action.drain(CTX)
+    probe.stop()  # the probe never answers again: HAProxy's checks never pass
+    with caplog.at_level(logging.WARNING, logger="coordinator.actions.haproxy"):
+        started = time.monotonic()
+        action.recover(ActionContext(vm="vm0", events=()))
+        took = time.monotonic() - started
+    assert 2.0 <= took < 5.0
+    assert "still report it DOWN after 2 s" in caplog.text
+    server = runtime.server_state("be_app", "web0")
+    assert (server.admin, server.operational) == ("ready", "stopped")  # never left in maint or drain

@@ -258,16 +258,74 @@ def test_drain_is_idempotent() -> None:
     assert fake.calls == ["state", "set drain", "sessions", "set maint", "state", "sessions"]
 
 
-def test_recover_sets_ready_and_warns_if_checks_say_down(caplog: pytest.LogCaptureFixture) -> None:
-    class Down(FakeHAProxy):
-        def server_state(self, backend: str, server: str) -> ServerState:
-            return ServerState(backend, server, "ready", "stopped", 0, 1)
+class Checks(FakeHAProxy):
+    """HAProxy whose health checks of the server report it down for the first ``down`` reads of its stats."""
 
-    fake, clock = Down([0], admin="maint"), FakeTime()
+    def __init__(self, down: int, admin: str) -> None:
+        super().__init__([0], admin=admin)
+        self.down = down
+
+    def server_stats(self, backend: str, server: str) -> dict[str, str]:
+        self.calls.append("stats")
+        up = self.down <= 0
+        self.down -= 1
+        return {"status": ("DRAIN" if up else "DOWN") if self.admin == "drain" else "MAINT"}
+
+
+def test_recover_from_maint_drains_first_and_sets_ready_once_the_checks_pass(caplog: pytest.LogCaptureFixture) -> None:
+    fake, clock = Checks(down=3, admin="maint"), FakeTime()
+    with caplog.at_level(logging.INFO, logger="coordinator.actions.haproxy"):
+        action(fake, clock, poll_interval=0.5).recover(ActionContext(vm="vm0", events=()))
+    # Out of maintenance (checks run again), wait for them, and only then ready.
+    assert fake.calls == ["state", "set drain", "stats", "stats", "stats", "stats", "set ready"]
+    assert clock.sleeps == [0.5, 0.5, 0.5]
+    assert fake.admin == "ready"
+    assert "WARNING" not in caplog.text
+
+
+def test_recover_of_a_ready_server_sets_ready_without_waiting() -> None:
+    fake, clock = Checks(down=5, admin="ready"), FakeTime()
+    action(fake, clock).recover(ActionContext(vm="vm0", events=()))
+    assert fake.calls == ["state", "set ready"]
+    assert clock.sleeps == []
+
+
+def test_recover_is_bounded_and_never_leaves_the_server_draining(caplog: pytest.LogCaptureFixture) -> None:
+    fake, clock = Checks(down=1000, admin="drain"), FakeTime()
     with caplog.at_level(logging.WARNING, logger="coordinator.actions.haproxy"):
-        action(fake, clock).recover(ActionContext(vm="vm0", events=()))
-    assert fake.calls == ["set ready"]
-    assert "health checks report it down" in caplog.text
+        action(fake, clock, poll_interval=2.0, recover_timeout=7.0).recover(ActionContext(vm="vm0", events=()))
+    assert sum(clock.sleeps) == pytest.approx(7.0)
+    assert fake.calls[-1] == "set ready" and fake.admin == "ready"
+    assert "still report it DOWN after 7 s" in caplog.text
+
+
+def test_the_agent_recovers_haproxy_after_the_probe() -> None:
+    from coordinator.actions.base import run_recover
+    from coordinator.actions.probe import ProbeAction, ProbeState
+
+    probe = ProbeState(serving=False)
+    seen: list[bool] = []
+
+    class Recording(Checks):
+        def set_state(self, backend: str, server: str, state: str) -> None:
+            seen.append(probe.serving)
+            super().set_state(backend, server, state)
+
+    fake = Recording(down=0, admin="drain")
+
+    class Hook:
+        name = "hook"
+
+        def drain(self, ctx: ActionContext) -> None:
+            return None
+
+        def recover(self, ctx: ActionContext) -> None:
+            seen.append(probe.serving)
+
+    run_recover([ProbeAction(probe), action(fake, FakeTime()), Hook()], ActionContext(vm="vm0", events=()))
+    # The hook recovers first (reverse order), then the probe, then HAProxy once the probe serves.
+    assert seen == [False, True]
+    assert fake.calls == ["state", "stats", "set ready"]
 
 
 def test_runtime_errors_propagate() -> None:
@@ -279,7 +337,8 @@ def test_runtime_errors_propagate() -> None:
         action(Broken([0]), FakeTime()).drain(CTX)
 
 
-@pytest.mark.parametrize("kwargs", [{"drain_timeout": -1.0}, {"drain_timeout": float("inf")}, {"poll_interval": 0.0}])
+@pytest.mark.parametrize("kwargs", [{"drain_timeout": -1.0}, {"drain_timeout": float("inf")}, {"poll_interval": 0.0},
+                                    {"recover_timeout": -1.0}, {"recover_timeout": float("nan")}])
 def test_bad_timing_is_rejected(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         action(FakeHAProxy([0]), FakeTime(), **kwargs)

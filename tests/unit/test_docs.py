@@ -48,3 +48,55 @@ def test_every_metric_is_documented_and_every_documented_metric_exists() -> None
     documented = set(re.findall(r"^\| `(coordinator_\w+)`", (ROOT / "docs/metrics.md").read_text(), re.M))
     assert sorted(served - documented) == [], "served but not in docs/metrics.md"
     assert sorted(documented - served) == [], "in docs/metrics.md but not served"
+
+
+def _readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"\n## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else len(text)]
+
+
+def test_every_doc_is_listed_in_the_readme() -> None:
+    listed = _readme_section("Documentation")
+    missing = sorted(p.name for p in (ROOT / "docs").glob("*.md") if f"`docs/{p.name}`" not in listed)
+    assert missing == [], f"docs not in the README's Documentation list: {missing}"
+
+
+def test_every_deploy_directory_is_in_the_readme_layout() -> None:
+    layout = _readme_section("Layout")
+    missing = sorted(p.name for p in (ROOT / "deploy").iterdir() if p.is_dir() and f"{p.name}/" not in layout)
+    assert missing == [], f"deploy/ directories not in the README's Layout: {missing}"
+
+
+def test_the_docs_use_the_installers_configuration_path() -> None:
+    installer = (ROOT / "deploy/systemd/install.sh").read_text()
+    config_dir = re.search(r"^CONFIG_DIR=(\S+)$", installer, re.M)
+    config = re.search(r"^CONFIG=\$CONFIG_DIR(/\S+)$", installer, re.M)
+    assert config_dir and config
+    path = config_dir.group(1) + config.group(1)
+    assert path == "/etc/coordinator/coordinator.yaml"
+    assert f"--config {path}" in _readme_section("Running it on VMs")
+    for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        others = set(re.findall(r"/etc/coordinator[\w./-]*\.ya?ml", doc.read_text())) - {path}
+        assert not others, f"{doc.name} names {sorted(others)}, not the installer's {path}"
+
+
+def test_the_readme_names_everything_setup_installs() -> None:
+    setup = (ROOT / "scripts/setup.sh").read_text()
+    packages = set(re.findall(r"need_apt\+=\(([\w.-]+)\)", setup))
+    assert {"zookeeper", "haproxy", "prometheus", "prometheus-alertmanager"} <= packages
+    said = _readme_section("Two commands: the local group, and the tests")
+    missing = sorted(p for p in packages if p not in said)
+    assert missing == [], f"scripts/setup.sh installs {missing}, which the README does not say"
+    assert "compose" in said and ".venv" in said
+
+
+def test_the_readme_shows_the_operators_path_before_the_development_commands() -> None:
+    text = (ROOT / "README.md").read_text()
+    operator = text.index("## Running it on VMs")
+    assert operator < text.index("## Two commands")
+    section = _readme_section("Running it on VMs")
+    for step in ("pip install", "check-config", "coordinator run", "coordinator status"):
+        assert step in section, step
+    assert "venv" in section and "pipx" in section  # a bare pip install meets PEP 668 on Debian 12

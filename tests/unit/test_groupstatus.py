@@ -117,11 +117,24 @@ def test_an_event_held_by_the_budget_says_why_from_the_leaders_perspective() -> 
     event = _event(status, E2)
     assert event.approver == "vm1"
     reasons = [b.reason for b in event.blockers]
-    assert reasons[0] == f"{NOT_ADMITTED}: maintenance budget: 1 event(s) in maintenance ({E1})"
+    assert reasons[0] == f"maintenance budget: 1 event(s) in maintenance ({E1})"
     assert Blocker(vm="vm1", reason="vm1 has not acknowledged") in event.blockers
     # E1 is approvable (everything acked and admitted): its approver approves it on its next cycle.
     assert _event(status, E1).state == "approvable"
     assert _event(status, E1).blockers == []
+
+
+def test_not_admitted_gives_its_true_cause_never_the_budget_when_it_has_room() -> None:
+    # A Freeze on vm0 and vm1, vm1 never seen in the group: its running no agent is the whole story.
+    agentless = build_status(_read({E1: _record(E1, ("vm0", "vm9"))}), Policy(), "test")
+    assert [b.reason for b in _event(agentless, E1).blockers][:2] == ["vm0 has not acknowledged", "vm9 runs no agent"]
+    assert not any("admitted" in b.reason or "budget" in b.reason for b in _event(agentless, E1).blockers)
+    # The budget has room: the leader (vm2) admits it on its next cycle.
+    room = build_status(_read({E1: _record(E1, ("vm1",))}), Policy(), "test")
+    assert _event(room, E1).blockers[0].reason == "not admitted yet (the leader vm2 admits it on its next cycle)"
+    # No leader: nobody admits anything.
+    leaderless = build_status(_read({E1: _record(E1, ("vm1",))}, leader=None), Policy(), "test")
+    assert _event(leaderless, E1).blockers[0].reason == "not admitted: no leader to admit it"
 
 
 def test_a_vm_without_an_agent_blocks_and_is_named() -> None:

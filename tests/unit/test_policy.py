@@ -140,7 +140,59 @@ def test_not_admitted_event_is_not_approved_even_with_every_ack() -> None:
     cluster = view(rec(A, ("vm0",), admitted=True), rec(B, ("vm1",), ("vm1",)), me="vm1", leader="vm3")
     plan = run("vm1", d, cluster, BUDGET, DRAINED)
     assert plan.approve == ()
-    assert "not admitted by the maintenance budget yet" in plan.blocked[B]
+    # vm1 is not the leader, but reckons the leader's admissions: the budget is the cause, and is named.
+    assert plan.blocked[B] == (f"maintenance budget: 1 event(s) in maintenance ({A})",)
+
+
+# Why an event is not admitted: the true cause in each case, never the budget when it is not full.
+
+def _not_admitted(plan: Any, key: str) -> list[str]:
+    return [r for r in plan.blocked[key] if r.startswith(("not admitted", "maintenance budget"))]
+
+
+def test_not_admitted_while_the_budget_has_room_names_the_leader() -> None:
+    # The budget is empty: the leader (vm3) has simply not admitted it yet (its IMDS may not list it yet).
+    cluster = view(rec(B, ("vm1",), ("vm1",)), me="vm1", leader="vm3")
+    plan = run("vm1", doc(ev(B, ["vm1"])), cluster, BUDGET, DRAINED)
+    assert plan.blocked[B] == ("not admitted by the leader vm3 yet (the budget has room for it)",)
+
+
+def test_not_admitted_without_a_leader_says_so() -> None:
+    cluster = replace(view(rec(B, ("vm1",), ("vm1",)), me="vm1"), leader=None, i_am_leader=False)
+    plan = run("vm1", doc(ev(B, ["vm1"])), cluster, BUDGET, DRAINED)
+    assert plan.blocked[B] == ("not admitted: no leader to admit it",)
+
+
+def test_not_admitted_under_a_lead_time_says_when_it_will_be() -> None:
+    policy = replace(BUDGET, lead_time=600)
+    cluster = view(rec(B, ("vm1",), ("vm1",)), me="vm1", leader="vm3")
+    plan = run("vm1", doc(ev(B, ["vm1"], in_s=900)), cluster, policy, DRAINED)
+    assert plan.blocked[B] == ("not admitted before 600 s ahead of NotBefore (drain.lead_time_seconds)",)
+    # The leader itself says the same, and admits nothing yet.
+    lead = run("vm3", doc(ev(B, ["vm1"], in_s=900)), view(rec(B, ("vm1",), ("vm1",))), policy)
+    assert lead.admit == () and _not_admitted(lead, B) == [
+        "not admitted before 600 s ahead of NotBefore (drain.lead_time_seconds)"]
+
+
+def test_not_admitted_because_a_named_vm_runs_no_agent_is_said_by_that_reason_alone() -> None:
+    cluster = view(rec(B, ("vm1", "vm9"), ("vm1",)), me="vm1", leader="vm3", known=ALL4 | {"vm9"})
+    plan = run("vm1", doc(ev(B, ["vm1", "vm9"])), cluster, BUDGET, DRAINED)
+    assert plan.blocked[B] == ("vm9 runs no agent",)
+
+
+def test_not_admitted_outside_the_windows_is_said_by_that_reason_alone() -> None:
+    outside = replace(BUDGET, windows=(OUTSIDE,))
+    cluster = view(rec(B, ("vm1",), ("vm1",)), me="vm1", leader="vm3")
+    plan = run("vm1", doc(ev(B, ["vm1"])), cluster, outside, DRAINED)
+    assert plan.blocked[B] == ("outside the maintenance windows",)
+
+
+def test_paused_and_not_admitted_are_two_reasons() -> None:
+    # A pause holds approvals, not admissions: the leader's not having admitted it yet is its own reason.
+    cluster = replace(view(rec(B, ("vm1",), ("vm1",)), me="vm1", leader="vm3"), paused=PAUSE)
+    plan = run("vm1", doc(ev(B, ["vm1"])), cluster, BUDGET, DRAINED)
+    assert plan.blocked[B] == ("approvals paused by ops@bastion: incident 4711",
+                               "not admitted by the leader vm3 yet (the budget has room for it)")
 
 
 def test_budget_frees_only_when_the_previous_vms_serve_again() -> None:
