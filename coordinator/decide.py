@@ -206,6 +206,10 @@ def _local(
             return Phase.DRAINING, True, False, ""
         if phase is Phase.DRAINING and not local.job_running and not local.job_failed:
             return Phase.DRAINED, False, False, ""
+        if phase is Phase.DRAINING and not local.job_running and snap.mono - local.phase_since >= policy.drain_retry:
+            # A failed drain is tried again (a hook fixed meanwhile lets the VM ack and the event start
+            # early); the VM stays out of rotation whatever the outcome, and acks only once it succeeds.
+            return Phase.DRAINING, True, False, ""
         return None, False, False, ""
     if snap.document is None:
         return None, False, False, ""  # no fresh evidence that the VM is free: keep it as it is

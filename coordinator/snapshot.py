@@ -165,6 +165,7 @@ class Policy:
     recovery_grace: float = 600.0
     terminate_together: bool = True
     recover_retry: float = 5.0
+    drain_retry: float = 30.0  # a failed drain is tried again this long after it began (the VM stays out)
     done_retention: float = 7 * 24 * 3600.0
     session_timeout: float = 30.0  # what the agent asks ZooKeeper for
     # ZooKeeper's tickTime as the operator configured it: the server grants at least 2 ticks, and expires

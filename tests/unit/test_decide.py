@@ -188,7 +188,8 @@ DRAIN_TABLE = [
     (Phase.SERVING, False, False, 50, False, True, None, False, False),
     (Phase.DRAINING, True, False, 50, True, True, None, False, False),  # actions still running
     (Phase.DRAINING, False, False, 5, True, True, Phase.DRAINED, False, False),  # actions done
-    (Phase.DRAINING, False, True, 50, True, True, None, False, False),  # drain failed: no ack, ever
+    (Phase.DRAINING, False, True, 10, True, True, None, False, False),  # drain failed: no ack
+    (Phase.DRAINING, False, True, 50, True, True, Phase.DRAINING, True, False),  # tried again after 30 s
     (Phase.DRAINING, False, False, 10, True, True, Phase.DRAINED, False, False),
     (Phase.DRAINED, False, False, 50, True, False, None, False, False),  # stale doc still names us
     (Phase.DRAINED, False, False, 50, False, False, None, False, False),  # IMDS down: stay drained

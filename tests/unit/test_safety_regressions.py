@@ -355,6 +355,37 @@ class FailingDrain:
         return None
 
 
+class FailsFirst(FailingDrain):
+    """A drain hook that fails until an operator fixes it (after ``failures`` attempts)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.attempts = 0
+
+    def drain(self, ctx: ActionContext) -> None:
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise RuntimeError("checkpoint failed")
+
+
+def test_a_failed_drain_is_tried_again_and_the_event_starts_early_once_it_succeeds(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    hook = FailsFirst(failures=2)
+    bench.add("vm0")
+    vm1 = bench.add("vm1", extra=[hook])
+    bench.add("vm2")
+    bench.group.schedule(E, ["vm0", "vm1"])
+    bench.run(20)
+    assert hook.attempts == 1 and "vm1" not in bench.cluster.events[E].acks
+    assert not bench.group.approved(E) and not vm1.probe.serving
+    bench.run(120, until=lambda: bool(bench.group.approved(E)))
+    assert hook.attempts == 3  # tried again every POLICY.drain_retry seconds until it succeeded
+    assert bench.group.approved(E)
+    bench.assert_drained_at_every_post(E, ["vm0", "vm1"])
+    out = next(i for i, (_, serving) in enumerate(vm1.history) if not serving)
+    assert not any(serving for _, serving in vm1.history[out:])  # out of rotation from its first attempt on
+
+
 def test_unreadable_state_file_holds_every_event_naming_the_vm(tmp_path: Path) -> None:
     bench = Bench(tmp_path)
     bench.add("vm0")
