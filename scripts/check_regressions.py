@@ -3,7 +3,8 @@
 
 For every fix listed below, copy the project to a temporary directory, undo the fix there (a one-line
 change of the code that implements it), and run the regression test that stands for it: the test must
-fail. Exit 1 if any test still passes without its fix. Runs in about half a minute; `make test` runs it.
+fail. Exit 1 if any test still passes without its fix. Two copies are checked side by side
+(`REGRESSION_WORKERS`, default 2); `make test` runs it.
 Names given as arguments run only the fixes whose name contains one of them.
 
     .venv/bin/python scripts/check_regressions.py [NAME ...]
@@ -11,10 +12,13 @@ Names given as arguments run only the fixes whose name contains one of them.
 
 from __future__ import annotations
 
+import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -276,8 +280,8 @@ MUTATIONS = [
     (
         'unreadable-pause-still-pauses',
         'coordinator/store/zk_view.py',
-        '    except NoAuthError:\n        # Created with an ACL',
-        '    except ():\n        # Created with an ACL',
+        '    except NoAuthError:\n        return _unreadable_pause(paths.pause, exists)\n',
+        '    except ():\n        return _unreadable_pause(paths.pause, exists)\n',
         'tests/integration/test_zookeeper_security.py::'
         'test_a_pause_node_the_agents_cannot_read_still_pauses_and_the_rest_is_read',
     ),
@@ -312,8 +316,8 @@ MUTATIONS = [
     (
         'garbage-ack-counted-in-the-view',
         'coordinator/store/zk_view.py',
-        '        if ack is not None:\n            acks[name] = ack.at\n',
-        '        acks[name] = ack.at if ack is not None else 0.0\n',
+        '            if ack is not None:\n                acks[name] = ack.at\n',
+        '            acks[name] = ack.at if ack is not None else 0.0\n',
         'tests/integration/test_hostile_zookeeper.py::test_the_view_does_not_count_a_garbage_ack',
     ),
     (
@@ -503,35 +507,64 @@ MUTATIONS = [
 ]
 
 
+def _copy(work: Path) -> None:
+    shutil.copytree(ROOT / "coordinator", work / "coordinator")
+    shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__", "e2e"))
+    shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
+
+
+def _check(work: Path, mutation: tuple[str, str, str, str, str]) -> tuple[bool, str]:
+    """Undo one fix in the copy at ``work``, run its test, put the fix back: (caught, the line to print)."""
+    name, path, fixed, unfixed, test = mutation
+    target = work / path
+    original = target.read_text()
+    if fixed not in original:
+        return False, f"{name}: the code of the fix is no longer in {path}; update this list"
+    target.write_text(original.replace(fixed, unfixed, 1))
+    try:
+        # A test is named alone (in TESTS) or by its node id (path::name).
+        selection = [test] if "::" in test else [TESTS, "-k", test]
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *selection],
+                             cwd=work, capture_output=True, text=True, timeout=300)
+    finally:
+        target.write_text(original)
+    caught = run.returncode == 1
+    return caught, f"{'ok  ' if caught else 'MISS'} {name}: {test} {'fails' if caught else 'passes'} without the fix"
+
+
 def main(names: list[str]) -> int:
-    failures = 0
     selected = [m for m in MUTATIONS if not names or any(n in m[0] for n in names)]
     if not selected:
         print(f"no fix is named like {' or '.join(names)}")
         return 1
-    with tempfile.TemporaryDirectory(prefix="regressions-") as tmp:
-        work = Path(tmp)
-        shutil.copytree(ROOT / "coordinator", work / "coordinator")
-        shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__", "e2e"))
-        shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")
-        for name, path, fixed, unfixed, test in selected:
-            target = work / path
-            original = target.read_text()
-            if fixed not in original:
-                print(f"{name}: the code of the fix is no longer in {path}; update this list")
-                failures += 1
-                continue
-            target.write_text(original.replace(fixed, unfixed, 1))
+    # Two copies checked side by side (REGRESSION_WORKERS): most of a check is waiting on a test's servers.
+    workers = max(1, min(int(os.environ.get("REGRESSION_WORKERS", "2")), len(selected)))
+    pending: queue.Queue[tuple[str, str, str, str, str]] = queue.Queue()
+    for mutation in selected:
+        pending.put(mutation)
+    failures = 0
+    lock = threading.Lock()
+
+    def worker(work: Path) -> None:
+        nonlocal failures
+        _copy(work)
+        while True:
             try:
-                # A test is named alone (in TESTS) or by its node id (path::name).
-                selection = [test] if "::" in test else [TESTS, "-k", test]
-                run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *selection],
-                                     cwd=work, capture_output=True, text=True, timeout=300)
-            finally:
-                target.write_text(original)
-            caught = run.returncode == 1
-            failures += not caught
-            print(f"{'ok  ' if caught else 'MISS'} {name}: {test} {'fails' if caught else 'passes'} without the fix")
+                mutation = pending.get_nowait()
+            except queue.Empty:
+                return
+            caught, line = _check(work, mutation)
+            with lock:
+                failures += not caught
+                print(line, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="regressions-") as tmp:
+        threads = [threading.Thread(target=worker, args=(Path(tmp) / str(n),)) for n in range(workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    print(f"{len(selected) - failures} of {len(selected)} fixes caught by their tests when undone", flush=True)
     return 1 if failures else 0
 
 
