@@ -8,6 +8,7 @@ series exist only while their event does. ``docs/metrics.md`` describes every me
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -79,6 +80,7 @@ BLOCKED_REASONS: tuple[str, ...] = (
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def blocked_reason(text: str) -> str:
     """The bounded label of one free-text reason why an approval waits."""
     text = text.removeprefix(_AT_APPROVAL)

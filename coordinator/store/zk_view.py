@@ -99,8 +99,8 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         out_r = fetch.children(paths.out)
         pause_r = fetch.exists(paths.pause)
         lists = _Lists(session, fetch)
-        members = frozenset(name for name in lists.names(paths.members, members_r) if is_canonical_vm(name))
-        known = frozenset(name for name in lists.names(paths.registry, registry_r) if is_canonical_vm(name))
+        members = frozenset(lists.canonical(paths.members, members_r, is_canonical_vm))
+        known = frozenset(lists.canonical(paths.registry, registry_r, is_canonical_vm))
         member_stat = member_r.get()
         member_owner = member_stat.ephemeralOwner if member_stat is not None else None
         leader: str | None = None
@@ -118,10 +118,10 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
                 log.warning("undecodable leader node, leader treated as unknown: %s", exc)
 
         absent_since: dict[str, float] = {}
-        absent_names = [n for n in lists.names(paths.absent, absent_r) if is_canonical_vm(n)]
+        absent_names = lists.canonical(paths.absent, absent_r, is_canonical_vm)
         # Never rewritten today (created, then deleted), but watched all the same: the cost is nil.
         absent_data = {name: fetch.data(paths.absent_vm(name)) for name in absent_names}
-        out_names = [n for n in lists.names(paths.out, out_r) if is_canonical_vm(n)]
+        out_names = lists.canonical(paths.out, out_r, is_canonical_vm)
         out_data = {name: fetch.data(paths.out_vm(name)) for name in out_names}
         for name, result in absent_data.items():
             try:
@@ -148,7 +148,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
 
         paused = _read_pause(session, fetch, paths, pause_r)
 
-        event_ids = [e for e in lists.names(paths.events, events_r) if is_canonical_event_id(e)]
+        event_ids = lists.canonical(paths.events, events_r, is_canonical_event_id)
         records = _read_records(fetch, paths, event_ids)
     view = ClusterView(
         members=members,
@@ -236,6 +236,10 @@ class Fetch:
     def keep_memo(self, path: str, value: object) -> None:
         self._cache.keep_memo(path, value)
 
+    def peek_memo(self, path: str) -> object:
+        """What ``memo`` keeps for ``path`` (None if nothing), not counted as taken from the cache."""
+        return self._cache.memo(path)[1]
+
     def wait(self, result: IAsyncResult[_T]) -> _T:
         return self._session.wait(result, self.deadline)
 
@@ -289,6 +293,17 @@ class _Lists:
         if self._fetch.exists(path).get() is not None:
             self._session.changed()  # created between the two requests: what was read is not current
         return []
+
+    def canonical(self, path: str, result: _Pending[list[str]], check: Callable[[str], bool]) -> list[str]:
+        """The names of the list at ``path`` that pass ``check`` (canonical VM names or event ids), checked
+        once per answer: a list kept from an earlier read is not checked again."""
+        names = self.names(path, result)
+        kept = self._fetch.peek_memo(path)
+        if isinstance(kept, tuple) and kept[0] is names:
+            return list(kept[1])
+        passed = [name for name in names if check(name)]
+        self._fetch.keep_memo(path, (names, tuple(passed)))
+        return passed
 
 
 def read_pause_now(ctx: StoreContext) -> Pause | None:
