@@ -234,11 +234,12 @@ _FLEET_HEAD = (
     "events/s per group | requests/s per group | requests/s, fleet | pings/s, fleet | fraction of the ceiling | "
     "target: under 10 % | ceiling that would meet it |\n" + "|---" * 13 + "|")
 _CEILING_HEAD = (
-    "| offered (requests/s) | achieved (requests/s) | p50 (ms) | p99 (ms) | writes p50 (ms) | writes p99 (ms) | "
+    "| offered (requests/s) | sent (requests/s) | achieved (requests/s) | p50 (ms) | p99 (ms) | writes p50 (ms) | "
+    "writes p99 (ms) | "
     "watch notifications received/s | CPU cores: ZooKeeper servers 1, 2, 3 (* leader) | CPU cores: ZooKeeper, "
     "together | CPU cores: {generator} | CPU cores: machine, every process | CPU cores: others | "
     "CPU µs per answer: ZooKeeper | CPU µs per answer: generator | load average (1 min), read during the step | "
-    "meets the ceiling's conditions |\n" + "|---" * 16 + "|")
+    "meets the ceiling's conditions |\n" + "|---" * 17 + "|")
 
 
 def _generator(r: dict[str, Any], *, bold: bool = False) -> str:
@@ -277,7 +278,8 @@ def _render_ceiling(entry: dict[str, Any]) -> str:
         achieved = step["achieved"] or float("nan")
         ok = passes(step, p99_limit_ms=r["p99_limit_ms"], tolerance=r["tolerance"])
         lines.append(
-            f"| {step['offered']:.0f} | {step['achieved']:.0f} | {step['p50_ms']:.1f} | {step['p99_ms']:.1f} | "
+            f"| {step['offered']:.0f} | {sum(step['sent'].values()) / r['step_seconds']:.0f} | "
+            f"{step['achieved']:.0f} | {step['p50_ms']:.1f} | {step['p99_ms']:.1f} | "
             f"{step['write_p50_ms']:.1f} | {step['write_p99_ms']:.1f} | {step['watch_events_per_s']:.0f} | "
             f"{each} | {zk:.2f} | {generator:.2f} | {machine:.2f} | {machine - zk - generator:.2f} | "
             f"{1e6 * zk / achieved:.0f} | {1e6 * generator / achieved:.0f} | "
@@ -316,6 +318,7 @@ offered rate: {said}.{stopped} {_stamp(entry)}
 
 CPU per process over each step (`/proc/PID/stat`), in cores; 'others' is the busy CPU of the whole machine
 (`/proc/stat`) minus the servers and the generator; CPU per answer is those cores divided by the achieved rate.
+'sent' is what the generator managed to send: below the offered rate, its schedule fell behind.
 
 {_CEILING_HEAD.format(generator=generator_head)}
 {chr(10).join(lines)}
