@@ -15,7 +15,8 @@ Sections:
 * ``footprint``: the idle footprint of ``coordinator run``: three agent processes beside Microsoft's sample
   loop (resident memory, CPU, wake-ups), and what the agent's imports alone hold;
 * ``ceiling``: the throughput of a three-node ZooKeeper ensemble for the agents' request mix, raised in
-  steps until p99 latency bends (``bench/zk_ceiling.py``); the fleet model divides by it;
+  steps until p99 latency bends (``bench/zk_ceiling.py``, its load generated in Java by
+  ``bench/zkload/ZkLoad.java``, which needs ``javac``); the fleet model divides by it;
 * ``headline``: one maintenance story (a Freeze, a rolling Reboot, a Redeploy, a Preempt) under load
   through HAProxy, under three strategies (coordinated, self-approve, wait), ``--headline-runs`` times each.
 """
@@ -198,8 +199,8 @@ def _render_fleet(results: dict[str, Any]) -> str:
     lines = [_fleet_line(row) for row in rows]
     source = ", ".join(f"{i.size}: {'measured' if i.measured else 'assumed'}" for i in inputs)
     if ceiling:
-        where = (f"the ceiling measured above, {ceiling:.0f} requests/s ({ceiling_entry['sessions']} kazoo sessions in "
-                 f"{ceiling_entry['workers']} processes on the same 2 cores as the ensemble: a lower bound)")
+        where = (f"the ceiling measured above, {ceiling:.0f} requests/s ({_generator(ceiling_entry)} on the same 2 "
+                 "cores as the ensemble, shared with other work: a lower bound)")
     else:
         where = "no ceiling measured (`bench/run.py --only ceiling`): the fraction is left out"
     today = ""
@@ -233,10 +234,21 @@ _FLEET_HEAD = (
     "events/s per group | requests/s per group | requests/s, fleet | pings/s, fleet | fraction of the ceiling | "
     "target: under 10 % | ceiling that would meet it |\n" + "|---" * 13 + "|")
 _CEILING_HEAD = (
-    "| offered (requests/s) | achieved (requests/s) | p50 (ms) | p99 (ms) | writes p50 (ms) | writes p99 (ms) | "
-    "watch notifications received/s | CPU cores: ZooKeeper, 3 servers (leader) | CPU cores: {workers} workers | "
-    "CPU cores: machine, every process | CPU cores: others | load average (1 min), read during the step | "
-    "meets the ceiling's conditions |\n" + "|---" * 13 + "|")
+    "| offered (requests/s) | sent (requests/s) | achieved (requests/s) | p50 (ms) | p99 (ms) | writes p50 (ms) | "
+    "writes p99 (ms) | "
+    "watch notifications received/s | CPU cores: ZooKeeper servers 1, 2, 3 (* leader) | CPU cores: ZooKeeper, "
+    "together | CPU cores: {generator} | CPU cores: machine, every process | CPU cores: others | "
+    "CPU µs per answer: ZooKeeper | CPU µs per answer: generator | load average (1 min), read during the step | "
+    "meets the ceiling's conditions |\n" + "|---" * 17 + "|")
+
+
+def _generator(r: dict[str, Any], *, bold: bool = False) -> str:
+    """Who generated the ceiling's load, as the report says it (results without ``generator``: Python)."""
+    b = "**" if bold else ""
+    if r.get("generator", "python") == "java":
+        return (f"{b}{r['sessions']} sessions of ZooKeeper's Java client in one JVM{b} (`bench/zkload/ZkLoad.java`, "
+                "asynchronous calls)")
+    return f"{b}{r['sessions']} kazoo sessions in {r['workers']} worker processes{b}"
 
 
 def _fleet_line(row: FleetRow) -> str:
@@ -254,18 +266,23 @@ def _fleet_line(row: FleetRow) -> str:
 
 def _render_ceiling(entry: dict[str, Any]) -> str:
     r = entry["result"]
+    java = r.get("generator", "python") == "java"
     lines = []
     for step in r["steps"]:
         cpu = step["cpu_cores"]
-        zk = sum(v for k, v in cpu.items() if k.startswith("zookeeper"))
-        leader = next((v for k, v in cpu.items() if k.endswith("(leader)")), float("nan"))
-        workers = sum(v for k, v in cpu.items() if k.startswith("worker"))
+        servers = sorted((k, v) for k, v in cpu.items() if k.startswith("zookeeper"))
+        zk = sum(v for _, v in servers)
+        each = ", ".join(f"{v:.2f}{'*' if k.endswith('(leader)') else ''}" for k, v in servers)
+        generator = sum(v for k, v in cpu.items() if k.startswith(("worker", "generator")))
         machine = cpu.get("machine (every process)", float("nan"))
+        achieved = step["achieved"] or float("nan")
         ok = passes(step, p99_limit_ms=r["p99_limit_ms"], tolerance=r["tolerance"])
         lines.append(
-            f"| {step['offered']:.0f} | {step['achieved']:.0f} | {step['p50_ms']:.1f} | {step['p99_ms']:.1f} | "
+            f"| {step['offered']:.0f} | {sum(step['sent'].values()) / r['step_seconds']:.0f} | "
+            f"{step['achieved']:.0f} | {step['p50_ms']:.1f} | {step['p99_ms']:.1f} | "
             f"{step['write_p50_ms']:.1f} | {step['write_p99_ms']:.1f} | {step['watch_events_per_s']:.0f} | "
-            f"{zk:.2f} ({leader:.2f}) | {workers:.2f} | {machine:.2f} | {machine - zk - workers:.2f} | "
+            f"{each} | {zk:.2f} | {generator:.2f} | {machine:.2f} | {machine - zk - generator:.2f} | "
+            f"{1e6 * zk / achieved:.0f} | {1e6 * generator / achieved:.0f} | "
             f"{', '.join(step['loadavg_1min'])} | {'yes' if ok else 'no'} |")
     sent = r["mix_sent"]
     total = sum(sent.values()) or 1
@@ -276,20 +293,34 @@ def _render_ceiling(entry: dict[str, Any]) -> str:
     said = (f"**{ceiling:.0f} requests/s**" if ceiling is not None else "**not reached**: no step met both conditions")
     stopped = f" The ramp stopped {r['stopped']}." if r.get("stopped") else ""
     notes = "".join(f"\n- {note}" for note in entry.get("notes", []))
+    if java:
+        driven = (f"{_generator(r, bold=True)}, one session per VM, compiled with `javac` by the benchmark against "
+                  "the jars the servers run from; open loop: one thread sends the offered rate on a fixed schedule "
+                  "whatever the answers")
+        latency = "the call handed to the client to its completion callback (so the client's own queueing is in it)"
+        generator_head = "generator (one JVM)"
+    else:
+        driven = (f"{_generator(r, bold=True)} (one session per VM, each group's sessions spread over every worker), "
+                  "open loop: each worker sends its share of the offered rate on a fixed schedule whatever the "
+                  "answers")
+        latency = ("the request handed to kazoo to its completion callback in the worker (so the generator's own "
+                   "queueing is in it)")
+        generator_head = f"{r['workers']} workers"
     return f"""## The ceiling of a three-node ensemble for the agents' request mix
 
 A three-node ZooKeeper ensemble on loopback (`LocalEnsemble`, ZooKeeper's defaults, each JVM
 `-Xmx256m -XX:+UseSerialGC`), {r['groups']} groups of {r['group_size']} VMs laid out as the product lays them
 out ({r['events_per_group']} event records per group, with `acks`, `admitted` and `approval`), driven by
-**{r['sessions']} kazoo sessions in {r['workers']} worker processes** (one session per VM, each group's sessions
-spread over every worker), open loop: each worker sends its share of the offered rate on a fixed schedule
-whatever the answers. Warm-up {r['warmup_seconds']:.0f} s, then steps of {r['step_seconds']:.0f} s. Latency: from
-the request handed to kazoo to its completion callback in the worker (so the generator's own queueing is
-in it). The ceiling is the highest offered rate of a step whose p99 is at most {r['p99_limit_ms']:.0f} ms and whose
-achieved rate (answers received within the step / its length) is within {100 * r['tolerance']:.0f} % of the
+{driven}. Warm-up {r['warmup_seconds']:.0f} s, then steps of {r['step_seconds']:.0f} s. Latency: from
+{latency}. The ceiling is the highest offered rate of a step whose p99 is at most {r['p99_limit_ms']:.0f} ms and
+whose achieved rate (answers received within the step / its length) is within {100 * r['tolerance']:.0f} % of the
 offered rate: {said}.{stopped} {_stamp(entry)}
 
-{_CEILING_HEAD.format(workers=r['workers'])}
+CPU per process over each step (`/proc/PID/stat`), in cores; 'others' is the busy CPU of the whole machine
+(`/proc/stat`) minus the servers and the generator; CPU per answer is those cores divided by the achieved rate.
+'sent' is what the generator managed to send: below the offered rate, its schedule fell behind.
+
+{_CEILING_HEAD.format(generator=generator_head)}
 {chr(10).join(lines)}
 
 The mix, as configured (`MIX` in `bench/zk_ceiling.py`) and as sent over the steps: reads with a watch
@@ -480,10 +511,13 @@ def main() -> int:
     parser.add_argument("--headline-time-scale", type=float, default=60.0,
                         help="time scale of the headline story's notices (default 60)")
     parser.add_argument("--headline-steps", default=",".join(STEPS), help="the headline story's steps")
-    parser.add_argument("--ceiling-workers", type=int, default=4, help="processes of the ceiling's sessions")
-    parser.add_argument("--ceiling-sessions", type=int, default=200, help="kazoo sessions of the ceiling section")
+    parser.add_argument("--ceiling-generator", choices=("java", "python"), default="java",
+                        help="the ceiling's load generator: one JVM (default) or kazoo in worker processes")
+    parser.add_argument("--ceiling-workers", type=int, default=4,
+                        help="processes of the ceiling's sessions (Python generator only)")
+    parser.add_argument("--ceiling-sessions", type=int, default=200, help="sessions of the ceiling section")
     parser.add_argument("--ceiling-group-size", type=int, default=100, help="VMs (sessions) per group, ceiling")
-    parser.add_argument("--ceiling-rates", default="250,500,750,1000,1500,2000,3000,4000,6000",
+    parser.add_argument("--ceiling-rates", default="500,1000,2000,3000,4000,5000,6000,8000,10000,12000,15000",
                         help="offered requests/s of the ceiling's steps")
     parser.add_argument("--ceiling-step-seconds", type=float, default=15.0, help="seconds per ceiling step")
     parser.add_argument("--ceiling-p99-ms", type=float, default=100.0, help="p99 limit of a step under the ceiling")
@@ -509,7 +543,8 @@ def main() -> int:
             rates = tuple(float(x) for x in args.ceiling_rates.split(",") if x)
             if args.quick:
                 rates, args.ceiling_step_seconds = rates[:3], 5.0
-            ceiling = bench_ceiling(Path(work), workers=args.ceiling_workers, sessions=args.ceiling_sessions,
+            ceiling = bench_ceiling(Path(work), generator=args.ceiling_generator, workers=args.ceiling_workers,
+                                   sessions=args.ceiling_sessions,
                                    group_size=args.ceiling_group_size, rates=rates,
                                    step_seconds=args.ceiling_step_seconds, p99_limit_ms=args.ceiling_p99_ms)
         results["ceiling"] = {**stamp, "result": ceiling, "notes": results.get("ceiling", {}).get("notes", [])}

@@ -1,25 +1,37 @@
 """The ceiling of a three-node ZooKeeper ensemble for the agents' own request mix.
 
     .venv/bin/python bench/run.py --only ceiling              # as docs/benchmarks.md
-    .venv/bin/python bench/zk_ceiling.py --worker SPEC.json   # (internal) one process of sessions
+    .venv/bin/python bench/zk_ceiling.py --worker SPEC.json   # (internal) one Python process of sessions
 
 A three-node ensemble on loopback (``LocalEnsemble``) holds groups laid out as the product lays them out
 (``/members/{vm}`` ephemeral, ``/registry/{vm}``, ``/out/{vm}``, ``/leader``, ``/events/{ID}`` with
-``acks/{vm}``, ``admitted`` and ``approval``; see docs/architecture.md). Many kazoo sessions, spread
-over a few worker processes (each session is one VM of one group, a group's sessions spread over every
-worker), send the agents' mix: mostly reads that set a watch (``getChildren`` of the lists and of an
+``acks/{vm}``, ``admitted`` and ``approval``; see docs/architecture.md). Many sessions (each one VM of one
+group) send the agents' mix: mostly reads that set a watch (``getChildren`` of the lists and of an
 event's ``acks``, ``getData`` of records, member nodes and ``/leader``, ``exists`` of ``/pause`` and of
 the session's own member node), and small writes (an ack created as an ephemeral node and deleted, an
 ``/out/{vm}`` mark created as a persistent node and deleted, a record's data set). A write fires the
 watches of every session of the group that has one armed on what it changes; those notifications are
 counted.
 
-The offered rate is raised in steps, open loop: each worker sends its share on a fixed schedule,
-whether or not earlier requests were answered (up to ``MAX_OUTSTANDING`` per worker in flight; beyond,
-a request is not sent and counts as such). Per step: requests offered, sent and answered within the
-step (the achieved throughput), latency percentiles of the answers (from the request handed to kazoo to
-its completion callback, so the generator's own queueing is in it), how late the schedule ran, the CPU
-of every process (each ZooKeeper server's JVM, each worker, this process) and ``/proc/loadavg``.
+The load generator (``generator``):
+
+* ``java`` (the default): ``bench/zkload/ZkLoad.java``, every session in one JVM, ZooKeeper's own Java
+  client and its asynchronous API; compiled with ``javac`` at run time against the jars the testbed's
+  servers run from (``find_classpath``). About ten times cheaper per request than the Python workers,
+  so that the ensemble, not the generator, is what bends.
+* ``python``: kazoo sessions spread over a few worker processes (this module's ``--worker``), each
+  group's sessions spread over every worker.
+
+Both speak the same protocol (one JSON object a line: ``ready``, then ``start`` from the harness, then
+one line per step) and send the same mix on the same layout.
+
+The offered rate is raised in steps, open loop: each generator process sends its share on a fixed
+schedule, whether or not earlier requests were answered (up to ``MAX_OUTSTANDING`` per process in
+flight; beyond, a request is not sent and counts as such). Per step: requests offered, sent and answered
+within the step (the achieved throughput), latency percentiles of the answers (from the request handed to
+the client to its completion callback, so the generator's own queueing is in it), how late the schedule
+ran, the CPU of every process (each ZooKeeper server's JVM, each generator process, this process) and
+``/proc/loadavg``.
 
 The ceiling (``ceiling_of``): the highest offered rate of a step whose p99 stays at or under
 ``p99_limit_ms`` and whose achieved rate is within ``tolerance`` (5 %) of the offered rate. The ramp
@@ -37,6 +49,7 @@ import math
 import os
 import random
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,14 +70,20 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from coordinator.testbed.processes import stop_process  # noqa: E402
-from coordinator.testbed.zookeeper import LocalEnsemble, four_letter_word  # noqa: E402
+from coordinator.testbed.zookeeper import LocalEnsemble, find_classpath, four_letter_word  # noqa: E402
 
-__all__ = ["MIX", "Histogram", "bench_ceiling", "ceiling_of", "mix_ratio"]
+__all__ = ["GENERATORS", "MIX", "ZKLOAD_SOURCE", "Histogram", "bench_ceiling", "ceiling_of", "compile_zkload",
+           "mix_ratio", "zkload_command"]
 
 ZK_ROOT = "/ceiling"
 EVENTS_PER_GROUP = 4
 MAX_OUTSTANDING = 20_000  # requests in flight per worker before the schedule stops sending
 SESSION_TIMEOUT = 30.0  # the product's default zookeeper.session_timeout
+GENERATORS = ("java", "python")
+ZKLOAD_SOURCE = ROOT / "bench" / "zkload" / "ZkLoad.java"
+# The generator's JVM: a small heap collected by one thread (the servers' choice too), small stacks for its
+# two threads per session.
+ZKLOAD_JVM_OPTIONS = ("-Xms256m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xss256k")
 
 # The mix, in requests per thousand. Reads with a watch, as the agent's view read sets them, then writes.
 MIX: dict[str, int] = {
@@ -153,8 +172,8 @@ def passes(step: Mapping[str, Any], *, p99_limit_ms: float, tolerance: float = 0
 # -- the layout ---------------------------------------------------------------------------------------------
 
 
-def group_path(group: int) -> str:
-    return f"{ZK_ROOT}/g{group}"
+def group_path(group: int, root: str = ZK_ROOT) -> str:
+    return f"{root}/g{group}"
 
 
 def event_id(group: int, k: int) -> str:
@@ -166,11 +185,12 @@ def _record(eid: str, vms: Sequence[str], at: float) -> bytes:
                        "first_seen_by": vms[0], "first_seen_at": at, "done_at": None}).encode()
 
 
-def create_layout(client: KazooClient, groups: int, size: int) -> None:
-    """The persistent nodes of ``groups`` groups of ``size`` VMs (members are created by the sessions)."""
+def create_layout(client: KazooClient, groups: int, size: int, root: str = ZK_ROOT) -> None:
+    """The persistent nodes of ``groups`` groups of ``size`` VMs under ``root`` (members are created by the
+    sessions)."""
     now = time.time()
     for g in range(groups):
-        base = group_path(g)
+        base = group_path(g, root)
         for sub in ("members", "registry", "absent", "out", "events"):
             client.create(f"{base}/{sub}", makepath=True)
         client.create(f"{base}/leader", json.dumps({"vm": "vm0", "since": now}).encode())
@@ -206,7 +226,7 @@ class _Window:
 class _Session:
     def __init__(self, worker: _Worker, client: KazooClient, group: int, vm: str, size: int) -> None:
         self.worker, self.client, self.group, self.vm, self.size = worker, client, group, vm, size
-        self.base = group_path(group)
+        self.base = group_path(group, worker.spec.get("root", ZK_ROOT))
         self.ack: str | None = None  # the ack this session holds (or is creating)
         self.out = False
         self.busy = False  # a write of this session is in flight
@@ -405,6 +425,108 @@ def _worker(spec_path: Path) -> int:
     return 0
 
 
+# -- the Java generator -----------------------------------------------------------------------------------
+
+
+def compile_zkload(dest: Path, *, javac: str = "javac", source: Path = ZKLOAD_SOURCE) -> Path:
+    """Compile the Java generator into ``dest`` (created) against the testbed's ZooKeeper class path and
+    return ``dest``. Raises ``RuntimeError`` when ``javac`` is missing (``scripts/setup.sh`` installs
+    ``default-jdk-headless``) or the source does not compile."""
+    found = shutil.which(javac)
+    if found is None:
+        raise RuntimeError(f"no {javac!r} on PATH: the Java generator needs a JDK "
+                           "('apt-get install default-jdk-headless'; scripts/setup.sh installs it)")
+    dest.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([found, "-encoding", "UTF-8", "-nowarn", "-cp", find_classpath(), "-d", str(dest),
+                           str(source)], capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"javac failed on {source.name}:\n{done.stdout}{done.stderr}")
+    return dest
+
+
+def zkload_command(classes: Path, *, hosts: str, sessions: int, group_size: int, rates: Sequence[float],
+                   step_seconds: float, warmup_rate: float, warmup_seconds: float, root: str = ZK_ROOT,
+                   seed: int = 0, max_outstanding: int = MAX_OUTSTANDING, mix: Mapping[str, int] = MIX,
+                   log_config: Path | None = None, java: str = "java", classpath: str | None = None) -> list[str]:
+    """The command line of the Java generator (``bench/zkload/ZkLoad.java``, compiled into ``classes``):
+    ``sessions`` sessions, session i being ``vm{i % group_size}`` of group ``i // group_size``, sending
+    ``mix`` (requests per thousand, by kind) at the warm-up rate, then at each of ``rates``."""
+    cp = os.pathsep.join([str(classes), classpath if classpath is not None else find_classpath()])
+    logging_option = [f"-Dlog4j.configuration={log_config.absolute().as_uri()}"] if log_config is not None else []
+    command = [java, *ZKLOAD_JVM_OPTIONS, *logging_option, "-cp", cp, "ZkLoad",
+               "--hosts", hosts, "--root", root, "--sessions", str(sessions), "--group-size", str(group_size),
+               "--events-per-group", str(EVENTS_PER_GROUP), "--seed", str(seed),
+               "--max-outstanding", str(max_outstanding), "--warmup-rate", repr(float(warmup_rate)),
+               "--warmup-seconds", repr(float(warmup_seconds)), "--step-seconds", repr(float(step_seconds)),
+               "--rates", ",".join(repr(float(r)) for r in rates)]
+    for kind, weight in mix.items():
+        command += ["--kind", f"{weight}:{kind}"]
+    return command
+
+
+_CLIENT_LOG4J = """\
+log4j.rootLogger=WARN, FILE
+log4j.appender.FILE=org.apache.log4j.FileAppender
+log4j.appender.FILE.File={log_file}
+log4j.appender.FILE.Append=true
+log4j.appender.FILE.layout=org.apache.log4j.PatternLayout
+log4j.appender.FILE.layout.ConversionPattern=%d{{ISO8601}} %-5p [%t:%C{{1}}@%L] - %m%n
+"""
+
+
+def client_log_config(workdir: Path) -> Path:
+    """A log4j configuration for the generator's client: warnings and errors to ``generator-client.log``."""
+    path = workdir / "generator-log4j.properties"
+    path.write_text(_CLIENT_LOG4J.format(log_file=workdir / "generator-client.log"))
+    return path
+
+
+def start_generators(commands: Sequence[Sequence[str]], workdir: Path, *, ready_timeout: float = 120.0,
+                     lead: float = 2.0) -> tuple[list[subprocess.Popen[str]], float]:
+    """Start one process per command (stderr to ``generator-N.log`` in ``workdir``), wait until each says
+    ``ready``, then tell every one to start ``lead`` seconds from now. Returns the processes and that start
+    (wall clock). On failure the processes started are stopped and ``RuntimeError`` is raised."""
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for index, command in enumerate(commands):
+            log = open(workdir / f"generator-{index}.log", "ab")  # noqa: SIM115 - owned by the child
+            procs.append(subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                          text=True, cwd=ROOT))
+            log.close()
+        for index, proc in enumerate(procs):
+            line = _read_line(proc, time.monotonic() + ready_timeout)
+            if line is None or "ready" not in line:
+                raise RuntimeError(f"a generator process (pid {proc.pid}) did not connect its sessions; see "
+                                   f"generator-{index}.log")
+        start = time.time() + lead
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps({"start": start}) + "\n")
+            proc.stdin.flush()
+    except BaseException:
+        for proc in procs:
+            stop_process(proc, timeout=20)  # type: ignore[arg-type]
+        raise
+    return procs, start
+
+
+def finish_generators(procs: Sequence[subprocess.Popen[str]], timeout: float = 60.0) -> None:
+    """Tell every generator process to stop and wait for it to close its sessions and exit; a process
+    still there after ``timeout`` is stopped by its PID (SIGTERM, then SIGKILL)."""
+    for proc in procs:
+        if proc.stdin is None:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.1, deadline - time.monotonic()))
+    for proc in procs:
+        stop_process(proc, timeout=20)  # type: ignore[arg-type]
+
+
 # -- the benchmark ----------------------------------------------------------------------------------------
 
 
@@ -446,12 +568,18 @@ def _read_line(proc: subprocess.Popen[str], deadline: float) -> dict[str, Any] |
     return None
 
 
-def bench_ceiling(workdir: Path, *, workers: int = 4, sessions: int = 200, group_size: int = 100,
+def bench_ceiling(workdir: Path, *, generator: str = "java", workers: int = 4, sessions: int = 200,
+                  group_size: int = 100,
                   rates: Sequence[float] = (500, 1000, 2000, 3000, 4000, 5000, 6000, 8000, 10000, 12000),
                   step_seconds: float = 15.0, warmup_seconds: float = 10.0, p99_limit_ms: float = 50.0,
                   tolerance: float = 0.05, progress: Callable[[str], object] = print) -> dict[str, Any]:
-    """Run the ramp (see the module docstring) and return what it measured."""
+    """Run the ramp (see the module docstring) and return what it measured. ``workers``: the Python
+    generator's processes (the Java generator is one process)."""
+    if generator not in GENERATORS:
+        raise ValueError(f"generator must be one of {GENERATORS}, got {generator!r}")
     groups = math.ceil(sessions / group_size)
+    processes = 1 if generator == "java" else workers
+    classes = compile_zkload(workdir / "zkload-classes") if generator == "java" else None
     ensemble = LocalEnsemble(workdir / "zk", 3)
     procs: list[subprocess.Popen[str]] = []
     steps: list[dict[str, Any]] = []
@@ -467,31 +595,28 @@ def bench_ceiling(workdir: Path, *, workers: int = 4, sessions: int = 200, group
             admin.stop()
             admin.close()
         leader = ensemble.leader_index()
-        plan: list[list[dict[str, Any]]] = [[] for _ in range(workers)]
-        for i in range(sessions):
-            plan[i % workers].append({"group": i // group_size, "vm": f"vm{i % group_size}"})
-        progress(f"bench: ceiling: {sessions} sessions in {workers} processes, groups of {group_size}")
-        for w, entries in enumerate(plan):
-            spec = workdir / f"worker-{w}.json"
-            spec.write_text(json.dumps({
-                "hosts": ensemble.hosts, "sessions": entries, "size": group_size, "seed": w, "share": 1 / workers,
-                "rates": list(rates), "step_seconds": step_seconds, "warmup_rate": rates[0],
-                "warmup_seconds": warmup_seconds}))
-            log = open(workdir / f"worker-{w}.log", "ab")  # noqa: SIM115 - owned by the child
-            procs.append(subprocess.Popen([sys.executable, str(Path(__file__)), "--worker", str(spec)],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                                          cwd=ROOT))
-        for proc in procs:
-            line = _read_line(proc, time.monotonic() + 120)
-            if line is None or "ready" not in line:
-                raise RuntimeError(f"a worker (pid {proc.pid}) did not connect its sessions; see its log")
-        start = time.time() + 2.0
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write(json.dumps({"start": start}) + "\n")
-            proc.stdin.flush()
+        commands: list[list[str]] = []
+        if classes is not None:
+            commands.append(zkload_command(classes, hosts=ensemble.hosts, sessions=sessions, group_size=group_size,
+                                           rates=rates, step_seconds=step_seconds, warmup_rate=rates[0],
+                                           warmup_seconds=warmup_seconds, log_config=client_log_config(workdir)))
+            progress(f"bench: ceiling: {sessions} sessions of the Java client in one JVM, groups of {group_size}")
+        else:
+            plan: list[list[dict[str, Any]]] = [[] for _ in range(workers)]
+            for i in range(sessions):
+                plan[i % workers].append({"group": i // group_size, "vm": f"vm{i % group_size}"})
+            for w, entries in enumerate(plan):
+                spec = workdir / f"worker-{w}.json"
+                spec.write_text(json.dumps({
+                    "hosts": ensemble.hosts, "sessions": entries, "size": group_size, "seed": w,
+                    "share": 1 / workers, "rates": list(rates), "step_seconds": step_seconds,
+                    "warmup_rate": rates[0], "warmup_seconds": warmup_seconds}))
+                commands.append([sys.executable, str(Path(__file__)), "--worker", str(spec)])
+            progress(f"bench: ceiling: {sessions} kazoo sessions in {workers} processes, groups of {group_size}")
+        procs, start = start_generators(commands, workdir)
+        names = ["generator (JVM)"] if classes is not None else [f"worker {w}" for w in range(workers)]
         pids = {**{f"zookeeper {i + 1}{' (leader)' if i == leader else ''}": s.pid for i, s in enumerate(
-            ensemble.servers) if s.pid is not None}, **{f"worker {w}": p.pid for w, p in enumerate(procs)},
+            ensemble.servers) if s.pid is not None}, **{name: p.pid for name, p in zip(names, procs, strict=True)},
                 "harness": os.getpid()}
         progress(f"bench: ceiling: warm-up {warmup_seconds:.0f} s at {rates[0]:.0f}/s, then {len(rates)} steps "
                  f"of {step_seconds:.0f} s")
@@ -499,7 +624,7 @@ def bench_ceiling(workdir: Path, *, workers: int = 4, sessions: int = 200, group
         time.sleep(max(0.0, boundary - time.time()))
         warm = [_read_line(p, time.monotonic() + step_seconds + 30) for p in procs]
         if any(w is None for w in warm):
-            raise RuntimeError("a worker stopped during the warm-up; see its log")
+            raise RuntimeError("a generator process stopped during the warm-up; see its log")
         short = 0
         for index, rate in enumerate(rates):
             cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items()}
@@ -518,7 +643,7 @@ def bench_ceiling(workdir: Path, *, workers: int = 4, sessions: int = 200, group
             mntr1 = [_mntr(s.port) for s in ensemble.servers]
             boundary = end
             if any(line is None or "step" not in line for line in lines):
-                stopped = f"a worker stopped during step {index + 1}"
+                stopped = f"a generator process stopped during step {index + 1}"
                 break
             step = _aggregate(rate, step_seconds, [line for line in lines if line is not None], cpu, loads,
                               mntr0, mntr1, elapsed)
@@ -534,16 +659,7 @@ def bench_ceiling(workdir: Path, *, workers: int = 4, sessions: int = 200, group
             if short >= 2 and index + 1 < len(rates):
                 stopped = f"after step {index + 1}: two steps in a row answered less than 90 % of the offered rate"
                 break
-        for proc in procs:
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write("stop\n")
-                proc.stdin.flush()
-            except OSError:
-                pass
-        for proc in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(60)
+        finish_generators(procs)
     finally:
         for proc in procs:
             stop_process(proc, timeout=20)  # type: ignore[arg-type]
@@ -552,11 +668,12 @@ def bench_ceiling(workdir: Path, *, workers: int = 4, sessions: int = 200, group
     for step in steps:
         for kind, n in step["sent"].items():
             sent[kind] = sent.get(kind, 0) + n
-    return {"ensemble": 3, "workers": workers, "sessions": sessions, "group_size": group_size, "groups": groups,
-            "events_per_group": EVENTS_PER_GROUP, "step_seconds": step_seconds, "warmup_seconds": warmup_seconds,
-            "rates": list(rates), "p99_limit_ms": p99_limit_ms, "tolerance": tolerance, "mix": MIX,
-            "mix_sent": sent, "mix_ratio": mix_ratio(sent), "steps": steps, "stopped": stopped,
-            "leader": leader, "ceiling": ceiling_of(steps, p99_limit_ms=p99_limit_ms, tolerance=tolerance)}
+    return {"ensemble": 3, "generator": generator, "workers": processes, "sessions": sessions,
+            "group_size": group_size, "groups": groups, "events_per_group": EVENTS_PER_GROUP,
+            "step_seconds": step_seconds, "warmup_seconds": warmup_seconds, "rates": list(rates),
+            "p99_limit_ms": p99_limit_ms, "tolerance": tolerance, "mix": MIX, "mix_sent": sent,
+            "mix_ratio": mix_ratio(sent), "steps": steps, "stopped": stopped, "leader": leader,
+            "ceiling": ceiling_of(steps, p99_limit_ms=p99_limit_ms, tolerance=tolerance)}
 
 
 def _aggregate(rate: float, seconds: float, lines: Sequence[Mapping[str, Any]], cpu: Mapping[str, float],
@@ -574,15 +691,22 @@ def _aggregate(rate: float, seconds: float, lines: Sequence[Mapping[str, Any]], 
             errors[name] = errors.get(name, 0) + n
     answered = sum(line["answered"] for line in lines)
     writes = sum(n for k, n in sent.items() if k in WRITES)
+    # One process that sorted its latencies (the Java generator) gives exact percentiles; several give
+    # their histograms, merged (each percentile then the upper bound of its 2 % bucket).
+    exact = lines[0].get("percentiles") if len(lines) == 1 else None
+    percentiles = exact if exact is not None else {
+        "p50_ms": hist.percentile(0.5), "p90_ms": hist.percentile(0.9), "p99_ms": hist.percentile(0.99),
+        "max_ms": hist.percentile(1.0), "write_p50_ms": write_hist.percentile(0.5),
+        "write_p99_ms": write_hist.percentile(0.99)}
 
     def delta(key: str) -> float:
         return sum(float(b.get(key, "nan")) - float(a.get(key, "nan")) for a, b in zip(mntr0, mntr1, strict=True))
     return {
         "offered": rate, "achieved": answered / seconds, "sent": sent, "writes_sent": writes,
         "not_sent": sum(line["not_sent"] for line in lines), "answered": answered, "errors": errors,
-        "p50_ms": hist.percentile(0.5), "p90_ms": hist.percentile(0.9), "p99_ms": hist.percentile(0.99),
-        "max_ms": hist.percentile(1.0), "late_ms_max": max(line["late_ms_max"] for line in lines),
-        "write_p50_ms": write_hist.percentile(0.5), "write_p99_ms": write_hist.percentile(0.99),
+        **{key: float(percentiles[key]) for key in
+           ("p50_ms", "p90_ms", "p99_ms", "max_ms", "write_p50_ms", "write_p99_ms")},
+        "late_ms_max": max(line["late_ms_max"] for line in lines),
         "outstanding_at_end": sum(line["outstanding"] for line in lines),
         "watch_events_per_s": sum(line["watch_events"] for line in lines) / seconds,
         "server_packets_received_per_s": delta("zk_packets_received") / elapsed,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the demo and the tests use, on a fresh Debian machine (as root, or with sudo):
-# Java and ZooKeeper (with Netty, for TLS), HAProxy and socat, openssl, Prometheus (promtool and the
-# server) and Alertmanager, systemd-analyze and shellcheck (to check the systemd kit), a virtualenv (.venv)
+# Java, with a JDK (the ceiling benchmark compiles its load generator), and ZooKeeper (with Netty, for
+# TLS), HAProxy and socat, openssl, Prometheus (promtool and the server) and Alertmanager, systemd-analyze and shellcheck (to check the systemd kit), a virtualenv (.venv)
 # holding the project with its test dependencies, and the docker-compose binary (to validate
 # docker-compose.yml). Safe to run again: it installs only what is missing. It starts nothing itself
 # (the demo and the tests start their own servers and stop them); where systemd runs, Debian's packages
@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+command -v javac >/dev/null 2>&1 || need_apt+=(default-jdk-headless)  # bench/zkload/ZkLoad.java and its test
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 [ -f /usr/share/java/netty-handler.jar ] && [ -f /usr/share/java/netty-codec.jar ] || need_apt+=(libnetty-java)  # TLS needs Netty
 command -v haproxy >/dev/null 2>&1 || need_apt+=(haproxy)
@@ -61,4 +62,4 @@ if [ ! -x .venv/tools/docker-compose ]; then
     chmod +x .venv/tools/docker-compose
     rm -rf "$tmp"
 fi
-echo "setup: ready (java: $(command -v java), zookeeper: /usr/share/java/zookeeper.jar, haproxy: $(command -v haproxy), promtool: $(command -v promtool), alertmanager: $(command -v prometheus-alertmanager), systemd-analyze: $(command -v systemd-analyze))"
+echo "setup: ready (java: $(command -v java), javac: $(command -v javac), zookeeper: /usr/share/java/zookeeper.jar, haproxy: $(command -v haproxy), promtool: $(command -v promtool), alertmanager: $(command -v prometheus-alertmanager), systemd-analyze: $(command -v systemd-analyze))"

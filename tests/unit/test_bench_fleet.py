@@ -78,7 +78,8 @@ def test_mix_ratio() -> None:
 
 
 def test_the_report_says_the_ceiling_and_the_fraction() -> None:
-    step = {"offered": 1000.0, "achieved": 1000.0, "p50_ms": 2.0, "p99_ms": 30.0, "write_p50_ms": 5.0,
+    step = {"offered": 1000.0, "sent": {"getData /events/{id}": 15_000},
+            "achieved": 1000.0, "p50_ms": 2.0, "p99_ms": 30.0, "write_p50_ms": 5.0,
             "write_p99_ms": 40.0, "watch_events_per_s": 300.0, "loadavg_1min": ["1.50"],
             "cpu_cores": {"zookeeper 1 (leader)": 0.2, "worker 0": 0.3, "machine (every process)": 1.0}}
     ceiling = {"date": "2026-01-01", "command": "c", "machine": "m", "result": {
