@@ -257,6 +257,9 @@ def acl_verdict(
     }
     fix_open = "set zookeeper.auth on every agent (and zookeeper.acl for operators and readers): the agents " \
                "then close the nodes at their next start (docs/security.md)"
+    if not acls and configured_open:
+        return Verdict(Status.FAIL, "zookeeper.auth is not set: the agents create the group's nodes open to anyone "
+                       "who reaches the ensemble (not read: no ZooKeeper session)", fix_open, details)
     if acls.get(base_path) is None:
         if configured_open:
             return Verdict(Status.FAIL, f"{base_path} does not exist yet and zookeeper.auth is not set: the agents "
