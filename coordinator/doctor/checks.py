@@ -15,7 +15,6 @@ timeout, digest credentials, TLS).
 
 from __future__ import annotations
 
-import email.utils
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -40,6 +39,7 @@ from coordinator.doctor.verdicts import (
     session_verdict,
     zookeeper_verdict,
 )
+from coordinator.support.httpdate import parse_http_date
 
 if TYPE_CHECKING:
     from coordinator.groupstatus.read import GroupReader
@@ -176,8 +176,8 @@ def check_clock(ctx: Context) -> Verdict:
     uncertainty = 0.5 + (seen.received - seen.sent) / 2
     if seen.date:
         try:
-            served = email.utils.parsedate_to_datetime(seen.date).timestamp()
-        except (TypeError, ValueError):
+            served: float | None = parse_http_date(seen.date).timestamp()
+        except ValueError:  # a naive date is taken as UTC; anything unreadable is no Date
             served = None
         if served is not None:
             # Date has whole seconds: the server's time was within [served, served + 1).

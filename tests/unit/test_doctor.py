@@ -49,6 +49,13 @@ def test_the_option_names_are_the_checks_run() -> None:
     assert tuple(check.name for check in CHECKS) == CHECK_NAMES
 
 
+def test_the_notices_weighed_are_the_ones_the_simulator_documents() -> None:
+    from coordinator.sim.catalogue import MINIMUM_NOTICE, TERMINATE_NOTICE_RANGE
+
+    assert dict(NOTICES) == dict(MINIMUM_NOTICE)
+    assert NOTICES["Terminate"] == TERMINATE_NOTICE_RANGE[0]
+
+
 # --- proxy ----------------------------------------------------------------------------------------------
 
 
