@@ -212,6 +212,12 @@ def _cmd_zk_digest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from coordinator.doctor.command import run
+
+    return run(args)
+
+
 def _cmd_service(args: argparse.Namespace) -> int:
     from coordinator.winservice import command
 
@@ -232,9 +238,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 class _Subcommand(argparse.ArgumentParser):
     """A subcommand's parser whose arguments are added by ``arguments`` only when that subcommand is
-    parsed or its help is shown: the options of ``status``, ``service``, ``imds-sim`` and ``demo`` live in
-    their own modules (the group reader, the simulator, the testbed), which ``coordinator run`` never
-    loads."""
+    parsed or its help is shown: the options of ``status``, ``doctor``, ``service``, ``imds-sim`` and ``demo``
+    live in their own modules (the group reader, the doctor, the simulator, the testbed), which
+    ``coordinator run`` never loads."""
 
     def __init__(self, *args: Any, arguments: Callable[[argparse.ArgumentParser], None] | None = None,
                  **kwargs: Any) -> None:
@@ -262,6 +268,12 @@ class _Subcommand(argparse.ArgumentParser):
 
 def _status_arguments(parser: argparse.ArgumentParser) -> None:
     from coordinator.groupstatus.options import add_arguments
+
+    add_arguments(parser)
+
+
+def _doctor_arguments(parser: argparse.ArgumentParser) -> None:
+    from coordinator.doctor.options import add_arguments
 
     add_arguments(parser)
 
@@ -331,6 +343,15 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "pause":
             control.add_argument("--reason", required=True, help="why; shown in status and in the agents' logs")
         control.set_defaults(func=func)
+
+    doctor = sub.add_parser(
+        "doctor", arguments=_doctor_arguments,
+        help="check what breaks coordination on this VM and in its group (PASS, WARN or FAIL, with the fix)",
+        description="Run on a VM with its agent's configuration: IMDS without a proxy, the clock against IMDS, "
+        "ZooKeeper and its ACLs as the agent connects, this VM's probe as peers reach it, the session timeout "
+        "against notices and drain waits, and the group's members. Exit status: 0 all PASS, 1 a WARN, 2 a FAIL "
+        "(docs/doctor.md).")
+    doctor.set_defaults(func=_cmd_doctor)
 
     digest = sub.add_parser(
         "zk-digest", help="print the ZooKeeper ACL identity of a digest user (for zookeeper.acl)",

@@ -31,6 +31,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent
+from kazoo.security import ACL
 
 from coordinator.errors import ConfigError, StoreError
 from coordinator.httpserver import split_host_port
@@ -181,7 +182,8 @@ def _brief_http_error(exc: httpx.HTTPError) -> str:
 class GroupReader:
     """A read-only session on the group's ZooKeeper; ``open`` it, ``read`` as often as needed, ``close``.
 
-    ``timeout`` bounds connecting and every read; ``http_timeout`` each agent's ``/status``.
+    ``timeout`` bounds connecting and every read; ``http_timeout`` each agent's ``/status``;
+    ``session_timeout`` is the session asked for (default: twice ``timeout``, at least 10 s).
     """
 
     def __init__(
@@ -197,6 +199,7 @@ class GroupReader:
         transport: httpx.BaseTransport | None = None,
         auth_data: tuple[tuple[str, str], ...] = (),
         tls: TlsOptions | None = None,
+        session_timeout: float | None = None,
     ) -> None:
         self.hosts = hosts
         self.cluster = cluster
@@ -207,7 +210,7 @@ class GroupReader:
         try:
             self._store = ZooKeeperStore(
                 hosts, root, cluster,
-                session_timeout=max(10.0, 2 * timeout),
+                session_timeout=max(10.0, 2 * timeout) if session_timeout is None else session_timeout,
                 operation_timeout=timeout,
                 client_factory=client_factory,
                 auth_data=auth_data,
@@ -223,12 +226,15 @@ class GroupReader:
 
     # -- life cycle -----------------------------------------------------------------------------------
 
-    def open(self) -> None:
-        """Connect and check that the cluster exists. Raises ``GroupStatusError``."""
+    def open(self, *, require_cluster: bool = True) -> None:
+        """Connect and (unless not ``require_cluster``) check that the cluster exists. Raises
+        ``GroupStatusError``."""
         try:
             self._store.start()
         except StoreError as exc:
             raise GroupStatusError(f"cannot reach ZooKeeper at {self.hosts}: {exc}") from None
+        if not require_cluster:
+            return
         try:
             if self._call(lambda c: c.exists_async(self.base_path)) is None:
                 raise GroupStatusError(self._not_found())
@@ -238,6 +244,38 @@ class GroupReader:
 
     def close(self) -> None:
         self._store.stop()
+
+    @property
+    def granted_session_timeout(self) -> float | None:
+        """The session timeout the server granted (seconds), once connected."""
+        return self._store.granted_session_timeout
+
+    @property
+    def connected_read_only(self) -> bool:
+        """Whether the server this session reached is in read-only mode (cut off from its quorum)."""
+        client = self._store.client
+        return client is not None and str(getattr(client, "client_state", "")) == "CONNECTED_RO"
+
+    def exists(self) -> bool:
+        """Whether the cluster's base node exists. Raises ``GroupStatusError``."""
+        return self._call(lambda c: c.exists_async(self.base_path)) is not None
+
+    def acl(self, path: str) -> list[ACL] | None:
+        """The ACL of the node at ``path``, None if there is no such node. Raises ``GroupStatusError``
+        (``NoAuthError`` included: ZooKeeper shows an ACL only to who may read or administer the node)."""
+        try:
+            acl, _ = self._call(lambda c: c.get_acls_async(path))
+        except NoNodeError:
+            return None
+        return list(acl)
+
+    def children(self, path: str) -> list[str]:
+        """The children of ``path`` ([] if there is no such node). Raises ``GroupStatusError``."""
+        try:
+            children: list[str] = self._call(lambda c: c.get_children_async(path))
+        except NoNodeError:
+            return []
+        return sorted(children)
 
     def set_wakeup(self, callback: Callable[[], None]) -> None:
         """``callback`` is called (from kazoo's threads, it must not block) when a watched node changes."""
@@ -263,8 +301,7 @@ class GroupReader:
         if self._ask_agents:
             urls = {vm: admin_status_url(info.get(vm, {})) for vm in sorted(view.members)}
             agents = ask_agents(urls, self._http_timeout, self._transport)
-        client = self._store.client
-        read_only = client is not None and str(getattr(client, "client_state", "")) == "CONNECTED_RO"
+        read_only = self.connected_read_only
         return GroupRead(
             cluster=self.cluster, base_path=self.base_path, hosts=self.hosts, read_at=now, mono=mono,
             view=view, member_info=info, leader_since=leader_since, paused=paused, paused_unreadable=unreadable,

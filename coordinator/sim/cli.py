@@ -81,6 +81,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _skew(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds {text!r}") from None
+    if not abs(value) <= 10 * 365 * 86400:
+        raise argparse.ArgumentTypeError(f"a clock skew is a finite number of seconds, within ten years: {text!r}")
+    return value
+
+
 def _scale(text: str) -> float:
     try:
         value = float(text)
@@ -269,6 +279,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="answer to an approval naming an unknown event id (undocumented in IMDS; default: %(default)s)",
     )
     parser.add_argument(
+        "--date-skew",
+        type=_skew,
+        default=0.0,
+        metavar="S",
+        help="add S seconds (negative: subtract) to the real clock in the Date header of every VM port's "
+        "answers, as a VM whose clock drifted would see it (default: %(default)s)",
+    )
+    parser.add_argument(
         "--log-level",
         type=str.upper,
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -314,7 +332,7 @@ def run(args: argparse.Namespace) -> int:
     except (InvalidRequest, OSError) as exc:
         print(f"coordinator imds-sim: error: {exc}", file=sys.stderr)
         return 2
-    server = SimulatorServer(group, addresses, args.control, rate_limit=args.rate_limit)
+    server = SimulatorServer(group, addresses, args.control, rate_limit=args.rate_limit, date_skew=args.date_skew)
     try:
         server.start()
     except OSError as exc:

@@ -163,6 +163,13 @@ class _Handler(BaseHTTPRequestHandler):
 class _VmHandler(_Handler):
     """One VM's IMDS. Every request is logged as a ``request`` entry after it is answered."""
 
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        # The Date header of every answer: the real clock, off by the server's ``date_skew`` (a VM whose
+        # own clock drifted sees IMDS's Date that far from it).
+        if timestamp is None:
+            timestamp = time.time() + self.server.owner.date_skew
+        return super().date_time_string(timestamp)
+
     def do_GET(self) -> None:
         self._handle("GET")
 
@@ -443,7 +450,8 @@ class SimulatorServer:
     ``start`` binds every socket (raising ``OSError`` if one cannot be bound, after closing the
     others) and returns once all of them are listening; ``stop`` shuts everything down, continues
     every process an impact paused, and is idempotent. ``rate_limit`` requests per (real) second per
-    VM (0 disables the limit). The server carries out the group's ``refuse`` faults.
+    VM (0 disables the limit). The server carries out the group's ``refuse`` faults. ``date_skew``
+    seconds are added to the real clock in the ``Date`` header of every VM port's answers.
     """
 
     def __init__(
@@ -455,12 +463,14 @@ class SimulatorServer:
         rate_limit: int = DEFAULT_RATE_LIMIT,
         tick_interval: float = 0.05,
         monotonic: Clock = time.monotonic,
+        date_skew: float = 0.0,
     ) -> None:
         names = {info.name for info in group.vms}
         resolved = {group.vm(name).name: address for name, address in vm_addresses.items()}
         if set(resolved) != names:
             raise ValueError(f"vm_addresses must cover exactly the group's VMs: {sorted(names)}")
         self.group = group
+        self.date_skew = date_skew
         self._vm_addresses = resolved
         self._control_address = control_address
         self._limiters = {name: RateLimiter(rate_limit, clock=monotonic) for name in names}

@@ -25,6 +25,7 @@ NOT_LOADED_BY_RUN = (
     "coordinator.testbed",
     "coordinator.groupstatus",
     "coordinator.winservice",
+    "coordinator.doctor",
     "coordinator.control",
     "coordinator.dryrun",
     "coordinator.actions.haproxy",

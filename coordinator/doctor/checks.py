@@ -1,0 +1,369 @@
+"""The checks of ``coordinator doctor``: each observes (IMDS, ZooKeeper, the probes) and hands what it saw
+to its pure verdict in ``coordinator.doctor.verdicts``.
+
+``CHECKS`` is the ordered list the command runs; a check is a name, a title and a function of the shared
+``Context``. Checks that depend on an earlier one (the clock on IMDS's answer, the ACL and the members
+on the ZooKeeper session) read what it left in the context, and are skipped with the reason when it
+failed. A new check (the ARM-based ones, once there is a managed-identity token and an ARM client) is
+one more function and one more entry here.
+
+Nothing here writes: IMDS is only read (no approval is ever sent), and ZooKeeper is read through the
+group reader of ``coordinator status`` (``coordinator.groupstatus.read``), whose kazoo client refuses
+every write request, built from the configuration exactly as the agent builds its own (hosts, session
+timeout, digest credentials, TLS).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+
+from coordinator.config import ApprovalRule, Settings
+from coordinator.doctor.verdicts import (
+    ProbeAnswer,
+    Status,
+    Verdict,
+    acl_verdict,
+    clock_verdict,
+    config_verdict,
+    imds_verdict,
+    members_verdict,
+    probe_verdict,
+    proxy_verdict,
+    session_verdict,
+    zookeeper_verdict,
+)
+from coordinator.support.httpdate import parse_http_date
+
+if TYPE_CHECKING:
+    from coordinator.groupstatus.read import GroupReader
+
+__all__ = ["CHECKS", "Check", "Context", "ImdsSeen", "RecordingTransport"]
+
+#: Documented minimum notice of each event type (seconds). Terminate's is what a scale set configures,
+#: 5 to 15 minutes: without reading the scale set (ARM), the shortest is assumed.
+NOTICES: Mapping[str, float] = {"Freeze": 900.0, "Reboot": 900.0, "Redeploy": 600.0, "Preempt": 30.0,
+                                "Terminate": 300.0}
+
+
+@dataclass
+class ImdsSeen:
+    """What the IMDS check saw, for the clock check."""
+
+    answered: bool
+    date: str | None = None  # the Date header of the Scheduled Events answer
+    sent: float = 0.0  # wall clock before the request
+    received: float = 0.0  # wall clock once its headers arrived
+
+
+@dataclass
+class Context:
+    """What every check reads: the agent's settings, the run's deadline (``time.monotonic``), the
+    environment, and what earlier checks observed."""
+
+    settings: Settings
+    config_path: Path
+    deadline: float
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    vm: str | None = None  # this VM's name: vm_name, else IMDS's
+    imds: ImdsSeen | None = None
+    zookeeper: GroupReader | None = None  # the open session, read-only
+    zookeeper_error: str | None = None
+    cluster_exists: bool = False
+    granted: float | None = None
+    members: dict[str, dict[str, object]] | None = None
+
+    def remaining(self, cap: float | None = None) -> float:
+        """Seconds left before the deadline (at least 0.1), at most ``cap``."""
+        left = max(0.1, self.deadline - time.monotonic())
+        return left if cap is None else min(cap, left)
+
+    def close(self) -> None:
+        if self.zookeeper is not None:
+            self.zookeeper.close()
+            self.zookeeper = None
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    title: str
+    run: Callable[[Context], Verdict]
+
+
+class RecordingTransport(httpx.BaseTransport):
+    """The transport under the agent's IMDS client here: notes the wall clock around each request and
+    the answer's ``Date`` header. No proxy, as the client's own transport (``trust_env=False``)."""
+
+    def __init__(self, url: str) -> None:
+        # IMDS speaks plain HTTP; an https URL (a front of one's own) is verified as the agent verifies it.
+        self._inner = httpx.HTTPTransport(trust_env=False, verify=httpx.URL(url).scheme != "http")
+        self.last: ImdsSeen | None = None
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        sent = time.time()
+        response = self._inner.handle_request(request)
+        if request.url.path.endswith("/scheduledevents"):
+            self.last = ImdsSeen(True, response.headers.get("Date"), sent, time.time())
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _brief(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:200]
+
+
+def check_config(ctx: Context) -> Verdict:
+    from coordinator.config import host_problems
+
+    return config_verdict(*host_problems(ctx.settings, at_start=False))
+
+
+# --- IMDS -----------------------------------------------------------------------------------------------
+
+
+def check_proxy(ctx: Context) -> Verdict:
+    host = httpx.URL(ctx.settings.imds.url).host
+    return proxy_verdict(ctx.environ, host)
+
+
+def check_imds(ctx: Context) -> Verdict:
+    from coordinator.errors import CoordinatorError
+    from coordinator.imds import ImdsClient
+
+    settings = ctx.settings.imds
+    recorder = RecordingTransport(settings.url)
+    budget = ctx.remaining()
+    client = ImdsClient(settings.url, api_version=settings.api_version,
+                        request_timeout=min(settings.request_timeout, budget),
+                        first_request_timeout=min(settings.first_request_timeout, budget),
+                        max_attempts=1, transport=recorder)
+    began = time.monotonic()
+    with client:
+        try:
+            document = client.get_document(attempts=1)
+        except (CoordinatorError, ValueError) as exc:
+            ctx.imds = ImdsSeen(False)
+            return imds_verdict(error=_brief(exc), url=settings.url, configured_name=ctx.settings.vm_name)
+        seconds = time.monotonic() - began
+        ctx.imds = recorder.last or ImdsSeen(True)
+        imds_name: str | None = None
+        compute_error: str | None = None
+        try:
+            imds_name = client.get_instance_compute().scheduled_events_name or None
+        except (CoordinatorError, ValueError) as exc:
+            compute_error = _brief(exc)
+    ctx.vm = ctx.settings.vm_name or imds_name
+    return imds_verdict(error=None, incarnation=document.document_incarnation, events=len(document.events),
+                        seconds=seconds, configured_name=ctx.settings.vm_name, imds_name=imds_name,
+                        compute_error=compute_error, url=settings.url)
+
+
+def check_clock(ctx: Context) -> Verdict:
+    seen = ctx.imds
+    if seen is None or not seen.answered:
+        return Verdict(Status.SKIP, "not checked: IMDS did not answer (see the imds check)")
+    offset: float | None = None
+    uncertainty = 0.5 + (seen.received - seen.sent) / 2
+    if seen.date:
+        try:
+            served: float | None = parse_http_date(seen.date).timestamp()
+        except ValueError:  # a naive date is taken as UTC; anything unreadable is no Date
+            served = None
+        if served is not None:
+            # Date has whole seconds: the server's time was within [served, served + 1).
+            offset = served + 0.5 - (seen.sent + seen.received) / 2
+    return clock_verdict(offset, uncertainty, latest_start=ctx.settings.drain.latest_start_seconds)
+
+
+# --- ZooKeeper ------------------------------------------------------------------------------------------
+
+
+def check_zookeeper(ctx: Context) -> Verdict:
+    from coordinator.groupstatus.read import GroupReader, GroupStatusError
+    from coordinator.store.zk_security import identity_words
+
+    settings = ctx.settings
+    options = settings.zookeeper.client_options()
+    who = identity_words(options.auth_data, options.tls)
+    timeout = ctx.remaining(settings.zookeeper.operation_timeout)
+    base_path = f"{settings.zookeeper.root.rstrip('/')}/{settings.cluster}"
+    reader = None
+    try:
+        reader = GroupReader(options.hosts, settings.zookeeper.root, settings.cluster, timeout=timeout,
+                             ask_agents_too=False, auth_data=options.auth_data, tls=options.tls,
+                             session_timeout=options.session_timeout)
+        reader.open(require_cluster=False)
+        ctx.cluster_exists = reader.exists()
+    except GroupStatusError as exc:
+        if reader is not None:
+            reader.close()
+        ctx.zookeeper_error = _brief(exc).removeprefix(f"cannot reach ZooKeeper at {options.hosts}: ")
+        return zookeeper_verdict(hosts=options.hosts, error=ctx.zookeeper_error, cluster_exists=False,
+                                 base_path=base_path, who=who, tls=options.tls is not None,
+                                 asked=options.session_timeout)
+    ctx.zookeeper = reader
+    ctx.granted = reader.granted_session_timeout
+    return zookeeper_verdict(hosts=options.hosts, error=None, cluster_exists=ctx.cluster_exists, base_path=base_path,
+                             who=who, tls=options.tls is not None, read_only=reader.connected_read_only,
+                             granted=ctx.granted, asked=options.session_timeout)
+
+
+_MAX_ACL_READS = 100
+
+
+def check_acl(ctx: Context) -> Verdict:
+    from coordinator.groupstatus.read import GroupStatusError
+
+    reader = ctx.zookeeper
+    if reader is None:
+        if ctx.settings.zookeeper.acls is None:  # known without reading: the agents create open nodes
+            return acl_verdict({}, base_path="", configured_open=True)
+        return Verdict(Status.SKIP, "not checked: no ZooKeeper session (see the zookeeper check)")
+    base = reader.base_path
+    paths: list[str] = []
+    parts = [p for p in base.split("/") if p]
+    paths += ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]  # root's components above the base
+    acls: dict[str, list[tuple[str, str, int]] | None] = {}
+    try:
+        if ctx.cluster_exists:
+            paths.append(base)
+            for child in reader.children(base):
+                paths.append(f"{base}/{child}")
+                if child in ("members", "events", "out", "registry", "absent"):
+                    paths += [f"{base}/{child}/{grandchild}" for grandchild in reader.children(f"{base}/{child}")]
+        for path in paths[:_MAX_ACL_READS]:
+            acl = reader.acl(path)
+            acls[path] = None if acl is None else [(entry.id.scheme, entry.id.id, entry.perms) for entry in acl]
+    except GroupStatusError as exc:
+        return Verdict(Status.WARN, f"cannot read the ACL of the group's nodes: {_brief(exc)}",
+                       "run coordinator doctor with the agents' configuration (their zookeeper.auth), or give "
+                       "this identity read access (zookeeper.acl.readers)")
+    acls.setdefault(base, None)
+    return acl_verdict(acls, base_path=base, configured_open=ctx.settings.zookeeper.acls is None)
+
+
+# --- timing ---------------------------------------------------------------------------------------------
+
+
+def check_session(ctx: Context) -> Verdict:
+    settings = ctx.settings
+    after_drain = {event_type for event_type in NOTICES
+                   if settings.policy.approval.get(event_type, ApprovalRule.AFTER_DRAIN) is ApprovalRule.AFTER_DRAIN}
+    return session_verdict(
+        session_timeout=settings.zookeeper.session_timeout,
+        granted=ctx.granted,
+        tick=settings.zookeeper.tick_seconds,
+        waits={t: settings.drain.wait_for(t) for t in after_drain},
+        notices=NOTICES,
+        absent_grace=settings.policy.absent_peer_grace_seconds,
+    )
+
+
+# --- the probe and the members --------------------------------------------------------------------------
+
+
+def _read_members(ctx: Context) -> dict[str, dict[str, object]]:
+    """The live members and their member info (read once, shared by the probe and members checks)."""
+    if ctx.members is None:
+        assert ctx.zookeeper is not None
+        read = ctx.zookeeper.read()
+        ctx.members = {vm: dict(read.member_info.get(vm, {})) for vm in sorted(read.view.members)}
+    return ctx.members
+
+
+def _ask_probe(url: str, timeout: float) -> ProbeAnswer:
+    from coordinator.peers import PHASE_HEADER
+
+    try:
+        response = httpx.get(url, timeout=timeout, trust_env=False, follow_redirects=False)
+    except httpx.TimeoutException:
+        return ProbeAnswer(error=f"no answer within {timeout:g} s")
+    except httpx.HTTPError as exc:
+        return ProbeAnswer(error="connection refused or unreachable" if isinstance(exc, httpx.ConnectError)
+                           else _brief(exc))
+    return ProbeAnswer(status=response.status_code, phase=response.headers.get(PHASE_HEADER))
+
+
+def check_probe(ctx: Context) -> Verdict:
+    from coordinator.groupstatus.read import GroupStatusError
+    from coordinator.httpserver import split_host_port
+    from coordinator.runtime import advertised_probe_url
+
+    members: dict[str, dict[str, object]] = {}
+    if ctx.zookeeper is not None and ctx.cluster_exists:
+        try:
+            members = _read_members(ctx)
+        except GroupStatusError as exc:
+            return Verdict(Status.SKIP, f"not checked: cannot read the members: {_brief(exc)}")
+    me = (ctx.vm or "").lower()
+    if me in members:
+        advertised = members[me].get("probe")
+        url = advertised if isinstance(advertised, str) and advertised else None
+    else:
+        url = advertised_probe_url(ctx.settings, split_host_port(ctx.settings.probe.listen))
+    peers = [str(info["probe"]) for vm, info in members.items()
+             if vm != me and isinstance(info.get("probe"), str) and info["probe"]]
+    answer = _ask_probe(url, ctx.remaining(2.0)) if url is not None else None
+    return probe_verdict(url=url, is_member=me in members, peer_urls=peers, answer=answer)
+
+
+def check_members(ctx: Context) -> Verdict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from coordinator import __version__
+    from coordinator.groupstatus.read import GroupStatusError
+
+    if ctx.zookeeper is None:
+        return Verdict(Status.SKIP, "not checked: no ZooKeeper session (see the zookeeper check)")
+    if not ctx.cluster_exists:
+        return Verdict(Status.SKIP, "not checked: the group has no node in ZooKeeper yet")
+    try:
+        members = _read_members(ctx)
+    except GroupStatusError as exc:
+        return Verdict(Status.WARN, f"cannot read the members: {_brief(exc)}", "check the zookeeper check's advice")
+    me = (ctx.vm or "").lower()
+    urls = {vm: str(info["probe"]) for vm, info in members.items()
+            if vm != me and isinstance(info.get("probe"), str) and info["probe"]}
+    answers: dict[str, ProbeAnswer] = {}
+    if urls:
+        timeout = ctx.remaining(2.0)
+        with ThreadPoolExecutor(max_workers=min(16, len(urls)), thread_name_prefix="doctor-probe") as pool:
+            futures = {vm: pool.submit(_ask_probe, url, timeout) for vm, url in urls.items()}
+            answers = {vm: future.result() for vm, future in futures.items()}
+    return members_verdict(me=me or None, version=__version__, members=members, answers=answers)
+
+
+# --- Azure Resource Manager -----------------------------------------------------------------------------
+
+
+def check_arm(ctx: Context) -> Verdict:
+    """Not built: reading the load balancer's probe, the scale set's automatic repairs, terminate
+    notifications, ``scheduledEventsPolicy`` and the VM's priority needs a managed-identity token and an
+    ARM client, which the product does not have yet. Reported as one SKIP line, never guessed."""
+    return Verdict(Status.SKIP, "needs ARM read access (not built yet): load balancer probe interval x threshold "
+                   "vs the drain wait, automatic repairs' grace period, terminate notifications, "
+                   "scheduledEventsPolicy auto-approvals, Spot")
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("config", "the configuration on this machine", check_config),
+    Check("imds-proxy", "proxy variables against IMDS", check_proxy),
+    Check("imds", "IMDS Scheduled Events", check_imds),
+    Check("clock", "wall clock against IMDS's Date", check_clock),
+    Check("zookeeper", "ZooKeeper reachable as the agent connects", check_zookeeper),
+    Check("zookeeper-acl", "the group's nodes not world-writable", check_acl),
+    Check("session-timeout", "session timeout against notice and drain wait", check_session),
+    Check("probe", "this VM's probe on its advertised address", check_probe),
+    Check("members", "the group's members, versions and probes", check_members),
+    Check("azure", "Azure resources (load balancer, scale set)", check_arm),
+)
