@@ -255,7 +255,9 @@ class AzureModel:
             raise InvalidRequest("count must be >= 1 or null")
         if retry_after is not None and retry_after < 0:
             raise InvalidRequest("retry_after must be >= 0")
-        fault = _Fault(target, kind, status, retry_after, count, tuple(m.upper() for m in methods))
+        # Another writer matters only to a write: a concurrent_write waits for the next PUT.
+        verbs = ("PUT",) if kind == "concurrent_write" else tuple(m.upper() for m in methods)
+        fault = _Fault(target, kind, status, retry_after, count, verbs)
         with self._lock:
             self._faults.append(fault)
         return self._fault_view(fault)
