@@ -35,7 +35,8 @@ def test_defaults_are_azure_s(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("action", "expected"), [
     ("    backend_address: vm0\n", "actions.0.azure-lb.backend_pools: Field required"),
-    ("    backend_pools: []\n    backend_address: vm0\n", "actions.0.azure-lb.backend_pools: List should have at least 1"),
+    ("    backend_pools: []\n    backend_address: vm0\n",
+     "actions.0.azure-lb.backend_pools: List should have at least 1"),
     ("    backend_pools: [/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/loadBalancers/lb]\n"
      "    backend_address: vm0\n", "actions.0.azure-lb.backend_pools: item 0 ("),
     (f"    backend_pools: [{POOL}, {POOL.upper()}]\n    backend_address: vm0\n", "listed twice"),
