@@ -16,6 +16,7 @@ from coordinator import __version__
 from coordinator.actions import Action, DryRunAction, ProbeAction, ProbeState
 from coordinator.agent import Agent, Imds
 from coordinator.config import (
+    AzureLbActionConfig,
     CommandActionConfig,
     HAProxyActionConfig,
     Settings,
@@ -36,7 +37,8 @@ from coordinator.store.zookeeper import ZooKeeperStore
 from coordinator.support.hostos import agent_identity
 from coordinator.telemetry import Health
 
-__all__ = ["Stopper", "advertised_probe_url", "build_actions", "policy_from", "run_agent", "startup_summary"]
+__all__ = ["Stopper", "advertised_probe_url", "build_actions", "build_azure_lb", "policy_from", "run_agent",
+           "startup_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +87,28 @@ def build_actions(settings: Settings) -> list[Action]:
 
             actions.append(WebhookAction(item.name, url=item.url, on=set(item.phases), body_template=item.body,
                                          headers=item.headers, timeout=item.timeout_seconds, retries=item.retries))
+        elif isinstance(item, AzureLbActionConfig):
+            actions.append(build_azure_lb(item, settings))
         else:
             from coordinator.actions.connections import ConnectionsDrainedWait
 
             actions.append(ConnectionsDrainedWait(item.ports, deadline=item.deadline_seconds))
     return actions
+
+
+def build_azure_lb(item: AzureLbActionConfig, settings: Settings) -> Action:
+    """The azure-lb action of ``item``; its fallback wait defaults to the probe-based drain wait of ``settings``."""
+    from coordinator.actions.azure_lb import ArmClient, AzureLbAction, ManagedIdentity
+    from coordinator.actions.connections import probe_wait_seconds
+
+    drain = settings.drain
+    fallback = item.fallback_wait_seconds
+    if fallback is None:
+        fallback = probe_wait_seconds(drain.probe_interval_seconds, drain.probe_threshold, drain.grace_seconds)
+    identity = ManagedIdentity(item.imds_url, client_id=item.client_id, timeout=item.timeout_seconds)
+    client = ArmClient(item.arm_url, identity, api_version=item.api_version, timeout=item.timeout_seconds)
+    return AzureLbAction(item.name, item.backend_pools, item.backend_address, client,
+                         deadline=item.deadline_seconds, fallback_wait=fallback)
 
 
 def _action_summary(item: object) -> str:
@@ -99,6 +118,8 @@ def _action_summary(item: object) -> str:
         return f"haproxy {item.backend}/{item.server}"
     if isinstance(item, CommandActionConfig | WebhookActionConfig):
         return f"{item.type} {item.name}"
+    if isinstance(item, AzureLbActionConfig):
+        return f"azure-lb {item.name} ({item.backend_address} in {len(item.backend_pools)} pool(s))"
     ports = getattr(item, "ports", [])
     return "connections on port " + ",".join(str(port) for port in ports)
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from coordinator.config import (
+    AzureLbActionConfig,
     CommandActionConfig,
     ConnectionsActionConfig,
     HAProxyActionConfig,
@@ -66,6 +67,7 @@ def tables() -> str:
         (CommandActionConfig, "command"),
         (WebhookActionConfig, "webhook"),
         (ConnectionsActionConfig, "connections"),
+        (AzureLbActionConfig, "azure-lb"),
     ):
         parts.append(f"#### `actions` entries with `type: {kind}`\n\n" + header + "\n".join(_rows(model)))
     parts.append("#### `policy.maintenance_windows` entries\n\n" + header + "\n".join(_rows(MaintenanceWindowConfig)))

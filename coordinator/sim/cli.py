@@ -17,6 +17,7 @@ from typing import Any
 
 from coordinator.errors import InvalidName
 from coordinator.names import normalize_vm_name
+from coordinator.sim.azure import AzureModel
 from coordinator.sim.catalogue import VmInfo
 from coordinator.sim.errors import InvalidRequest
 from coordinator.sim.group import SimulatedGroup
@@ -278,6 +279,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=200,
         help="answer to an approval naming an unknown event id (undocumented in IMDS; default: %(default)s)",
     )
+    azure = parser.add_argument_group(
+        "managed identity and ARM (see docs/simulator.md)",
+        "every VM's IMDS port serves /metadata/identity/oauth2/token; --arm also serves a simulated Azure "
+        "Resource Manager for load balancer backend address pools",
+    )
+    azure.add_argument(
+        "--arm", type=_address, metavar="HOST:PORT", help="serve the simulated ARM there; port 0 picks a free port"
+    )
+    azure.add_argument(
+        "--token-lifetime", type=_positive_seconds, default=86399.0, metavar="S",
+        help="real seconds a managed-identity token lasts (default: %(default)s, about IMDS's 24 hours)",
+    )
+    azure.add_argument(
+        "--arm-async-seconds", type=_seconds, default=1.0, metavar="S",
+        help="real seconds an ARM write stays InProgress before it succeeds (default: %(default)s)",
+    )
+    azure.add_argument(
+        "--arm-retry-after", type=_non_negative_int, default=1, metavar="N",
+        help="Retry-After (seconds) on ARM's asynchronous answers (default: %(default)s; ARM often says 10)",
+    )
+    azure.add_argument(
+        "--no-system-identity", action="store_true",
+        help="VMs have no system-assigned identity (user-assigned ones are added through the control API)",
+    )
     parser.add_argument(
         "--date-skew",
         type=_skew,
@@ -332,7 +357,15 @@ def run(args: argparse.Namespace) -> int:
     except (InvalidRequest, OSError) as exc:
         print(f"coordinator imds-sim: error: {exc}", file=sys.stderr)
         return 2
-    server = SimulatorServer(group, addresses, args.control, rate_limit=args.rate_limit, date_skew=args.date_skew)
+    try:
+        azure = AzureModel(list(addresses), system_identity=not args.no_system_identity,
+                           token_lifetime=args.token_lifetime, async_seconds=args.arm_async_seconds,
+                           retry_after=args.arm_retry_after)
+    except InvalidRequest as exc:
+        print(f"coordinator imds-sim: error: {exc}", file=sys.stderr)
+        return 2
+    server = SimulatorServer(group, addresses, args.control, rate_limit=args.rate_limit, azure=azure,
+                             arm_address=args.arm, date_skew=args.date_skew)
     try:
         server.start()
     except OSError as exc:
@@ -344,11 +377,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         urls = server.urls
         if args.ready_file is not None:
-            _write_ready_file(args.ready_file, {"control": server.control_url, "vms": urls})
+            ready: dict[str, Any] = {"control": server.control_url, "vms": urls}
+            if server.arm_url:
+                ready["arm"] = server.arm_url
+            _write_ready_file(args.ready_file, ready)
         log.info(
             "IMDS simulator ready: control %s, %s",
             server.control_url,
-            ", ".join(f"{vm} {url}" for vm, url in urls.items()),
+            ", ".join([*(f"{vm} {url}" for vm, url in urls.items()),
+                       *([f"arm {server.arm_url}"] if server.arm_url else [])]),
         )
         while not stop.wait(0.5):
             pass

@@ -206,6 +206,54 @@ class SimControl:
 
         return self.wait_for(found, timeout, message=f"event {event_id} reaching {to or 'removed'}")
 
+    # -- managed identity and ARM (a simulator started with --arm) ------------------------------------------
+
+    def add_identity(self, client_id: str, msi_res_id: str | None = None,
+                     vms: Sequence[str] | None = None) -> dict[str, Any]:
+        """A user-assigned identity, assigned to ``vms`` (None: every VM)."""
+        return self._call("POST", "/identities", json={"client_id": client_id, "msi_res_id": msi_res_id,
+                                                        "vms": None if vms is None else list(vms)})
+
+    def expire_tokens(self) -> int:
+        """Every token issued so far expires now."""
+        expired: int = self._call("POST", "/identities/expire-tokens")["expired"]
+        return expired
+
+    def set_role(self, principal: str, role: str) -> dict[str, Any]:
+        """``role`` (network-contributor, reader, none) of ``principal`` (a VM name, or a client id)."""
+        return self._call("POST", "/arm/roles", json={"principal": principal, "role": role})
+
+    def add_pool(
+        self, pool_id: str, addresses: Sequence[dict[str, Any]], location: str = "westeurope"
+    ) -> dict[str, Any]:
+        """A backend address pool; ``addresses`` of ``{"name", "ip_address", "admin_state"}``."""
+        return self._call("POST", "/arm/pools", json={"id": pool_id, "addresses": list(addresses),
+                                                       "location": location})
+
+    def pools(self) -> dict[str, dict[str, Any]]:
+        """Every pool's view (``admin_states``, ``effective``, ``etag``, ``writes``...), by resource id."""
+        return {pool["id"]: pool for pool in self._call("GET", "/arm/pools")["pools"]}
+
+    def write_address(self, pool_id: str, address: str, admin_state: str) -> dict[str, Any]:
+        """Another writer sets one address's admin state (the pool's etag changes)."""
+        return self._call("POST", "/arm/pools/write", json={"id": pool_id, "address": address,
+                                                             "admin_state": admin_state})
+
+    def arm_calls(self) -> dict[str, Any]:
+        """``{"calls": {kind: n}, "statuses": {"kind status": n}, "total_arm": n}``."""
+        return self._call("GET", "/arm/calls")
+
+    def add_azure_fault(self, target: str, kind: str = "status", *, status: int | None = None,
+                        retry_after: int | None = None, count: int | None = 1,
+                        methods: Sequence[str] = ("GET", "PUT")) -> dict[str, Any]:
+        """A fault on the token endpoint (``target="token"``) or on ARM (``"arm"``)."""
+        body: dict[str, Any] = {"target": target, "kind": kind, "count": count, "methods": list(methods)}
+        if status is not None:
+            body["status"] = status
+        if retry_after is not None:
+            body["retry_after"] = retry_after
+        return self._call("POST", "/arm/faults", json=body)
+
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._http.request(method, path, **kwargs)
         if response.is_error:

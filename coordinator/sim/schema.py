@@ -45,14 +45,19 @@ from coordinator.sim.errors import InvalidRequest
 __all__ = [
     "TIMELINE_ACTIONS",
     "ApproveRequest",
+    "AzureFaultRequest",
     "CancelRequest",
     "FaultRequest",
     "GroupOptions",
+    "IdentityRequest",
     "ImpactRequest",
     "PidsRequest",
+    "PoolRequest",
+    "PoolWriteRequest",
     "ReplayRequest",
     "Request",
     "ResetIncarnationRequest",
+    "RoleRequest",
     "RolloutRequest",
     "ScheduleRequest",
     "Seconds",
@@ -212,6 +217,59 @@ class ResetIncarnationRequest(Request):
     """``POST /incarnation/reset``: serve ``vm`` (None: every VM) an incarnation that starts again from 1."""
 
     vm: StrictStr | None = None
+
+
+class IdentityRequest(Request):
+    """``POST /identities``: a user-assigned identity, assigned to ``vms`` (None: every VM of the group)."""
+
+    client_id: Annotated[StrictStr, Field(min_length=1)]
+    msi_res_id: StrictStr | None = None
+    vms: list[StrictStr] | None = None
+
+
+class RoleRequest(Request):
+    """``POST /arm/roles``: the role of an identity over the pools (a VM name for its system identity)."""
+
+    principal: Annotated[StrictStr, Field(min_length=1)]
+    role: Literal["network-contributor", "reader", "none"]
+
+
+class PoolRequest(Request):
+    """``POST /arm/pools``: a backend address pool by resource id, with its addresses
+    (``{"name", "ip_address", "admin_state"}``)."""
+
+    pool_id: StrictStr = Field(alias="id")
+    addresses: list[dict[str, Any]]
+    location: StrictStr = "westeurope"
+
+    def given(self) -> dict[str, Any]:
+        return {"pool_id": self.pool_id, "addresses": self.addresses, "location": self.location}
+
+
+class PoolWriteRequest(Request):
+    """``POST /arm/pools/write``: another writer sets one address's admin state (the pool's etag changes)."""
+
+    pool_id: StrictStr = Field(alias="id")
+    address: StrictStr
+    admin_state: Literal["None", "Up", "Down"]
+
+    def given(self) -> dict[str, Any]:
+        return {"pool_id": self.pool_id, "address": self.address, "admin_state": self.admin_state}
+
+
+_GET_PUT: list[Literal["GET", "PUT"]] = ["GET", "PUT"]
+
+
+class AzureFaultRequest(Request):
+    """``POST /arm/faults``: a status answer (``retry_after`` adds ``Retry-After``) on the token endpoint or
+    on ARM, or ``concurrent_write`` (another writer changes the pool just before the next PUT)."""
+
+    target: Literal["token", "arm"]
+    kind: Literal["status", "concurrent_write"] = "status"
+    status: Annotated[StrictInt, Field(ge=400, le=599)] | None = None
+    retry_after: Annotated[StrictInt, Field(ge=0, le=3600)] | None = None
+    count: Annotated[StrictInt, Field(ge=1)] | None = 1
+    methods: list[Literal["GET", "PUT"]] = Field(default_factory=lambda: _GET_PUT.copy())
 
 
 class FaultRequest(Request):

@@ -35,18 +35,24 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
+from coordinator.sim.azure import ArmAnswer, AzureModel
 from coordinator.sim.catalogue import INSTANCE_API_VERSIONS, SCHEDULED_EVENTS_API_VERSIONS
 from coordinator.sim.clock import Clock
 from coordinator.sim.errors import InvalidRequest, UnknownEvent, UnknownVm
 from coordinator.sim.faults import Fault, mutate_document
 from coordinator.sim.group import SimulatedGroup
 from coordinator.sim.schema import (
+    AzureFaultRequest,
     FaultRequest,
+    IdentityRequest,
     ImpactRequest,
     PidsRequest,
+    PoolRequest,
+    PoolWriteRequest,
     ReplayRequest,
     Request,
     ResetIncarnationRequest,
+    RoleRequest,
     RolloutRequest,
     ScheduleRequest,
     SkipIncarnationRequest,
@@ -63,6 +69,8 @@ DEFAULT_RATE_LIMIT = 5
 _SCHEDULED_EVENTS = "/metadata/scheduledevents"
 _COMPUTE = "/metadata/instance/compute"
 _INSTANCE = "/metadata/instance"
+_TOKEN = "/metadata/identity/oauth2/token"
+_ARM = "\0arm"  # the ARM server's key among the servers (no VM name can contain a NUL)
 _MAX_BODY = 64 * 1024
 _HEADER_ERROR = "Bad request. Required metadata header not specified"
 
@@ -159,6 +167,51 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, data: object, extra: Mapping[str, str] | None = None) -> int:
         return self._send(status, json.dumps(data, separators=(",", ":")).encode(), extra=extra)
 
+    def _send_answer(self, answer: ArmAnswer) -> int:
+        if answer.body is None:
+            return self._send(answer.status, extra=answer.headers)
+        return self._send_json(answer.status, answer.body, extra=answer.headers)
+
+
+class _ArmHandler(_Handler):
+    """Azure Resource Manager, as far as ``coordinator.sim.azure.AzureModel`` models it."""
+
+    def version_string(self) -> str:
+        return "ARM-simulator"
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def _handle(self, method: str) -> None:
+        azure = self.server.owner.azure
+        assert azure is not None
+        split = urlsplit(self.path)
+        body = self._read_body()
+        if body is None:
+            self._send_json(413, {"error": {"code": "RequestEntityTooLarge", "message": "The body is too large."}})
+            return
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        try:
+            answer = azure.arm(method, split.path, dict(parse_qsl(split.query, keep_blank_values=True)), headers,
+                               body, self.server.owner.arm_url)
+        except Exception:
+            log.exception("bug in the ARM simulator for %s %s", method, self.path)
+            answer = ArmAnswer(500, {"error": {"code": "InternalServerError", "message": "simulator bug"}})
+        log.debug("arm %s %s -> %s", method, split.path, answer.status)
+        self._send_answer(answer)
+
 
 class _VmHandler(_Handler):
     """One VM's IMDS. Every request is logged as a ``request`` entry after it is answered."""
@@ -210,6 +263,10 @@ class _VmHandler(_Handler):
             return self._send_json(
                 400, {"error": "Bad request. Requests with X-Forwarded-For header are not allowed"}
             )
+        if path == _TOKEN and owner.azure is not None:
+            metadata = (self.headers.get("Metadata") or "").strip().lower() == "true"
+            token_query = dict(parse_qsl(query, keep_blank_values=True))
+            return self._send_answer(owner.azure.token(vm, method, token_query, metadata))
         if (self.headers.get("Metadata") or "").strip().lower() != "true":
             return self._send_json(400, {"error": _HEADER_ERROR})
         versions: tuple[str, ...]
@@ -409,7 +466,35 @@ class _ControlHandler(_Handler):
                 return lambda q, b: (200, {"cleared": group.clear_faults(q.get("vm"))})
             case "GET", ["document", vm]:
                 return lambda q, b: (200, group.document(vm, q.get("api-version")))
+        if owner.azure is not None:
+            return _azure_route(owner.azure, method, parts)
         return None
+
+
+def _azure_route(
+    azure: AzureModel, method: str, parts: list[str]
+) -> Callable[[dict[str, str], bytes], tuple[int, Any]] | None:
+    """Control of the managed-identity and ARM model (see ``docs/simulator.md``)."""
+    match method, parts:
+        case "POST", ["identities"]:
+            return lambda q, b: (201, azure.add_identity(**_fields(IdentityRequest, b)))
+        case "POST", ["arm", "roles"]:
+            return lambda q, b: (200, azure.set_role(**_fields(RoleRequest, b)))
+        case "GET", ["arm", "pools"]:
+            return lambda q, b: (200, {"pools": azure.pools()})
+        case "POST", ["arm", "pools"]:
+            return lambda q, b: (201, azure.add_pool(**_fields(PoolRequest, b)))
+        case "POST", ["arm", "pools", "write"]:
+            return lambda q, b: (200, azure.write_address(**_fields(PoolWriteRequest, b)))
+        case "GET", ["arm", "calls"]:
+            return lambda q, b: (200, azure.calls())
+        case "POST", ["arm", "faults"]:
+            return lambda q, b: (201, azure.add_fault(**_fields(AzureFaultRequest, b)))
+        case "DELETE", ["arm", "faults"]:
+            return lambda q, b: (200, {"cleared": azure.clear_faults()})
+        case "POST", ["identities", "expire-tokens"]:
+            return lambda q, b: (200, {"expired": azure.expire_tokens()})
+    return None
 
 
 def _load_replay(group: SimulatedGroup, request: ReplayRequest) -> dict[str, Any]:
@@ -464,13 +549,19 @@ class SimulatorServer:
         tick_interval: float = 0.05,
         monotonic: Clock = time.monotonic,
         date_skew: float = 0.0,
+        azure: AzureModel | None = None,
+        arm_address: tuple[str, int] | None = None,
     ) -> None:
         names = {info.name for info in group.vms}
         resolved = {group.vm(name).name: address for name, address in vm_addresses.items()}
         if set(resolved) != names:
             raise ValueError(f"vm_addresses must cover exactly the group's VMs: {sorted(names)}")
+        if arm_address is not None and azure is None:
+            raise ValueError("arm_address needs an azure model")
         self.group = group
         self.date_skew = date_skew
+        self.azure = azure
+        self._arm_address = arm_address
         self._vm_addresses = resolved
         self._control_address = control_address
         self._limiters = {name: RateLimiter(rate_limit, clock=monotonic) for name in names}
@@ -490,12 +581,18 @@ class SimulatorServer:
     def urls(self) -> dict[str, str]:
         """Base URL of each VM's IMDS (``http://host:port``), once started."""
         return {
-            vm: format_url(*self._bound(server)) for vm, server in self._servers.items() if vm is not None
+            vm: format_url(*self._bound(server)) for vm, server in self._servers.items() if vm not in (None, _ARM)
         }
 
     @property
     def control_url(self) -> str:
         return format_url(*self._bound(self._servers[None]))
+
+    @property
+    def arm_url(self) -> str:
+        """Base URL of the simulated ARM (``""`` when it is not served)."""
+        server = self._servers.get(_ARM)
+        return format_url(*self._bound(server)) if server is not None else ""
 
     def health(self) -> dict[str, Any]:
         return {
@@ -519,6 +616,8 @@ class SimulatorServer:
             for vm, address in self._vm_addresses.items():
                 self._servers[vm] = _Server(address, _VmHandler, self, vm)
             self._servers[None] = _Server(self._control_address, _ControlHandler, self)
+            if self._arm_address is not None:
+                self._servers[_ARM] = _Server(self._arm_address, _ArmHandler, self)
         except OSError:
             for server in self._servers.values():
                 server.server_close()
@@ -563,7 +662,7 @@ class SimulatorServer:
         thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": 0.05},
-            name=f"imds-sim-{name or 'control'}",
+            name=f"imds-sim-{'arm' if name == _ARM else name or 'control'}",
             daemon=True,
         )
         thread.start()

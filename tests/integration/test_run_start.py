@@ -30,6 +30,7 @@ NOT_LOADED_BY_RUN = (
     "coordinator.dryrun",
     "coordinator.actions.haproxy",
     "coordinator.actions.webhook",
+    "coordinator.actions.azure_lb",
     "coordinator.actions.command",
     "statistics",
 )
@@ -89,7 +90,8 @@ def test_an_action_kind_is_loaded_when_the_configuration_names_it(tmp_path: Path
     result = json.loads(run.stdout.splitlines()[-1])
     assert result["actions"] == ["lb-off"]
     assert "coordinator.actions.command" in result["modules"]
-    assert not {"coordinator.actions.webhook", "coordinator.actions.haproxy"} & set(result["modules"])
+    assert not {"coordinator.actions.webhook", "coordinator.actions.haproxy", "coordinator.actions.azure_lb"} & set(
+        result["modules"])
 
 
 def test_the_start_line_is_short_and_names_what_an_operator_checks(tmp_path: Path, taken_port: int) -> None:

@@ -183,7 +183,8 @@ def test_other_methods_are_refused_with_405(idle_sim: RunningSimulator, http: ht
 
 
 def test_unknown_paths_are_404(idle_sim: RunningSimulator, http: httpx.Client) -> None:
-    for path in ("/", "/metadata", "/metadata/scheduledevents/extra", "/metadata/identity/oauth2/token"):
+    # /metadata/identity/oauth2/token is served now (tests/integration/test_simulator_azure.py).
+    for path in ("/", "/metadata", "/metadata/scheduledevents/extra", "/metadata/identity/oauth2/other"):
         assert get(http, idle_sim.urls["vm0"] + path + "?api-version=" + API).status_code == 404, path
 
 

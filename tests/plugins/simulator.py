@@ -45,6 +45,7 @@ class RunningSimulator:
     urls: dict[str, str]
     pid: int | None
     group: SimulatedGroup | None = None
+    arm_url: str | None = None  # the simulated ARM's base URL, when started with --arm
     stderr_path: Path | None = None
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _server: SimulatorServer | None = field(default=None, repr=False)
@@ -217,6 +218,7 @@ class SimulatorFactory:
             control=SimControl(ready["control"]),
             urls=dict(ready["vms"]),
             pid=process.pid,
+            arm_url=ready.get("arm"),
             stderr_path=stderr_path,
             _process=process,
         )

@@ -1,0 +1,158 @@
+"""The simulator's managed-identity endpoint and ARM backend address pools, over HTTP, as a real process."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.plugins.simulator import RunningSimulator, SimulatorFactory
+
+POOL = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-app/providers/"
+        "Microsoft.Network/loadBalancers/lb-app/backendAddressPools/pool-web")
+ARM_VERSION = {"api-version": "2023-09-01"}
+TOKEN_QUERY = {"api-version": "2018-02-01", "resource": "https://management.azure.com/"}
+
+
+@pytest.fixture
+def sim(imds_sim: SimulatorFactory) -> RunningSimulator:
+    sim = imds_sim(("vm0", "vm1"), extra_args=["--arm", "127.0.0.1:0", "--arm-async-seconds", "0.3",
+                                               "--arm-retry-after", "0"])
+    assert sim.arm_url
+    sim.control.add_pool(POOL, [{"name": "vm0", "ip_address": "10.0.0.4"}, {"name": "vm1", "ip_address": "10.0.0.5"}])
+    return sim
+
+
+def _token(sim: RunningSimulator, vm: str = "vm0", **params: str) -> httpx.Response:
+    return httpx.get(f"{sim.urls[vm]}/metadata/identity/oauth2/token", params={**TOKEN_QUERY, **params},
+                     headers={"Metadata": "true"}, trust_env=False)
+
+
+def _bearer(sim: RunningSimulator, vm: str = "vm0") -> dict[str, str]:
+    return {"Authorization": "Bearer " + _token(sim, vm).json()["access_token"]}
+
+
+def _get(sim: RunningSimulator, headers: dict[str, str]) -> httpx.Response:
+    return httpx.get(sim.arm_url + POOL, params=ARM_VERSION, headers=headers, trust_env=False)
+
+
+def _put(sim: RunningSimulator, headers: dict[str, str], body: dict[str, Any]) -> httpx.Response:
+    return httpx.put(sim.arm_url + POOL, params=ARM_VERSION, headers=headers, json=body, trust_env=False)
+
+
+def _with_state(pool: dict[str, Any], address: str, state: str) -> dict[str, Any]:
+    for entry in pool["properties"]["loadBalancerBackendAddresses"]:
+        if entry["name"] == address:
+            entry["properties"]["adminState"] = state
+    return pool
+
+
+def test_token_endpoint_answers_like_imds(sim: RunningSimulator) -> None:
+    answer = _token(sim)
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["token_type"] == "Bearer" and body["resource"] == "https://management.azure.com/"
+    # IMDS sends the numbers as strings.
+    assert isinstance(body["expires_in"], str) and int(body["expires_in"]) == 86399
+    assert int(body["expires_on"]) - time.time() == pytest.approx(86399, abs=5)
+
+    no_header = httpx.get(f"{sim.urls['vm0']}/metadata/identity/oauth2/token", params=TOKEN_QUERY, trust_env=False)
+    assert no_header.status_code == 400 and "metadata header" in no_header.json()["error_description"]
+    no_resource = _token(sim, resource="")
+    assert no_resource.status_code == 400 and "resource" in no_resource.json()["error_description"]
+    unknown = _token(sim, client_id="11111111-2222-3333-4444-555555555555")
+    assert unknown.status_code == 400 and unknown.json()["error_description"] == "Identity not found"
+
+
+def test_user_assigned_identity_by_client_id_and_resource_id(sim: RunningSimulator) -> None:
+    client_id = "11111111-2222-3333-4444-555555555555"
+    res_id = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/drain"
+    sim.control.add_identity(client_id, res_id, vms=["vm1"])
+    assert _token(sim, "vm0", client_id=client_id).status_code == 400  # assigned to vm1 only
+    by_client = _token(sim, "vm1", client_id=client_id)
+    assert by_client.status_code == 200 and by_client.json()["client_id"] == client_id
+    assert _token(sim, "vm1", msi_res_id=res_id).json()["client_id"] == client_id
+
+
+def test_token_faults_429_and_500_with_retry_after(sim: RunningSimulator) -> None:
+    sim.control.add_azure_fault("token", status=429, retry_after=2)
+    sim.control.add_azure_fault("token", status=500)
+    throttled = _token(sim)
+    assert throttled.status_code == 429 and throttled.headers["Retry-After"] == "2"
+    assert _token(sim).status_code == 500
+    assert _token(sim).status_code == 200
+
+
+def test_arm_refuses_without_a_valid_token_and_without_the_role(sim: RunningSimulator) -> None:
+    missing = _get(sim, {})
+    assert missing.status_code == 401 and missing.json()["error"]["code"] == "AuthenticationFailed"
+    assert "WWW-Authenticate" in missing.headers
+    assert _get(sim, {"Authorization": "Bearer forged"}).status_code == 401
+    headers = _bearer(sim)
+    sim.control.expire_tokens()
+    expired = _get(sim, headers)
+    assert expired.status_code == 401 and expired.json()["error"]["code"] == "ExpiredAuthenticationToken"
+
+    sim.control.set_role("vm0", "reader")
+    headers = _bearer(sim)
+    pool = _get(sim, headers)
+    assert pool.status_code == 200
+    refused = _put(sim, headers | {"If-Match": pool.json()["etag"]}, _with_state(pool.json(), "vm0", "Down"))
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "AuthorizationFailed"
+    assert "backendAddressPools/write" in refused.json()["error"]["message"]
+    sim.control.set_role("vm0", "none")
+    assert _get(sim, headers).status_code == 403
+    assert sim.control.pools()[POOL]["admin_states"] == {"vm0": "None", "vm1": "None"}
+
+
+def test_put_completes_asynchronously_and_only_then_takes_effect(sim: RunningSimulator) -> None:
+    headers = _bearer(sim)
+    pool = _get(sim, headers).json()
+    assert pool["type"] == "Microsoft.Network/loadBalancers/backendAddressPools" and pool["etag"]
+    answer = _put(sim, headers | {"If-Match": pool["etag"]}, _with_state(pool, "vm0", "Down"))
+    assert answer.status_code == 200
+    assert answer.json()["properties"]["provisioningState"] == "Updating"
+    operation = answer.headers["Azure-AsyncOperation"]
+    assert "/providers/Microsoft.Network/locations/westeurope/operations/" in operation
+    assert httpx.get(operation, headers=headers, trust_env=False).json() == {"status": "InProgress"}
+    view = sim.control.pools()[POOL]
+    assert view["admin_states"]["vm0"] == "Down" and view["effective"]["vm0"] == "None"
+    time.sleep(0.4)
+    assert httpx.get(operation, headers=headers, trust_env=False).json() == {"status": "Succeeded"}
+    view = sim.control.pools()[POOL]
+    assert view["effective"] == {"vm0": "Down", "vm1": "None"} and view["provisioning_state"] == "Succeeded"
+    assert _get(sim, headers).json()["etag"] != pool["etag"]
+
+
+def test_if_match_on_a_changed_pool_is_412_and_nothing_changes(sim: RunningSimulator) -> None:
+    headers = _bearer(sim)
+    pool = _get(sim, headers).json()
+    sim.control.write_address(POOL, "vm1", "Down")  # another writer, between our read and our write
+    stale = _put(sim, headers | {"If-Match": pool["etag"]}, _with_state(pool, "vm0", "Down"))
+    assert stale.status_code == 412 and stale.json()["error"]["code"] == "PreconditionFailed"
+    assert sim.control.pools()[POOL]["admin_states"] == {"vm0": "None", "vm1": "Down"}
+    # concurrent_write: the same, queued for the next PUT.
+    pool = _get(sim, headers).json()
+    sim.control.add_azure_fault("arm", "concurrent_write")
+    assert _put(sim, headers | {"If-Match": pool["etag"]}, _with_state(pool, "vm0", "Down")).status_code == 412
+
+
+def test_arm_429_with_retry_after_and_bad_requests(sim: RunningSimulator) -> None:
+    headers = _bearer(sim)
+    sim.control.add_azure_fault("arm", status=429, retry_after=3, methods=["GET"])
+    throttled = _get(sim, headers)
+    assert throttled.status_code == 429 and throttled.headers["Retry-After"] == "3"
+    assert throttled.json()["error"]["code"] == "TooManyRequests"
+    pool = _get(sim, headers).json()
+    bad = _put(sim, headers | {"If-Match": pool["etag"]}, _with_state(pool, "vm0", "Drained"))
+    assert bad.status_code == 400 and "adminState" in bad.json()["error"]["message"]
+    no_version = httpx.get(sim.arm_url + POOL, headers=headers, trust_env=False)
+    assert no_version.status_code == 400 and no_version.json()["error"]["code"] == "MissingApiVersionParameter"
+    missing = httpx.get(sim.arm_url + POOL.replace("pool-web", "pool-none"), params=ARM_VERSION, headers=headers,
+                        trust_env=False)
+    assert missing.status_code == 404
+    calls = sim.control.arm_calls()
+    assert calls["calls"]["pool_get"] == 4 and calls["calls"]["pool_put"] == 1
+    assert calls["statuses"]["pool_get 429"] == 1 and calls["statuses"]["pool_put 400"] == 1
