@@ -224,6 +224,16 @@ def test_every_change_by_another_store_is_seen_by_the_next_read_after_its_watch(
                timeout=SEEN_WITHIN, message="the new member info of vm-b")
 
 
+def a_sees_b_acked(a: ZooKeeperStore, b: ZooKeeperStore) -> None:
+    """vm-a and vm-b join, b publishes EVENT and acks it, and a's view shows the ack (kept in its cache)."""
+    a.join("vm-a", {})
+    b.join("vm-b", {})
+    b.publish_event(record())
+    b.acknowledge(EVENT, "vm-b", T0 + 1)
+    eventually(a, "vm-a", lambda v: v.records[EVENT].acks == {"vm-b": T0 + 1} if EVENT in v.records else False,
+               "b's ack")
+
+
 def test_a_kept_record_whose_watch_event_is_still_on_its_way_is_read_again(
     zk_hosts: str, zk_chroot: str, make_store: StoreMaker
 ) -> None:
@@ -231,12 +241,7 @@ def test_a_kept_record_whose_watch_event_is_still_on_its_way_is_read_again(
     before the watcher has counted an event the server sent earlier. A record kept from an older read
     must not then be served beside lists that are newer than it."""
     a, b = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
-    a.join("vm-a", {})
-    b.join("vm-b", {})
-    b.publish_event(record())
-    b.acknowledge(EVENT, "vm-b", T0 + 1)
-    eventually(a, "vm-a", lambda v: v.records[EVENT].acks == {"vm-b": T0 + 1} if EVENT in v.records else False,
-               "b's ack")
+    a_sees_b_acked(a, b)
     session = a._session  # the test holds a's watcher thread, as a busy machine can
     client, _ = session.connected(write=False)
     held = threading.Event()
@@ -587,12 +592,7 @@ def test_a_kept_record_whose_watch_event_comes_during_the_read_is_read_again(
     before its answers and reads again."""
     a, client, woken = interleaving_store(zk_hosts, zk_chroot, make_store)
     b, c = make_store(zk_hosts, zk_chroot), make_store(zk_hosts, zk_chroot)
-    a.join("vm-a", {})
-    b.join("vm-b", {})
-    b.publish_event(record())
-    b.acknowledge(EVENT, "vm-b", T0 + 1)
-    eventually(a, "vm-a", lambda v: v.records[EVENT].acks == {"vm-b": T0 + 1} if EVENT in v.records else False,
-               "b's ack")
+    a_sees_b_acked(a, b)
     woken.clear()
     c.join("vm-c", {})  # the members list changes: the next read sends a request for it
     assert woken.wait(SEEN_WITHIN)
