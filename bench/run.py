@@ -13,7 +13,10 @@ Sections:
 * ``detection``: from an event appearing to the affected VMs' probes failing, staggered or not, for
   3, 10 and 30 agents;
 * ``headline``: one maintenance story (a Freeze, a rolling Reboot, a Redeploy, a Preempt) under load
-  through HAProxy, under three strategies (coordinated, self-approve, wait), ``--headline-runs`` times each.
+  through HAProxy, under three strategies (coordinated, self-approve, wait), ``--headline-runs`` times each;
+* ``groups``: groups of ``--groups-sizes`` agent processes (default 10, 30, 100, 200), one simulator and
+  one ZooKeeper, each through a story of 30-odd events judged by the chaos oracle (``bench/groups.py``;
+  a 200-agent group takes about 20 minutes). Sizes measured before are kept.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.detection import bench_detection  # noqa: E402
 from bench.group import bench_group, percentiles  # noqa: E402
+from bench.groups import GroupConfig, config_summary, render_groups, run_group  # noqa: E402
 from bench.headline import bench_headline, render_headline  # noqa: E402
 from bench.scale import bench_scale  # noqa: E402
 from coordinator.actions import ProbeAction, ProbeState  # noqa: E402
@@ -112,7 +116,7 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
 # -- results and the document ---------------------------------------------------------------------------
 
 RESULTS = ROOT / "bench" / "results.json"
-SECTIONS = ("decide", "cycle", "group", "detection", "scale", "headline")
+SECTIONS = ("decide", "cycle", "group", "detection", "scale", "headline", "groups")
 
 
 def _machine() -> str:
@@ -173,6 +177,8 @@ this is the cost of a cycle woken by a reading that brings nothing new. {_stamp(
         parts.append(_render_detection(results["detection"]))
     if "scale" in results:
         parts.append(_render_scale(results["scale"]))
+    if "groups" in results:
+        parts.append(render_groups(results["groups"]))
     return "\n".join(parts)
 
 
@@ -389,10 +395,18 @@ def main() -> int:
     parser.add_argument("--headline-time-scale", type=float, default=60.0,
                         help="time scale of the headline story's notices (default 60)")
     parser.add_argument("--headline-steps", default=",".join(STEPS), help="the headline story's steps")
+    parser.add_argument("--groups-sizes", default="10,30,100,200", help="agents per group of the groups section")
+    parser.add_argument("--groups-freezes", type=int, default=22, help="Freezes in the groups story (default 22)")
+    parser.add_argument("--groups-idle", type=float, default=60.0, help="idle seconds after each groups story")
+    parser.add_argument("--groups-batch", type=int, default=20, help="agents the groups section starts at once")
+    parser.add_argument("--groups-keep", type=Path, help="keep each group's files (logs, verdict) under this directory")
+    parser.add_argument("--groups-note", default="", help="a note printed with the sizes measured in this run")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     if args.quick:
         args.events, args.idle, args.detection_events, args.headline_runs = 10, 30.0, 4, 1
+        if args.groups_sizes == parser.get_default("groups_sizes"):
+            args.groups_sizes, args.groups_idle = "10", 10.0
     repeat = 200 if args.quick else 2000
     sections = args.only or list(SECTIONS)
     command = " ".join(["bench/run.py", *sys.argv[1:]])
@@ -442,6 +456,18 @@ def main() -> int:
                 save()
         finally:
             zk.stop()
+    if "groups" in sections:
+        config = GroupConfig(freezes=args.groups_freezes, idle_seconds=args.groups_idle, start_batch=args.groups_batch)
+        entry = results.setdefault("groups", {"result": {"sizes": {}}})
+        entry.update({**stamp, "config": config_summary(config)})
+        for n in (int(x) for x in args.groups_sizes.split(",") if x):
+            print(f"bench: a group of {n} agents through the story ...", flush=True)
+            with tempfile.TemporaryDirectory(prefix=f"coordinator-bench-groups-{n}-") as tmp:
+                workdir = args.groups_keep / f"group-{n}" if args.groups_keep else Path(tmp)
+                workdir.mkdir(parents=True, exist_ok=True)
+                figures = run_group(n, config, workdir=workdir)
+            entry["result"]["sizes"][str(n)] = {**stamp, "note": args.groups_note, **figures}
+            save()
     print(f"bench: wrote {RESULTS.relative_to(ROOT)} and {args.output}")
     return 0
 
