@@ -126,6 +126,7 @@ class GroupConfig:
     seed: int = 1
     keep_dir: Path | None = None  # keep the run's files (logs, observations) there
     fast_interval: float = 0.01  # probe interval of one VM whose probe must fail (it grows with their number)
+    agent_down: bool = True  # one VM's agent is down for the whole story (groups of 6 VMs or more)
 
 
 def build_story(vms: Sequence[str], down: str | None, config: GroupConfig) -> list[Step]:
@@ -241,6 +242,12 @@ class ProbeSampler:
                 if sample.vm == vm and sample.t >= since and sample.code != 200:
                     return True
         return False
+
+    def sampled_since(self, vms: Sequence[str], since: float) -> bool:
+        """Whether every VM of ``vms`` answered 200 to a probe asked at ``since`` or later."""
+        with self._lock:
+            seen = {s.vm for s in self.samples[-20 * len(self._ports):] if s.t >= since and s.code == 200}
+        return set(vms) <= seen
 
     def snapshot(self) -> list[ProbeSample]:
         with self._lock:
@@ -443,10 +450,12 @@ class GroupRun:
     starts is stopped by PID before it returns, whatever happens (Ctrl-C included)."""
 
     def __init__(self, n: int, config: GroupConfig, workdir: Path, zk: LocalZooKeeper,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], story: Callable[[Sequence[str], str | None], list[Step]] | None = None
+                 ) -> None:
         self.n, self.config, self.workdir, self.zk, self.say = n, config, workdir, zk, say
         self.vms = [f"vm{i}" for i in range(n)]
-        self.down = self.vms[-1] if n >= 6 else None
+        self.down = self.vms[-1] if n >= 6 and config.agent_down else None
+        self._story = story
         self.cluster = LocalCluster(
             workdir, self.vms, cluster=f"g{n}-{uuid.uuid4().hex[:6]}", zk_hosts=zk.hosts,
             drain_wait=config.drain_wait, poll_interval=config.poll_interval, session_timeout=config.session_timeout,
@@ -685,7 +694,7 @@ class GroupRun:
     def execute(self) -> dict[str, Any]:
         config = self.config
         result: dict[str, Any] = {"agents": self.n, "agents_per_process": 1, "load_average_before": os.getloadavg()}
-        story = build_story(self.vms, self.down, config)
+        story = (self._story or partial(build_story, config=config))(self.vms, self.down)
         events: list[dict[str, Any]] = []
         verdict_text = ""
         began = time.monotonic()
@@ -721,8 +730,6 @@ class GroupRun:
                 self._note_exits()
             # The story, measured: requests and deliveries per session, writes, CPU of the agents.
             origin = time.time()
-            pids0 = {vm: a.pid for vm, a in self.cluster.agents.items() if a.alive() and a.pid is not None}
-            cpu0 = {vm: _cpu_seconds(pid) for vm, pid in pids0.items()}
             xids0, _ = self.counters.mark()
             zxid0 = self.zk.zxid()
             _, deliveries_at = self.zk.deliveries(self._deliveries_end())
@@ -732,8 +739,6 @@ class GroupRun:
             xids1, alive1 = self.counters.mark()
             zxid1 = self.zk.zxid()
             delivered, deliveries_end = self.zk.deliveries(deliveries_at)
-            pids1 = {vm: a.pid for vm, a in self.cluster.agents.items() if a.alive()}
-            cpu1 = {vm: _cpu_seconds(pid) for vm, pid in pids0.items() if pids1.get(vm) == pid}
             # The VM whose agent was down comes back; every VM must serve again.
             if self.down is not None:
                 with self._lock:
@@ -743,6 +748,11 @@ class GroupRun:
             healed_at = time.time()
             self._wait(lambda: self._all_serving(self.vms), 120, "every VM serving at the end", 0.5)
             result["back_in_rotation"] = sum(1 for vm in self.vms if self._serving(vm))
+            # Every probe asked again since the story ended: the oracle judges the recovery from them.
+            assert self.probes is not None
+            self.probes.set_mode(self.vms, hot=True)
+            self._wait(partial(self.probes.sampled_since, self.vms, time.time() + 0.5), 30, "a probe of every VM")
+            self.probes.set_mode(self.vms, hot=False)
             self.say(f"groups: N={self.n}: story over, every VM back in rotation; idle for {config.idle_seconds:.0f} s")
             # Idle: no event.
             pids = {vm: a.pid for vm, a in self.cluster.agents.items() if a.alive() and a.pid is not None}
@@ -757,11 +767,9 @@ class GroupRun:
             result["back_in_rotation_after_idle"] = sum(1 for vm in self.vms if self._serving(vm))
             result.update(self._zk_figures(len(events), xids0, xids1, alive1, delivered, zxid1 - zxid0,
                                            idle_xids0, idle_xids1, idle_alive, idle_delivered))
-            result["agent_cpu_seconds_story"] = percentiles(
-                [b - a for vm, b in cpu1.items() if b is not None and (a := cpu0.get(vm)) is not None])
             result["agent_idle_cpu_seconds_per_hour"] = percentiles(
                 [(b - a) * 3600 / config.idle_seconds for vm, b in idle_cpu1.items()
-                 if b is not None and (a := idle_cpu0.get(vm)) is not None])
+                 if b is not None and (a := idle_cpu0.get(vm)) is not None and config.idle_seconds > 0])
             result["agent_rss_mib"] = percentiles(rss)
         except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}"
@@ -948,16 +956,22 @@ class GroupRun:
         return verdict
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
 def run_group(n: int, config: GroupConfig, *, workdir: Path, zk: LocalZooKeeper | None = None,
-              say: Callable[[str], None] = print) -> dict[str, Any]:
-    """One group of ``n`` agents through the story: its figures (see ``GroupRun``). ``zk`` must trace its
-    deliveries (``LocalZooKeeper(trace_deliveries=True)``); without one, a server is started and stopped here."""
+              say: Callable[[str], None] = _say,
+              story: Callable[[Sequence[str], str | None], list[Step]] | None = None) -> dict[str, Any]:
+    """One group of ``n`` agents through the story (``build_story``, or ``story(vms, down VM)``): its
+    figures (see ``GroupRun``). ``zk`` must trace its deliveries (``LocalZooKeeper(trace_deliveries=True)``);
+    without one, a server is started and stopped here."""
     own = zk is None
     server = zk or LocalZooKeeper(workdir / "zookeeper", trace_deliveries=True, max_session_timeout_ms=60_000)
     if own:
         server.start()
     try:
-        return GroupRun(n, config, workdir / f"group-{n}", server, say).execute()
+        return GroupRun(n, config, workdir / f"group-{n}", server, say, story).execute()
     finally:
         if own:
             server.stop()

@@ -457,15 +457,16 @@ def main() -> int:
         finally:
             zk.stop()
     if "groups" in sections:
-        config = GroupConfig(freezes=args.groups_freezes, idle_seconds=args.groups_idle, start_batch=args.groups_batch)
+        group_config = GroupConfig(freezes=args.groups_freezes, idle_seconds=args.groups_idle,
+                                   start_batch=args.groups_batch)
         entry = results.setdefault("groups", {"result": {"sizes": {}}})
-        entry.update({**stamp, "config": config_summary(config)})
+        entry.update({**stamp, "config": config_summary(group_config)})
         for n in (int(x) for x in args.groups_sizes.split(",") if x):
             print(f"bench: a group of {n} agents through the story ...", flush=True)
             with tempfile.TemporaryDirectory(prefix=f"coordinator-bench-groups-{n}-") as tmp:
                 workdir = args.groups_keep / f"group-{n}" if args.groups_keep else Path(tmp)
                 workdir.mkdir(parents=True, exist_ok=True)
-                figures = run_group(n, config, workdir=workdir)
+                figures = run_group(n, group_config, workdir=workdir)
             entry["result"]["sizes"][str(n)] = {**stamp, "note": args.groups_note, **figures}
             save()
     print(f"bench: wrote {RESULTS.relative_to(ROOT)} and {args.output}")
