@@ -58,6 +58,7 @@ import httpx
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from coordinator.sim.client import SimControl, SimControlError
 from coordinator.testbed.chaos.result import read_agent_log
 from coordinator.testbed.cluster import AgentProcess, LocalCluster
 from coordinator.testbed.oracle import (
@@ -602,8 +603,17 @@ class GroupRun:
     # -- waiting ------------------------------------------------------------------------------------------
 
     def _wait(self, predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+        """Until ``predicate()``; a control API or status request that failed (an overloaded machine
+        answers late) counts as not yet."""
         deadline = time.monotonic() + timeout
-        while not predicate():
+
+        def holds() -> bool:
+            try:
+                return predicate()
+            except (httpx.HTTPError, SimControlError):
+                return False
+
+        while not holds():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
             time.sleep(interval)
@@ -635,7 +645,7 @@ class GroupRun:
                 if step.shared_not_before and scheduled:
                     fields.pop("not_before_in", None)
                     fields["not_before_at"] = scheduled[0]["not_before"]
-                view = sim.schedule(step.event_type, list(names), **fields)
+                view = self._schedule(step.event_type, list(names), fields)
                 scheduled.append(view)
                 events.append({"event_id": view["event_id"], "type": step.event_type, "resources": list(names),
                                "step": step.label, "names_down": self.down in names, "scheduled_at": time.time()})
@@ -672,6 +682,21 @@ class GroupRun:
             self.say(f"groups: N={self.n}: event {done}/{total}: {step.label}: started "
                      f"{'/'.join(str(r) for r in reasons)}, budget free again after {time.monotonic() - began:.1f} s")
 
+    def _schedule(self, event_type: str, resources: list[str], fields: dict[str, Any]) -> dict[str, Any]:
+        """Create an event; a request that timed out is not repeated blindly: the event may exist."""
+        sim = self.cluster.sim
+        assert sim is not None
+        before = {e["event_id"] for e in sim.events()["events"]}
+        try:
+            return sim.schedule(event_type, resources, **fields)
+        except httpx.TimeoutException:
+            time.sleep(1.0)
+            made = [e for e in sim.events()["events"] if e["event_id"] not in before]
+            if len(made) == 1:
+                found: dict[str, Any] = made[0]
+                return found
+            raise
+
     def _await_step(self, ids: Sequence[str], live: Sequence[str], since: float, timeout: float, what: str) -> None:
         """Until the simulator no longer lists any of ``ids``; a VM whose probe failed since ``since`` is
         no longer sampled fast (still every 100 ms)."""
@@ -703,6 +728,9 @@ class GroupRun:
         origin = time.time()
         try:
             self.cluster.start()
+            assert self.cluster.sim is not None
+            self.cluster.sim.close()
+            self.cluster.sim = SimControl(self.cluster.sim.url, timeout=30.0)  # a loaded machine answers late
             self.say(f"groups: N={self.n}: simulator up, starting {self.n} agents in batches of {config.start_batch}")
             self._start_agents()
             self._wait(lambda: self._members() >= self.n, 60 + 2 * self.n, f"{self.n} members")
