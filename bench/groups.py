@@ -488,6 +488,8 @@ class GroupRun:
         return self.cluster.agents[vm]
 
     def _spawn(self, vm: str) -> None:
+        if vm in self.cluster.agents and self._agent(vm).alive():
+            return  # never lose the handle of a running agent: it could not be stopped
         agent = self.cluster.spawn_agent(vm)
         assert agent.proc is not None
         with self._lock:
