@@ -18,7 +18,10 @@ Sections:
   steps until p99 latency bends (``bench/zk_ceiling.py``, its load generated in Java by
   ``bench/zkload/ZkLoad.java``, which needs ``javac``); the fleet model divides by it;
 * ``headline``: one maintenance story (a Freeze, a rolling Reboot, a Redeploy, a Preempt) under load
-  through HAProxy, under three strategies (coordinated, self-approve, wait), ``--headline-runs`` times each.
+  through HAProxy, under three strategies (coordinated, self-approve, wait), ``--headline-runs`` times each;
+* ``groups``: groups of ``--groups-sizes`` agent processes (default 10, 30, 100, 200), one simulator and
+  one ZooKeeper, each through a story of 30-odd events judged by the chaos oracle (``bench/groups.py``;
+  a 200-agent group takes about 20 minutes). Sizes measured before are kept.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from bench.detection import bench_detection  # noqa: E402
 from bench.fleet import FleetRow, fleet_inputs, fleet_model  # noqa: E402
 from bench.footprint import bench_footprint, render_footprint  # noqa: E402
 from bench.group import bench_group, percentiles  # noqa: E402
+from bench.groups import GroupConfig, config_summary, render_groups, run_group  # noqa: E402
 from bench.headline import bench_headline, render_headline  # noqa: E402
 from bench.scale import bench_scale  # noqa: E402
 from bench.zk_ceiling import bench_ceiling, passes  # noqa: E402
@@ -120,7 +124,7 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
 # -- results and the document ---------------------------------------------------------------------------
 
 RESULTS = ROOT / "bench" / "results.json"
-SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline", "ceiling")
+SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline", "ceiling", "groups")
 
 
 def _machine() -> str:
@@ -185,6 +189,8 @@ this is the cost of a cycle woken by a reading that brings nothing new. {_stamp(
         parts.append(_render_detection(results["detection"]))
     if "scale" in results:
         parts.append(_render_scale(results["scale"]))
+    if "groups" in results:
+        parts.append(render_groups(results["groups"]))
     return "\n".join(parts)
 
 
@@ -521,11 +527,19 @@ def main() -> int:
                         help="offered requests/s of the ceiling's steps")
     parser.add_argument("--ceiling-step-seconds", type=float, default=15.0, help="seconds per ceiling step")
     parser.add_argument("--ceiling-p99-ms", type=float, default=100.0, help="p99 limit of a step under the ceiling")
+    parser.add_argument("--groups-sizes", default="10,30,100,200", help="agents per group of the groups section")
+    parser.add_argument("--groups-freezes", type=int, default=22, help="Freezes in the groups story (default 22)")
+    parser.add_argument("--groups-idle", type=float, default=60.0, help="idle seconds after each groups story")
+    parser.add_argument("--groups-batch", type=int, default=20, help="agents the groups section starts at once")
+    parser.add_argument("--groups-keep", type=Path, help="keep each group's files (logs, verdict) under this directory")
+    parser.add_argument("--groups-note", default="", help="a note printed with the sizes measured in this run")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     if args.quick:
         args.events, args.idle, args.detection_events, args.headline_runs = 10, 30.0, 4, 1
         args.footprint_idle = 30.0
+        if args.groups_sizes == parser.get_default("groups_sizes"):
+            args.groups_sizes, args.groups_idle = "10", 10.0
     repeat = 200 if args.quick else 2000
     sections = args.only or list(SECTIONS)
     command = " ".join(["bench/run.py", *sys.argv[1:]])
@@ -591,6 +605,19 @@ def main() -> int:
                 save()
         finally:
             zk.stop()
+    if "groups" in sections:
+        group_config = GroupConfig(freezes=args.groups_freezes, idle_seconds=args.groups_idle,
+                                   start_batch=args.groups_batch)
+        entry = results.setdefault("groups", {"result": {"sizes": {}}})
+        entry.update({**stamp, "config": config_summary(group_config)})
+        for n in (int(x) for x in args.groups_sizes.split(",") if x):
+            print(f"bench: a group of {n} agents through the story ...", flush=True)
+            with tempfile.TemporaryDirectory(prefix=f"coordinator-bench-groups-{n}-") as tmp:
+                workdir = args.groups_keep / f"group-{n}" if args.groups_keep else Path(tmp)
+                workdir.mkdir(parents=True, exist_ok=True)
+                figures = run_group(n, group_config, workdir=workdir)
+            entry["result"]["sizes"][str(n)] = {**stamp, "note": args.groups_note, **figures}
+            save()
     print(f"bench: wrote {RESULTS.relative_to(ROOT)} and {args.output}")
     return 0
 

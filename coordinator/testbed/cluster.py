@@ -223,6 +223,17 @@ class LocalCluster:
                     on_spawn: Callable[[AgentProcess], None] | None = None) -> AgentProcess:
         """Start ``vm``'s agent and wait until it answers ``/status``; ``on_spawn`` is called as soon as the
         process exists (before that wait), for a caller that must know its PID at once."""
+        existing = self.spawn_agent(vm, extra_args=extra_args)
+        if on_spawn is not None:
+            on_spawn(existing)
+        _wait(lambda: existing.status() is not None or not existing.alive(), 30, f"the agent of {vm}")
+        if not existing.alive():
+            raise RuntimeError(f"the agent of {vm} exited; see {existing.log_path}")
+        return existing
+
+    def spawn_agent(self, vm: str, *, extra_args: Sequence[str] = ()) -> AgentProcess:
+        """Start ``vm``'s agent process and return at once, without waiting for it to answer (a caller
+        starting many agents in parallel waits for them itself)."""
         existing = self.agents.get(vm)
         if existing is None:
             probe_port, admin_port = self._ports.get(vm) or (free_port(), free_port())
@@ -239,11 +250,7 @@ class LocalCluster:
             [sys.executable, "-m", "coordinator", "run", "--config", str(existing.config_path), *extra_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
         )
-        if on_spawn is not None:
-            on_spawn(existing)
-        _wait(lambda: existing.status() is not None or not existing.alive(), 30, f"the agent of {vm}")
-        if not existing.alive():
-            raise RuntimeError(f"the agent of {vm} exited; see {existing.log_path}")
+        log.close()  # the child holds its own descriptor
         return existing
 
     def stop_agent(self, vm: str, sig: int = signal.SIGTERM, timeout: float = 10) -> None:

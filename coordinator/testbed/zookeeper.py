@@ -24,6 +24,7 @@ import re
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import threading
 import time
@@ -84,6 +85,25 @@ log4j.appender.FILE.Append=true
 log4j.appender.FILE.layout=org.apache.log4j.PatternLayout
 log4j.appender.FILE.layout.ConversionPattern=%d{{ISO8601}} %-5p [%t:%C{{1}}@%L] - %m%n
 """
+# With ``trace_deliveries``: the server's own line for every watch event it delivers to a session (a trace
+# line of NIOServerCnxn, shown once the trace mask has EVENT_DELIVERY set), alone in a file of its own.
+_LOG4J_DELIVERIES = """\
+log4j.logger.org.apache.zookeeper.server.NIOServerCnxn=TRACE, DELIVERIES
+log4j.additivity.org.apache.zookeeper.server.NIOServerCnxn=false
+log4j.appender.DELIVERIES=org.apache.log4j.FileAppender
+log4j.appender.DELIVERIES.File={deliveries_file}
+log4j.appender.DELIVERIES.Append=true
+log4j.appender.DELIVERIES.filter.1=org.apache.log4j.varia.StringMatchFilter
+log4j.appender.DELIVERIES.filter.1.StringToMatch=Deliver event
+log4j.appender.DELIVERIES.filter.1.AcceptOnMatch=true
+log4j.appender.DELIVERIES.filter.2=org.apache.log4j.varia.DenyAllFilter
+log4j.appender.DELIVERIES.layout=org.apache.log4j.PatternLayout
+log4j.appender.DELIVERIES.layout.ConversionPattern=%m%n
+"""
+_EVENT_DELIVERY_TRACE_MASK = 1 << 6  # org.apache.zookeeper.server.ZooTrace
+# "Deliver event WatchedEvent state:SyncConnected type:NodeChildrenChanged path:/x to 0x1000... through ..."
+_DELIVERY_LINE = re.compile(r"^Deliver event WatchedEvent state:\S+ type:(?P<type>\S+) path:(?P<path>\S*) "
+                            r"to 0x(?P<sid>[0-9a-fA-F]+) ")
 
 
 # The secure client port needs Netty's server connection factory, and with it these jars.
@@ -279,6 +299,8 @@ class LocalZooKeeper:
     requests), so size it for the longest pause a client must survive.
 
     ``server_id`` and ``peers`` make the server a member of an ensemble; see ``LocalEnsemble``.
+    ``trace_deliveries``: the server writes a line for every watch event it delivers to a client session
+    (``deliveries_file``, counted by ``deliveries``), its own count of the changes each client was told of.
     """
 
     def __init__(
@@ -293,6 +315,7 @@ class LocalZooKeeper:
         server_id: int | None = None,
         peers: Sequence[QuorumPeer] = (),
         tls: ServerTls | None = None,
+        trace_deliveries: bool = False,
     ) -> None:
         if (server_id is None) != (not peers):
             raise ValueError("server_id and peers go together (ensemble member) or not at all")
@@ -311,6 +334,7 @@ class LocalZooKeeper:
         self._port: int | None = client_port or None
         self._process: subprocess.Popen[bytes] | None = None
         self._paused = False
+        self.trace_deliveries = trace_deliveries
 
     # -- properties ---------------------------------------------------------------------------------
 
@@ -357,6 +381,11 @@ class LocalZooKeeper:
     @property
     def log_file(self) -> Path:
         return self.data_dir / "zookeeper.log"
+
+    @property
+    def deliveries_file(self) -> Path:
+        """With ``trace_deliveries``: one line per watch event the server delivered to a session."""
+        return self.data_dir / "deliveries.log"
 
     @property
     def config_file(self) -> Path:
@@ -414,11 +443,14 @@ class LocalZooKeeper:
                 tick_time_ms=self.tick_time_ms,
                 max_session_timeout_ms=self.max_session_timeout_ms,
                 peers=self.peers,
-                extra=self.tls.zoo_cfg_lines(self.secure_port) if self.tls is not None else (),
+                extra=[*(self.tls.zoo_cfg_lines(self.secure_port) if self.tls is not None else ()),
+                       *([f"4lw.commands.whitelist={_FOUR_LETTER_WORDS},stmk"] if self.trace_deliveries else [])],
             )
         )
         log4j = self.data_dir / "log4j.properties"
-        log4j.write_text(_LOG4J_PROPERTIES.format(log_file=self.log_file))
+        log4j.write_text(_LOG4J_PROPERTIES.format(log_file=self.log_file)
+                         + (_LOG4J_DELIVERIES.format(deliveries_file=self.deliveries_file)
+                            if self.trace_deliveries else ""))
         command = [
             self.java,
             *_JVM_OPTIONS,
@@ -468,6 +500,8 @@ class LocalZooKeeper:
                 if self._four_letter_word("ruok", timeout=1.0) == "imok":
                     last = self._four_letter_word("srvr", timeout=1.0)
                     if "Mode:" in last:
+                        if self.trace_deliveries:
+                            self._set_trace_mask(_EVENT_DELIVERY_TRACE_MASK)
                         return
             except OSError as exc:
                 last = str(exc)
@@ -478,6 +512,32 @@ class LocalZooKeeper:
                     f"end of {self.log_file}:\n{self._log_tail()}"
                 )
             time.sleep(0.05)
+
+    def _set_trace_mask(self, mask: int) -> None:
+        """``stmk``: the server's trace mask (which kinds of trace lines it writes), as an 8-byte long."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2.0) as sock:
+            sock.sendall(b"stmk" + struct.pack(">q", mask))
+            answer = sock.recv(64)
+        if answer.strip() != str(mask).encode():
+            raise OSError(f"ZooKeeper did not take the trace mask {mask}: {answer!r}")
+
+    def deliveries(self, since: int = 0) -> tuple[dict[int, int], int]:
+        """With ``trace_deliveries``: the watch events the server delivered, per session id, from byte
+        ``since`` of the deliveries file; and the offset to pass next time (the file's end then)."""
+        counts: dict[int, int] = {}
+        try:
+            with self.deliveries_file.open("rb") as file:
+                file.seek(since)
+                data = file.read()
+        except FileNotFoundError:
+            return counts, since
+        end = since + data.rfind(b"\n") + 1  # a line still being written waits for the next call
+        for raw in data[: end - since].decode("utf-8", errors="replace").splitlines():
+            match = _DELIVERY_LINE.match(raw)
+            if match is not None:
+                sid = int(match["sid"], 16)
+                counts[sid] = counts.get(sid, 0) + 1
+        return counts, end
 
     def connection_stats(self, timeout: float = 2.0) -> dict[int, ConnectionStats]:
         """The client connections of this server, by session id (see ``ConnectionStats``). Raises

@@ -4,7 +4,8 @@ approval from an agent that was paused or whose ZooKeeper session had lapsed.
 * ``s1``: an approval of event E received while a VM of E's Resources that runs an agent had no ack
   node created before it, or had answered its probe 200 less than the drain wait before it.
 * ``s2``: a VM answered 200 while an event it had drained for was still present; and, once every fault
-  is healed and no event is left, every VM serves and is UP in HAProxy within the recovery bound.
+  is healed and no event is left, every VM serves and is UP in HAProxy (in a run with HAProxy) within the
+  recovery bound.
 * ``s3``: an approval received from a VM whose agent process was stopped at that moment, or whose
   session had lapsed and had not been re-established.
 """
@@ -12,7 +13,7 @@ approval from an agent that was paused or whose ZooKeeper session had lapsed.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.testbed.oracle.context import EARLY_RESULTS, Context, Series, approvals, clean_reads, pause_windows
@@ -116,10 +117,12 @@ def _s2_recovery(ctx: Context, healed: float) -> list[Violation]:
     found = []
     deadline = healed + ctx.settings.recovery_bound_seconds
     for vm in sorted(ctx.agent_vms):
-        for what, samples, good in (
-            ("serving (probe 200)", ctx.probe(vm).between(healed, ctx.obs.ended_at), lambda s: s.code == 200),
-            ("UP in HAProxy", ctx.servers.get(vm, Series(())).between(healed, ctx.obs.ended_at), lambda s: s.up),
-        ):
+        checks: list[tuple[str, list[Any], Callable[[Any], bool]]] = [
+            ("serving (probe 200)", ctx.probe(vm).between(healed, ctx.obs.ended_at), lambda s: s.code == 200)]
+        if ctx.servers:  # a run with HAProxy (a group without one is judged by its probes alone)
+            checks.append(("UP in HAProxy", ctx.servers.get(vm, Series(())).between(healed, ctx.obs.ended_at),
+                           lambda s: s.up))
+        for what, samples, good in checks:
             if not samples:
                 found.append(Violation("S2", healed, f"{vm}: no sample after every fault was healed to show it "
                                                      f"{what}", timeline(ctx, healed - 5, ctx.obs.ended_at, {vm})))

@@ -2,7 +2,7 @@
 
 * ``s4``: an approval received while no VM was UP in HAProxy; with ``max_events_in_maintenance: 1``, an
   early approval of an event while another event approved early is still present with a VM out of
-  rotation.
+  rotation (events of one budget unit, ``OracleSettings.budget_units``, count as one).
 * ``s5``: an agent process that exited without being killed, a traceback in an agent log (or printed by
   one of its threads), an agent that did not stop cleanly when asked, or one whose completed cycles did
   not move for longer than the stall limit while it ran and was not paused.
@@ -57,10 +57,13 @@ def s4(ctx: Context) -> list[Violation]:
         # The events budget: two events approved early, both present with a VM out of rotation.
         if ctx.settings.max_events_in_maintenance != 1:
             continue
+        units = ctx.settings.budget_units
         for event_id in early:
             for other in ctx.events.values():
                 if other.event_id == event_id or not other.present(t):
                     continue
+                if event_id in units and units.get(other.event_id) == units[event_id]:
+                    continue  # one unit of the budget (a Terminate batch)
                 if not any(a < t for a in other.early_approvals):
                     continue
                 out = [vm for vm in other.resources if vm in ctx.agent_vms and _out_of_rotation(ctx, vm, t)]

@@ -159,6 +159,10 @@ class OracleSettings:
     drain_wait_seconds: float
     drain_wait_by_type: Mapping[str, float] = field(default_factory=dict)
     max_events_in_maintenance: int | None = 1
+    # Events the budget counts as one, by event id (upper case) -> unit: a batch of Terminates sharing one
+    # NotBefore, which Azure runs as one operation (``policy.terminate_together``). The simulator's log
+    # does not carry NotBefore, so the harness that scheduled the batch says so.
+    budget_units: Mapping[str, str] = field(default_factory=dict)
     # A probe sample is taken every ~100 ms: a change is seen up to two intervals late.
     probe_tolerance_seconds: float = 0.25
     # From a document served to a VM to its probe showing the decision taken on it.
@@ -200,6 +204,7 @@ def dump(observations: Observations) -> str:
     """The observations as JSON (to keep a failing run's record); ``load`` reads it back."""
     body = asdict(observations)
     body["settings"]["drain_wait_by_type"] = dict(observations.settings.drain_wait_by_type)
+    body["settings"]["budget_units"] = dict(observations.settings.budget_units)
     return json.dumps(body, default=str)
 
 

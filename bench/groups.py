@@ -1,0 +1,1104 @@
+"""Groups the size Azure makes them: N real agent processes, one IMDS simulator, one ZooKeeper server,
+playing one maintenance story, judged by the chaos oracle, with the figures of the group's cost.
+
+One process per agent, as in production (``coordinator run``, started through ``LocalCluster``; no
+HAProxy: each agent's health probe is what a load balancer would ask, and the budget counts VMs by
+their probes and ``/out`` nodes). Time scale 1: every notice is real time. The story (``build_story``),
+played one step after the other (each step's events scheduled together, the next step once they are
+gone and the VMs they named serve again):
+
+- a platform Reboot rolling through the 5 update domains, one event per domain naming its VMs;
+- Freezes on 2 to 10 VMs;
+- a Terminate batch: three deletes of one VM each sharing one NotBefore (Azure holds approved deletes
+  while another of the batch is pending);
+- a Preempt with its 30 s notice;
+- a VM whose agent is down (stopped before the story, started again after it): with the default
+  policy (``absent_peer_grace_seconds`` null) every event naming it waits for its NotBefore, so those
+  events get a short notice (``absent_notice``) to keep the run in minutes.
+
+Impacts are real (``impacts``): the agents' PIDs are registered with the simulator, a Freeze pauses
+them, a Reboot, Terminate or Preempt kills them and the harness starts the VM's agent again once the
+simulator says the VM is back (a terminated or preempted VM comes back as its replacement, by name).
+
+What is observed, from outside the agents only:
+
+- the simulator's log (created, Started and why, approvals, impacts), tailed while the story runs;
+- every agent's probe, asked about every 2 s, every 100 ms while an event names the VM, and as fast
+  as ``fast_interval`` allows from the moment an event naming it is scheduled until it fails (detection);
+- the ack and member nodes, polled by an observer session of its own (ctime, owner, seen, gone);
+- ZooKeeper's own counts: ``cons`` (each session's last client xid: requests sent, pings excluded) every
+  second, ``srvr``'s zxid (writes), and the watch events it delivered to each session (a trace line of
+  the server per delivery, ``LocalZooKeeper(trace_deliveries=True)``);
+- ``/status`` of every agent every 5 s (the oracle's stall check), ``/proc`` for CPU and memory.
+
+The oracle (``coordinator.testbed.oracle.check``) judges S1-S5 from that record, as it does for a
+chaos run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from coordinator.sim.client import SimControl, SimControlError
+from coordinator.testbed.chaos.result import read_agent_log
+from coordinator.testbed.cluster import AgentProcess, LocalCluster
+from coordinator.testbed.oracle import (
+    HarnessRecord,
+    LogLine,
+    NodeSighting,
+    Observations,
+    OracleSettings,
+    ProbeSample,
+    ProcessRecord,
+    StatusSample,
+    check,
+    dump,
+)
+from coordinator.testbed.zookeeper import LocalZooKeeper
+
+__all__ = ["GroupConfig", "Step", "build_story", "percentiles", "run_group"]
+
+_TICK = os.sysconf("SC_CLK_TCK")
+ZK_ROOT = "/azure-maintenance"
+UPDATE_DOMAINS = 5  # the simulator's default: VM number i is in update domain i mod 5
+
+
+def percentiles(samples: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    if not ordered:
+        return {"n": 0, "p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "max": float("nan")}
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {"n": len(ordered), "p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": ordered[-1]}
+
+
+# -- the story ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """Events scheduled together: one per entry of ``events`` (its Resources); ``shared_not_before``:
+    every event after the first takes the first one's NotBefore (a Terminate batch)."""
+
+    label: str
+    event_type: str
+    events: tuple[tuple[str, ...], ...]
+    fields: dict[str, Any] = field(default_factory=dict)
+    shared_not_before: bool = False
+
+
+@dataclass
+class GroupConfig:
+    drain_wait: float = 0.5
+    poll_interval: float = 1.0
+    session_timeout: float = 15.0
+    started_for: float = 1.0  # simulator: how long an event stays Started (at least until its impact is over)
+    return_wait: float = 0.5
+    gone_after: float = 1.0
+    freeze_seconds: int = 2  # DurationInSeconds of the Freezes: how long they pause the agents
+    down_seconds: float = 3.0  # how long a rebooted, terminated or preempted VM stays down
+    absent_notice: float = 60.0  # notice of the events that name the VM whose agent is down (real seconds)
+    freezes: int = 22
+    impacts: bool = True
+    start_batch: int = 20  # agents started at once
+    idle_seconds: float = 60.0
+    step_timeout: float = 180.0  # beyond its notice, how long a step may take
+    seed: int = 1
+    keep_dir: Path | None = None  # keep the run's files (logs, observations) there
+    fast_interval: float = 0.01  # probe interval of one VM whose probe must fail (it grows with their number)
+    agent_down: bool = True  # one VM's agent is down for the whole story (groups of 6 VMs or more)
+
+
+def build_story(vms: Sequence[str], down: str | None, config: GroupConfig) -> list[Step]:
+    """At least 30 events: the rolling Reboot through the 5 update domains, Freezes on 2 to 10 VMs
+    (one of them naming the VM whose agent is down), a Terminate batch of three, a Preempt."""
+    rng = random.Random(config.seed)
+    live = [vm for vm in vms if vm != down]
+    kill = {"impact": "kill", "impact_seconds": config.down_seconds} if config.impacts else {"impact": "none"}
+    freeze = {"duration_in_seconds": config.freeze_seconds} if config.impacts else {"impact": "none"}
+    absent = {"not_before_in": config.absent_notice}
+
+    def names_down(resources: Sequence[str]) -> dict[str, Any]:
+        return absent if down in resources else {}
+
+    reboots = []
+    for domain in range(UPDATE_DOMAINS):
+        names = tuple(vm for i, vm in enumerate(vms) if i % UPDATE_DOMAINS == domain)
+        if names:
+            reboots.append(Step(f"Reboot of update domain {domain} ({len(names)} VMs)", "Reboot", (names,),
+                                {**kill, **names_down(names)}))
+    freezes = []
+    for j in range(config.freezes):
+        k = min(2 + j % 9, len(live))
+        names = tuple(sorted(rng.sample(live, k), key=vms.index))
+        freezes.append(Step(f"Freeze on {k} VMs", "Freeze", (names,), dict(freeze)))
+    specials = []
+    if len(live) >= 4:
+        batch = tuple((vm,) for vm in rng.sample(live, 3))
+        specials.append(Step("Terminate batch of 3 (one NotBefore)", "Terminate", batch, dict(kill),
+                             shared_not_before=True))
+    specials.append(Step("Preempt (30 s notice)", "Preempt", ((rng.choice(live),),), {**kill, "not_before_in": 30}))
+    if down is not None:
+        other = rng.choice(live)
+        names = tuple(sorted((down, other), key=vms.index))
+        specials.append(Step("Freeze naming the VM whose agent is down", "Freeze", (names,), {**freeze, **absent}))
+    # Interleave: a Reboot of one update domain after every few Freezes, the special steps spread in between.
+    story: list[Step] = []
+    others = freezes[:]
+    every = max(1, len(others) // (len(reboots) + len(specials) + 1))
+    extra = reboots + specials
+    while others or extra:
+        story.extend(others[:every])
+        del others[:every]
+        if extra:
+            story.append(extra.pop(0))
+    return story
+
+
+# -- observers ------------------------------------------------------------------------------------------------
+
+
+class ProbeSampler:
+    """Every agent's probe, asked from one asyncio thread on a new connection each time (as a load
+    balancer does): every ``cold`` seconds, every ``hot`` seconds while an event names the VM, and as
+    fast as the number of such VMs allows (``fast_interval`` each, 1 ms more per VM) while its failure
+    is awaited."""
+
+    def __init__(self, probes: dict[str, int], *, cold: float = 2.0, hot: float = 0.1,
+                 fast_interval: float = 0.01) -> None:
+        self._ports = dict(probes)
+        self._cold, self._hot, self._fast_interval = cold, hot, fast_interval
+        self._fast: set[str] = set()
+        self._hotset: set[str] = set()
+        self._lock = threading.Lock()
+        self.samples: list[ProbeSample] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: dict[str, asyncio.Event] = {}
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="probes", daemon=True)
+        self._ready = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait(10)
+
+    def stop(self) -> None:
+        self._stopping = True
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._wake_all, list(self._wake.values()))
+        self._thread.join(10)
+
+    def set_mode(self, vms: Sequence[str], *, fast: bool | None = None, hot: bool | None = None) -> None:
+        with self._lock:
+            for vm in vms:
+                if fast is not None:
+                    (self._fast.add if fast else self._fast.discard)(vm)
+                if hot is not None:
+                    (self._hotset.add if hot else self._hotset.discard)(vm)
+        loop = self._loop
+        if loop is not None:
+            wake = [self._wake[vm] for vm in vms if vm in self._wake]
+            loop.call_soon_threadsafe(self._wake_all, wake)
+
+    @staticmethod
+    def _wake_all(events: Sequence[asyncio.Event]) -> None:
+        for event in events:
+            event.set()
+
+    def _interval(self, vm: str) -> float:
+        with self._lock:
+            if vm in self._fast:
+                return max(self._fast_interval, 0.001 * len(self._fast))
+            return self._hot if vm in self._hotset else self._cold
+
+    def failed_since(self, vm: str, since: float) -> bool:
+        """Whether a probe of ``vm`` asked at ``since`` or later did not answer 200."""
+        with self._lock:
+            for sample in reversed(self.samples):
+                if sample.t < since - 1:
+                    return False
+                if sample.vm == vm and sample.t >= since and sample.code != 200:
+                    return True
+        return False
+
+    def sampled_since(self, vms: Sequence[str], since: float) -> bool:
+        """Whether every VM of ``vms`` answered 200 to a probe asked at ``since`` or later."""
+        with self._lock:
+            seen = {s.vm for s in self.samples[-20 * len(self._ports):] if s.t >= since and s.code == 200}
+        return set(vms) <= seen
+
+    def snapshot(self) -> list[ProbeSample]:
+        with self._lock:
+            return list(self.samples)
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = {vm: asyncio.Event() for vm in self._ports}
+        self._ready.set()
+        await asyncio.gather(*(self._sample(vm) for vm in self._ports))
+
+    async def _sample(self, vm: str) -> None:
+        await asyncio.sleep(random.uniform(0, self._cold))
+        wake = self._wake[vm]
+        while not self._stopping:
+            sent = time.time()
+            code = await self._ask(self._ports[vm])
+            with self._lock:
+                self.samples.append(ProbeSample(vm, sent, time.time(), code))
+            wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), max(0.0, self._interval(vm) - (time.time() - sent)))
+
+    @staticmethod
+    async def _ask(port: int) -> int | None:
+        writer = None
+        try:
+            async with asyncio.timeout(0.5):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                line = await reader.readline()
+            return int(line.split()[1])
+        except (OSError, TimeoutError, ValueError, IndexError):
+            return None
+        finally:
+            if writer is not None:
+                writer.close()
+
+
+class NodeRecorder:
+    """The group's ack nodes (of the events the harness says are current) every 100 ms and its member
+    nodes every 2 s, polled with a session of its own: ZooKeeper's ctime and owner of each, when it was
+    first seen and first found gone. A new ack name is asked for its stat once (an ack is created once
+    per event and VM); every member is, on every poll."""
+
+    def __init__(self, hosts: str, chroot: str) -> None:
+        self.client = KazooClient(hosts=f"{hosts}{chroot}", timeout=15.0)
+        self._events: set[str] = set()
+        self._nodes: dict[tuple[str, int], dict[str, Any]] = {}
+        self._listed: dict[str, set[str]] = {}  # parent -> names in the last listing
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zk-nodes", daemon=True)
+
+    @property
+    def session_id(self) -> int | None:
+        return self.client.client_id[0] if self.client.client_id else None
+
+    def start(self) -> None:
+        self.client.start(timeout=15)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        with contextlib.suppress(Exception):
+            self.client.stop()
+            self.client.close()
+
+    def watch_events(self, event_ids: Sequence[str], on: bool) -> None:
+        with self._lock:
+            for eid in event_ids:
+                (self._events.add if on else self._events.discard)(eid)
+
+    def sightings(self) -> list[NodeSighting]:
+        with self._lock:
+            return [NodeSighting(n["kind"], n["event_id"], n["vm"], n["ctime"], n["owner"], n["first_seen"],
+                                 n["gone_seen"]) for n in self._nodes.values()]
+
+    def ack_ctimes(self, event_id: str) -> dict[str, float]:
+        with self._lock:
+            return {n["vm"]: n["ctime"] for n in self._nodes.values() if n["kind"] == "ack"
+                    and n["event_id"] == event_id}
+
+    def budget_free(self, event_ids: Sequence[str]) -> bool:
+        """No VM marked out of rotation (``/out``) and none of ``event_ids`` admitted any more (the leader
+        marked them done): the next event is admitted at once."""
+        try:
+            if self.client.get_children("/out"):
+                return False
+            return not any(self.client.exists(f"/events/{eid}/admitted") for eid in event_ids)
+        except KazooException:
+            return False
+
+    def _run(self) -> None:
+        last_members = 0.0
+        while not self._stop.wait(0.1):
+            with contextlib.suppress(KazooException, Exception):
+                with self._lock:
+                    events = list(self._events)
+                for eid in events:
+                    self._poll(f"/events/{eid}/acks", "ack", eid, every=False)
+                if time.monotonic() - last_members >= 2.0:
+                    last_members = time.monotonic()
+                    self._poll("/members", "member", None, every=True)
+
+    def _poll(self, parent: str, kind: str, event_id: str | None, every: bool) -> None:
+        try:
+            names = set(self.client.get_children(parent))
+        except NoNodeError:
+            names = set()
+        before = self._listed.get(parent, set())
+        now = time.time()
+        for name in names if every else names - before:
+            stat = self.client.exists(f"{parent}/{name}")
+            if stat is None:
+                names.discard(name)
+                continue
+            key = (f"{parent}/{name}", int(stat.czxid))
+            with self._lock:
+                if key not in self._nodes:
+                    self._nodes[key] = {"kind": kind, "event_id": event_id, "vm": name, "ctime": stat.ctime / 1000.0,
+                                        "owner": int(stat.ephemeralOwner), "first_seen": now, "gone_seen": None}
+                    # an older creation of the same path is gone
+                    for other, node in self._nodes.items():
+                        if other[0] == key[0] and other != key and node["gone_seen"] is None:
+                            node["gone_seen"] = now
+        with self._lock:
+            for (path, _), node in self._nodes.items():
+                parent_of, _, name = path.rpartition("/")
+                if parent_of == parent and name not in names and node["gone_seen"] is None:
+                    node["gone_seen"] = now
+        self._listed[parent] = names
+
+
+class Counters:
+    """ZooKeeper's ``cons`` every second: per session, its last client xid when first and last seen."""
+
+    def __init__(self, zk: LocalZooKeeper) -> None:
+        self._zk = zk
+        self.first: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cons", daemon=True)
+
+    def start(self) -> None:
+        self.sample()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def sample(self) -> dict[int, int]:
+        with contextlib.suppress(OSError):
+            stats = {sid: s.lcxid for sid, s in self._zk.connection_stats(timeout=5.0).items()}
+            with self._lock:
+                for sid, xid in stats.items():
+                    self.first.setdefault(sid, 0 if self.first else xid)
+                    self.last[sid] = max(xid, self.last.get(sid, 0))
+            return stats
+        return {}
+
+    def mark(self) -> tuple[dict[int, int], set[int]]:
+        """Every session's count now (those gone keep their last), and the sessions alive now."""
+        alive = set(self.sample())
+        with self._lock:
+            return dict(self.last), alive
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.sample()
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _rss_mib(pid: int) -> float | None:
+    try:
+        match = re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())
+    except OSError:
+        return None
+    return int(match.group(1)) / 1024 if match else None
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+
+
+class GroupRun:
+    """One group of ``n`` agents through the story; ``execute`` returns the figures. Every process it
+    starts is stopped by PID before it returns, whatever happens (Ctrl-C included)."""
+
+    def __init__(self, n: int, config: GroupConfig, workdir: Path, zk: LocalZooKeeper,
+                 say: Callable[[str], None], story: Callable[[Sequence[str], str | None], list[Step]] | None = None
+                 ) -> None:
+        self.n, self.config, self.workdir, self.zk, self.say = n, config, workdir, zk, say
+        self.vms = [f"vm{i}" for i in range(n)]
+        self.down = self.vms[-1] if n >= 6 and config.agent_down else None
+        self._story = story
+        self.cluster = LocalCluster(
+            workdir, self.vms, cluster=f"g{n}-{uuid.uuid4().hex[:6]}", zk_hosts=zk.hosts,
+            drain_wait=config.drain_wait, poll_interval=config.poll_interval, session_timeout=config.session_timeout,
+            started_for=config.started_for, with_agents=False,
+            extra_config={"drain": {"return_wait_seconds": config.return_wait, "gone_after_seconds": config.gone_after},
+                          "logging": {"format": "json"}},
+        )
+        self.processes: dict[int, ProcessRecord] = {}
+        self.harness: list[HarnessRecord] = []
+        self.statuses: list[StatusSample] = []
+        self.sim_log: list[dict[str, Any]] = []
+        self._sim_seq = 0
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._restarting: set[str] = set()
+        self._held_down: str | None = None  # the VM whose agent stays down, whatever its events do
+        self.restarts = 0
+        self.budget_units: dict[str, str] = {}  # a Terminate batch: one unit of the budget
+        self.steady: list[dict[str, float]] = []  # per step: the sessions that lived through it
+        self.probes: ProbeSampler | None = None
+        self.nodes: NodeRecorder | None = None
+        self.counters = Counters(zk)
+        self._threads: list[threading.Thread] = []
+        self._http = httpx.Client(timeout=2.0, trust_env=False)
+
+    # -- processes ----------------------------------------------------------------------------------------
+
+    def _agent(self, vm: str) -> AgentProcess:
+        return self.cluster.agents[vm]
+
+    def _spawn(self, vm: str) -> None:
+        if vm in self.cluster.agents and self._agent(vm).alive():
+            return  # never lose the handle of a running agent: it could not be stopped
+        agent = self.cluster.spawn_agent(vm)
+        assert agent.proc is not None
+        with self._lock:
+            self.processes[agent.proc.pid] = ProcessRecord(vm, agent.proc.pid, time.time())
+        if self.config.impacts:
+            self._register(vm)
+
+    def _register(self, vm: str) -> None:
+        proc = self._agent(vm).proc
+        if self.cluster.sim is not None and proc is not None and proc.poll() is None:
+            with contextlib.suppress(Exception):
+                self.cluster.sim.register_pids(vm, [proc.pid])
+
+    def _note_exits(self) -> None:
+        for vm, agent in self.cluster.agents.items():
+            proc = agent.proc
+            if proc is None or proc.poll() is None:
+                continue
+            with self._lock:
+                known = self.processes.get(proc.pid)
+                if known is not None and known.exited is None:
+                    self.processes[proc.pid] = ProcessRecord(vm, proc.pid, known.started, time.time(), proc.returncode)
+
+    def _answering(self, vm: str) -> bool:
+        agent = self._agent(vm)
+        return agent.alive() and agent.status() is not None
+
+    def _start_agents(self) -> None:
+        began = time.monotonic()
+        batch = max(1, self.config.start_batch)
+        for first in range(0, self.n, batch):
+            group = self.vms[first:first + batch]
+            for vm in group:
+                self._spawn(vm)
+            self._wait(lambda group=group: all(self._answering(vm) or not self._agent(vm).alive()  # type: ignore[misc]
+                                               for vm in group), 120, "a batch of agents to answer")
+            dead = [vm for vm in group if not self._agent(vm).alive()]
+            if dead:
+                raise RuntimeError(f"agents exited at start: {dead}; see {self._agent(dead[0]).log_path}")
+            self.say(f"groups: N={self.n}: agents started {first + len(group)}/{self.n} "
+                     f"({time.monotonic() - began:.0f} s)")
+
+    def _stop_agents(self) -> None:
+        for vm, agent in self.cluster.agents.items():
+            proc = agent.proc
+            if proc is not None and proc.poll() is None:
+                self.harness.append(HarnessRecord(time.time(), "sigterm", vm, proc.pid))
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+        for agent in self.cluster.agents.values():
+            proc = agent.proc
+            if proc is None:
+                continue
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        self._note_exits()
+
+    # -- background work ------------------------------------------------------------------------------------
+
+    def _every(self, name: str, interval: float, work: Callable[[], None]) -> None:
+        def loop() -> None:
+            while not self._stopping.wait(interval):
+                with contextlib.suppress(Exception):
+                    work()
+
+        thread = threading.Thread(target=loop, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _tail_sim_log(self) -> None:
+        sim = self.cluster.sim
+        assert sim is not None
+        entries = sim.log(since=self._sim_seq)
+        for entry in entries:
+            self._sim_seq = max(self._sim_seq, int(entry["seq"]))
+            if entry["kind"] == "back" and self.config.impacts:
+                vm = str(entry["vm"])
+                with self._lock:
+                    self._restarting.add(vm)
+        with self._lock:
+            self.sim_log.extend(entries)
+
+    def _supervise(self) -> None:
+        """Start again the agent of a VM the simulator says is back (after a kill impact)."""
+        self._note_exits()
+        with self._lock:
+            due = [vm for vm in self._restarting if not self._agent(vm).alive() and vm != self._held_down]
+        for vm in due:
+            if self._stopping.is_set():
+                return
+            self.restarts += 1
+            self._spawn(vm)
+            with self._lock:
+                self._restarting.discard(vm)
+
+    def _sample_statuses(self) -> None:
+        for vm, agent in list(self.cluster.agents.items()):
+            proc = agent.proc
+            if proc is None or proc.poll() is not None:
+                continue
+            t = time.time()
+            try:
+                response = self._http.get(agent.admin_url + "/status")
+                body = response.json() if response.status_code == 200 else {}
+            except (httpx.HTTPError, ValueError):
+                body = {}
+            with self._lock:
+                self.statuses.append(StatusSample(t, vm, proc.pid, body.get("cycles"), body.get("phase")))
+
+    # -- waiting ------------------------------------------------------------------------------------------
+
+    def _wait(self, predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
+        """Until ``predicate()``; a control API or status request that failed (an overloaded machine
+        answers late) counts as not yet."""
+        deadline = time.monotonic() + timeout
+
+        def holds() -> bool:
+            try:
+                return predicate()
+            except (httpx.HTTPError, SimControlError):
+                return False
+
+        while not holds():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(interval)
+
+    def _serving(self, vm: str) -> bool:
+        agent = self._agent(vm)
+        return agent.alive() and agent.probe() == 200 and (agent.status() or {}).get("phase") == "serving"
+
+    def _all_serving(self, vms: Sequence[str]) -> bool:
+        return all(self._serving(vm) for vm in vms)
+
+    # -- the story ------------------------------------------------------------------------------------------
+
+    def _play(self, story: list[Step], events: list[dict[str, Any]]) -> None:
+        sim = self.cluster.sim
+        assert sim is not None and self.probes is not None and self.nodes is not None
+        total = sum(len(step.events) for step in story)
+        done = 0
+        for number, step in enumerate(story, 1):
+            named = sorted({vm for names in step.events for vm in names}, key=self.vms.index)
+            live = [vm for vm in named if vm != self.down]
+            self.probes.set_mode(live, fast=True, hot=True)
+            time.sleep(0.3)  # a few fast samples before the event
+            xids_before, alive_before = self.counters.mark()
+            offset_before = self._deliveries_end()
+            scheduled: list[dict[str, Any]] = []
+            for names in step.events:
+                fields = dict(step.fields)
+                if step.shared_not_before and scheduled:
+                    fields.pop("not_before_in", None)
+                    fields["not_before_at"] = scheduled[0]["not_before"]
+                view = self._schedule(step.event_type, list(names), fields)
+                scheduled.append(view)
+                events.append({"event_id": view["event_id"], "type": step.event_type, "resources": list(names),
+                               "step": step.label, "names_down": self.down in names, "scheduled_at": time.time()})
+            ids = [v["event_id"] for v in scheduled]
+            if step.shared_not_before:
+                for eid in ids:
+                    self.budget_units[eid.upper()] = f"step {number}"
+            self.nodes.watch_events(ids, True)
+            began = time.monotonic()
+            notice = float(step.fields.get("not_before_in", 0.0))
+            if step.event_type == "Terminate" or not notice:
+                notice = 900.0  # the longest default notice of the types played here
+            self._await_step(ids, live, time.time(), notice + self.config.step_timeout,
+                             f"step {number} ({step.label}) to end")
+            self.probes.set_mode(live, fast=False)
+            self._wait(partial(self._all_serving, live), self.config.step_timeout,
+                       f"the VMs of step {number} serving again", 0.2)
+            for event in events[-len(ids):]:
+                event["all_back_at"] = time.time()
+            # The next event is scheduled once the budget is free again (every VM back in rotation by its
+            # /out node, this step's events marked done by the leader), so that it is admitted at once.
+            self._wait(partial(self.nodes.budget_free, ids), self.config.step_timeout,
+                       f"the budget to be free after step {number}", 0.2)
+            for event in events[-len(ids):]:
+                event["budget_free_at"] = time.time()
+            xids_after, alive_after = self.counters.mark()
+            told, _ = self.zk.deliveries(offset_before)
+            self.steady.append(self._steady(len(ids), xids_before, alive_before, xids_after, alive_after, told))
+            self.nodes.watch_events(ids, False)
+            self.probes.set_mode(live, hot=False)
+            done += len(ids)
+            reasons = [next((e.get("reason") for e in self.sim_log if e.get("kind") == "transition"
+                             and e.get("event_id") == eid and e.get("to") == "Started"), "?") for eid in ids]
+            self.say(f"groups: N={self.n}: event {done}/{total}: {step.label}: started "
+                     f"{'/'.join(str(r) for r in reasons)}, budget free again after {time.monotonic() - began:.1f} s")
+
+    def _schedule(self, event_type: str, resources: list[str], fields: dict[str, Any]) -> dict[str, Any]:
+        """Create an event; a request that timed out is not repeated blindly: the event may exist."""
+        sim = self.cluster.sim
+        assert sim is not None
+        before = {e["event_id"] for e in sim.events()["events"]}
+        try:
+            return sim.schedule(event_type, resources, **fields)
+        except httpx.TimeoutException:
+            time.sleep(1.0)
+            made = [e for e in sim.events()["events"] if e["event_id"] not in before]
+            if len(made) == 1:
+                found: dict[str, Any] = made[0]
+                return found
+            raise
+
+    def _await_step(self, ids: Sequence[str], live: Sequence[str], since: float, timeout: float, what: str) -> None:
+        """Until the simulator no longer lists any of ``ids``; a VM whose probe failed since ``since`` is
+        no longer sampled fast (still every 100 ms)."""
+        sim, probes = self.cluster.sim, self.probes
+        assert sim is not None and probes is not None
+        failed: set[str] = set()
+
+        def over() -> bool:
+            current = {e["event_id"] for e in sim.events()["events"]}
+            for vm in live:
+                if vm not in failed and probes.failed_since(vm, since):
+                    failed.add(vm)
+                    probes.set_mode([vm], fast=False)
+            return not current.intersection(ids)
+
+        self._wait(over, timeout, what, 0.1)
+
+    # -- the whole run --------------------------------------------------------------------------------------
+
+    def execute(self) -> dict[str, Any]:
+        config = self.config
+        result: dict[str, Any] = {"agents": self.n, "agents_per_process": 1, "load_average_before": os.getloadavg()}
+        story = (self._story or partial(build_story, config=config))(self.vms, self.down)
+        events: list[dict[str, Any]] = []
+        verdict_text = ""
+        began = time.monotonic()
+        error: str | None = None
+        healed_at: float | None = None
+        origin = time.time()
+        try:
+            self.cluster.start()
+            assert self.cluster.sim is not None
+            self.cluster.sim.close()
+            self.cluster.sim = SimControl(self.cluster.sim.url, timeout=30.0)  # a loaded machine answers late
+            self.say(f"groups: N={self.n}: simulator up, starting {self.n} agents in batches of {config.start_batch}")
+            self._start_agents()
+            self._wait(lambda: self._members() >= self.n, 60 + 2 * self.n, f"{self.n} members")
+            self._wait(lambda: self._all_serving(self.vms), 60 + 2 * self.n, "every VM serving")
+            result["startup_seconds"] = time.monotonic() - began
+            self.say(f"groups: N={self.n}: every agent joined and serving after {result['startup_seconds']:.0f} s")
+            self.nodes = NodeRecorder(self.zk.hosts, f"{ZK_ROOT}/{self.cluster.cluster}")
+            self.nodes.start()
+            probe_ports = {vm: self.cluster.probe_port(vm) for vm in self.vms}
+            self.probes = ProbeSampler(probe_ports, fast_interval=config.fast_interval)
+            self.probes.start()
+            self.counters.start()
+            self._every("sim-log", 0.25, self._tail_sim_log)
+            self._every("supervisor", 0.2, self._supervise)
+            self._every("statuses", 5.0, self._sample_statuses)
+            time.sleep(3)  # a few samples of every probe
+            if self.down is not None:
+                proc = self._agent(self.down).proc
+                assert proc is not None
+                self.say(f"groups: N={self.n}: stopping the agent of {self.down} (down for the story)")
+                self._held_down = self.down
+                self.harness.append(HarnessRecord(time.time(), "sigterm", self.down, proc.pid, "down for the story"))
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(20)
+                self._note_exits()
+            # The story, measured: requests and deliveries per session, writes, CPU of the agents.
+            origin = time.time()
+            xids0, _ = self.counters.mark()
+            zxid0 = self.zk.zxid()
+            _, deliveries_at = self.zk.deliveries(self._deliveries_end())
+            story_began = time.monotonic()
+            self._play(story, events)
+            result["story_seconds"] = time.monotonic() - story_began
+            xids1, alive1 = self.counters.mark()
+            zxid1 = self.zk.zxid()
+            delivered, deliveries_end = self.zk.deliveries(deliveries_at)
+            # The VM whose agent was down comes back; every VM must serve again.
+            if self.down is not None:
+                with self._lock:
+                    self._held_down = None
+                    self._restarting.discard(self.down)
+                self._spawn(self.down)
+            healed_at = time.time()
+            self._wait(lambda: self._all_serving(self.vms), 120, "every VM serving at the end", 0.5)
+            result["back_in_rotation"] = sum(1 for vm in self.vms if self._serving(vm))
+            # Every probe asked again since the story ended: the oracle judges the recovery from them.
+            assert self.probes is not None
+            self.probes.set_mode(self.vms, hot=True)
+            self._wait(partial(self.probes.sampled_since, self.vms, time.time() + 0.5), 30, "a probe of every VM")
+            self.probes.set_mode(self.vms, hot=False)
+            self.say(f"groups: N={self.n}: story over, every VM back in rotation; idle for {config.idle_seconds:.0f} s")
+            # Idle: no event.
+            pids = {vm: a.pid for vm, a in self.cluster.agents.items() if a.alive() and a.pid is not None}
+            idle_cpu0 = {vm: _cpu_seconds(pid) for vm, pid in pids.items()}
+            idle_xids0, _ = self.counters.mark()
+            _, idle_at = self.zk.deliveries(deliveries_end)
+            time.sleep(config.idle_seconds)
+            idle_xids1, idle_alive = self.counters.mark()
+            idle_delivered, _ = self.zk.deliveries(idle_at)
+            idle_cpu1 = {vm: _cpu_seconds(pid) for vm, pid in pids.items()}
+            rss = [r for r in (_rss_mib(pid) for pid in pids.values()) if r is not None]
+            result["back_in_rotation_after_idle"] = sum(1 for vm in self.vms if self._serving(vm))
+            result.update(self._zk_figures(len(events), xids0, xids1, alive1, delivered, zxid1 - zxid0,
+                                           idle_xids0, idle_xids1, idle_alive, idle_delivered))
+            result["agent_idle_cpu_seconds_per_hour"] = percentiles(
+                [(b - a) * 3600 / config.idle_seconds for vm, b in idle_cpu1.items()
+                 if b is not None and (a := idle_cpu0.get(vm)) is not None and config.idle_seconds > 0])
+            result["agent_rss_mib"] = percentiles(rss)
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            self.say(f"groups: N={self.n}: run stopped: {error}")
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._stopping.set()
+            for thread in self._threads:
+                thread.join(10)
+            if self.probes is not None:
+                self.probes.stop()
+            if self.nodes is not None:
+                self.nodes.stop()
+            self.counters.stop()
+            with contextlib.suppress(Exception):
+                self._tail_sim_log()
+            self._stop_agents()
+            with contextlib.suppress(Exception):
+                self._tail_sim_log()
+            self.cluster.stop()
+            self._http.close()
+        result["load_average_after"] = os.getloadavg()
+        result["error"] = error
+        result["restarts"] = self.restarts
+        result.update(self._event_figures(events))
+        verdict = self._judge(origin, healed_at)
+        if verdict is not None:
+            result["oracle"] = {"violations": len(verdict.violations), "stats": verdict.stats,
+                                "first": [f"{v.invariant} {v.summary}"[:400] for v in verdict.violations[:5]]}
+            verdict_text = verdict.render(origin)
+            with contextlib.suppress(OSError):
+                (self.workdir / "verdict.txt").write_text(verdict_text + "\n")
+        result["wall_seconds"] = time.monotonic() - began
+        return result
+
+    def _deliveries_end(self) -> int:
+        try:
+            return self.zk.deliveries_file.stat().st_size
+        except OSError:
+            return 0
+
+    def _members(self) -> int:
+        for vm in self.vms[:3]:
+            status = self._agent(vm).status() or {}
+            if status.get("cluster"):
+                return len(status["cluster"]["members"])
+        return 0
+
+    # -- figures --------------------------------------------------------------------------------------------
+
+    def _zk_figures(self, events: int, xids0: dict[int, int], xids1: dict[int, int], alive1: set[int],
+                    delivered: dict[int, int], writes: int, idle0: dict[int, int], idle1: dict[int, int],
+                    idle_alive: set[int], idle_delivered: dict[int, int]) -> dict[str, Any]:
+        observer = self.nodes.session_id if self.nodes is not None else None
+        agents = {sid for sid in xids1 if sid != observer}
+        # Per agent: step by step, over the sessions that lived through the step (see ``_steady``).
+        sent = {sid: xids1[sid] - xids0.get(sid, 0) for sid in agents}
+        told = {sid: delivered.get(sid, 0) for sid in agents}
+        steady_requests = sum(step["requests"] for step in self.steady)
+        steady_changes = sum(step["changes"] for step in self.steady)
+        per_agent_changes = sum(step["changes"] / step["sessions"] for step in self.steady if step["sessions"])
+        per_agent_requests = sum(step["requests"] / step["sessions"] for step in self.steady if step["sessions"])
+        idle_sent = [idle1[sid] - idle0[sid] for sid in idle_alive if sid in idle0 and sid != observer]
+        return {
+            "events": events,
+            "requests_per_agent_per_change": steady_requests / steady_changes if steady_changes else float("nan"),
+            "changes_per_event": per_agent_changes / events if events else float("nan"),
+            "requests_per_agent_per_event": per_agent_requests / events if events else float("nan"),
+            "group_requests_per_event": sum(sent.values()) / events if events else float("nan"),
+            "group_changes_per_event": sum(told.values()) / events if events else float("nan"),
+            "requests_per_change_all_sessions": (sum(sent.values()) / sum(told.values()) if sum(told.values())
+                                                 else float("nan")),
+            "steady_sessions_per_step": percentiles([step["sessions"] for step in self.steady]),
+            "sessions_in_story": len(agents),
+            "writes_per_event": writes / events if events else float("nan"),
+            "idle_requests_per_agent": percentiles(idle_sent),
+            "idle_requests_total": sum(idle_sent),
+            "idle_changes_total": sum(n for sid, n in idle_delivered.items() if sid != observer),
+        }
+
+    def _steady(self, events: int, xids0: dict[int, int], alive0: set[int], xids1: dict[int, int],
+                alive1: set[int], told: dict[int, int]) -> dict[str, float]:
+        """One step's count over the agent sessions alive from its start to its end (an agent killed or
+        started during the step is left out of it: its start-up reads are no reaction to a change)."""
+        observer = self.nodes.session_id if self.nodes is not None else None
+        steady = [sid for sid in alive0 & alive1 if sid != observer]
+        return {"events": events, "sessions": len(steady),
+                "requests": sum(xids1.get(sid, 0) - xids0.get(sid, 0) for sid in steady),
+                "changes": sum(told.get(sid, 0) for sid in steady)}
+
+    def _event_figures(self, events: list[dict[str, Any]]) -> dict[str, Any]:
+        log = self.sim_log
+        created = {e["event_id"]: e for e in log if e.get("kind") == "transition" and e.get("from") is None}
+        started = {e["event_id"]: e for e in log if e.get("kind") == "transition" and e.get("to") == "Started"}
+        posts: dict[str, float] = {}
+        for entry in log:
+            if entry.get("kind") == "approval" and entry.get("status") == 200:
+                for eid in entry.get("event_ids") or ():
+                    posts.setdefault(eid, float(entry["t"]))
+        samples = self.probes.snapshot() if self.probes is not None else []
+        by_vm: dict[str, list[ProbeSample]] = defaultdict(list)
+        for sample in samples:
+            by_vm[sample.vm].append(sample)
+        detection, gate, to_started, early_started = [], [], [], []
+        by_type: dict[str, list[float]] = defaultdict(list)
+        early, waited, other = 0, [], []
+        for event in events:
+            eid = event["event_id"]
+            made = created.get(eid)
+            start = started.get(eid)
+            if made is None:
+                continue
+            t0 = float(made["t"])
+            if start is not None:
+                to_started.append(float(start["t"]) - t0)
+                by_type[event["type"]].append(float(start["t"]) - t0)
+            reason = start.get("reason") if start else None
+            if reason == "approved":
+                early += 1
+                if start is not None:
+                    early_started.append(float(start["t"]) - t0)
+            elif reason == "not_before":
+                waited.append(f"{event['step']} [{','.join(event['resources'][:4])}"
+                              f"{'...' if len(event['resources']) > 4 else ''}]: "
+                              + ("names the VM whose agent is down" if event["names_down"] else "not approved"))
+            else:
+                other.append(f"{event['step']}: {reason}")
+            # Detection: created -> every named VM's probe failed (the later of them), VMs with an agent.
+            fails = []
+            for vm in event["resources"]:
+                if vm == self.down:
+                    continue
+                first = next((s for s in by_vm.get(vm, ()) if s.t >= t0 and s.code != 200), None)
+                if first is not None:
+                    fails.append(first.t_end)
+            if fails and len(fails) == len([vm for vm in event["resources"] if vm != self.down]):
+                detection.append((max(fails) - t0) * 1e3)
+                event["detection_ms"] = round(detection[-1], 1)
+            if start is not None:
+                event["to_started_s"] = round(float(start["t"]) - t0, 3)
+            event["start_reason"] = reason
+            event["back_after_s"] = round(float(event.get("all_back_at", t0)) - t0, 2)
+            event["budget_free_after_s"] = round(float(event.get("budget_free_at", t0)) - t0, 2)
+            # Gate: the last ack's ctime -> the approval POST in the simulator's log.
+            acks = self.nodes.ack_ctimes(eid) if self.nodes is not None else {}
+            if reason == "approved" and eid in posts and acks and set(event["resources"]) <= set(acks):
+                gate.append((posts[eid] - max(acks[vm] for vm in event["resources"])) * 1e3)
+                event["gate_ms"] = round(gate[-1], 1)
+        return {
+            "approved_early": early,
+            "waited_for_not_before": len(waited),
+            "waited_why": waited,
+            "other_starts": other,
+            "detection_ms": percentiles(detection),
+            "gate_ms": percentiles(gate),
+            "notice_to_started_s": percentiles(to_started),
+            "notice_to_started_early_s": percentiles(early_started),
+            "notice_to_started_s_by_type": {t: percentiles(v) for t, v in sorted(by_type.items())},
+            "story": [{k: v for k, v in e.items() if k not in ("scheduled_at", "all_back_at", "budget_free_at")}
+                      | {"resources": len(e["resources"])} for e in events],
+        }
+
+    def _judge(self, origin: float, healed_at: float | None) -> Any:
+        if not self.sim_log:
+            return None
+        logs: list[LogLine] = []
+        for vm, agent in self.cluster.agents.items():
+            logs.extend(read_agent_log(vm, agent.log_path))
+        observations = Observations(
+            settings=OracleSettings(agent_vms=tuple(self.vms), drain_wait_seconds=self.config.drain_wait,
+                                    budget_units=dict(self.budget_units),
+                                    recovery_bound_seconds=120.0, stall_seconds=60.0),
+            started_at=origin, ended_at=time.time(), healed_at=healed_at, sim_log=self.sim_log,
+            nodes=self.nodes.sightings() if self.nodes is not None else [],
+            probes=sorted(self.probes.snapshot() if self.probes else [], key=lambda s: s.t),
+            harness=sorted(self.harness, key=lambda r: r.t), processes=list(self.processes.values()),
+            statuses=self.statuses, agent_logs=logs,
+        )
+        verdict = check(observations)
+        if not verdict.ok:
+            with contextlib.suppress(OSError):
+                (self.workdir / "observations.json").write_text(dump(observations))
+        return verdict
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def run_group(n: int, config: GroupConfig, *, workdir: Path, zk: LocalZooKeeper | None = None,
+              say: Callable[[str], None] = _say,
+              story: Callable[[Sequence[str], str | None], list[Step]] | None = None) -> dict[str, Any]:
+    """One group of ``n`` agents through the story (``build_story``, or ``story(vms, down VM)``): its
+    figures (see ``GroupRun``). ``zk`` must trace its deliveries (``LocalZooKeeper(trace_deliveries=True)``);
+    without one, a server is started and stopped here."""
+    own = zk is None
+    server = zk or LocalZooKeeper(workdir / "zookeeper", trace_deliveries=True, max_session_timeout_ms=60_000)
+    if own:
+        server.start()
+    try:
+        return GroupRun(n, config, workdir / f"group-{n}", server, say, story).execute()
+    finally:
+        if own:
+            server.stop()
+
+
+def config_summary(config: GroupConfig) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items() if k != "keep_dir"}
+
+
+# -- the document ---------------------------------------------------------------------------------------------
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if isinstance(value, int | float) and value == value:  # not NaN
+        return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+    return "-"
+
+
+def _stats(stats: dict[str, Any] | None, key: str, digits: int = 0) -> str:
+    return _num((stats or {}).get(key), digits)
+
+
+def render_groups(entry: dict[str, Any]) -> str:
+    """The section of ``docs/benchmarks.md``: one column per group size."""
+    sizes = entry["result"]["sizes"]
+    order = sorted(sizes, key=int)
+    rows: list[tuple[str, Callable[[dict[str, Any]], str], str]] = [
+        ("agent processes (agents per process)", lambda r: f"{r['agents']} ({r.get('agents_per_process', 1)})", ""),
+        ("events in the story", lambda r: _num(r.get("events")), "at least 30"),
+        ("approved early", lambda r: _num(r.get("approved_early")), "every event the policy allows"),
+        ("started at NotBefore (each names the VM whose agent is down)", lambda r: _num(r.get("waited_for_not_before")),
+         "only those"),
+        ("violations found by the chaos oracle", lambda r: _num((r.get("oracle") or {}).get("violations")), "0"),
+        ("VMs back in rotation at the end", lambda r: f"{_num(r.get('back_in_rotation'))}/{r['agents']}", "all"),
+        ("detection p50 / p90 / max (ms)", lambda r: " / ".join(_stats(r.get("detection_ms"), k)
+                                                             for k in ("p50", "p90", "max")), "p50 <= 300"),
+        ("gate: last ack's ctime -> POST, p50 / p99 (ms)", lambda r: " / ".join(_stats(r.get("gate_ms"), k)
+                                                                        for k in ("p50", "p99")), "p99 < 100"),
+        ("notice -> Started, approved early: p50 / max (s)",
+         lambda r: " / ".join(_stats(r.get("notice_to_started_early_s"), k, 2) for k in ("p50", "max")), ""),
+        ("ZooKeeper requests per agent per change it is told of",
+         lambda r: _num(r.get("requests_per_agent_per_change"), 2), "<= 2"),
+        ("changes each agent is told of, per event", lambda r: _num(r.get("changes_per_event"), 1), ""),
+        ("ZooKeeper requests per agent per event", lambda r: _num(r.get("requests_per_agent_per_event"), 1), ""),
+        ("ZooKeeper requests of the group per event (start-ups after impacts included)",
+         lambda r: _num(r.get("group_requests_per_event"), 0), "at most linear in N"),
+        ("ZooKeeper writes per event (zxid)", lambda r: _num(r.get("writes_per_event"), 1), ""),
+        ("idle: ZooKeeper requests, all agents together", lambda r: _num(r.get("idle_requests_total")), "0"),
+        ("agent resident memory p50 / max (MiB)", lambda r: " / ".join(_stats(r.get("agent_rss_mib"), k, 1)
+                                                                      for k in ("p50", "max")), "< 40"),
+        ("agent CPU while idle, p50 / max (s per hour)",
+         lambda r: " / ".join(_stats(r.get("agent_idle_cpu_seconds_per_hour"), k, 1) for k in ("p50", "max")), ""),
+        ("start-up: every agent joined and serving (s)", lambda r: _num(r.get("startup_seconds"), 0), ""),
+        ("story (s)", lambda r: _num(r.get("story_seconds"), 0), ""),
+        ("load average (1 min) before / after", lambda r: " / ".join(
+            _num((r.get(k) or [float("nan")])[0], 1) for k in ("load_average_before", "load_average_after")), ""),
+    ]
+    head = "| measure | " + " | ".join(f"{n} agents" for n in order) + " | target |"
+    lines = [head, "|---|" + "---|" * len(order) + "---|"]
+    for name, cell, target in rows:
+        lines.append(f"| {name} | " + " | ".join(cell(sizes[n]) for n in order) + f" | {target} |")
+    stamps = "\n".join(f"- {n} agents: measured {sizes[n]['date']} with `{sizes[n]['command']}` on "
+                       f"{sizes[n]['machine']}" + (f"; {sizes[n]['note']}" if sizes[n].get("note") else "")
+                       + (f"; the run stopped: {sizes[n]['error']}" if sizes[n].get("error") else "")
+                       for n in order)
+    waited = "; ".join(sorted({why.rsplit(": ", 1)[-1] for n in order for why in sizes[n].get("waited_why", [])}))
+    c = {"freezes": 22, "absent_notice": 60, "freeze_seconds": 2, "down_seconds": 3, "drain_wait": 0.5,
+         "poll_interval": 1.0, **entry.get("config", {})}
+    return f"""## Groups of 10 to 200 agents through one story
+
+One agent process per VM (`coordinator run`), one IMDS simulator and one ZooKeeper server, all on the
+machine named below; time scale 1 (real time). The story (`bench/groups.py`, `build_story`): a platform
+Reboot rolling through the 5 update domains (one event per domain), {c['freezes']} Freezes on 2 to 10
+VMs, a Terminate batch of three deletes sharing one NotBefore, a Preempt with its 30 s notice, and one
+VM whose agent is down for the whole story (its events are given {c['absent_notice']:g} s of notice and
+wait for NotBefore: the default policy waits for every VM that ran an agent). Impacts are real: a Freeze
+pauses the named agents for {c['freeze_seconds']} s, a Reboot, Terminate or Preempt kills them and the VM
+comes back (its agent started again) after {c['down_seconds']:g} s. Each step is scheduled once the
+previous one is gone, its VMs serve again and the budget is free. Drain wait {c['drain_wait']:g} s, poll
+interval {c['poll_interval']:g} s.
+
+{chr(10).join(lines)}
+
+{stamps}
+
+How each figure is taken, from outside the agents:
+- Started early or at NotBefore: the simulator's log. Events that waited for NotBefore: {waited or 'none'}.
+- The oracle (`coordinator.testbed.oracle.check`, S1-S5) reads the simulator's log, the ack and member
+  nodes as an observer session saw them, every agent's probe (every 2 s, every 100 ms while an event
+  names the VM), `/status` every 5 s and the agents' logs. No HAProxy: the probes are the rotation.
+- Detection: the event's creation in the simulator's log -> the later of the named VMs' first failed
+  probe, probed every 10 ms (1 ms more per VM awaited) from the moment the event is scheduled.
+- Gate: the last ack node's ZooKeeper ctime -> the approval POST in the simulator's log.
+- Requests: ZooKeeper's `cons` (each session's last client xid; pings do not count), every second.
+  Changes told of: the watch events the server delivered to each session (its own trace line for each,
+  `LocalZooKeeper(trace_deliveries=True)`). Per agent: step by step, over the sessions that lived from
+  the step's start to its end (an agent killed or started during a step is left out of that step: its
+  start-up reads answer no change), summed over the story; per change = those requests / those changes.
+  The group's requests per event count every session, start-ups after impacts included.
+"""
