@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -498,7 +499,13 @@ request; with 10 and 30 agent processes on 2 cores they queue behind each other.
 """
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
+    # SIGTERM stops a run like Ctrl-C does: every section stops what it started on its way out.
+    signal.signal(signal.SIGTERM, _interrupted)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and events (to try the harness)")
     parser.add_argument("--only", choices=SECTIONS, action="append", help="measure only this section (repeatable)")
