@@ -198,6 +198,11 @@ class Agent:
         """Whether the loop completes cycles (``/livez``)."""
         return self._telemetry.live(self._clock.monotonic())
 
+    def since_last_cycle(self) -> float:
+        """Seconds since the loop last completed a cycle (since start, before the first): read by the
+        application health signal (``coordinator.apphealth``)."""
+        return self._telemetry.since_cycle(self._clock.monotonic())
+
     def ready(self) -> Health:
         """Whether a cycle has completed with a ZooKeeper view and a valid IMDS document (``/readyz``)."""
         return self._telemetry.ready()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import copy
 import datetime as dt
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -45,6 +46,7 @@ from coordinator.store.zk_session import ClientOptions, TlsOptions
 from coordinator.support.hostos import default_state_file
 
 __all__ = [
+    "AppHealthConfig",
     "ApprovalRule",
     "ApproverMode",
     "AzureLbActionConfig",
@@ -667,9 +669,58 @@ class ProbeConfig(_Section):
 
 
 class HttpConfig(_Section):
-    listen: str = Field("127.0.0.1:9110", description="/metrics, /status, /livez, /readyz")
+    listen: str = Field("127.0.0.1:9110", description="/metrics, /status, /livez, /readyz, and app_health.path")
 
     _listen = field_validator("listen")(classmethod(lambda cls, v: _host_port(v)))
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+ADMIN_PATHS = ("/metrics", "/status", "/livez", "/readyz")
+
+
+class AppHealthConfig(_Section):
+    listen: str | None = Field(
+        None, description="HOST:PORT of a listener of its own for the Application Health extension's endpoint "
+        "(the extension asks localhost); null: served on http.listen only"
+    )
+    path: str = Field(
+        "/apphealth", description="HTTP path of the application health endpoint (rich health states: 200 and "
+        '{"ApplicationHealthState": "Healthy"} or "Unhealthy"), on http.listen and on app_health.listen'
+    )
+    stuck_after_seconds: float = Field(
+        600.0, ge=60, description="Unhealthy once the agent's loop has completed no cycle for this long "
+        "(/livez fails much sooner: that one is for alerts, this one may get the VM repaired)"
+    )
+    recover_failing_after_seconds: float | None = Field(
+        1800.0, gt=0, description="Unhealthy once the VM's recovery, after its events are gone, has kept "
+        "failing this long; null: never for that. Never Unhealthy while drained, nor for ZooKeeper or IMDS"
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _local(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        host = _host_port(value).rpartition(":")[0].strip("[]")
+        if host not in ("localhost", "0.0.0.0", "::", "") and not _is_loopback(host):
+            raise ValueError(f"the extension asks http://localhost:PORT: bind a loopback address or a wildcard "
+                             f"(127.0.0.1, 0.0.0.0), not {host!r}")
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not re.fullmatch(r"/[A-Za-z0-9._~!$&'()*+,;=:@/%-]*", value):
+            raise ValueError(f"must be a URL path starting with / (no query, fragment or space), got {value!r}")
+        if value in ADMIN_PATHS:
+            raise ValueError(f"{value} is an admin endpoint of http.listen; choose another path")
+        return value
 
 
 class LoggingConfig(_Section):
@@ -695,6 +746,7 @@ class Settings(_Section):
     drain: DrainConfig = DrainConfig()
     probe: ProbeConfig = ProbeConfig()
     http: HttpConfig = HttpConfig()
+    app_health: AppHealthConfig = AppHealthConfig()
     logging: LoggingConfig = LoggingConfig()
     actions: list[ActionConfig] = Field(
         default_factory=list,
@@ -767,6 +819,27 @@ class Settings(_Section):
                 f"probe.listen and http.listen must be different ports ({self.probe.listen} and "
                 f"{self.http.listen}): the health probe and the admin endpoints each need their own listener"
             )
+        health = self.app_health
+        idle_cycles = 3 * max(5.0, 2 * self.imds.poll_interval)  # the loop's longest quiet gap, three times
+        if health.stuck_after_seconds < idle_cycles:
+            problems.append(
+                f"app_health.stuck_after_seconds ({health.stuck_after_seconds:g}) must be at least three idle "
+                f"cycles of the agent's loop ({idle_cycles:g} s: 3 x max(5, 2 x imds.poll_interval)): a quiet "
+                "loop is not a stuck one"
+            )
+        if health.path == self.probe.path:
+            problems.append(
+                f"app_health.path and probe.path must differ (both {health.path}): the admin listener serves "
+                "both, and the load balancer's drain probe must keep its own answer"
+            )
+        if health.listen is not None:
+            for option, other in (("probe.listen", self.probe.listen), ("http.listen", self.http.listen)):
+                if _same_socket(health.listen, other):
+                    problems.append(
+                        f"app_health.listen and {option} must be different ports ({health.listen} and {other}): "
+                        "the application health endpoint's own listener cannot share theirs (leave "
+                        "app_health.listen null to serve it on http.listen)"
+                    )
         return problems
 
 

@@ -6,8 +6,11 @@ answer, or resets its connection while sending its request (health checkers ofte
 the status line), is counted, not reported as an error: no traceback on stderr.
 
 Admin endpoints: ``/metrics``, ``/status``, ``/livez`` (503 once the loop has completed no cycle for too
-long), ``/readyz`` (200 once a cycle has completed with a ZooKeeper view and a valid IMDS document), and
-the probe path. The load balancer's probe is on its own listener and answers the probe path only.
+long), ``/readyz`` (200 once a cycle has completed with a ZooKeeper view and a valid IMDS document), the
+probe path, and the application health path (``coordinator.apphealth``: always 200, the state in the
+JSON body, for Azure's Application Health extension). The load balancer's probe is on its own listener
+and answers the probe path only; the application health endpoint may have a listener of its own too,
+which answers its path only.
 
 Both listeners are read-only and face clients nobody vouches for (the probe listens on every address),
 so each request is held to small limits before any of it is parsed: GET and HEAD only (405 otherwise),
@@ -41,9 +44,12 @@ from typing import Any, Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from coordinator.actions.probe import ProbeState
+from coordinator.apphealth import Verdict, reason_header
+from coordinator.apphealth import body as app_health_body
 from coordinator.peers import PHASE_HEADER
 
 __all__ = [
+    "APP_HEALTH_REASON_HEADER",
     "MAX_HEADERS",
     "MAX_HEADER_BYTES",
     "MAX_REQUEST_LINE",
@@ -108,8 +114,12 @@ _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConte
          b"Connection: close\r\n\r\nbusy\n")
 
 
+APP_HEALTH_REASON_HEADER = "X-Coordinator-Health-Reason"
+
+
 class ListenError(Exception):
-    """A listener could not be opened. ``which``: "probe" or "admin"; ``address``: as configured."""
+    """A listener could not be opened. ``which``: "probe", "admin" or "app_health"; ``address``: as
+    configured."""
 
     def __init__(self, which: str, address: str, cause: OSError) -> None:
         super().__init__(f"cannot listen on {address} ({which}): {cause.strerror or cause}")
@@ -254,6 +264,8 @@ class HttpSurface:
     /readyz). Raises ``ListenError`` (having closed what it opened) when either cannot listen.
 
     ``live`` and ``ready`` answer ``/livez`` and ``/readyz`` (without them: live, and not ready).
+    ``app_health`` answers ``app_health_path`` on the admin listener and, when ``app_health_listen`` is
+    given, on a third listener of its own (without it the path is not served).
     ``limits`` bound each listener's connections (see the module's docstring)."""
 
     def __init__(
@@ -268,6 +280,9 @@ class HttpSurface:
         phase: Callable[[], str] | None = None,
         live: Callable[[], Check] | None = None,
         ready: Callable[[], Check] | None = None,
+        app_health: Callable[[], Verdict] | None = None,
+        app_health_path: str = "/apphealth",
+        app_health_listen: str | None = None,
         limits: ConnectionLimits = ConnectionLimits(),
     ) -> None:
         self._probe = probe
@@ -277,9 +292,13 @@ class HttpSurface:
         self._status = status
         self._live = live
         self._ready = ready
+        self._app_health = app_health
+        self._app_health_path = app_health_path
         self._servers: list[_Server] = []
-        for which, listen, routes in (("probe", probe_listen, self._probe_routes),
-                                      ("admin", admin_listen, self._admin_routes)):
+        listeners = [("probe", probe_listen, self._probe_routes), ("admin", admin_listen, self._admin_routes)]
+        if app_health is not None and app_health_listen is not None:
+            listeners.append(("app_health", app_health_listen, self._app_health_routes))
+        for which, listen, routes in listeners:
             try:
                 self._servers.append(_Server(split_host_port(listen), _handler(routes, limits.timeout), limits))
             except OSError as exc:
@@ -298,6 +317,14 @@ class HttpSurface:
     @property
     def admin_address(self) -> tuple[str, int]:
         host, port = self._servers[1].server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def app_health_address(self) -> tuple[str, int] | None:
+        """The application health endpoint's own listener, if it has one."""
+        if len(self._servers) < 3:
+            return None
+        host, port = self._servers[2].server_address[:2]
         return str(host), int(port)
 
     @property
@@ -373,7 +400,17 @@ class HttpSurface:
             return self._check(self._ready, default_ok=False)
         if path == self._probe_path:
             return self._probe_routes(path)
+        if path == self._app_health_path and self._app_health is not None:
+            return self._app_health_routes(path)
         return 404, "text/plain", b"not found\n", {}
+
+    def _app_health_routes(self, path: str) -> _Answer:
+        if path != self._app_health_path or self._app_health is None:
+            return 404, "text/plain", b"not found\n", {}
+        # 200 whatever the state: the extension reads any other status as Unknown, which repairs treat as
+        # Unhealthy; the state is in the body, why in a header for people (the body stays as documented).
+        verdict = self._app_health()
+        return 200, "application/json", app_health_body(verdict), {APP_HEALTH_REASON_HEADER: reason_header(verdict)}
 
     @staticmethod
     def _check(check: Callable[[], Check] | None, *, default_ok: bool) -> _Answer:

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from coordinator import __version__
 from coordinator.actions import Action, DryRunAction, ProbeAction, ProbeState
 from coordinator.agent import Agent, Imds
+from coordinator.apphealth import AppHealth
 from coordinator.config import (
     AzureLbActionConfig,
     CommandActionConfig,
@@ -289,6 +290,9 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         state_file = StateFile(settings.state_file)
         probe = ProbeState(serving=False)
     agent_ref: list[Agent] = []
+    app_health = AppHealth(lambda: agent_ref[0] if agent_ref else None,
+                           stuck_after=settings.app_health.stuck_after_seconds,
+                           recover_failing_after=settings.app_health.recover_failing_after_seconds)
     try:
         http = HttpSurface(
             probe_listen=settings.probe.listen,
@@ -300,17 +304,22 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
             phase=lambda: agent_ref[0].phase() if agent_ref else "starting",
             live=lambda: agent_ref[0].live() if agent_ref else Health(True, "starting: learning this VM's name"),
             ready=lambda: agent_ref[0].ready() if agent_ref else Health(False, "starting: no agent loop yet"),
+            app_health=app_health.verdict,
+            app_health_path=settings.app_health.path,
+            app_health_listen=settings.app_health.listen,
         )
     except ListenError as exc:
-        option = "probe.listen" if exc.which == "probe" else "http.listen"
+        option = {"probe": "probe.listen", "app_health": "app_health.listen"}.get(exc.which, "http.listen")
         log.error("cannot listen on %s %s: %s", option, exc.address, exc.reason)
         imds.close()
         return 2
     http.start()
     metrics.http_closed.source = lambda: {"refused": http.connections_refused,
                                           "timed_out": http.requests_timed_out, "hung_up": http.clients_hung_up}
-    log.info("health probe on %s%s (503 until the first document clears this VM); admin on %s",
-             settings.probe.listen, settings.probe.path, settings.http.listen)
+    log.info("health probe on %s%s (503 until the first document clears this VM); admin on %s; application "
+             "health (Azure's Application Health extension) on %s", settings.probe.listen, settings.probe.path,
+             settings.http.listen, " and ".join(f"{listen}{settings.app_health.path}" for listen in
+                                                (settings.http.listen, settings.app_health.listen) if listen))
     placement: dict[str, object] = {}
     vm = settings.vm_name
     if vm is None:

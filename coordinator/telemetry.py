@@ -69,10 +69,15 @@ class Telemetry:
         self._completed_at = mono
         self._metrics.last_cycle.set(now)
 
+    def since_cycle(self, mono: float) -> float:
+        """Seconds since the last completed cycle (since start, before the first)."""
+        last = self._completed_at
+        return mono - (last if last is not None else self._started)
+
     def live(self, mono: float) -> Health:
         """Live while a cycle has completed within ``live_after`` seconds (or since start, before the first)."""
         last = self._completed_at
-        since = mono - (last if last is not None else self._started)
+        since = self.since_cycle(mono)
         if since > self.live_after:
             what = f"since the start {since:.0f} s ago" if last is None else f"for {since:.0f} s"
             return Health(False, f"no cycle completed {what} (bound {self.live_after:.0f} s)")
