@@ -593,10 +593,8 @@ def repairs_verdict(*, enabled: bool, grace_period: str | None, repair_action: s
                        f"raise automaticRepairsPolicy.gracePeriod to {fix_grace} (az vmss update --set "
                        f"automaticRepairsPolicy.gracePeriod={fix_grace}), or take the repairs' health source off "
                        "the drain probe", details)
-    return Verdict(Status.WARN, f"{said}, longer than the longest drain ({_minutes(need)}); a drain that outlasts "
-                   "it (a lead time, a paused group) would still be repaired",
-                   "take the repairs' health source off the drain probe (the Application Health extension on an "
-                   "endpoint that stays healthy while drained)", details)
+    return Verdict(Status.PASS, f"{said}, longer than the longest drain ({_minutes(need)}): a drained VM is not "
+                   "repaired during maintenance", details=details)
 
 
 def terminate_verdict(*, enabled: bool | None, not_before_timeout: str | None, drain_wait: float,
