@@ -387,7 +387,10 @@ def _over_budget(
     busy = frozenset().union(*flight.values()) - vms if flight else frozenset()
     # A VM out of rotation for no event (starting up, back from a crash) is not an event in
     # maintenance; it still counts against max_vms and keep_one_serving.
-    in_maintenance = {_unit(k, events, policy) for k in others if not k.startswith("vm:")}
+    # A unit already in flight that ``keys`` belong to (a Terminate of a batch seen after the others were
+    # admitted) is the same operation, not another one: the batch is approved only together.
+    in_maintenance = ({_unit(k, events, policy) for k in others if not k.startswith("vm:")}
+                      - {_unit(k, events, policy) for k in keys})
     if policy.max_events is not None and len(in_maintenance) >= policy.max_events:
         return f"maintenance budget: {len(in_maintenance)} event(s) in maintenance ({', '.join(sorted(others))})"
     if policy.max_vms is not None and busy and len(busy | vms) > policy.max_vms:

@@ -111,6 +111,7 @@ class InstanceCompute(BaseModel):
         default="", validation_alias="platformUpdateDomain", serialization_alias="platformUpdateDomain"
     )
     zone: _Text = ""
+    resource_id: _Text = Field(default="", validation_alias="resourceId", serialization_alias="resourceId")
 
     @property
     def is_scale_set_instance(self) -> bool:

@@ -4,8 +4,7 @@ to its pure verdict in ``coordinator.doctor.verdicts``.
 ``CHECKS`` is the ordered list the command runs; a check is a name, a title and a function of the shared
 ``Context``. Checks that depend on an earlier one (the clock on IMDS's answer, the ACL and the members
 on the ZooKeeper session) read what it left in the context, and are skipped with the reason when it
-failed. A new check (the ARM-based ones, once there is a managed-identity token and an ARM client) is
-one more function and one more entry here.
+failed. The ARM-based checks are in ``coordinator.doctor.azure``.
 
 Nothing here writes: IMDS is only read (no approval is ever sent), and ZooKeeper is read through the
 group reader of ``coordinator status`` (``coordinator.groupstatus.read``), whose kazoo client refuses
@@ -25,6 +24,16 @@ from typing import TYPE_CHECKING
 import httpx
 
 from coordinator.config import ApprovalRule, Settings
+from coordinator.doctor.azure import (
+    ArmOptions,
+    AzureSeen,
+    check_approve,
+    check_azure,
+    check_repairs,
+    check_spot,
+    check_terminate,
+)
+from coordinator.doctor.azure import check_probe as check_lb_probe
 from coordinator.doctor.verdicts import (
     ProbeAnswer,
     Status,
@@ -78,6 +87,9 @@ class Context:
     cluster_exists: bool = False
     granted: float | None = None
     members: dict[str, dict[str, object]] | None = None
+    arm: ArmOptions = field(default_factory=ArmOptions)
+    compute_resource_id: str | None = None  # IMDS compute.resourceId
+    azure: AzureSeen | None = None  # what the azure check read
 
     def remaining(self, cap: float | None = None) -> float:
         """Seconds left before the deadline (at least 0.1), at most ``cap``."""
@@ -159,7 +171,9 @@ def check_imds(ctx: Context) -> Verdict:
         imds_name: str | None = None
         compute_error: str | None = None
         try:
-            imds_name = client.get_instance_compute().scheduled_events_name or None
+            compute = client.get_instance_compute()
+            imds_name = compute.scheduled_events_name or None
+            ctx.compute_resource_id = compute.resource_id or None
         except (CoordinatorError, ValueError) as exc:
             compute_error = _brief(exc)
     ctx.vm = ctx.settings.vm_name or imds_name
@@ -346,15 +360,6 @@ def check_members(ctx: Context) -> Verdict:
 # --- Azure Resource Manager -----------------------------------------------------------------------------
 
 
-def check_arm(ctx: Context) -> Verdict:
-    """Not built: reading the load balancer's probe, the scale set's automatic repairs, terminate
-    notifications, ``scheduledEventsPolicy`` and the VM's priority needs a managed-identity token and an
-    ARM client, which the product does not have yet. Reported as one SKIP line, never guessed."""
-    return Verdict(Status.SKIP, "needs ARM read access (not built yet): load balancer probe interval x threshold "
-                   "vs the drain wait, automatic repairs' grace period, terminate notifications, "
-                   "scheduledEventsPolicy auto-approvals, Spot")
-
-
 CHECKS: tuple[Check, ...] = (
     Check("config", "the configuration on this machine", check_config),
     Check("imds-proxy", "proxy variables against IMDS", check_proxy),
@@ -365,5 +370,10 @@ CHECKS: tuple[Check, ...] = (
     Check("session-timeout", "session timeout against notice and drain wait", check_session),
     Check("probe", "this VM's probe on its advertised address", check_probe),
     Check("members", "the group's members, versions and probes", check_members),
-    Check("azure", "Azure resources (load balancer, scale set)", check_arm),
+    Check("azure", "Azure resources read with this VM's identity", check_azure),
+    Check("azure-probe", "load balancer probe against the drain wait", check_lb_probe),
+    Check("azure-repairs", "automatic repairs' grace period against a drain", check_repairs),
+    Check("azure-terminate", "scale-set terminate notifications", check_terminate),
+    Check("azure-approve", "scheduledEventsPolicy automatic approvals", check_approve),
+    Check("azure-spot", "Spot priority", check_spot),
 )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from coordinator import __version__
+from coordinator.doctor.azure import ArmOptions
 from coordinator.doctor.checks import CHECKS, Check, Context
 from coordinator.doctor.verdicts import Status, Verdict, exit_status, worst
 
@@ -99,7 +100,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     skip = {name for names in args.skip for name in names}
     began = time.monotonic()
-    ctx = Context(settings=settings, config_path=args.config, deadline=began + args.timeout)
+    arm_url = args.arm_url.rstrip("/") if args.arm_url else None
+    if arm_url is not None and not arm_url.startswith(("https://", "http://127.0.0.1", "http://localhost",
+                                                         "http://[::1]")):
+        print("coordinator: doctor: --arm-url must start with https:// (plain http:// only to a loopback address): "
+              "the requests carry this VM's bearer token", file=sys.stderr)
+        return 2
+    arm = ArmOptions(enabled=bool(args.arm or arm_url or args.resource_id or args.load_balancer), arm_url=arm_url,
+                     resource_id=args.resource_id, load_balancers=tuple(args.load_balancer),
+                     client_id=args.client_id)
+    ctx = Context(settings=settings, config_path=args.config, deadline=began + args.timeout, arm=arm)
     progress: TextIO | None = sys.stdout if not args.json else (sys.stderr if sys.stderr.isatty() else None)
     if progress is not None:
         print(f"coordinator doctor {__version__}: {args.config}, cluster {settings.cluster}, "

@@ -11,7 +11,7 @@ __all__ = ["CHECK_NAMES", "DEFAULT_TIMEOUT", "add_arguments"]
 DEFAULT_TIMEOUT = 30.0
 #: The checks, in the order they run (``coordinator.doctor.checks.CHECKS`` holds the same names).
 CHECK_NAMES = ("config", "imds-proxy", "imds", "clock", "zookeeper", "zookeeper-acl", "session-timeout", "probe",
-               "members", "azure")
+               "members", "azure", "azure-probe", "azure-repairs", "azure-terminate", "azure-approve", "azure-spot")
 
 
 def _skip_list(text: str) -> list[str]:
@@ -34,5 +34,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip", type=_skip_list, action="append", default=[], metavar="CHECK[,CHECK]",
                         help="do not run these checks (for instance imds,clock,probe when run from outside the "
                         "group's VMs); one of " + ", ".join(CHECK_NAMES))
+    arm = parser.add_argument_group("Azure Resource Manager (on with an azure-lb action, or with --arm)")
+    arm.add_argument("--arm", action="store_true",
+                     help="read the load balancer and this VM's scale set or VM with its managed identity "
+                     "(Reader on them), even without an azure-lb action")
+    arm.add_argument("--arm-url", metavar="URL",
+                     help="ARM's base URL (default: the azure-lb action's arm_url, else https://management.azure.com);"
+                     " implies --arm")
+    arm.add_argument("--resource-id", metavar="ID",
+                     help="this VM's scale set (or scale-set instance) or VM resource id; default: IMDS's "
+                     "compute.resourceId; implies --arm")
+    arm.add_argument("--load-balancer", action="append", default=[], metavar="ID",
+                     help="a load balancer resource id to read probes from (repeatable); default: those of the "
+                     "azure-lb action's pools; implies --arm")
+    arm.add_argument("--client-id", metavar="GUID",
+                     help="a user-assigned identity's client id (default: the azure-lb action's client_id, else the "
+                     "system-assigned identity)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log what the ZooKeeper and HTTP clients do to stderr")

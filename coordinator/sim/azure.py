@@ -9,8 +9,9 @@ Azure Resource Manager (ARM) load balancer backend address pools. A small, hones
   with ``expires_in``/``expires_on`` as strings, as IMDS sends them. Tokens last ``token_lifetime`` real
   seconds.
 * **Roles.** Each identity (its principal: ``vm0`` for vm0's system identity, the client id for a
-  user-assigned one) holds one role over every pool: ``network-contributor`` (read and write; the default),
-  ``reader`` (read only) or ``none``.
+  user-assigned one) holds roles over every resource: ``network-contributor`` (read and write of
+  ``Microsoft.Network`` resources, nothing of ``Microsoft.Compute``; the default), ``reader`` (read of
+  everything) or ``none``; ``network-contributor`` and ``reader`` together read everything and write pools.
 * **Backend address pools**, by resource id, with their ``loadBalancerBackendAddresses`` (name, IP address,
   ``adminState``), an ``etag`` that changes on every write and a ``provisioningState``. A PUT replaces the
   addresses (read-only fields sent back are ignored), is checked against ``If-Match``, and completes
@@ -18,6 +19,13 @@ Azure Resource Manager (ARM) load balancer backend address pools. A small, hones
   ``async_seconds`` have passed since the PUT, then ``Succeeded``. The pool's new content is what GET
   answers from the PUT on (``provisioningState`` ``Updating`` until the operation succeeds); its *effective*
   admin states, the data plane, change only when the operation succeeds.
+* **Load balancers, scale sets and VMs, read only** (what ``coordinator doctor`` reads): a load balancer
+  with its health probes (``LoadBalancer`` and ``Probe`` of loadBalancer.json, its ``backendAddressPools``
+  the pools above under its id), a virtual machine scale set (``VirtualMachineScaleSet`` of
+  virtualMachineScaleSet.json: ``automaticRepairsPolicy``, ``scheduledEventsPolicy``,
+  ``virtualMachineProfile.priority``, ``.scheduledEventsProfile``, ``.networkProfile.healthProbe`` and an
+  Application Health extension) and a virtual machine (``priority``, ``scheduledEventsPolicy``), created
+  through the control API and served by GET.
 * **Faults**: queued status answers (429 with ``Retry-After``, 500...) on the token endpoint or on ARM, and
   ``concurrent_write``: another writer changes the pool just before the next PUT, whose ``If-Match`` then
   fails with 412.
@@ -43,6 +51,7 @@ from coordinator.sim.errors import InvalidRequest
 __all__ = [
     "ADMIN_STATES",
     "ARM_API_VERSIONS",
+    "COMPUTE_API_VERSIONS",
     "IDENTITY_API_VERSIONS",
     "POOL_ID",
     "ROLES",
@@ -53,6 +62,8 @@ __all__ = [
 IDENTITY_API_VERSIONS = ("2018-02-01", "2019-08-01")
 #: api-versions of Microsoft.Network the simulated ARM accepts (backend address admin state is in all).
 ARM_API_VERSIONS = ("2023-09-01", "2023-11-01", "2024-01-01", "2024-03-01", "2024-05-01")
+#: api-versions of Microsoft.Compute the simulated ARM accepts (``scheduledEventsPolicy`` is in all).
+COMPUTE_API_VERSIONS = ("2024-03-01", "2024-07-01", "2024-11-01")
 ADMIN_STATES = ("None", "Up", "Down")
 ROLES = ("network-contributor", "reader", "none")
 ARM_RESOURCES = frozenset({"https://management.azure.com/", "https://management.azure.com",
@@ -63,6 +74,30 @@ POOL_ID = re.compile(
     r"loadBalancers/(?P<lb>[^/]+)/backendAddressPools/(?P<pool>[^/]+)$",
     re.IGNORECASE,
 )
+LB_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Network/"
+    r"loadBalancers/(?P<lb>[^/]+)$",
+    re.IGNORECASE,
+)
+_PROBE = re.compile(
+    r"^(?P<lb>/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/loadBalancers/[^/]+)/"
+    r"probes/(?P<probe>[^/]+)$",
+    re.IGNORECASE,
+)
+SCALE_SET_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/"
+    r"virtualMachineScaleSets/(?P<name>[^/]+)$",
+    re.IGNORECASE,
+)
+VM_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/"
+    r"virtualMachines/(?P<name>[^/]+)$",
+    re.IGNORECASE,
+)
+_DURATION = re.compile(r"^PT(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)S)?$")
+PROBE_PROTOCOLS = ("Http", "Https", "Tcp")
+PRIORITIES = ("Regular", "Low", "Spot")
+REPAIR_ACTIONS = ("Replace", "Restart", "Reimage")
 _OPERATION = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Network/locations/(?P<loc>[^/]+)/"
     r"operations/(?P<op>[^/]+)$",
@@ -91,6 +126,19 @@ def _new_etag() -> str:
     return f'W/"{uuid.uuid4()}"'
 
 
+def _resource_kind(path: str) -> str | None:
+    """Which read-only resource a path names: ``lb``, ``probe``, ``scale_set``, ``vm``, or None."""
+    if LB_ID.match(path):
+        return "lb"
+    if _PROBE.match(path):
+        return "probe"
+    if SCALE_SET_ID.match(path):
+        return "scale_set"
+    if VM_ID.match(path):
+        return "vm"
+    return None
+
+
 @dataclass
 class _Address:
     name: str
@@ -116,6 +164,26 @@ class _Operation:
     due: float  # when it succeeds
     done: bool
     states: dict[str, str]  # the admin states this operation makes effective
+
+
+def _duration_seconds(value: str) -> float | None:
+    """Seconds of an ISO 8601 duration of the form ARM uses here (``PT10M``, ``PT1H30M``); None if not one."""
+    match = _DURATION.match(value)
+    if match is None or not any(match.groups()):
+        return None
+    return float(int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60 + int(match["s"] or 0))
+
+
+@dataclass
+class _Resource:
+    """A read-only resource (load balancer, scale set, VM): its id, location and what GET answers."""
+
+    id: str
+    location: str
+    build: Callable[[_Resource], dict[str, Any]]
+    config: dict[str, Any]
+    etag: str = field(default_factory=_new_etag)
+    unique_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
 
 @dataclass
@@ -170,7 +238,8 @@ class AzureModel:
         if system_identity:
             self._identities += [_Identity(vm, str(uuid.uuid4()), None, str(uuid.uuid4()), frozenset({vm}))
                                  for vm in vms]
-        self._roles: dict[str, str] = {}
+        self._roles: dict[str, frozenset[str]] = {}
+        self._resources: dict[str, _Resource] = {}  # load balancers, scale sets and VMs by lower-case id
         self._tokens: dict[str, _Token] = {}
         self._pools: dict[str, _Pool] = {}
         self._operations: dict[str, _Operation] = {}
@@ -192,15 +261,157 @@ class AzureModel:
             self._identities.append(identity)
             return self._identity_view(identity)
 
-    def set_role(self, principal: str, role: str) -> dict[str, Any]:
-        """``principal``: a VM name (its system identity) or a user-assigned identity's client id."""
-        if role not in ROLES:
-            raise InvalidRequest(f"role must be one of {', '.join(ROLES)}")
+    def set_role(self, principal: str, role: str | None = None, roles: Sequence[str] | None = None) -> dict[str, Any]:
+        """``principal``: a VM name (its system identity) or a user-assigned identity's client id; ``role`` one
+        role, or ``roles`` several (``["network-contributor", "reader"]``), replacing what it held."""
+        given = ([role] if role is not None else []) + list(roles or [])
+        if not given or any(r not in ROLES for r in given):
+            raise InvalidRequest(f"role (or every one of roles) must be one of {', '.join(ROLES)}")
         with self._lock:
             if not any(i.principal.lower() == principal.lower() for i in self._identities):
                 raise InvalidRequest(f"no identity {principal!r}")
-            self._roles[principal.lower()] = role
-            return {"principal": principal, "role": role}
+            held = frozenset(given) - {"none"} if len(given) > 1 else frozenset(given)
+            self._roles[principal.lower()] = held
+            return {"principal": principal, "role": given[0] if len(given) == 1 else None, "roles": sorted(held)}
+
+    # -- read-only resources: load balancers, scale sets, VMs -------------------------------------------
+
+    def add_load_balancer(self, lb_id: str, probes: Sequence[dict[str, Any]],
+                          location: str = "westeurope") -> dict[str, Any]:
+        """A load balancer with its health probes: ``{"name", "protocol" (Http, Https, Tcp), "port",
+        "interval_in_seconds" (default 15), "number_of_probes", "probe_threshold", "request_path"}``."""
+        if not LB_ID.match(lb_id):
+            raise InvalidRequest("id must be a load balancer resource id: /subscriptions/{sub}/resourceGroups/{rg}/"
+                                 "providers/Microsoft.Network/loadBalancers/{lb}")
+        parsed = [self._probe_config(item) for item in probes]
+        if len({p["name"].lower() for p in parsed}) != len(parsed):
+            raise InvalidRequest("two probes have the same name")
+        return self._add_resource(lb_id, location, self._lb_resource, {"probes": parsed})
+
+    def add_scale_set(self, scale_set_id: str, location: str = "westeurope", **settings: Any) -> dict[str, Any]:
+        """A virtual machine scale set; ``settings`` (all optional): ``automatic_repairs`` ``{"enabled",
+        "grace_period" (ISO 8601, PT10M to PT90M), "repair_action"}``, ``terminate_notification`` ``{"enable",
+        "not_before_timeout" (PT5M to PT15M)}``, ``os_image_notification`` ``{"enable", "not_before_timeout"}``,
+        ``scheduled_events_policy`` ``{"user_initiated_reboot": bool, "user_initiated_redeploy": bool}``,
+        ``priority`` (Regular, Low, Spot), ``health_probe`` (a load balancer probe's id) and
+        ``health_extension`` ``{"protocol", "port", "request_path"}`` (the Application Health extension)."""
+        if not SCALE_SET_ID.match(scale_set_id):
+            raise InvalidRequest("id must be a scale set resource id: /subscriptions/{sub}/resourceGroups/{rg}/"
+                                 "providers/Microsoft.Compute/virtualMachineScaleSets/{name}")
+        known = {"automatic_repairs", "terminate_notification", "os_image_notification", "scheduled_events_policy",
+                 "priority", "health_probe", "health_extension"}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise InvalidRequest(f"unknown scale set setting(s) {', '.join(unknown)}")
+        config = {k: v for k, v in settings.items() if v is not None}
+        repairs = config.get("automatic_repairs")
+        if repairs is not None:
+            self._check_object(repairs, "automatic_repairs", {"enabled", "grace_period", "repair_action"})
+            grace = repairs.get("grace_period")
+            if grace is not None:
+                seconds = _duration_seconds(grace) if isinstance(grace, str) else None
+                if seconds is None or not 600 <= seconds <= 5400:
+                    raise InvalidRequest("automatic_repairs.grace_period must be an ISO 8601 duration from PT10M to "
+                                         "PT90M (what ARM accepts)")
+            if repairs.get("repair_action", "Replace") not in REPAIR_ACTIONS:
+                raise InvalidRequest(f"automatic_repairs.repair_action must be one of {', '.join(REPAIR_ACTIONS)}")
+        for key, bounds in (("terminate_notification", (300, 900)), ("os_image_notification", (900, 900))):
+            profile = config.get(key)
+            if profile is None:
+                continue
+            self._check_object(profile, key, {"enable", "not_before_timeout"})
+            timeout = profile.get("not_before_timeout")
+            if timeout is not None:
+                seconds = _duration_seconds(timeout) if isinstance(timeout, str) else None
+                if seconds is None or not bounds[0] <= seconds <= bounds[1]:
+                    raise InvalidRequest(f"{key}.not_before_timeout must be an ISO 8601 duration from "
+                                         f"PT{bounds[0] // 60}M to PT{bounds[1] // 60}M")
+        self._check_policy(config.get("scheduled_events_policy"))
+        if config.get("priority", "Regular") not in PRIORITIES:
+            raise InvalidRequest(f"priority must be one of {', '.join(PRIORITIES)}")
+        probe = config.get("health_probe")
+        if probe is not None and (not isinstance(probe, str) or not _PROBE.match(probe)):
+            raise InvalidRequest("health_probe must be a load balancer probe's resource id (.../loadBalancers/{lb}/"
+                                 "probes/{probe})")
+        extension = config.get("health_extension")
+        if extension is not None:
+            self._check_object(extension, "health_extension", {"protocol", "port", "request_path"})
+            if extension.get("protocol", "http") not in ("http", "https", "tcp"):
+                raise InvalidRequest("health_extension.protocol must be http, https or tcp")
+        return self._add_resource(scale_set_id, location, self._scale_set_resource, config)
+
+    def add_vm(self, vm_id: str, location: str = "westeurope", *, priority: str | None = None,
+               scheduled_events_policy: dict[str, Any] | None = None,
+               availability_set: str | None = None) -> dict[str, Any]:
+        """A virtual machine (not of a scale set): its ``priority`` and ``scheduled_events_policy``
+        (``{"user_initiated_reboot": bool, "user_initiated_redeploy": bool}``)."""
+        if not VM_ID.match(vm_id):
+            raise InvalidRequest("id must be a virtual machine resource id: /subscriptions/{sub}/resourceGroups/{rg}/"
+                                 "providers/Microsoft.Compute/virtualMachines/{name}")
+        if (priority or "Regular") not in PRIORITIES:
+            raise InvalidRequest(f"priority must be one of {', '.join(PRIORITIES)}")
+        self._check_policy(scheduled_events_policy)
+        config = {"priority": priority, "scheduled_events_policy": scheduled_events_policy,
+                  "availability_set": availability_set}
+        given = {k: v for k, v in config.items() if v is not None}
+        return self._add_resource(vm_id, location, self._vm_resource, given)
+
+    def resources(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{"id": r.id, "location": r.location, "config": r.config} for r in self._resources.values()]
+
+    def _add_resource(self, resource_id: str, location: str, build: Callable[[_Resource], dict[str, Any]],
+                      config: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            resource = _Resource(resource_id, location, build, config)
+            self._resources[resource_id.lower()] = resource
+            return {"id": resource.id, "location": location, "config": config}
+
+    @staticmethod
+    def _check_object(value: Any, name: str, keys: set[str]) -> None:
+        if not isinstance(value, dict):
+            raise InvalidRequest(f"{name} must be an object")
+        unknown = sorted(set(value) - keys)
+        if unknown:
+            raise InvalidRequest(f"{name}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(keys))})")
+
+    def _check_policy(self, policy: Any) -> None:
+        if policy is None:
+            return
+        self._check_object(policy, "scheduled_events_policy", {"user_initiated_reboot", "user_initiated_redeploy"})
+        if not all(isinstance(v, bool) for v in policy.values()):
+            raise InvalidRequest("scheduled_events_policy values must be true or false")
+
+    @staticmethod
+    def _probe_config(item: Any) -> dict[str, Any]:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
+            raise InvalidRequest("every probe needs a name")
+        known = {"name", "protocol", "port", "interval_in_seconds", "number_of_probes", "probe_threshold",
+                 "request_path"}
+        unknown = sorted(set(item) - known)
+        if unknown:
+            raise InvalidRequest(f"probe {item['name']}: unknown field(s) {', '.join(unknown)}")
+        protocol = item.get("protocol", "Http")
+        if protocol not in PROBE_PROTOCOLS:
+            raise InvalidRequest(f"probe protocol must be one of {', '.join(PROBE_PROTOCOLS)}")
+        port = item.get("port")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise InvalidRequest("probe port must be 1 to 65535")
+        interval = item.get("interval_in_seconds", 15)
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 5:
+            raise InvalidRequest("interval_in_seconds must be an integer >= 5 (the specification's minimum)")
+        for key in ("number_of_probes", "probe_threshold"):
+            value = item.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InvalidRequest(f"{key} must be an integer >= 1")
+        path = item.get("request_path")
+        if protocol == "Tcp" and path is not None:
+            raise InvalidRequest("request_path is not allowed for a Tcp probe")
+        if protocol != "Tcp" and not (isinstance(path, str) and path.startswith("/")):
+            raise InvalidRequest("an Http or Https probe needs a request_path starting with /")
+        return {"name": item["name"], "protocol": protocol, "port": port, "interval_in_seconds": interval,
+                "number_of_probes": item.get("number_of_probes"), "probe_threshold": item.get("probe_threshold"),
+                "request_path": path}
 
     def add_pool(
         self, pool_id: str, addresses: Sequence[dict[str, Any]], location: str = "westeurope"
@@ -357,7 +568,8 @@ class AzureModel:
             self._settle()
             pool_match = POOL_ID.match(path)
             kind = ("pool_get" if method == "GET" else "pool_put" if method == "PUT" else "other") if pool_match \
-                else "operation_get" if _OPERATION.match(path) and method == "GET" else "other"
+                else "operation_get" if _OPERATION.match(path) and method == "GET" \
+                else "resource_get" if _resource_kind(path) is not None and method == "GET" else "other"
             self._calls[kind] += 1
             answer = self._arm(method, path, query, headers, body, base_url)
             self._statuses[f"{kind} {answer.status}"] += 1
@@ -366,13 +578,15 @@ class AzureModel:
     def _arm(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], body: bytes,
              base_url: str) -> ArmAnswer:
         version = query.get("api-version")
+        resource_kind = _resource_kind(path)
+        versions = COMPUTE_API_VERSIONS if resource_kind in ("scale_set", "vm") else ARM_API_VERSIONS
         if version is None:
             return _arm_error(400, "MissingApiVersionParameter",
                               "The api-version query parameter (?api-version=) is required for all requests.")
-        if version not in ARM_API_VERSIONS:
+        if version not in versions:
             return _arm_error(400, "InvalidApiVersionParameter",
                               f"The api-version '{version}' is invalid. The supported versions are "
-                              f"'{', '.join(ARM_API_VERSIONS)}'.")
+                              f"'{', '.join(versions)}'.")
         auth = headers.get("authorization", "")
         if not auth:
             return _arm_error(401, "AuthenticationFailed", "Authentication failed. The 'Authorization' header is "
@@ -395,20 +609,17 @@ class AzureModel:
         operation = _OPERATION.match(path)
         if operation is not None and method == "GET":
             return self._operation(operation.group("op"))
+        if resource_kind is not None:
+            return self._read_resource(method, path, resource_kind, token.identity)
         pool_match = POOL_ID.match(path)
         if pool_match is None:
             return _arm_error(404, "InvalidResourceType", "The resource type could not be found in the namespace "
                               "'Microsoft.Network' for api version '" + version + "'.")
         if method not in ("GET", "PUT"):
             return _arm_error(405, "MethodNotAllowed", f"The simulator serves GET and PUT of pools, not {method}.")
-        role = self._roles.get(token.identity.principal.lower(), "network-contributor")
-        action = "read" if method == "GET" else "write"
-        if role == "none" or (role == "reader" and action == "write"):
-            return _arm_error(403, "AuthorizationFailed",
-                              f"The client '{token.identity.object_id}' with object id '{token.identity.object_id}' "
-                              "does not have authorization to perform action 'Microsoft.Network/loadBalancers/"
-                              f"backendAddressPools/{action}' over scope '{path}' or the scope is invalid. If access "
-                              "was recently granted, please refresh your credentials.")
+        action = "Microsoft.Network/loadBalancers/backendAddressPools/" + ("read" if method == "GET" else "write")
+        if not self._may(token.identity, action):
+            return self._forbidden(token.identity, action, path)
         pool = self._pools.get(path.lower())
         if pool is None:
             return _arm_error(404, "NotFound", f"Resource {path} not found.")
@@ -419,6 +630,141 @@ class AzureModel:
             pool.etag = _new_etag()
             pool.writes += 1
         return self._put(pool, headers, body, base_url)
+
+    def _may(self, identity: _Identity, action: str) -> bool:
+        roles = self._roles.get(identity.principal.lower(), frozenset({"network-contributor"}))
+        return ("reader" in roles and action.endswith("/read")) or \
+            ("network-contributor" in roles and action.startswith("Microsoft.Network/"))
+
+    @staticmethod
+    def _forbidden(identity: _Identity, action: str, scope: str) -> ArmAnswer:
+        return _arm_error(403, "AuthorizationFailed",
+                          f"The client '{identity.object_id}' with object id '{identity.object_id}' does not have "
+                          f"authorization to perform action '{action}' over scope '{scope}' or the scope is invalid. "
+                          "If access was recently granted, please refresh your credentials.")
+
+    def _read_resource(self, method: str, path: str, kind: str, identity: _Identity) -> ArmAnswer:
+        """GET of a load balancer, one of its probes, a scale set or a VM."""
+        if method != "GET":
+            return _arm_error(405, "MethodNotAllowed", f"The simulator serves only GET of this resource, not {method}.")
+        probe = _PROBE.match(path)
+        top = probe.group("lb") if probe else path
+        action = {"lb": "Microsoft.Network/loadBalancers/read", "probe": "Microsoft.Network/loadBalancers/probes/read",
+                  "scale_set": "Microsoft.Compute/virtualMachineScaleSets/read",
+                  "vm": "Microsoft.Compute/virtualMachines/read"}[kind]
+        if not self._may(identity, action):
+            return self._forbidden(identity, action, path)
+        resource = self._resources.get(top.lower())
+        if resource is None:
+            parts = top.strip("/").split("/")
+            return _arm_error(404, "ResourceNotFound", f"The Resource '{parts[5]}/{parts[6]}/{parts[7]}' under "
+                              f"resource group '{parts[3]}' was not found. For more details please go to "
+                              "https://aka.ms/ARMResourceNotFoundFix")
+        body = resource.build(resource)
+        if probe is None:
+            return ArmAnswer(200, body)
+        found = next((p for p in body["properties"]["probes"] if p["name"].lower() == probe.group("probe").lower()),
+                     None)
+        if found is None:
+            return _arm_error(404, "NotFound", f"Resource {path} not found.")
+        return ArmAnswer(200, found)
+
+    def _lb_resource(self, lb: _Resource) -> dict[str, Any]:
+        """``LoadBalancer`` of loadBalancer.json: its probes, and the pools under its id."""
+        match = LB_ID.match(lb.id)
+        assert match is not None
+        pools = [self._pool_resource(p) for p in self._pools.values() if p.id.lower().startswith(lb.id.lower() + "/")]
+        probes = []
+        for item in lb.config["probes"]:
+            properties: dict[str, Any] = {"provisioningState": "Succeeded", "protocol": item["protocol"],
+                                          "port": item["port"], "intervalInSeconds": item["interval_in_seconds"],
+                                          "loadBalancingRules": []}
+            for key, name in (("number_of_probes", "numberOfProbes"), ("probe_threshold", "probeThreshold"),
+                              ("request_path", "requestPath")):
+                if item[key] is not None:
+                    properties[name] = item[key]
+            probes.append({"name": item["name"], "id": f"{lb.id}/probes/{item['name']}", "etag": lb.etag,
+                           "type": "Microsoft.Network/loadBalancers/probes", "properties": properties})
+        return {"name": match.group("lb"), "id": lb.id, "etag": lb.etag, "type": "Microsoft.Network/loadBalancers",
+                "location": lb.location, "sku": {"name": "Standard", "tier": "Regional"},
+                "properties": {"provisioningState": "Succeeded", "resourceGuid": lb.unique_id,
+                               "frontendIPConfigurations": [], "backendAddressPools": pools, "probes": probes,
+                               "loadBalancingRules": [], "inboundNatRules": [], "outboundRules": []}}
+
+    @staticmethod
+    def _policy_resource(policy: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        for key, name in (("user_initiated_reboot", "userInitiatedReboot"),
+                          ("user_initiated_redeploy", "userInitiatedRedeploy")):
+            if key in policy:
+                body[name] = {"automaticallyApprove": policy[key]}
+        return body
+
+    def _scale_set_resource(self, scale_set: _Resource) -> dict[str, Any]:
+        """``VirtualMachineScaleSet`` of virtualMachineScaleSet.json, the parts configured (absent ones are left
+        out, as ARM leaves out what was never set)."""
+        match = SCALE_SET_ID.match(scale_set.id)
+        assert match is not None
+        config = scale_set.config
+        profile: dict[str, Any] = {"osProfile": {"computerNamePrefix": match.group("name")[:9]},
+                                   "networkProfile": {}}
+        if "priority" in config:
+            profile["priority"] = config["priority"]
+            if config["priority"] in ("Spot", "Low"):
+                profile["evictionPolicy"] = "Deallocate"
+                profile["billingProfile"] = {"maxPrice": -1}
+        if "health_probe" in config:
+            profile["networkProfile"]["healthProbe"] = {"id": config["health_probe"]}
+        events: dict[str, Any] = {}
+        for key, name in (("terminate_notification", "terminateNotificationProfile"),
+                          ("os_image_notification", "osImageNotificationProfile")):
+            if key in config:
+                item = config[key]
+                events[name] = {k: v for k, v in (("notBeforeTimeout", item.get("not_before_timeout")),
+                                                  ("enable", item.get("enable"))) if v is not None}
+        if events:
+            profile["scheduledEventsProfile"] = events
+        if "health_extension" in config:
+            extension = config["health_extension"]
+            settings = {"protocol": extension.get("protocol", "http"), "port": extension.get("port")}
+            if extension.get("request_path") is not None:
+                settings["requestPath"] = extension["request_path"]
+            profile["extensionProfile"] = {"extensions": [{
+                "name": "HealthExtension",
+                "properties": {"publisher": "Microsoft.ManagedServices", "type": "ApplicationHealthLinux",
+                               "typeHandlerVersion": "2.0", "autoUpgradeMinorVersion": True, "settings": settings,
+                               "provisioningState": "Succeeded"}}]}
+        properties: dict[str, Any] = {"provisioningState": "Succeeded", "uniqueId": scale_set.unique_id,
+                                      "orchestrationMode": "Uniform", "upgradePolicy": {"mode": "Manual"},
+                                      "singlePlacementGroup": True, "virtualMachineProfile": profile}
+        if "automatic_repairs" in config:
+            repairs = config["automatic_repairs"]
+            properties["automaticRepairsPolicy"] = {
+                "enabled": bool(repairs.get("enabled", False)), "gracePeriod": repairs.get("grace_period", "PT10M"),
+                "repairAction": repairs.get("repair_action", "Replace")}
+        if "scheduled_events_policy" in config:
+            properties["scheduledEventsPolicy"] = self._policy_resource(config["scheduled_events_policy"])
+        return {"name": match.group("name"), "id": scale_set.id, "type": "Microsoft.Compute/virtualMachineScaleSets",
+                "location": scale_set.location, "etag": scale_set.etag.removeprefix("W/").strip('"'),
+                "sku": {"name": "Standard_D2s_v5", "tier": "Standard", "capacity": 3}, "properties": properties}
+
+    def _vm_resource(self, vm: _Resource) -> dict[str, Any]:
+        """``VirtualMachine`` of virtualMachine.json: ``priority``, ``scheduledEventsPolicy``, the availability set."""
+        match = VM_ID.match(vm.id)
+        assert match is not None
+        config = vm.config
+        properties: dict[str, Any] = {"provisioningState": "Succeeded", "vmId": vm.unique_id,
+                                      "hardwareProfile": {"vmSize": "Standard_D2s_v5"}}
+        if "priority" in config:
+            properties["priority"] = config["priority"]
+            if config["priority"] in ("Spot", "Low"):
+                properties["evictionPolicy"] = "Deallocate"
+        if "scheduled_events_policy" in config:
+            properties["scheduledEventsPolicy"] = self._policy_resource(config["scheduled_events_policy"])
+        if "availability_set" in config:
+            properties["availabilitySet"] = {"id": config["availability_set"]}
+        return {"name": match.group("name"), "id": vm.id, "type": "Microsoft.Compute/virtualMachines",
+                "location": vm.location, "properties": properties}
 
     def _put(self, pool: _Pool, headers: dict[str, str], body: bytes, base_url: str) -> ArmAnswer:
         if_match = headers.get("if-match")

@@ -219,9 +219,31 @@ class SimControl:
         expired: int = self._call("POST", "/identities/expire-tokens")["expired"]
         return expired
 
-    def set_role(self, principal: str, role: str) -> dict[str, Any]:
-        """``role`` (network-contributor, reader, none) of ``principal`` (a VM name, or a client id)."""
-        return self._call("POST", "/arm/roles", json={"principal": principal, "role": role})
+    def set_role(self, principal: str, role: str | None = None, roles: Sequence[str] | None = None) -> dict[str, Any]:
+        """The role (``network-contributor``, ``reader``, ``none``), or roles, of an identity over every resource."""
+        body: dict[str, Any] = {"principal": principal}
+        if role is not None:
+            body["role"] = role
+        if roles is not None:
+            body["roles"] = list(roles)
+        return self._call("POST", "/arm/roles", json=body)
+
+    def add_load_balancer(self, lb_id: str, probes: Sequence[dict[str, Any]],
+                          location: str = "westeurope") -> dict[str, Any]:
+        """A load balancer and its probes (``{"name", "protocol", "port", "interval_in_seconds",
+        "number_of_probes", "probe_threshold", "request_path"}``); GET answers its pools too."""
+        return self._call("POST", "/arm/loadbalancers", json={"id": lb_id, "probes": list(probes),
+                                                               "location": location})
+
+    def add_scale_set(self, scale_set_id: str, **settings: Any) -> dict[str, Any]:
+        """A scale set; ``settings`` as ``POST /arm/scalesets`` takes them (``automatic_repairs``,
+        ``terminate_notification``, ``os_image_notification``, ``scheduled_events_policy``, ``priority``,
+        ``health_probe``, ``health_extension``, ``location``)."""
+        return self._call("POST", "/arm/scalesets", json={"id": scale_set_id, **settings})
+
+    def add_vm_resource(self, vm_id: str, **settings: Any) -> dict[str, Any]:
+        """A virtual machine (``priority``, ``scheduled_events_policy``, ``availability_set``, ``location``)."""
+        return self._call("POST", "/arm/vms", json={"id": vm_id, **settings})
 
     def add_pool(
         self, pool_id: str, addresses: Sequence[dict[str, Any]], location: str = "westeurope"

@@ -51,6 +51,7 @@ __all__ = [
     "GroupOptions",
     "IdentityRequest",
     "ImpactRequest",
+    "LoadBalancerRequest",
     "PidsRequest",
     "PoolRequest",
     "PoolWriteRequest",
@@ -59,11 +60,13 @@ __all__ = [
     "ResetIncarnationRequest",
     "RoleRequest",
     "RolloutRequest",
+    "ScaleSetRequest",
     "ScheduleRequest",
     "Seconds",
     "SkipIncarnationRequest",
     "TimelineImpact",
     "TimelineStep",
+    "VmResourceRequest",
     "parse",
     "parse_timeline",
 ]
@@ -228,10 +231,55 @@ class IdentityRequest(Request):
 
 
 class RoleRequest(Request):
-    """``POST /arm/roles``: the role of an identity over the pools (a VM name for its system identity)."""
+    """``POST /arm/roles``: the role, or roles, of an identity over every resource (a VM name for its system
+    identity)."""
 
     principal: Annotated[StrictStr, Field(min_length=1)]
-    role: Literal["network-contributor", "reader", "none"]
+    role: Literal["network-contributor", "reader", "none"] | None = None
+    roles: list[Literal["network-contributor", "reader", "none"]] | None = None
+
+
+class LoadBalancerRequest(Request):
+    """``POST /arm/loadbalancers``: a load balancer by resource id, with its health probes."""
+
+    lb_id: StrictStr = Field(alias="id")
+    probes: list[dict[str, Any]]
+    location: StrictStr = "westeurope"
+
+    def given(self) -> dict[str, Any]:
+        return {"lb_id": self.lb_id, "probes": self.probes, "location": self.location}
+
+
+class ScaleSetRequest(Request):
+    """``POST /arm/scalesets``: a scale set by resource id, with the settings ``coordinator doctor`` reads."""
+
+    scale_set_id: StrictStr = Field(alias="id")
+    location: StrictStr = "westeurope"
+    automatic_repairs: dict[str, Any] | None = None
+    terminate_notification: dict[str, Any] | None = None
+    os_image_notification: dict[str, Any] | None = None
+    scheduled_events_policy: dict[str, Any] | None = None
+    priority: StrictStr | None = None
+    health_probe: StrictStr | None = None
+    health_extension: dict[str, Any] | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {"scale_set_id": self.scale_set_id, "location": self.location,
+                **{k: v for k, v in self.model_dump().items() if k not in ("scale_set_id", "location")}}
+
+
+class VmResourceRequest(Request):
+    """``POST /arm/vms``: a virtual machine (not of a scale set) by resource id."""
+
+    vm_id: StrictStr = Field(alias="id")
+    location: StrictStr = "westeurope"
+    priority: StrictStr | None = None
+    scheduled_events_policy: dict[str, Any] | None = None
+    availability_set: StrictStr | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {"vm_id": self.vm_id, "location": self.location, "priority": self.priority,
+                "scheduled_events_policy": self.scheduled_events_policy, "availability_set": self.availability_set}
 
 
 class PoolRequest(Request):

@@ -46,6 +46,7 @@ from coordinator.sim.schema import (
     FaultRequest,
     IdentityRequest,
     ImpactRequest,
+    LoadBalancerRequest,
     PidsRequest,
     PoolRequest,
     PoolWriteRequest,
@@ -54,8 +55,10 @@ from coordinator.sim.schema import (
     ResetIncarnationRequest,
     RoleRequest,
     RolloutRequest,
+    ScaleSetRequest,
     ScheduleRequest,
     SkipIncarnationRequest,
+    VmResourceRequest,
     parse,
 )
 from coordinator.support.quiethttp import QuietThreadingHTTPServer
@@ -486,6 +489,14 @@ def _azure_route(
             return lambda q, b: (201, azure.add_pool(**_fields(PoolRequest, b)))
         case "POST", ["arm", "pools", "write"]:
             return lambda q, b: (200, azure.write_address(**_fields(PoolWriteRequest, b)))
+        case "POST", ["arm", "loadbalancers"]:
+            return lambda q, b: (201, azure.add_load_balancer(**_fields(LoadBalancerRequest, b)))
+        case "POST", ["arm", "scalesets"]:
+            return lambda q, b: (201, azure.add_scale_set(**_fields(ScaleSetRequest, b)))
+        case "POST", ["arm", "vms"]:
+            return lambda q, b: (201, azure.add_vm(**_fields(VmResourceRequest, b)))
+        case "GET", ["arm", "resources"]:
+            return lambda q, b: (200, {"resources": azure.resources()})
         case "GET", ["arm", "calls"]:
             return lambda q, b: (200, azure.calls())
         case "POST", ["arm", "faults"]:

@@ -22,7 +22,8 @@ from tests.plugins.simulator import SimulatorFactory
 
 ROOT = Path(__file__).parent.parent.parent
 CHECKS = ["config", "imds-proxy", "imds", "clock", "zookeeper", "zookeeper-acl", "session-timeout", "probe",
-          "members", "azure"]
+          "members", "azure", "azure-probe", "azure-repairs", "azure-terminate", "azure-approve", "azure-spot"]
+AZURE = ("azure-probe", "azure-repairs", "azure-terminate", "azure-approve", "azure-spot")
 
 
 def doctor(config: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -67,7 +68,7 @@ def test_doctor_on_a_vm_of_a_healthy_group_passes_all_but_its_loopback_probe(gro
         "config": "PASS", "imds-proxy": "PASS", "imds": "PASS", "clock": "PASS", "zookeeper": "PASS",
         "zookeeper-acl": "PASS", "session-timeout": "PASS",
         "probe": "WARN",  # every agent of this group listens on loopback: fine on one machine, not on Azure
-        "members": "PASS", "azure": "SKIP",
+        "members": "PASS", "azure": "SKIP", **dict.fromkeys(AZURE, "SKIP"),
     }, run.stdout + run.stderr
     by_name = {line.split()[1]: line for line in lines[1:-1]}
     assert "this VM is vm0" in by_name["imds"]
@@ -75,7 +76,9 @@ def test_doctor_on_a_vm_of_a_healthy_group_passes_all_but_its_loopback_probe(gro
     assert "none writable by world:anyone" in by_name["zookeeper-acl"]
     assert "loopback" in by_name["probe"] and "| fix: on Azure, set probe.advertise" in by_name["probe"]
     assert "2 member(s) (vm0 " in by_name["members"] and "1 peer probe(s) answer" in by_name["members"]
-    assert "needs ARM read access (not built yet)" in by_name["azure"]
+    # No azure-lb action and no --arm: ARM is not read, and nothing is said about it beyond one SKIP each.
+    assert "not asked: no azure-lb action, and no --arm" in by_name["azure"]
+    assert all("ARM was not read (see the azure check)" in by_name[name] for name in AZURE)
     assert lines[-1].startswith("WARN: ") and lines[-1].endswith("exit status 1")
     assert run.returncode == 1
 
@@ -84,7 +87,7 @@ def test_doctor_on_a_vm_of_a_healthy_group_passes_all_but_its_loopback_probe(gro
     report = json.loads(as_json.stdout)
     assert {"version", "config", "cluster", "vm", "status", "exit_status", "seconds", "counts", "checks"} <= set(report)
     assert (report["vm"], report["cluster"], report["status"], report["exit_status"]) == ("vm0", "doctor", "WARN", 1)
-    assert report["counts"] == {"PASS": 8, "WARN": 1, "FAIL": 0, "SKIP": 1}
+    assert report["counts"] == {"PASS": 8, "WARN": 1, "FAIL": 0, "SKIP": 6}
     assert [c["name"] for c in report["checks"]] == CHECKS
     for check in report["checks"]:
         assert set(check) == {"name", "title", "status", "summary", "fix", "seconds", "details"}

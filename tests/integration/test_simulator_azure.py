@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from coordinator.sim.client import SimControlError
 from tests.plugins.simulator import RunningSimulator, SimulatorFactory
 
 POOL = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-app/providers/"
@@ -156,3 +157,106 @@ def test_arm_429_with_retry_after_and_bad_requests(sim: RunningSimulator) -> Non
     calls = sim.control.arm_calls()
     assert calls["calls"]["pool_get"] == 4 and calls["calls"]["pool_put"] == 1
     assert calls["statuses"]["pool_get 429"] == 1 and calls["statuses"]["pool_put 400"] == 1
+
+
+# -- read-only resources: load balancers and their probes, scale sets, VMs ----------------------------------
+
+SUB = "/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-app/providers"
+LB = f"{SUB}/Microsoft.Network/loadBalancers/lb-app"
+SCALE_SET = f"{SUB}/Microsoft.Compute/virtualMachineScaleSets/web"
+VM = f"{SUB}/Microsoft.Compute/virtualMachines/app0"
+COMPUTE_VERSION = {"api-version": "2024-07-01"}
+
+
+def _read(sim: RunningSimulator, resource: str, version: dict[str, str], vm: str = "vm0") -> httpx.Response:
+    return httpx.get(sim.arm_url + resource, params=version, headers=_bearer(sim, vm), trust_env=False)
+
+
+def test_a_load_balancer_answers_its_probes_and_pools_as_the_specification_shapes_them(sim: RunningSimulator) -> None:
+    sim.control.add_load_balancer(LB, [
+        {"name": "drain", "protocol": "Http", "port": 8090, "interval_in_seconds": 5, "probe_threshold": 2,
+         "request_path": "/health"},
+        {"name": "tcp", "protocol": "Tcp", "port": 22, "number_of_probes": 3},
+    ])
+    answer = _read(sim, LB, ARM_VERSION)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert (body["name"], body["id"], body["type"]) == ("lb-app", LB, "Microsoft.Network/loadBalancers")
+    probes = {p["name"]: p for p in body["properties"]["probes"]}
+    assert probes["drain"]["id"] == f"{LB}/probes/drain"
+    assert probes["drain"]["properties"] == {"provisioningState": "Succeeded", "protocol": "Http", "port": 8090,
+                                             "intervalInSeconds": 5, "probeThreshold": 2, "requestPath": "/health",
+                                             "loadBalancingRules": []}
+    # Not given: left out, as ARM leaves out what was never set; a Tcp probe has no requestPath.
+    assert probes["tcp"]["properties"]["numberOfProbes"] == 3 and "requestPath" not in probes["tcp"]["properties"]
+    assert [p["id"] for p in body["properties"]["backendAddressPools"]] == [POOL]
+    one = _read(sim, f"{LB}/probes/drain", ARM_VERSION)
+    assert one.status_code == 200 and one.json() == probes["drain"]
+    assert _read(sim, f"{LB}/probes/none", ARM_VERSION).status_code == 404
+
+
+def test_a_scale_set_answers_the_settings_that_change_what_the_agent_sees(sim: RunningSimulator) -> None:
+    sim.control.add_scale_set(SCALE_SET, automatic_repairs={"enabled": True, "grace_period": "PT10M"},
+                              terminate_notification={"enable": True, "not_before_timeout": "PT7M"},
+                              os_image_notification={"enable": True, "not_before_timeout": "PT15M"},
+                              scheduled_events_policy={"user_initiated_reboot": True}, priority="Spot",
+                              health_probe=f"{LB}/probes/drain",
+                              health_extension={"protocol": "http", "port": 8091, "request_path": "/app"})
+    sim.control.set_role("vm0", "reader")
+    answer = _read(sim, SCALE_SET, COMPUTE_VERSION)
+    assert answer.status_code == 200, answer.text
+    properties = answer.json()["properties"]
+    assert properties["automaticRepairsPolicy"] == {"enabled": True, "gracePeriod": "PT10M", "repairAction": "Replace"}
+    assert properties["scheduledEventsPolicy"] == {"userInitiatedReboot": {"automaticallyApprove": True}}
+    profile = properties["virtualMachineProfile"]
+    assert profile["priority"] == "Spot" and profile["evictionPolicy"] == "Deallocate"
+    assert profile["scheduledEventsProfile"] == {
+        "terminateNotificationProfile": {"notBeforeTimeout": "PT7M", "enable": True},
+        "osImageNotificationProfile": {"notBeforeTimeout": "PT15M", "enable": True}}
+    assert profile["networkProfile"]["healthProbe"] == {"id": f"{LB}/probes/drain"}
+    extension = profile["extensionProfile"]["extensions"][0]["properties"]
+    assert extension["type"] == "ApplicationHealthLinux"
+    assert extension["settings"] == {"protocol": "http", "port": 8091, "requestPath": "/app"}
+    # The Network api-version is not the Compute one.
+    assert _read(sim, SCALE_SET, ARM_VERSION).json()["error"]["code"] == "InvalidApiVersionParameter"
+
+
+def test_a_vm_answers_its_priority_and_scheduled_events_policy(sim: RunningSimulator) -> None:
+    sim.control.add_vm_resource(VM, priority="Regular", scheduled_events_policy={"user_initiated_redeploy": True})
+    sim.control.set_role("vm0", "reader")
+    properties = _read(sim, VM, COMPUTE_VERSION).json()["properties"]
+    assert properties["priority"] == "Regular"
+    assert properties["scheduledEventsPolicy"] == {"userInitiatedRedeploy": {"automaticallyApprove": True}}
+
+
+def test_reading_compute_needs_reader_and_network_contributor_reads_only_the_network(sim: RunningSimulator) -> None:
+    sim.control.add_load_balancer(LB, [{"name": "drain", "protocol": "Http", "port": 8090, "request_path": "/"}])
+    sim.control.add_scale_set(SCALE_SET)
+    # The default role, Network Contributor: the load balancer yes, the scale set no.
+    assert _read(sim, LB, ARM_VERSION).status_code == 200
+    refused = _read(sim, SCALE_SET, COMPUTE_VERSION)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "AuthorizationFailed"
+    assert "Microsoft.Compute/virtualMachineScaleSets/read" in refused.json()["error"]["message"]
+    sim.control.set_role("vm0", roles=["network-contributor", "reader"])
+    assert _read(sim, SCALE_SET, COMPUTE_VERSION).status_code == 200
+    sim.control.set_role("vm0", "none")
+    assert _read(sim, LB, ARM_VERSION).status_code == 403
+    missing = _read(sim, f"{SUB}/Microsoft.Compute/virtualMachineScaleSets/other", {"api-version": "2024-07-01"},
+                    vm="vm1")
+    assert missing.status_code == 403  # vm1 holds Network Contributor: no read of compute at all
+    sim.control.set_role("vm1", "reader")
+    missing = _read(sim, f"{SUB}/Microsoft.Compute/virtualMachineScaleSets/other", COMPUTE_VERSION, vm="vm1")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "ResourceNotFound"
+    assert httpx.get(sim.arm_url + SCALE_SET, params=COMPUTE_VERSION, trust_env=False).status_code == 401
+
+
+def test_the_control_api_refuses_what_arm_would_refuse(sim: RunningSimulator) -> None:
+    with pytest.raises(SimControlError, match="PT10M to PT90M"):
+        sim.control.add_scale_set(SCALE_SET, automatic_repairs={"enabled": True, "grace_period": "PT5M"})
+    with pytest.raises(SimControlError, match="PT5M to PT15M"):
+        sim.control.add_scale_set(SCALE_SET, terminate_notification={"enable": True, "not_before_timeout": "PT20M"})
+    with pytest.raises(SimControlError, match="interval_in_seconds"):
+        sim.control.add_load_balancer(LB, [{"name": "p", "protocol": "Http", "port": 80, "interval_in_seconds": 2,
+                                            "request_path": "/"}])
+    with pytest.raises(SimControlError, match="request_path"):
+        sim.control.add_load_balancer(LB, [{"name": "p", "protocol": "Tcp", "port": 80, "request_path": "/"}])

@@ -908,10 +908,14 @@ def test_instance_compute_is_tolerant() -> None:
         "platformFaultDomain": "0",
         "platformUpdateDomain": "",
         "zone": "",
+        "resourceId": "",
     }
     assert parse_instance_compute(dumped) == InstanceCompute(
         vm_scale_set_name="vmss", platform_fault_domain="0"
     )
+    # doctor reads the scale set or VM that resourceId names.
+    ss = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/web/virtualMachines/3"
+    assert parse_instance_compute({"resourceId": ss}).resource_id == ss
 
 
 @pytest.mark.parametrize(

@@ -417,3 +417,14 @@ def test_inside_a_window_an_event_is_admitted_drained_and_approved_as_without_wi
     assert run("vm0", d, view(rec(A, ("vm0",), admitted=True), me="vm0"), inside).start_drain
     acked = view(rec(A, ("vm0",), ("vm0",), admitted=True), me="vm0")
     assert [i.event_id for i in run("vm0", d, acked, inside, DRAINED).approve] == [A]
+
+
+def test_a_terminate_arriving_after_its_batch_was_admitted_joins_it() -> None:
+    """Deletes sharing one NotBefore are one operation for the budget: one seen after the others were
+    admitted (its record came a document later) joins them instead of waiting for the batch to end,
+    which it never would: the batch is approved only together."""
+    d = doc(ev(A, ["vm0"], etype="Terminate", in_s=300), ev(B, ["vm1"], etype="Terminate", in_s=300))
+    late = view(rec(A, ("vm0",), admitted=True), rec(B, ("vm1",)))
+    assert run("vm3", d, late, BUDGET).admit == (B,)
+    other = doc(ev(A, ["vm0"], etype="Terminate", in_s=300), ev(B, ["vm1"], etype="Terminate", in_s=400))
+    assert run("vm3", other, late, BUDGET).blocked[B][0].startswith("maintenance budget: 1 event(s)")
