@@ -169,6 +169,7 @@ class Agent:
                      saved.phase, ",".join(sorted(saved.draining_for)) or "-", vm)
         # What the snapshot needs beyond one cycle (``coordinator.evidence``), on this process's monotonic clock.
         self._evidence = Evidence(named={key: Sighting(self._started) for key in self._local.draining_for})
+        self._approving = False  # this VM approves an event of its last fresh document
         self._last_document: Document | None = None
         self._status = _Status()
         self._status_lock = threading.Lock()
@@ -258,6 +259,10 @@ class Agent:
         snap = self._observe(started)
         local = self._job_status(self._local)
         plan = decide(snap, local, self._policy)
+        if snap.document is not None:
+            # Whether this VM approves an event of its document (a fresh one: without it the plan names
+            # no approver): it then probes its peers for the budget (see ``_observe``).
+            self._approving = self.vm in plan.approvers.values()
         self._peers_confirmed_at = None
         if plan.approve and self._peers is not None and self._policy.peer_fresh is not None:
             # About to approve: what the budget counted as serving is asked again, now, and the
@@ -284,13 +289,17 @@ class Agent:
                   (decided - snap.mono) * 1e3, (self._clock.monotonic() - decided) * 1e3, self.vm)
         if snap.cluster is not None:
             if self._peers is not None:
-                # Peers are probed by those who may admit or approve, while there is something to admit
-                # or approve: the VMs events name, and the leader while any event is known. An idle
-                # group probes nothing; the first round starts at once when an event appears.
+                # Peers are probed by those who admit or approve, while there is something to admit or
+                # approve: the approver of an event (its first live VM, by the last fresh plan) and the
+                # leader while any event is known; not every VM an event names, which would cost a group
+                # of N agents (VMs named + 1) x N probes a second. An idle group probes nothing; the
+                # first round starts at once when an event appears. An approver new to the role waits
+                # for that round (its peers count as unconfirmed until then), and every approval probes
+                # all of them again right before its POST (``confirm``).
                 busy = bool(snap.last_document and snap.last_document.events) or any(
                     record.done_at is None for record in snap.cluster.records.values())
                 self._peers.follow(self._store, snap.cluster, self.vm,
-                                   bool(self._evidence.named) or (snap.cluster.i_am_leader and busy))
+                                   self._approving or (snap.cluster.i_am_leader and busy))
             members = sorted(snap.cluster.members)
             if self.vm in members:
                 self._readings.align(members.index(self.vm), len(members))

@@ -132,6 +132,7 @@ class BenchPeers:
         self.bench = bench
         self.lagging: set[str] = set()  # VMs the last background round saw serving, just before they died
         self.confirmed = 0
+        self.probing: set[str] = set()  # the VMs whose agents asked to probe their peers at least once
 
     def seen(self) -> dict[str, PeerSeen]:
         found = self.now()
@@ -155,7 +156,8 @@ class BenchPeers:
         return self.now()
 
     def follow(self, store: Any, cluster: Any, me: str, wanted: bool) -> None:
-        return None
+        if wanted:
+            self.probing.add(me)
 
 
 class Bench:
@@ -712,3 +714,20 @@ def test_an_event_id_listed_twice_is_never_approved_early(tmp_path: Path) -> Non
     assert bench.vms["vm1"].probe.serving  # its entry has not made it drain yet: nothing may be approved
     blocked = bench.vms["vm0"].agent.status()
     assert "listed 2 times" in json.dumps(blocked)
+
+
+def test_only_an_events_approver_and_the_leader_probe_their_peers(tmp_path: Path) -> None:
+    """Every VM an event names probing every peer costs a group of N agents (named + 1) x N probes a
+    second; the approver (its first live VM) and the leader are the ones whose decisions weigh them."""
+    bench = Bench(tmp_path, replace(POLICY, peer_fresh=3.0), probe_peers=True)
+    for name in ("vm0", "vm1", "vm2", "vm3", "vm4"):
+        bench.add(name)
+    bench.run(3)
+    leader = next(name for name, vm in bench.vms.items() if vm.store.read_view(name).i_am_leader)
+    bench.group.schedule(E, ["vm1", "vm2", "vm3"])
+    bench.run(60, until=lambda: bool(bench.group.approved(E)))
+    assert bench.group.approved(E)
+    bench.assert_drained_at_every_post(E, ["vm1", "vm2", "vm3"])
+    assert bench.peers is not None
+    assert bench.peers.probing == {"vm1", leader}
+    assert bench.peers.confirmed >= 1  # the approver probed every peer again right before its POST
