@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ import yaml
 
 from coordinator.testbed.cluster import LocalCluster
 from coordinator.testbed.processes import free_port
+from coordinator.testbed.zookeeper import LocalZooKeeper
 from tests.plugins.simulator import SimulatorFactory
 
 ROOT = Path(__file__).parent.parent.parent
@@ -45,10 +46,14 @@ def statuses(output: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def group(tmp_path: Path, zk_hosts: str, zk_chroot: str) -> Iterator[LocalCluster]:
+def group(tmp_path: Path, zk_server_factory: Callable[[], LocalZooKeeper]) -> Iterator[LocalCluster]:
+    # A server of its own: the agents close the ACL of every node they create on the way to their root,
+    # which would shut the other tests out of a shared server's /tests.
+    server = zk_server_factory()
     cluster = LocalCluster(
-        tmp_path / "group", ("vm0", "vm1"), cluster="doctor", zk_hosts=zk_hosts, session_timeout=6.0,
-        extra_config={"zookeeper": {"root": zk_chroot, "auth": {"username": "agent", "password": "doctor-secret"}}},
+        tmp_path / "group", ("vm0", "vm1"), cluster="doctor", zk_hosts=server.hosts, session_timeout=6.0,
+        extra_config={"zookeeper": {"root": "/doctor/groups",
+                                    "auth": {"username": "agent", "password": "doctor-secret"}}},
     )
     cluster.start()
     try:

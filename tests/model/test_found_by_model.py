@@ -371,6 +371,7 @@ def test_a_cut_off_vm_does_not_serve_on_a_reading_sent_before_an_approval_made_o
     from tests.model.test_safety_model import CoordinatorModel
 
     state = CoordinatorModel()
+    state.open_breaks = True  # ack_outlives_cut_off runs (the default run leaves it out while a break is open)
     try:
         state.setup(vm3="agent", leader_mode=False, windows=False, skews=[30.0, -4.0, -4.0, 0.0],
                     absent_grace=60.0, named_only=False, lapse_lag=1.0, granted=None)
@@ -395,6 +396,7 @@ def test_open_a_cut_off_vm_that_acked_does_not_serve_while_its_event_names_it_ag
     from tests.model.test_safety_model import CoordinatorModel
 
     state = CoordinatorModel()
+    state.open_breaks = True  # generate the known open break (the default run leaves it out)
     try:
         state.setup(leader_mode=True, skews=[-4.0, -30.0, 0.0, 30.0], windows=False, granted=40.0, lapse_lag=0.0,
                     vm3="agent", absent_grace=120.0, named_only=True)
@@ -405,6 +407,42 @@ def test_open_a_cut_off_vm_that_acked_does_not_serve_while_its_event_names_it_ag
         state.heal(vm="vm2")
         state.ack_outlives_cut_off(index=4, seconds=25, vm="vm2")
         state.calm_minute()
+        state.s2_drained_until_gone()
+    finally:
+        state.teardown()
+
+
+@pytest.mark.xfail(strict=True, reason="open: a VM cut off after acking recovers before a session granted longer "
+                   "than asked may have lapsed (docs/safety.md, known open)")
+def test_open_a_vm_cut_off_after_acking_does_not_serve_before_a_longer_granted_session_lapses() -> None:
+    """Found by the model-based suite on the landed code (not fixed yet; strict: it fails once fixed). The
+    server grants 60 s; vm1 acknowledges a Reboot of vm0 and vm1 while a pause holds approvals and is cut
+    off; the event stops naming vm1 for 55 s and names it again; vm1 answers 200 at t+210 s while the event
+    that holds its ack (made at t+190 s) is present (S2)."""
+    from tests.model.test_safety_model import CoordinatorModel
+
+    state = CoordinatorModel()
+    state.open_breaks = True  # generate the known open break (the default run leaves it out)
+    try:
+        state.setup(vm3="dry-run", granted=60.0, lapse_lag=1.0, windows=True, skews=[0.0, 0.0, 0.0, 0.0],
+                    absent_grace=None, leader_mode=True, named_only=False)
+        state.hold_jobs(cycles=10, vm="vm0")
+        state.operator_pause(paused=False)
+        state.calm_minute()
+        state.operator_pause(paused=True)
+        state.post_fault(fault="lost", vm="vm1")
+        state.expire_leader()
+        state.settle(vm="vm0")
+        state.operate(order=["vm1", "vm0", "vm3", "vm2"], seconds=10)
+        state.restart(failing_reads=3, state_file="keep", store_down=3, unreachable=False, vm="vm2")
+        state.restart(failing_reads=2, state_file="corrupt", store_down=3, unreachable=True, vm="vm2")
+        state.restart(failing_reads=2, state_file="corrupt", store_down=0, unreachable=False, vm="vm3")
+        state.post_fault(fault="lost", vm="vm3")
+        state.post_fault(fault="lost", vm="vm0")
+        state.executor_mode(eager=True, vm="vm3")
+        state.ack_outlives_cut_off(index=2, seconds=55, vm="vm1")
+        state.operator_pause(paused=False)
+        state.operate(order=["vm2", "vm0", "vm3", "vm1"], seconds=30)
         state.s2_drained_until_gone()
     finally:
         state.teardown()

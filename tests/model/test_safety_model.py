@@ -327,6 +327,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.cluster.granted_session = granted
         self.lapse_after = (granted or self.policy.session_timeout) + lapse_lag
         self.group.named_only = named_only
+        self.open_breaks = getattr(self, "open_breaks", False)  # see ack_outlives_cut_off
         for index, vm in enumerate(VMS):
             slot = VmSlot(vm, VmClock(self.time, skews[index]), VmTruth(vm), self.tmp / vm / "state.json")
             slot.configured = vm != "vm3" or vm3 != "none"
@@ -1083,6 +1084,12 @@ class CoordinatorModel(RuleBasedStateMachine):
         store = self._store(vm)
         peers = sorted(self._live() - {vm})
         if slot.dry_run or store is None or store.inner.connection_state is not ConnectionState.CONNECTED or not peers:
+            return
+        if not self.open_breaks:
+            # Known open break (docs/safety.md, S2): a VM cut off after acking recovers before its ack may
+            # have lapsed when the server granted a longer session than asked. Reproduced by the strict
+            # xfails in tests/model/test_found_by_model.py (which set ``open_breaks``); not generated here
+            # until it is fixed, so that the default run goes on judging everything else.
             return
         peer = peers[index % len(peers)]
         self.cluster.pause("model: held while an ack is made", "operator", self.time.now)
