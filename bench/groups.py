@@ -128,7 +128,6 @@ class GroupConfig:
     keep_dir: Path | None = None  # keep the run's files (logs, observations) there
     fast_interval: float = 0.01  # probe interval of one VM whose probe must fail (it grows with their number)
     agent_down: bool = True  # one VM's agent is down for the whole story (groups of 6 VMs or more)
-    story_budget: float | None = None  # seconds: no step of the story starts after this (it is cut)
 
 
 def build_story(vms: Sequence[str], down: str | None, config: GroupConfig) -> list[Step]:
@@ -476,7 +475,6 @@ class GroupRun:
         self._restarting: set[str] = set()
         self._held_down: str | None = None  # the VM whose agent stays down, whatever its events do
         self.restarts = 0
-        self.story_cut: str | None = None
         self.budget_units: dict[str, str] = {}  # a Terminate batch: one unit of the budget
         self.steady: list[dict[str, float]] = []  # per step: the sessions that lived through it
         self.probes: ProbeSampler | None = None
@@ -637,14 +635,7 @@ class GroupRun:
         assert sim is not None and self.probes is not None and self.nodes is not None
         total = sum(len(step.events) for step in story)
         done = 0
-        began = time.monotonic()
         for number, step in enumerate(story, 1):
-            budget = self.config.story_budget
-            if budget is not None and time.monotonic() - began > budget:
-                self.story_cut = (f"story cut by its time budget ({budget:.0f} s) after {number - 1} "
-                                  f"of {len(story)} steps")
-                self.say(f"groups: N={self.n}: {self.story_cut}")
-                break
             named = sorted({vm for names in step.events for vm in names}, key=self.vms.index)
             live = [vm for vm in named if vm != self.down]
             self.probes.set_mode(live, fast=True, hot=True)
@@ -835,8 +826,6 @@ class GroupRun:
         result["load_average_after"] = os.getloadavg()
         result["error"] = error
         result["restarts"] = self.restarts
-        if self.story_cut is not None:
-            result["story_cut"] = self.story_cut
         result.update(self._event_figures(events))
         verdict = self._judge(origin, healed_at)
         if verdict is not None:
@@ -1077,7 +1066,6 @@ def render_groups(entry: dict[str, Any]) -> str:
         lines.append(f"| {name} | " + " | ".join(cell(sizes[n]) for n in order) + f" | {target} |")
     stamps = "\n".join(f"- {n} agents: measured {sizes[n]['date']} with `{sizes[n]['command']}` on "
                        f"{sizes[n]['machine']}" + (f"; {sizes[n]['note']}" if sizes[n].get("note") else "")
-                       + (f"; {sizes[n]['story_cut']}" if sizes[n].get("story_cut") else "")
                        + (f"; the run stopped: {sizes[n]['error']}" if sizes[n].get("error") else "")
                        for n in order)
     waited = "; ".join(sorted({why.rsplit(": ", 1)[-1] for n in order for why in sizes[n].get("waited_why", [])}))

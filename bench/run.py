@@ -540,8 +540,6 @@ def main() -> int:
     parser.add_argument("--groups-batch", type=int, default=20, help="agents the groups section starts at once")
     parser.add_argument("--groups-keep", type=Path, help="keep each group's files (logs, verdict) under this directory")
     parser.add_argument("--groups-note", default="", help="a note printed with the sizes measured in this run")
-    parser.add_argument("--groups-story-budget", type=float, default=None,
-                        help="seconds after which no step of a group's story starts (the story is cut, and says so)")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     if args.quick:
@@ -616,7 +614,7 @@ def main() -> int:
             zk.stop()
     if "groups" in sections:
         group_config = GroupConfig(freezes=args.groups_freezes, idle_seconds=args.groups_idle,
-                                   start_batch=args.groups_batch, story_budget=args.groups_story_budget)
+                                   start_batch=args.groups_batch)
         entry = results.setdefault("groups", {"result": {"sizes": {}}})
         entry.update({**stamp, "config": config_summary(group_config)})
         for n in (int(x) for x in args.groups_sizes.split(",") if x):
