@@ -58,6 +58,7 @@ import httpx
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from bench.group import percentiles
 from coordinator.sim.client import SimControl, SimControlError
 from coordinator.testbed.chaos.result import read_agent_log
 from coordinator.testbed.cluster import AgentProcess, LocalCluster
@@ -80,17 +81,6 @@ __all__ = ["GroupConfig", "Step", "build_story", "percentiles", "run_group"]
 _TICK = os.sysconf("SC_CLK_TCK")
 ZK_ROOT = "/azure-maintenance"
 UPDATE_DOMAINS = 5  # the simulator's default: VM number i is in update domain i mod 5
-
-
-def percentiles(samples: Sequence[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    if not ordered:
-        return {"n": 0, "p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "max": float("nan")}
-
-    def pick(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-    return {"n": len(ordered), "p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": ordered[-1]}
 
 
 # -- the story ------------------------------------------------------------------------------------------------
