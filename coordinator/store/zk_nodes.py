@@ -77,11 +77,6 @@ class NodeCache:
             fired, self._fired = self._fired, None
         return frozenset(fired or ())
 
-    def fired_since_begin(self) -> frozenset[str]:
-        """The paths whose watch fired since ``begin``, so far."""
-        with self._lock:
-            return frozenset(self._fired or ())
-
     # -- answers ----------------------------------------------------------------------------------------
 
     def get(self, key: Key) -> tuple[bool, object]:
