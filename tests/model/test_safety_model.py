@@ -277,6 +277,8 @@ class EarlyRelease:
 
 
 class CoordinatorModel(RuleBasedStateMachine):
+    open_breaks = False  # generate the steps of known open breaks (see ack_outlives_cut_off)
+
     def __init__(self) -> None:
         super().__init__()
         self.time = ModelTime(START)
@@ -327,7 +329,6 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.cluster.granted_session = granted
         self.lapse_after = (granted or self.policy.session_timeout) + lapse_lag
         self.group.named_only = named_only
-        self.open_breaks = getattr(self, "open_breaks", False)  # see ack_outlives_cut_off
         for index, vm in enumerate(VMS):
             slot = VmSlot(vm, VmClock(self.time, skews[index]), VmTruth(vm), self.tmp / vm / "state.json")
             slot.configured = vm != "vm3" or vm3 != "none"
