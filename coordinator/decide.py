@@ -454,6 +454,8 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     approvers: dict[str, str] = {}
     blocked: dict[str, tuple[str, ...]] = {}
     ready: dict[str, ApprovalIntent | None] = {}  # approvable events (None: approvable by someone else)
+    # event key -> (seconds it must have been approvable, the VMs past the absent grace it names)
+    unseen_drains: dict[str, tuple[float, tuple[str, ...]]] = {}
 
     if cluster is not None:
         # What the budget weighs: this VM's events, and those known only from records its documents never
@@ -508,6 +510,9 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
             required = tuple(vm for vm in ev.resources if _waited_for(vm, cluster, policy, snap)) if after_drain else ()
             intent = ApprovalIntent(ev.event.event_id, ev.key, required, as_leader, after_drain and policy.budgeted)
             ready[ev.key] = intent if mine else None
+            past_grace = [vm for vm in ev.resources if vm in cluster.known and vm not in required]
+            if mine and after_drain and past_grace:
+                unseen_drains[ev.key] = (policy.wait_for(ev.event) + policy.absent_notice, tuple(past_grace))
         if policy.terminate_together:
             _hold_terminate_batches(by_key, ready, blocked)
         if doc is not None and cluster.i_am_leader:
@@ -536,6 +541,8 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
     if held:
         why = "approval waits for a document read after it became approvable"
         blocked = {**blocked, **{key: (why,) for key in held}}
+    approve, settling = _absent_drained(approve, approvable_since, unseen_drains, snap)
+    blocked = {**blocked, **settling}
 
     return Plan(
         next_phase=next_phase,
@@ -577,6 +584,29 @@ def _fresh_for_approval(
     since = {i.key: local.approvable_since.get(i.key, snap.cycle_started) for i in approve}
     held = [i.key for i in approve if snap.read_sent < since[i.key]]
     return tuple(i for i in approve if i.key not in held), since, held
+
+
+def _absent_drained(
+    approve: tuple[ApprovalIntent, ...], since: Mapping[str, float],
+    unseen_drains: Mapping[str, tuple[float, tuple[str, ...]]], snap: Snapshot,
+) -> tuple[tuple[ApprovalIntent, ...], dict[str, tuple[str, ...]]]:
+    """An event that names VMs absent past ``absent_grace`` is approved without their acks, on the promise
+    that a VM cut off from ZooKeeper drains itself for any event naming it (``_drains``). It can do so only
+    once it sees the event: the approval waits until the event has been approvable for the drain wait
+    plus ``absent_notice`` (the time a cut-off VM may take to see it after its approver). Without this, an
+    event that appeared after the grace ran out was approved at once, while those VMs had just begun to
+    drain. Returns the approvals that may go ahead and the reasons of those held."""
+    go: list[ApprovalIntent] = []
+    held: dict[str, tuple[str, ...]] = {}
+    for intent in approve:
+        wait, vms = unseen_drains.get(intent.key, (0.0, ()))
+        left = since.get(intent.key, snap.cycle_started) + wait - snap.cycle_started
+        if left > 0:
+            held[intent.key] = (f"waits {left:.0f} s more for {','.join(vms)} (absent past the grace) to drain "
+                                "for it on their own",)
+        else:
+            go.append(intent)
+    return tuple(go), held
 
 
 def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, _Event]:

@@ -163,6 +163,10 @@ class Policy:
     max_vms: int | None = None
     keep_one_serving: bool = True
     recovery_grace: float = 600.0
+    # How long after its approver a VM cut off from ZooKeeper may first see an event (its polls, a slow
+    # IMDS answer): an event naming VMs absent past ``absent_grace`` waits this long beyond their drain
+    # wait before it is approved without them.
+    absent_notice: float = 5.0
     terminate_together: bool = True
     recover_retry: float = 5.0
     drain_retry: float = 30.0  # a failed drain is tried again this long after it began (the VM stays out)

@@ -504,6 +504,20 @@ MUTATIONS = [
         '    if snap.cut_off_for >= session_lapses_after(policy, snap.granted_session) <= snap.uptime:\n',
         f'{FOUND}::test_a_cut_off_vm_does_not_serve_on_a_reading_sent_before_an_approval_made_on_its_standing_ack',
     ),
+    (
+        'a-cut-off-vm-waits-for-the-granted-session',
+        'coordinator/snapshot.py',
+        '    timeout = max(policy.session_timeout, granted or 0.0, 2 * policy.zk_tick)\n',
+        '    timeout = max(policy.session_timeout, 2 * policy.zk_tick)\n',
+        f'{FOUND}::test_a_vm_cut_off_after_acking_stays_out_while_a_longer_granted_session_may_hold_its_ack',
+    ),
+    (
+        'absent-vms-see-the-event-before-it-is-approved-without-them',
+        'coordinator/decide.py',
+        '        if left > 0:\n',
+        '        if False:\n',
+        f'{FOUND}::test_an_event_appearing_after_the_absent_grace_waits_for_its_cut_off_vms_to_drain',
+    ),
 ]
 
 

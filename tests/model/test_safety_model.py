@@ -91,7 +91,11 @@ sessions, the POSTs). They are those of ``docs/safety.md``, no stronger.
     still running or queued (until then the VM is not drained for the event: the drain queued behind a
     recovery runs after it, and the recovery may answer 200 in between);
   - had been released early (before no restart that lost the state file);
-  - or held the VM's acknowledgement.
+  - or held the VM's acknowledgement, for as long as that acknowledgement stands (the session that made
+    it lives) or the event is released: an ack that lapsed with its session before anybody approved on
+    it holds nothing any more, and a later approval made on it makes the event released.
+  And a VM never answers 200 while an ack of it stands on a present event that names it, whatever its
+  own documents show (an approver may release the event on that ack at any moment).
   A flapped read does not make an event gone. A restart that deletes or corrupts the state file drops
   what earlier agents of the VM were shown: the new agent is held to what it is shown itself (the
   document promises no more for a missing or unreadable file). Liveness: ``settle``.
@@ -277,7 +281,6 @@ class EarlyRelease:
 
 
 class CoordinatorModel(RuleBasedStateMachine):
-    open_breaks = False  # generate the steps of known open breaks (see ack_outlives_cut_off)
 
     def __init__(self) -> None:
         super().__init__()
@@ -293,6 +296,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         }
         self.lapse_after = self.policy.session_timeout  # the ensemble expires a silent session this late
         self.committed: dict[tuple[str, int], str] = {}  # (vm, event serial) -> why it must stay out
+        self.committed_by_ack: set[tuple[str, int]] = set()  # those of ``committed`` held by an ack only
         self.early: list[EarlyRelease] = []
         self.admitted: set[int] = set()  # event serials admitted by the leader while present
         self.sequence = 0  # orders job submissions and reads (see ``_stamp``)
@@ -428,6 +432,7 @@ class CoordinatorModel(RuleBasedStateMachine):
             slot.forgotten_early |= {s for s, e in self.group.events.items() if e.early}
             for key in [key for key in self.committed if key[0] == slot.vm]:
                 del self.committed[key]
+                self.committed_by_ack.discard(key)
         if state_file == "delete":
             slot.state_path.unlink(missing_ok=True)
         elif state_file == "corrupt":
@@ -532,6 +537,10 @@ class CoordinatorModel(RuleBasedStateMachine):
         for event in self.group.events.values():
             for vm in event.named:
                 slot = self.slots.get(vm)
+                if slot is not None and slot.serving and self._acked(vm, event):
+                    # Whatever the VM's own documents say: an approver may release the event on this ack now.
+                    self._violation("S2", f"{self._t()} {vm} answers 200 while its acknowledgement of "
+                                          f"{event.describe()} stands")
                 if slot is None or not slot.had_agent or slot.serving or (vm, event.serial) in self.committed:
                     continue
                 why = None
@@ -542,12 +551,19 @@ class CoordinatorModel(RuleBasedStateMachine):
                     why = "it was approved"
                 elif self._acked(vm, event):
                     why = f"{vm} has acknowledged it"
+                    self.committed_by_ack.add((vm, event.serial))
                 if why is not None:
                     self.committed[(vm, event.serial)] = f"{why} ({self._t()})"
         for vm, serial in list(self.committed):
             present = self.group.events.get(serial)
             if present is None or vm not in present.named:
                 del self.committed[(vm, serial)]
+            elif (vm, serial) in self.committed_by_ack and not self._acked(vm, present) and not present.early \
+                    and present.status != STARTED:
+                # The ack lapsed with its session (or was withdrawn) and nobody approved on it: nothing
+                # can release the event on it any more. An approval made on it later is "released".
+                del self.committed[(vm, serial)]
+        self.committed_by_ack &= set(self.committed)
 
     @staticmethod
     def _recovery_in_flight(slot: VmSlot, since: int) -> bool:
@@ -672,8 +688,9 @@ class CoordinatorModel(RuleBasedStateMachine):
         """With ``absent_peer_grace_seconds``, a VM whose running agent is cut off from the store (no member
         node) drains itself once cut off for the grace minus its drain wait (docs/safety.md S1), on a loop
         that runs every second; its peers stop waiting for it a grace after they saw it gone. When the model
-        ran no cycle of that agent between that moment and a drain wait before now (the model may leave an
-        agent idle for minutes, its probe still answering), the promise is not due: the VM is not held to it."""
+        ran no cycle of that agent between that moment (or the event's creation, if later: it cannot drain
+        for an event that does not exist yet) and a drain wait before now (the model may leave an agent idle
+        for minutes, its probe still answering), the promise is not due: the VM is not held to it."""
         agent = slot.agent
         grace = self.policy.absent_grace
         if agent is None or grace is None or slot.vm in self.cluster.member_names:
@@ -681,6 +698,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         connected_at = agent._evidence.connected_at  # when it last saw the store CONNECTED (None: never)
         wait = self.policy.drain_wait_by_type.get(event.event_type, self.policy.drain_wait)
         due = float("-inf") if connected_at is None else connected_at + max(grace - wait, 0.0)
+        due = max(due, self.time.mono - (self.time.now - event.created_at))  # it drains once the event exists
         return not any(due <= at <= self.time.mono - wait for at in slot.cycled)
 
     def _on_early_approval(self, event: ModelEvent, poster: str) -> None:
@@ -1085,12 +1103,6 @@ class CoordinatorModel(RuleBasedStateMachine):
         store = self._store(vm)
         peers = sorted(self._live() - {vm})
         if slot.dry_run or store is None or store.inner.connection_state is not ConnectionState.CONNECTED or not peers:
-            return
-        if not self.open_breaks:
-            # Known open break (docs/safety.md, S2): a VM cut off after acking recovers before its ack may
-            # have lapsed when the server granted a longer session than asked. Reproduced by the strict
-            # xfails in tests/model/test_found_by_model.py (which set ``open_breaks``); not generated here
-            # until it is fixed, so that the default run goes on judging everything else.
             return
         peer = peers[index % len(peers)]
         self.cluster.pause("model: held while an ack is made", "operator", self.time.now)

@@ -334,6 +334,34 @@ def test_member_absent_longer_than_the_grace_counts_as_drained() -> None:
     assert run("vm0", d, back, policy, DRAINED, {"vm1": 301}).blocked[A] == ("vm1 has not acknowledged",)
 
 
+def test_an_event_naming_vms_absent_past_the_grace_waits_for_them_to_drain_on_their_own() -> None:
+    """Found by the model-based suite: vm1 was cut off from ZooKeeper (absent past the grace) when a Reboot
+    of vm0 and vm1 appeared. The approver counted vm1 as gone and approved at once; vm1, alive, drains
+    itself for any event naming it, but only once it sees the event: it had been out for 5 s of a 10 s
+    drain wait. Now the approval waits until the event has been approvable for vm1's drain wait plus the
+    time vm1 may take to see it (``absent_notice``)."""
+    policy = Policy(max_events=None, keep_one_serving=False, absent_grace=300, drain_wait=10.0, absent_notice=5.0)
+    d = doc(ev(A, ["vm0", "vm1"]))
+    members = frozenset({"vm0", "vm2", "vm3"})
+    cluster = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", members=members, known=members | {"vm1"})
+
+    def at(mono: float, since: float | None) -> Any:
+        snap = Snapshot("vm0", NOW, mono, d, d, cluster, absent_for={"vm1": 400.0}, cycle_started=mono,
+                        read_sent=mono)
+        return decide(snap, replace(DRAINED, approvable_since={A: since} if since is not None else {}), policy)
+
+    first = at(200.0, None)
+    assert first.approve == ()
+    assert first.blocked[A] == ("waits 15 s more for vm1 (absent past the grace) to drain for it on their own",)
+    assert first.approvable_since[A] == 200.0
+    assert at(214.0, 200.0).approve == ()
+    assert [(i.event_id, i.required) for i in at(215.0, 200.0).approve] == [(A, ("vm0",))]
+    # A VM the leader waits for (a live member) adds no such wait: its ack says it is drained.
+    live = view(rec(A, ("vm0", "vm1"), ("vm0", "vm1")), me="vm0", members=members | {"vm1"})
+    snap = Snapshot("vm0", NOW, 200.0, d, d, live, cycle_started=200.0, read_sent=200.0)
+    assert [i.required for i in decide(snap, DRAINED, policy).approve] == [("vm0", "vm1")]
+
+
 def test_leader_records_absences_and_clears_stale_ones() -> None:
     known = ALL4 | {"vm7"}
     cluster = view(known=known, absent={"vm2": NOW - 5})  # vm7 gone, vm2 back
