@@ -159,9 +159,18 @@ def _under(path: str, parent: str) -> bool:
     return parent == "/" or path == parent or path.startswith(parent + "/") or path == "/"
 
 
-def stale(kept: Iterable[str], fired: frozenset[str]) -> bool:
-    """Whether a watch that fired during a read (``fired``) concerns an answer or memo the read took from
-    the cache (``kept``): the read may then mix that old answer with newer ones, and is made again."""
+def stale(answers: Iterable[str], memos: Iterable[str], fired: frozenset[str]) -> bool:
+    """Whether a watch that fired during a read (``fired``) concerns an answer or a memo the read took from
+    the cache: the read may then mix that old answer with newer ones, and is made again. An answer (the
+    children, data or ``exists`` of a path, in ``answers`` by its path) is concerned only by a watch on
+    that very path, the one its request set; a memo (what was made of every answer under a path) by a watch
+    at or under its path; an event without a path (``/``) concerns everything. A list kept from the cache
+    is not made stale by a change under one of its children: with 200 agents the group changes during
+    almost every read, and taking every change under ``/events`` for one to the list of events sent
+    reads round until the last attempt, which reads everything."""
     if not fired:
         return False
-    return any(_under(path, held) for held in kept for path in fired)
+    if "/" in fired:
+        return True
+    answers = set(answers)
+    return bool(answers & fired) or any(_under(path, memo) for memo in memos for path in fired)

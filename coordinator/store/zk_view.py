@@ -197,7 +197,8 @@ def read_member_info(
 class Fetch:
     """The requests of one read, through a ``NodeCache``: an answer the cache keeps is used as it is, any
     other is sent at once with ``watch`` (kazoo pipelines what is sent before it is awaited) and kept when
-    it comes. ``sent`` counts the requests; ``kept`` the paths answered from the cache, memos included."""
+    it comes. ``sent`` counts the requests; ``kept`` the paths of the answers taken from the cache,
+    ``kept_memos`` those of the memos."""
 
     def __init__(self, session: ZooKeeperSession, cache: NodeCache, watch: Watcher) -> None:
         self.client, self.session_id = session.connected(write=False)
@@ -207,6 +208,7 @@ class Fetch:
         self.deadline = session.deadline()
         self.sent = 0
         self.kept: set[str] = set()
+        self.kept_memos: set[str] = set()
 
     def children(self, path: str) -> _Pending[list[str]]:
         if self.known_missing(path):
@@ -230,7 +232,7 @@ class Fetch:
     def memo(self, path: str) -> object:
         found, value = self._cache.memo(path)
         if found:
-            self.kept.add(path)
+            self.kept_memos.add(path)
         return value
 
     def keep_memo(self, path: str, value: object) -> None:

@@ -91,10 +91,16 @@ class WatchedView:
         self._members_lock = threading.Lock()
         self._standing_generation = 0  # moved by watch events on /members, a member, /registry, /leader
         self.requests_sent = 0  # requests sent by view and member info reads (for tests and benchmarks)
+        self.reads_made_again = 0  # reads found stale and made again (for tests and benchmarks)
         # One bound method object, so that kazoo's per-path watcher sets hold it once.
         self.watch = self._on_watch
 
-    READ_ATTEMPTS = 3  # reads that take unchanged answers from the cache; the last one reads everything
+    # Reads that take unchanged answers from the cache; the last one reads everything. Each attempt after
+    # the first sends only the requests for what fired meanwhile; a group that changes many times a second
+    # makes a read stale about half the time, so three attempts fell back to a full read for about one read
+    # in four (a loopback server with 500 writes a second: 16.6 requests per read with 3 attempts, 3.7
+    # with 5, 3.4 with 8).
+    READ_ATTEMPTS = 6
 
     # -- the view -------------------------------------------------------------------------------------
 
@@ -129,12 +135,15 @@ class WatchedView:
         try:
             fetch = Fetch(self._session, self._nodes, self.watch)
             result = read(fetch)
-            if fetch.kept:
+            if fetch.kept or fetch.kept_memos:
                 self._session.watch_events_delivered(fetch.deadline)
         finally:
             fired = self._nodes.end()
         self.requests_sent += fetch.sent
-        return (None if stale(fetch.kept, fired) else fetch), result
+        if stale(fetch.kept, fetch.kept_memos, fired):
+            self.reads_made_again += 1
+            return None, result
+        return fetch, result
 
     def touch(self, event_id: str) -> None:
         """This store wrote to the record of ``event_id`` (normalised): read it again next time."""

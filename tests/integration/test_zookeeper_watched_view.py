@@ -627,3 +627,43 @@ def test_a_kept_record_whose_watch_event_comes_during_the_read_is_read_again(
     assert client.hook is None, "the read did not go through the interleaving"
     assert "vm-c" in view.members
     assert view.records[EVENT].acks == {}
+
+
+def test_a_read_found_stale_is_made_again_from_the_cache_and_only_the_last_attempt_reads_everything(
+    zk_server: LocalZooKeeper, zk_chroot: str, make_store: StoreMaker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under churn a read is often found stale (a watch fired on an answer it took from the cache): it is
+    made again with what the cache still keeps, which costs the requests for what fired; only the last of
+    ``READ_ATTEMPTS`` reads everything, so that a read always ends."""
+    a, b = make_store(zk_server.hosts, zk_chroot), make_store(zk_server.hosts, zk_chroot)
+    b.join("vm-b", {})
+    for n in range(10):
+        b.publish_event(record(f"3F2A9C51-7B1D-4E8A-9C2B-5D6E7F8A{n:04X}"))
+    cycle(a, "vm-a", {})
+    watched = a._watched
+    found_stale = {"left": 0}
+
+    def stale(answers: object, memos: object, fired: object) -> bool:
+        found_stale["left"] -= 1
+        return found_stale["left"] >= 0
+
+    monkeypatch.setattr("coordinator.store.zk_watch.stale", stale)
+    attempts = watched.READ_ATTEMPTS
+    assert attempts >= 5
+
+    def read_after_a_change(stale_times: int, change: Callable[[], object]) -> int:
+        change()
+        all_told(a)
+        found_stale["left"] = stale_times
+        before = watched.requests_sent
+        a.read_view("vm-a")
+        return watched.requests_sent - before
+
+    b.publish_event(record())
+    cycle(a, "vm-a", {})
+    # Every attempt but the last two found stale: made again from the cache.
+    made_again = read_after_a_change(attempts - 2, lambda: b.acknowledge(EVENT, "vm-b", T0))
+    # Every attempt but the last found stale: the last one reads everything.
+    everything = read_after_a_change(attempts - 1, lambda: b.withdraw_ack(EVENT, "vm-b"))
+    assert made_again <= 3, f"{made_again} requests for one change read {attempts - 1} times"
+    assert everything > 20, f"the last attempt read only {everything} requests: not everything"
