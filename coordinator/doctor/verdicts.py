@@ -555,17 +555,28 @@ def lb_probe_verdict(*, probes: Sequence[LbProbe], port: int, path: str, configu
 
 def repairs_verdict(*, enabled: bool, grace_period: str | None, repair_action: str | None,
                     health_source: str | None, drain_probe_source: bool,
-                    longest_drain: float = LONGEST_DRAIN_SECONDS) -> Verdict:
+                    longest_drain: float = LONGEST_DRAIN_SECONDS, unserved: str | None = None) -> Verdict:
     """Automatic instance repairs against the longest possible drain. A drain can last until NotBefore
     (``longest_drain``: 15 min for a Freeze or a Reboot whose early approval a peer blocks); when the
     repairs' health source is the drain probe (``drain_probe_source``: the scale set's health probe, or the
     Application Health extension, on the agent's probe port), a drained VM looks unhealthy all that time,
     and a grace period shorter than that lets the scale set repair (replace, by default) a VM in the
-    middle of planned maintenance: FAIL. ``health_source`` describes the source (None: none found)."""
+    middle of planned maintenance: FAIL. ``health_source`` describes the source (None: none found).
+    ``unserved``: the Application Health extension asks one of the agent's own ports for a path the agent
+    does not answer as health (say why): it reads 404, the VM is Unhealthy for ever, and repairs replace it
+    once the grace runs out, maintenance or not: FAIL with repairs on, WARN without."""
     grace = iso_duration_seconds(grace_period) if grace_period is not None else 600.0
     details = {"enabled": enabled, "grace_period": grace_period, "grace_seconds": grace,
                "repair_action": repair_action, "health_source": health_source,
-               "drain_probe_source": drain_probe_source, "longest_drain": longest_drain}
+               "drain_probe_source": drain_probe_source, "longest_drain": longest_drain, "unserved": unserved}
+    if unserved is not None:
+        fix = f"point the extension's requestPath at the agent's application health endpoint ({unserved})"
+        if not enabled:
+            return Verdict(Status.WARN, f"{health_source} is not a health endpoint of the agent: every VM reads "
+                           "Unhealthy (automatic repairs are off)", fix, details)
+        return Verdict(Status.FAIL, f"automatic repairs read {health_source}, which is not a health endpoint of "
+                       f"the agent: every VM reads Unhealthy and is {(repair_action or 'Replace').lower()}d once the "
+                       "grace period runs out", fix, details)
     if not enabled:
         return Verdict(Status.PASS, "automatic repairs are off: a drained VM is never repaired", details=details)
     action = (repair_action or "Replace").lower()

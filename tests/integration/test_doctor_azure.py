@@ -148,3 +148,22 @@ def test_without_an_identity_doctor_says_so_in_one_line(tmp_path: Path, imds_sim
     assert "Identity not found" in line and "| fix: assign a managed identity to this VM" in line
     assert all(found[name] == "SKIP" for name in AZURE[1:]), run.stdout
     assert run.returncode == 1
+
+
+def test_an_application_health_extension_asking_the_agent_for_a_path_it_does_not_serve_fails(
+    tmp_path: Path, sim: RunningSimulator
+) -> None:
+    """The extension pointed at the agent's probe port with the default path ``/``: the agent answers 404
+    there, so every VM reads Unhealthy and automatic repairs replace it once the grace runs out."""
+    probe_port = free_port()
+    _setup(sim, probe_port)
+    lost = f"{SUB}/Microsoft.Compute/virtualMachineScaleSets/lost"
+    sim.control.add_scale_set(lost, automatic_repairs={"enabled": True, "grace_period": "PT30M"},
+                              health_extension={"protocol": "http", "port": probe_port})
+    run = doctor(_config(tmp_path, sim, probe_port), *SKIP, "--resource-id", lost, "--json")
+    assert run.returncode == 2, run.stdout + run.stderr
+    repairs = {c["name"]: c for c in json.loads(run.stdout)["checks"]}["azure-repairs"]
+    assert repairs["status"] == "FAIL", repairs
+    assert f"port {probe_port} /)" in repairs["summary"] and "not a health endpoint of the agent" \
+        in repairs["summary"]
+    assert "/apphealth" in repairs["fix"], repairs

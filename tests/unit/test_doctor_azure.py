@@ -115,6 +115,17 @@ def test_repairs_from_another_health_source_pass_and_without_one_warn() -> None:
     assert none.status is Status.WARN and "no health source" in none.summary
 
 
+def test_an_extension_asking_the_agent_for_a_path_it_does_not_serve_fails_with_repairs_and_warns_without() -> None:
+    source = "the Application Health extension (http port 8090 /)"
+    on = repairs_verdict(enabled=True, grace_period="PT30M", repair_action=None, health_source=source,
+                         drain_probe_source=False, unserved="port 9110 /apphealth")
+    assert on.status is Status.FAIL and "every VM reads Unhealthy and is replaced" in on.summary
+    assert on.fix == "point the extension's requestPath at the agent's application health endpoint (port 9110 /apphealth)"
+    off = repairs_verdict(enabled=False, grace_period=None, repair_action=None, health_source=source,
+                          drain_probe_source=False, unserved="port 9110 /apphealth")
+    assert off.status is Status.WARN
+
+
 def test_an_unreadable_grace_warns() -> None:
     assert repairs_verdict(enabled=True, grace_period="ten minutes", repair_action=None, health_source="x",
                            drain_probe_source=True).status is Status.WARN
