@@ -15,8 +15,8 @@ chaos:
 bench:
 	bash scripts/setup.sh
 	.venv/bin/python bench/run.py
-# The headline (about 25 minutes on 2 cores): one maintenance story under coordinated, self-approve and
-# wait, 5 times each; its section of docs/benchmarks.md is rewritten.
+# The headline (about 35 minutes on 2 cores): one maintenance story under coordinated, admin-state,
+# self-approve and wait, 5 times each; its section of docs/benchmarks.md is rewritten.
 headline:
 	bash scripts/setup.sh
 	.venv/bin/python bench/run.py --only headline --headline-runs 5 --headline-time-scale 20

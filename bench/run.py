@@ -18,7 +18,8 @@ Sections:
   steps until p99 latency bends (``bench/zk_ceiling.py``, its load generated in Java by
   ``bench/zkload/ZkLoad.java``, which needs ``javac``); the fleet model divides by it;
 * ``headline``: one maintenance story (a Freeze, a rolling Reboot, a Redeploy, a Preempt) under load
-  through HAProxy, under three strategies (coordinated, self-approve, wait), ``--headline-runs`` times each;
+  through HAProxy, under four strategies (coordinated, admin-state, self-approve, wait), ``--headline-runs``
+  times each;
 * ``groups``: groups of ``--groups-sizes`` agent processes (default 10, 30, 100, 200), one simulator and
   one ZooKeeper, each through a story of 30-odd events judged by the chaos oracle (``bench/groups.py``;
   a 200-agent group takes about 20 minutes). Sizes measured before are kept.
@@ -60,7 +61,7 @@ from coordinator.metrics import Metrics  # noqa: E402
 from coordinator.models import Document, parse_document  # noqa: E402
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord  # noqa: E402
 from coordinator.store.zookeeper import ZooKeeperStore  # noqa: E402
-from coordinator.testbed.story import STEPS, StoryConfig  # noqa: E402
+from coordinator.testbed.story import STEPS, STRATEGIES, StoryConfig  # noqa: E402
 from coordinator.testbed.zookeeper import LocalZooKeeper  # noqa: E402
 
 
@@ -599,7 +600,8 @@ def main() -> int:
             if "headline" in sections:
                 config = StoryConfig(time_scale=args.headline_time_scale,
                                      steps=tuple(x for x in args.headline_steps.split(",") if x))
-                print(f"bench: the headline story, {args.headline_runs} x 3 strategies ...", flush=True)
+                print(f"bench: the headline story, {args.headline_runs} x {len(STRATEGIES)} strategies ...",
+                      flush=True)
                 began = time.monotonic()
                 runs = bench_headline(zk, runs=args.headline_runs, config=config)
                 results["headline"] = {**stamp, "repetitions": args.headline_runs, "config": asdict(config),

@@ -26,6 +26,11 @@ Azure Resource Manager (ARM) load balancer backend address pools. A small, hones
   ``virtualMachineProfile.priority``, ``.scheduledEventsProfile``, ``.networkProfile.healthProbe`` and an
   Application Health extension) and a virtual machine (``priority``, ``scheduledEventsPolicy``), created
   through the control API and served by GET.
+* **The data plane**: an address's *effective* admin state changes when the operation that set it is due
+  (``tick()``, called by the simulator server's ARM ticker, settles due operations on time even when no
+  client asks), or at once for a control-API write. Every change is handed to ``on_effective`` (an
+  ``EffectiveChange``), outside the model's lock, one at a time and in the order the changes happened:
+  what a load balancer's data plane would apply (``coordinator.sim.lb_haproxy`` applies it to HAProxy).
 * **Faults**: queued status answers (429 with ``Retry-After``, 500...) on the token endpoint or on ARM, and
   ``concurrent_write``: another writer changes the pool just before the next PUT, whose ``If-Match`` then
   fails with 412.
@@ -36,6 +41,7 @@ Time is real (wall clock) seconds: tokens expire, and operations complete, in th
 from __future__ import annotations
 
 import json
+import logging
 import re
 import secrets
 import threading
@@ -57,7 +63,10 @@ __all__ = [
     "ROLES",
     "ArmAnswer",
     "AzureModel",
+    "EffectiveChange",
 ]
+
+log = logging.getLogger(__name__)
 
 IDENTITY_API_VERSIONS = ("2018-02-01", "2019-08-01")
 #: api-versions of Microsoft.Network the simulated ARM accepts (backend address admin state is in all).
@@ -116,6 +125,21 @@ class ArmAnswer:
     status: int
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EffectiveChange:
+    """An address's effective admin state changed: what the load balancer's data plane now applies.
+
+    ``address`` is the backend address's name (the simulator's pools name addresses after their VMs);
+    ``t`` the wall-clock time of the change (when the operation was settled, or the control write)."""
+
+    pool_id: str
+    address: str
+    ip_address: str
+    before: str
+    after: str
+    t: float
 
 
 def _arm_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> ArmAnswer:
@@ -223,6 +247,7 @@ class AzureModel:
         async_seconds: float = 1.0,
         retry_after: int = 1,
         clock: Callable[[], float] = time.time,
+        on_effective: Callable[[EffectiveChange], None] | None = None,
     ) -> None:
         if token_lifetime <= 0:
             raise InvalidRequest("token_lifetime must be > 0")
@@ -246,6 +271,10 @@ class AzureModel:
         self._faults: list[_Fault] = []
         self._calls: Counter[str] = Counter()
         self._statuses: Counter[str] = Counter()
+        self.on_effective = on_effective
+        self._changes: list[EffectiveChange] = []  # made under the lock, not yet handed to on_effective
+        # Held while handing changes over: one deliverer at a time keeps them in the order they happened.
+        self._deliver_lock = threading.Lock()
 
     # -- control ---------------------------------------------------------------------------------------
 
@@ -441,15 +470,29 @@ class AzureModel:
             entry = next((a for a in pool.addresses if a.name == address), None)
             if entry is None:
                 raise InvalidRequest(f"pool has no address {address!r}")
-            entry.admin_state = entry.effective = admin_state
+            entry.admin_state = admin_state
+            self._make_effective(pool, entry, admin_state)
             pool.etag = _new_etag()
             pool.writes += 1
-            return self._pool_view(pool)
+            view = self._pool_view(pool)
+        self._deliver()
+        return view
 
     def pools(self) -> list[dict[str, Any]]:
         with self._lock:
             self._settle()
-            return [self._pool_view(p) for p in self._pools.values()]
+            views = [self._pool_view(p) for p in self._pools.values()]
+        self._deliver()
+        return views
+
+    def tick(self) -> list[EffectiveChange]:
+        """Settle every operation that is due and hand the changes to ``on_effective``; returns them.
+
+        Without it an operation would complete only when some request arrives: a load balancer driven by
+        the effective states would then lag behind ARM's own answers by however long the clients wait."""
+        with self._lock:
+            self._settle()
+        return self._deliver()
 
     def add_fault(self, target: str, kind: str = "status", *, status: int | None = None,
                   retry_after: int | None = None, count: int | None = 1,
@@ -573,7 +616,9 @@ class AzureModel:
             self._calls[kind] += 1
             answer = self._arm(method, path, query, headers, body, base_url)
             self._statuses[f"{kind} {answer.status}"] += 1
-            return answer
+        # Before the answer goes out: a client told "Succeeded" finds the data plane already changed.
+        self._deliver()
+        return answer
 
     def _arm(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], body: bytes,
              base_url: str) -> ArmAnswer:
@@ -848,9 +893,33 @@ class AzureModel:
                 continue
             for address in pool.addresses:
                 if address.name in operation.states:
-                    address.effective = operation.states[address.name]
+                    self._make_effective(pool, address, operation.states[address.name])
             if not any(not o.done for o in self._operations.values() if o.pool_id == operation.pool_id):
                 pool.provisioning = "Succeeded"
+
+    def _make_effective(self, pool: _Pool, address: _Address, state: str) -> None:
+        """Set ``address``'s effective state (the lock is held), queueing the change if it is one."""
+        if address.effective == state:
+            return
+        self._changes.append(EffectiveChange(pool.id, address.name, address.ip_address, address.effective, state,
+                                             self._clock()))
+        address.effective = state
+
+    def _deliver(self) -> list[EffectiveChange]:
+        """Hand the queued changes to ``on_effective``, outside the model's lock (the hook may do I/O, and
+        ARM requests must not wait on it), in order. Raises nothing: a hook that raises is a bug, logged."""
+        with self._deliver_lock:
+            with self._lock:
+                changes, self._changes = self._changes, []
+            hook = self.on_effective
+            if hook is not None:
+                for change in changes:
+                    try:
+                        hook(change)
+                    except Exception:
+                        log.exception("bug in the effective admin state hook (pool %s, address %s)",
+                                      change.pool_id, change.address)
+            return changes
 
     # -- helpers ----------------------------------------------------------------------------------------
 

@@ -15,12 +15,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from coordinator.actions.haproxy import HAProxyRuntime
 from coordinator.errors import InvalidName
 from coordinator.names import normalize_vm_name
 from coordinator.sim.azure import AzureModel
 from coordinator.sim.catalogue import VmInfo
 from coordinator.sim.errors import InvalidRequest
 from coordinator.sim.group import SimulatedGroup
+from coordinator.sim.lb_haproxy import HAProxyDataPlane
 from coordinator.sim.replay import parse_replay
 from coordinator.sim.server import DEFAULT_RATE_LIMIT, SimulatorServer
 from coordinator.support.files import atomic_write
@@ -300,6 +302,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Retry-After (seconds) on ARM's asynchronous answers (default: %(default)s; ARM often says 10)",
     )
     azure.add_argument(
+        "--lb-haproxy", metavar="SOCKET", default=None,
+        help="apply every effective admin state change to this HAProxy's runtime API (a UNIX socket path or "
+        "HOST:PORT): Down drains the server named like the backend address (its VM), None makes it ready again",
+    )
+    azure.add_argument(
+        "--lb-haproxy-backend", metavar="NAME", default="be_app",
+        help="the HAProxy backend holding one server per VM, for --lb-haproxy (default: %(default)s)",
+    )
+    azure.add_argument(
+        "--lb-haproxy-timeout", type=_positive_seconds, default=1.0, metavar="S",
+        help="real seconds one runtime API command may take before it counts as failed (default: %(default)s)",
+    )
+    azure.add_argument(
         "--no-system-identity", action="store_true",
         help="VMs have no system-assigned identity (user-assigned ones are added through the control API)",
     )
@@ -364,8 +379,13 @@ def run(args: argparse.Namespace) -> int:
     except InvalidRequest as exc:
         print(f"coordinator imds-sim: error: {exc}", file=sys.stderr)
         return 2
+    try:
+        plane = _data_plane(args)
+    except ValueError as exc:
+        print(f"coordinator imds-sim: error: --lb-haproxy: {exc}", file=sys.stderr)
+        return 2
     server = SimulatorServer(group, addresses, args.control, rate_limit=args.rate_limit, azure=azure,
-                             arm_address=args.arm, date_skew=args.date_skew)
+                             arm_address=args.arm, date_skew=args.date_skew, data_plane=plane)
     try:
         server.start()
     except OSError as exc:
@@ -396,6 +416,15 @@ def run(args: argparse.Namespace) -> int:
         if args.ready_file is not None:
             args.ready_file.unlink(missing_ok=True)
     return 0
+
+
+def _data_plane(args: argparse.Namespace) -> HAProxyDataPlane | None:
+    """The HAProxy that plays the load balancer's data plane, if ``--lb-haproxy`` names one. HAProxy need
+    not be running yet: each change opens its own connection. Raises ValueError for a malformed address."""
+    if args.lb_haproxy is None:
+        return None
+    runtime = HAProxyRuntime(args.lb_haproxy, timeout=args.lb_haproxy_timeout)
+    return HAProxyDataPlane(runtime, args.lb_haproxy_backend)
 
 
 def _load_replay(group: SimulatedGroup, path: Path, interval: float) -> None:

@@ -27,6 +27,7 @@ LOG_KINDS: tuple[str, ...] = (
     "incarnation",
     "replay",
     "timeline",
+    "admin_state",
 )
 
 

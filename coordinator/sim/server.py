@@ -35,12 +35,13 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
-from coordinator.sim.azure import ArmAnswer, AzureModel
+from coordinator.sim.azure import ArmAnswer, AzureModel, EffectiveChange
 from coordinator.sim.catalogue import INSTANCE_API_VERSIONS, SCHEDULED_EVENTS_API_VERSIONS
 from coordinator.sim.clock import Clock
 from coordinator.sim.errors import InvalidRequest, UnknownEvent, UnknownVm
 from coordinator.sim.faults import Fault, mutate_document
 from coordinator.sim.group import SimulatedGroup
+from coordinator.sim.lb_haproxy import HAProxyDataPlane
 from coordinator.sim.schema import (
     AzureFaultRequest,
     FaultRequest,
@@ -470,12 +471,12 @@ class _ControlHandler(_Handler):
             case "GET", ["document", vm]:
                 return lambda q, b: (200, group.document(vm, q.get("api-version")))
         if owner.azure is not None:
-            return _azure_route(owner.azure, method, parts)
+            return _azure_route(owner.azure, owner.data_plane, method, parts)
         return None
 
 
 def _azure_route(
-    azure: AzureModel, method: str, parts: list[str]
+    azure: AzureModel, plane: HAProxyDataPlane | None, method: str, parts: list[str]
 ) -> Callable[[dict[str, str], bytes], tuple[int, Any]] | None:
     """Control of the managed-identity and ARM model (see ``docs/simulator.md``)."""
     match method, parts:
@@ -498,7 +499,7 @@ def _azure_route(
         case "GET", ["arm", "resources"]:
             return lambda q, b: (200, {"resources": azure.resources()})
         case "GET", ["arm", "calls"]:
-            return lambda q, b: (200, azure.calls())
+            return lambda q, b: (200, {**azure.calls(), "data_plane": plane.view() if plane else None})
         case "POST", ["arm", "faults"]:
             return lambda q, b: (201, azure.add_fault(**_fields(AzureFaultRequest, b)))
         case "DELETE", ["arm", "faults"]:
@@ -548,6 +549,10 @@ class SimulatorServer:
     every process an impact paused, and is idempotent. ``rate_limit`` requests per (real) second per
     VM (0 disables the limit). The server carries out the group's ``refuse`` faults. ``date_skew``
     seconds are added to the real clock in the ``Date`` header of every VM port's answers.
+
+    With ``azure``, a second ticker settles its due ARM operations every ``arm_tick_interval`` real
+    seconds, so effective admin states change on time; every change is logged (kind ``admin_state``) and,
+    with ``data_plane``, applied to HAProxy.
     """
 
     def __init__(
@@ -562,6 +567,8 @@ class SimulatorServer:
         date_skew: float = 0.0,
         azure: AzureModel | None = None,
         arm_address: tuple[str, int] | None = None,
+        data_plane: HAProxyDataPlane | None = None,
+        arm_tick_interval: float = 0.1,
     ) -> None:
         names = {info.name for info in group.vms}
         resolved = {group.vm(name).name: address for name, address in vm_addresses.items()}
@@ -569,6 +576,8 @@ class SimulatorServer:
             raise ValueError(f"vm_addresses must cover exactly the group's VMs: {sorted(names)}")
         if arm_address is not None and azure is None:
             raise ValueError("arm_address needs an azure model")
+        if data_plane is not None and azure is None:
+            raise ValueError("data_plane needs an azure model")
         self.group = group
         self.date_skew = date_skew
         self.azure = azure
@@ -577,6 +586,9 @@ class SimulatorServer:
         self._control_address = control_address
         self._limiters = {name: RateLimiter(rate_limit, clock=monotonic) for name in names}
         self._tick_interval = tick_interval
+        self._arm_tick_interval = arm_tick_interval
+        self.data_plane = data_plane
+        self._outer_hook: Callable[[EffectiveChange], None] | None = None
         self.stopping = threading.Event()
         self._servers: dict[str | None, _Server] = {}
         self._threads: list[threading.Thread] = []
@@ -641,6 +653,13 @@ class SimulatorServer:
         ticker = threading.Thread(target=self._tick_loop, name="imds-sim-ticker", daemon=True)
         ticker.start()
         self._threads.append(ticker)
+        if self.azure is not None:
+            self._outer_hook = self.azure.on_effective  # a hook the model was built with is still called
+            self.azure.on_effective = self._on_effective
+            arm_ticker = threading.Thread(target=self._arm_tick_loop, args=(self.azure,), name="imds-sim-arm-ticker",
+                                          daemon=True)
+            arm_ticker.start()
+            self._threads.append(arm_ticker)
 
     def stop(self) -> None:
         if self.stopping.is_set():
@@ -727,6 +746,21 @@ class SimulatorServer:
                 self.group.tick()
             except Exception:
                 log.exception("bug in the simulator's ticker")
+
+    def _arm_tick_loop(self, azure: AzureModel) -> None:
+        while not self.stopping.wait(self._arm_tick_interval):
+            try:
+                azure.tick()
+            except Exception:
+                log.exception("bug in the simulator's ARM ticker")
+
+    def _on_effective(self, change: EffectiveChange) -> None:
+        """An effective admin state changed: log it, then have the data plane (if any) apply it."""
+        applied = self.data_plane(change) if self.data_plane is not None else None
+        self.group.record("admin_state", address=change.address, pool=change.pool_id, before=change.before,
+                          after=change.after, changed_t=change.t, haproxy=applied)
+        if self._outer_hook is not None:
+            self._outer_hook(change)
 
     @staticmethod
     def _bound(server: _Server) -> tuple[str, int]:

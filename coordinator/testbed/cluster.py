@@ -25,12 +25,30 @@ from coordinator.testbed.processes import free_port, stop_process
 from coordinator.testbed.waiting import wait_until
 from coordinator.testbed.zookeeper import LocalZooKeeper
 
-__all__ = ["AgentProcess", "LocalCluster"]
+__all__ = ["AdminStateDrain", "AgentProcess", "LocalCluster"]
+
+#: The load balancer pool the testbed's simulated ARM serves when agents drain through admin state.
+STORY_POOL = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-story/providers/"
+              "Microsoft.Network/loadBalancers/lb-story/backendAddressPools/pool-app")
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     if not wait_until(predicate, timeout, interval=0.05):
         raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+@dataclass(frozen=True)
+class AdminStateDrain:
+    """Agents drain through the load balancer's admin state too: the simulator serves ARM with one pool
+    holding every VM's address (named after the VM), each agent gets an ``azure-lb`` action beside its
+    probe, and with HAProxy the simulator applies every effective admin state to it (``--lb-haproxy``).
+
+    ``arm_async_seconds``: how long the simulated ARM takes to complete a write; ``fallback_wait``: how
+    long a drain that could not reach ARM lasts at least (the probe's lag, which it then relies on)."""
+
+    pool_id: str = STORY_POOL
+    arm_async_seconds: float = 0.5
+    fallback_wait: float = 1.5
 
 
 @dataclass
@@ -89,6 +107,7 @@ class LocalCluster:
         with_haproxy: bool = False,
         haproxy_action: bool = True,
         with_agents: bool = True,
+        admin_state: AdminStateDrain | None = None,
     ) -> None:
         self.workdir = workdir
         self.vms = list(vms)
@@ -104,6 +123,8 @@ class LocalCluster:
         self._with_haproxy = with_haproxy
         self._haproxy_action = haproxy_action
         self._with_agents = with_agents
+        self._admin_state = admin_state
+        self.arm_url = ""  # the simulated ARM's base URL, served with admin_state
         self.haproxy: LocalHAProxy | None = None
         self.apps: dict[str, subprocess.Popen[bytes]] = {}
         self.app_ports: dict[str, int] = {}
@@ -128,6 +149,8 @@ class LocalCluster:
             on_step(f"ZooKeeper serving on {self.zk_hosts}; starting the IMDS simulator" if self.zk_hosts
                     else "starting the IMDS simulator")
             self._start_simulator()
+            if self._admin_state is not None:
+                self._attach_admin_state(self._admin_state)
             self._ports = {vm: (free_port(), free_port()) for vm in self.vms}
             if self._with_haproxy:
                 on_step("starting one app server per VM and HAProxy in front of them")
@@ -152,7 +175,7 @@ class LocalCluster:
         self.sim_proc = subprocess.Popen(
             [sys.executable, "-m", "coordinator.sim", "--vms", ",".join(self.vms), "--base-port", "0",
              "--control", "127.0.0.1:0", "--ready-file", str(ready), "--started-for", str(self._started_for),
-             *self._sim_args],
+             *self._admin_state_args(), *self._sim_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
         _wait(lambda: ready.exists() or self.sim_proc is None or self.sim_proc.poll() is not None, 30,
@@ -161,7 +184,40 @@ class LocalCluster:
             raise RuntimeError(f"the IMDS simulator exited; see {self.workdir / 'imds-sim.log'}")
         info = json.loads(ready.read_text())
         self.imds_urls = dict(info["vms"])
+        self.arm_url = str(info.get("arm", ""))
         self.sim = SimControl(info["control"])
+
+    @property
+    def haproxy_socket(self) -> Path:
+        """Where HAProxy's runtime socket will be (known before HAProxy starts, for the simulator)."""
+        return self.workdir / "haproxy" / "admin.sock"
+
+    def _admin_state_args(self) -> list[str]:
+        """The simulator's ARM, its write time, and (with HAProxy) the data plane it drives."""
+        if self._admin_state is None:
+            return []
+        args = ["--arm", "127.0.0.1:0", "--arm-async-seconds", f"{self._admin_state.arm_async_seconds:g}"]
+        if self._with_haproxy:
+            args += ["--lb-haproxy", str(self.haproxy_socket)]
+        return args
+
+    def _attach_admin_state(self, setup: AdminStateDrain) -> None:
+        """One pool with every VM's address, ``None`` at first, and an ``azure-lb`` action per agent, which
+        reaches ARM with its VM's identity through that VM's IMDS port."""
+        assert self.sim is not None
+        self.sim.add_pool(setup.pool_id, [{"name": vm, "ip_address": "127.0.0.1"} for vm in self.vms])
+        for vm in self.vms:
+            action = {"type": "azure-lb", "backend_pools": [setup.pool_id], "backend_address": vm,
+                      "arm_url": self.arm_url, "imds_url": self.imds_urls[vm], "timeout_seconds": 2,
+                      "deadline_seconds": 10, "fallback_wait_seconds": setup.fallback_wait}
+            self._per_vm.setdefault(vm, {}).setdefault("actions", []).append(action)
+
+    def pool_effective(self) -> dict[str, str]:
+        """The effective admin state of each address of the admin-state pool ({} without one)."""
+        if self._admin_state is None or self.sim is None:
+            return {}
+        pool = self.sim.pools().get(self._admin_state.pool_id, {})
+        return dict(pool.get("effective", {}))
 
     def _start_haproxy(self) -> None:
         """One app process per VM, and HAProxy routing to them; HAProxy's health check of each server
@@ -172,7 +228,7 @@ class LocalCluster:
             self.app_ports[vm] = free_port()
             self.start_app(vm)
             targets[vm] = BackendTarget(self.app_ports[vm], check_port=self._ports[vm][0])
-        self.haproxy = LocalHAProxy(self.workdir / "haproxy", targets, server_timeout="5s")
+        self.haproxy = LocalHAProxy(self.haproxy_socket.parent, targets, server_timeout="5s")
         self.haproxy.start()
         for vm in self.vms if self._haproxy_action else ():
             action = {"type": "haproxy", "runtime": str(self.haproxy.socket_path), "backend": self.haproxy.backend,

@@ -146,12 +146,17 @@ class LocalHAProxy:
 
     def status(self, server: str) -> str:
         """The ``status`` column of ``show stat`` for ``server`` (UP, DOWN, DRAIN, MAINT, ...), or ""."""
+        return self.statuses().get(server, "")
+
+    def statuses(self) -> dict[str, str]:
+        """The ``status`` column of ``show stat`` for every server of the backend, in one command."""
         lines = self.command(f"show stat {self.backend} 4 -1").splitlines()
         if not lines:
-            return ""
+            return {}
         header = lines[0].lstrip("# ").split(",")
+        found = {}
         for line in lines[1:]:
             row = dict(zip(header, line.split(","), strict=False))
-            if row.get("svname") == server:
-                return row.get("status", "")
-        return ""
+            if row.get("svname"):
+                found[row["svname"]] = row.get("status", "")
+        return found

@@ -1,4 +1,4 @@
-"""One maintenance story, played on a local group under one of three strategies, and measured.
+"""One maintenance story, played on a local group under one of four strategies, and measured.
 
 The group: three VMs, each an app server behind a real HAProxy whose health check is that VM's probe, a
 steady load through HAProxy, and the IMDS simulator with real impacts (a Freeze pauses the VM's app
@@ -12,9 +12,16 @@ each announced as the previous one ends:
 3. ``redeploy``: a user-initiated Redeploy of vm2 (10 minutes);
 4. ``preempt``: a Preempt of vm1 with 30 s of notice.
 
-Strategies: ``coordinated`` (the agents of this product), ``self-approve`` and ``wait`` (the baseline
-agents of ``coordinator.testbed.baselines``). Every strategy drains the same way: the probe fails, then
-``drain_wait`` seconds pass.
+Strategies: ``coordinated`` (the agents of this product, draining through the probe), ``admin-state``
+(the same agents, also setting their VM's address ``Down`` in the load balancer's backend pool through the
+simulated ARM, which drives HAProxy: an effective ``Down`` drains the VM's HAProxy server), ``self-approve``
+and ``wait`` (the baseline agents of ``coordinator.testbed.baselines``). Every probe drain is the same: the
+probe fails, then ``drain_wait`` seconds pass. ``admin-state`` waits ``admin_drain_wait`` instead: its drain
+job ends once ARM reports the write succeeded, when HAProxy already drains the server, so its wait need not
+cover the probe's lag (HAProxy's checks: 2 failures 0.5 s apart).
+
+What HAProxy did is observed too (``coordinator.testbed.rotation``): when each VM named by an event left
+rotation (``DOWN``: its probe; ``DRAIN``: admin state) after the notice.
 
 Time: notices run ``time_scale`` times faster (the simulator's clock); impacts are given in real seconds
 (``freeze_seconds``, ``down_seconds``) and scaled into the simulator's clock, so the load meets them at
@@ -34,13 +41,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coordinator.testbed.cluster import LocalCluster
+from coordinator.testbed.cluster import AdminStateDrain, LocalCluster
 from coordinator.testbed.processes import stop_process
+from coordinator.testbed.rotation import Change, RotationWatch, out_of_rotation_since
 from coordinator.testbed.traffic import LoadGenerator
+from coordinator.testbed.waiting import wait_until
 
-__all__ = ["STEPS", "STRATEGIES", "EventOutcome", "StoryConfig", "StoryOutcome", "report", "run_story", "summarize"]
+__all__ = ["AGENT_STRATEGIES", "STEPS", "STRATEGIES", "EventOutcome", "StoryConfig", "StoryOutcome", "drain_report",
+           "report", "run_story", "summarize"]
 
-STRATEGIES = ("coordinated", "self-approve", "wait")
+STRATEGIES = ("coordinated", "admin-state", "self-approve", "wait")
+AGENT_STRATEGIES = ("coordinated", "admin-state")  # this product's agents; the others are baselines
 STEPS = ("freeze", "reboot", "redeploy", "preempt")
 VMS = ("vm0", "vm1", "vm2")
 
@@ -51,6 +62,10 @@ class StoryConfig:
     steps: tuple[str, ...] = STEPS
     reboot_vms: tuple[str, ...] = VMS  # the rollout's VMs, one per step
     drain_wait: float = 1.5  # HAProxy marks a server down after 2 failed checks 0.5 s apart
+    # admin-state: the write is effective (HAProxy drains) before the drain job returns; the wait only lets
+    # requests already sent to the VM be answered (milliseconds), with room for a slow HAProxy command.
+    admin_drain_wait: float = 0.5
+    arm_async_seconds: float = 0.5  # the simulated ARM completes a write this long after the PUT
     freeze_seconds: float = 3.0  # real seconds a Freeze pauses the VM
     down_seconds: float = 2.0  # real seconds a killed VM stays down
     rate: float = 20.0  # requests per second through HAProxy
@@ -58,6 +73,10 @@ class StoryConfig:
     settle_seconds: float = 3.0  # failures this long after an event's removal still count for it
     poll_interval: float = 0.5
     timeout: float = 300.0  # give up on the story after this many real seconds
+
+
+def drain_wait_of(strategy: str, config: StoryConfig) -> float:
+    return config.admin_drain_wait if strategy == "admin-state" else config.drain_wait
 
 
 @dataclass
@@ -76,6 +95,8 @@ class EventOutcome:
     approved_by: list[str] = field(default_factory=list)
     failed: int = 0
     failed_during_impact: int = 0
+    drained_t: float | None = None  # every named VM out of HAProxy's rotation (wall clock), if before the start
+    drained_by: list[str] = field(default_factory=list)  # the HAProxy status that took each one out
 
     @property
     def notice(self) -> float:
@@ -94,8 +115,19 @@ class EventOutcome:
             return 0.0
         return max(0.0, self.not_before - self.started_sim_t)
 
+    @property
+    def to_drained(self) -> float | None:
+        """Real seconds from the notice until HAProxy sent no new request to any VM the event names."""
+        return None if self.drained_t is None else self.drained_t - self.created_t
+
+    @property
+    def to_start_real(self) -> float | None:
+        """Real seconds from the notice to the start."""
+        return None if self.started_t is None else self.started_t - self.created_t
+
     def view(self) -> dict[str, Any]:
-        return {**asdict(self), "notice": self.notice, "to_start": self.to_start, "reclaimed": self.reclaimed}
+        return {**asdict(self), "notice": self.notice, "to_start": self.to_start, "reclaimed": self.reclaimed,
+                "to_drained": self.to_drained, "to_start_real": self.to_start_real}
 
 
 @dataclass
@@ -112,6 +144,8 @@ class StoryOutcome:
     events: list[EventOutcome] = field(default_factory=list)
     approvals: list[dict[str, Any]] = field(default_factory=list)  # the simulator's approval entries
     drained_before_start: dict[str, bool] = field(default_factory=dict)  # event id -> every named VM out first
+    pool_at_end: dict[str, str] = field(default_factory=dict)  # admin-state: each address's effective state
+    data_plane: dict[str, Any] | None = None  # admin-state: the simulator's HAProxy commands, applied and failed
 
     @property
     def story_sim_seconds(self) -> float | None:
@@ -125,7 +159,13 @@ class StoryOutcome:
         return {"strategy": self.strategy, "time_scale": self.time_scale, "sent": self.sent, "failed": self.failed,
                 "failed_outside_events": self.failed_outside_events, "story_sim_seconds": self.story_sim_seconds,
                 "story_real_seconds": self.story_real_seconds, "events": [e.view() for e in self.events],
-                "approvals": self.approvals, "drained_before_start": self.drained_before_start}
+                "approvals": self.approvals, "drained_before_start": self.drained_before_start,
+                "pool_at_end": self.pool_at_end, "left_down": self.left_down, "data_plane": self.data_plane}
+
+    @property
+    def left_down(self) -> list[str]:
+        """Addresses whose effective admin state was still ``Down`` when the story ended."""
+        return sorted(vm for vm, state in self.pool_at_end.items() if state == "Down")
 
 
 class _Vms:
@@ -143,7 +183,7 @@ class _Vms:
         if restart:
             cluster.apps[vm].poll()  # collect the killed process
             cluster.start_app(vm)
-        if self._strategy == "coordinated":
+        if self._strategy in AGENT_STRATEGIES:
             if restart:
                 old = cluster.agents[vm].proc
                 if old is not None:
@@ -170,7 +210,7 @@ class _Vms:
             stop_process(proc, timeout=5)
 
     def probe(self, vm: str) -> int | None:
-        if self._strategy == "coordinated":
+        if self._strategy in AGENT_STRATEGIES:
             return self._cluster.agents[vm].probe()
         import httpx  # the baselines have no agent object; ask their probe directly
 
@@ -182,16 +222,20 @@ class _Vms:
 
 
 def make_cluster(workdir: Path, strategy: str, config: StoryConfig, zk_hosts: str | None = None) -> LocalCluster:
-    """The group for one run: probe-only drains (the same for every strategy), the scaled simulator."""
+    """The group for one run: probe drains (every strategy), plus admin state through the simulated ARM
+    driving HAProxy for ``admin-state`` (a drain that cannot reach ARM falls back to the probe's wait)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}")
     scale = config.time_scale
+    wait = drain_wait_of(strategy, config)
+    admin = AdminStateDrain(arm_async_seconds=config.arm_async_seconds, fallback_wait=config.drain_wait) \
+        if strategy == "admin-state" else None
     return LocalCluster(
-        workdir, VMS, cluster=f"story{uuid.uuid4().hex[:8]}", zk_hosts=zk_hosts, drain_wait=config.drain_wait,
+        workdir, VMS, cluster=f"story{uuid.uuid4().hex[:8]}", zk_hosts=zk_hosts, drain_wait=wait,
         poll_interval=config.poll_interval, started_for=1.0 * scale, with_haproxy=True, haproxy_action=False,
-        with_agents=strategy == "coordinated",
+        with_agents=strategy in AGENT_STRATEGIES, admin_state=admin,
         sim_args=["--time-scale", f"{scale:g}", "--not-before-clock", "real", "--fault-domains", str(len(VMS))],
-        extra_config={"drain": {"wait_seconds_by_type": {"Preempt": config.drain_wait},
+        extra_config={"drain": {"wait_seconds_by_type": {"Preempt": wait},
                                 "return_wait_seconds": 1.0, "gone_after_seconds": 1.0}},
     )
 
@@ -206,20 +250,25 @@ def run_story(workdir: Path, strategy: str, config: StoryConfig = StoryConfig(),
     vms = _Vms(cluster, strategy, config)
     assert cluster.haproxy is not None and cluster.sim is not None
     load = LoadGenerator(cluster.haproxy.frontend_url, config.rate, timeout=config.request_timeout)
+    watch = RotationWatch(cluster.haproxy.statuses)
     try:
         for vm in VMS:
             vms.start(vm, restart=False)
         cluster.wait(lambda: all(vms.probe(vm) == 200 for vm in VMS), 60, "every VM serving")
         cluster.wait(lambda: all(cluster.haproxy.status(vm) == "UP" for vm in VMS),  # type: ignore[union-attr]
                      30, "HAProxy routing to every VM")
+        watch.start()
         load.start()
         time.sleep(1.0)  # a little steady state first
         outcome = _play(cluster, vms, load, strategy, config, progress)
         time.sleep(1.0)
         load.stop()
+        watch.stop()
         _account(outcome, cluster, load, config)
+        _account_rotation(outcome, watch.changes)
         return outcome
     finally:
+        watch.stop()
         load.stop()
         vms.stop()
         cluster.stop()
@@ -293,6 +342,13 @@ def _play(cluster: LocalCluster, vms: _Vms, load: LoadGenerator, strategy: str, 
             progress(_line(cluster, vms, sim.events().get("events", []), load, outcome))
         time.sleep(0.1)
     cluster.wait(lambda: all(vms.probe(vm) == 200 for vm in VMS), 60, "every VM serving again")
+    if strategy == "admin-state":
+        # Recorded, not raised: a VM left Down is a result to report (HAProxy's wait below then fails too).
+        wait_until(lambda: "Down" not in cluster.pool_effective().values(), 30, interval=0.1)
+        outcome.pool_at_end = cluster.pool_effective()
+        outcome.data_plane = sim.arm_calls().get("data_plane")
+        if outcome.left_down:
+            progress(f"{strategy}: left Down in the pool: {', '.join(outcome.left_down)}")
     cluster.wait(lambda: all(cluster.haproxy.status(vm) == "UP" for vm in VMS),  # type: ignore[union-attr]
                  30, "HAProxy routing to every VM again")
     outcome.ended_t, outcome.ended_sim_t = time.time(), sim.now()
@@ -338,8 +394,19 @@ def _account(outcome: StoryOutcome, cluster: LocalCluster, load: LoadGenerator, 
         owner.failed += 1
         if owner.started_t is not None and owner.started_t <= sent_at <= (owner.removed_t or sent_at):
             owner.failed_during_impact += 1
-    outcome.drained_before_start = {e.event_id: e.notice / config.time_scale >= config.drain_wait
-                                    for e in outcome.events}
+    wait = drain_wait_of(outcome.strategy, config)
+    outcome.drained_before_start = {e.event_id: e.notice / config.time_scale >= wait for e in outcome.events}
+
+
+def _account_rotation(outcome: StoryOutcome, changes: Sequence[Change]) -> None:
+    """When every VM an event names was out of HAProxy's rotation, if that was before the event started
+    (a VM taken out by the impact itself, a paused or killed app failing its checks, was not drained)."""
+    for event in outcome.events:
+        outs = [out_of_rotation_since(changes, vm, event.created_t, event.started_t) for vm in event.resources]
+        if event.started_t is None or any(o is None for o in outs):
+            continue
+        event.drained_t = max(max(o.t for o in outs if o is not None), event.created_t)
+        event.drained_by = [o.status for o in outs if o is not None]
 
 
 # -- the report ---------------------------------------------------------------------------------------------
@@ -370,12 +437,34 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         out[strategy] = {
             "runs": len(mine),
             **{k: _stats(v) for k, v in figures.items()},
+            **_drain_figures(mine),
             "events": len(mine[0]["events"]),
             "steps": {name: {"failed": _stats(_per_run(v["failed"], len(mine))),
                              "to_start": _stats(v["to_start"]), "notice": _stats(v["notice"])}
                       for name, v in per_step.items()},
         }
     return out
+
+
+def _drain_figures(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Over every event of ``runs``: real seconds from the notice to drained (in HAProxy) and to the start,
+    how many events were drained before they started, by which HAProxy status, and VMs left ``Down``.
+    Runs recorded before these figures existed give none (NaN, zero)."""
+    events = [e for r in runs for e in r["events"]]
+    drained = [e for e in events if e.get("to_drained") is not None]
+    statuses = sorted({s.split()[0] for e in drained for s in e.get("drained_by", [])})
+    return {
+        "to_drained": _stats([e["to_drained"] for e in drained]),
+        "to_start_real": _stats([e["to_start_real"] for e in events if e.get("to_start_real") is not None]),
+        "drain_to_start": _stats([e["to_start_real"] - e["to_drained"] for e in drained
+                                  if e.get("to_start_real") is not None]),
+        "drained_events": len(drained),
+        "all_events": len(events),
+        "drained_by": {s: sum(1 for e in drained for x in e.get("drained_by", []) if x.split()[0] == s)
+                       for s in statuses},
+        "left_down": sorted({vm for r in runs for vm in r.get("left_down", [])}),
+        "data_plane_failed": sum((r.get("data_plane") or {}).get("failed", 0) for r in runs),
+    }
 
 
 def _per_run(values: list[float], runs: int) -> list[float]:
@@ -394,8 +483,25 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
 
 
 def _fig(stats: dict[str, float], digits: int = 0, unit: str = "") -> str:
+    if stats["median"] != stats["median"]:  # NaN: nothing measured
+        return "-"
     med, lo, hi = (f"{stats[k]:.{digits}f}" for k in ("median", "min", "max"))
     return f"{med}{unit}" if lo == hi else f"{med}{unit} ({lo}-{hi})"
+
+
+def drain_report(summary: dict[str, dict[str, Any]]) -> str:
+    """Drain figures (Markdown), real seconds over every event of every run: notice to drained (HAProxy sent
+    the event's VMs no new request), notice to start, and what took the VMs out of rotation."""
+    lines = ["| strategy | requests failed | events drained before their start | notice -> drained (real s) "
+             "| notice -> start (real s) | drained -> start (real s) | taken out by (HAProxy status: VMs) "
+             "| left Down at the end |", "|---|---|---|---|---|---|---|---|"]
+    for strategy, s in summary.items():
+        by = ", ".join(f"{status} {n}" for status, n in s["drained_by"].items()) or "-"
+        left = ("none" if not s["left_down"] else ", ".join(s["left_down"])) if strategy == "admin-state" else "-"
+        lines.append(f"| {strategy} | {_fig(s['failed'])} | {s['drained_events']} of {s['all_events']} | "
+                     f"{_fig(s['to_drained'], 2)} | {_fig(s['to_start_real'], 2)} | {_fig(s['drain_to_start'], 2)} "
+                     f"| {by} | {left} |")
+    return "\n".join(lines)
 
 
 def _ratio(value: float, reference: float) -> str:

@@ -8,6 +8,9 @@ drain of 1.5 s. What must hold whatever the timing:
 
 * coordinated: every event approved early (the default policy allows both), after its VMs drained, so
   no request failed while an event's impact was on;
+* admin-state: the same, and the VMs are also drained through the load balancer's admin state: the
+  simulated ARM applies each write to HAProxy (none failed), every VM named was out of HAProxy's rotation
+  before its event started, and no address is left ``Down`` at the end;
 * wait: no approval was ever sent; every event started at its NotBefore;
 * self-approve: the approvals came from the VMs the events name; the Freeze was approved before its VMs
   could drain, so requests failed while it was on.
@@ -44,6 +47,19 @@ def test_coordinated_approves_every_event_early_and_loses_no_request_to_an_impac
         assert len(event.approved_by) == 1, event
         assert outcome.drained_before_start[event.event_id]
         assert event.failed_during_impact == 0, (event, outcome.failed)
+
+
+def test_admin_state_drains_through_the_lb_and_leaves_no_vm_down(tmp_path: Path, zk_hosts: str) -> None:
+    outcome = play(tmp_path, "admin-state", zk_hosts)
+    for event in outcome.events:
+        assert event.start_reason == "approved", event
+        assert event.drained_t is not None and event.to_drained is not None, event  # out before the start
+        assert event.failed_during_impact == 0, (event, outcome.failed)
+    assert outcome.pool_at_end == {"vm0": "None", "vm1": "None", "vm2": "None"}
+    assert outcome.left_down == []
+    assert outcome.data_plane is not None and outcome.data_plane["failed"] == 0, outcome.data_plane
+    named = sum(len(e.resources) for e in outcome.events)
+    assert outcome.data_plane["applied"] >= 2 * named, outcome.data_plane  # Down, then None, per VM named
 
 
 def test_wait_never_approves_and_every_event_starts_at_not_before(tmp_path: Path, zk_hosts: str) -> None:
