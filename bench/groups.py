@@ -455,7 +455,7 @@ class GroupRun:
             extra_config={"drain": {"return_wait_seconds": config.return_wait, "gone_after_seconds": config.gone_after},
                           "logging": {"format": "json"}},
         )
-        self.processes: dict[int, ProcessRecord] = {}
+        self.processes: dict[tuple[str, int], ProcessRecord] = {}  # by (vm, pid): a PID is reused
         self.harness: list[HarnessRecord] = []
         self.statuses: list[StatusSample] = []
         self.sim_log: list[dict[str, Any]] = []
@@ -484,15 +484,19 @@ class GroupRun:
         agent = self.cluster.spawn_agent(vm)
         assert agent.proc is not None
         with self._lock:
-            self.processes[agent.proc.pid] = ProcessRecord(vm, agent.proc.pid, time.time())
+            self.processes[(vm, agent.proc.pid)] = ProcessRecord(vm, agent.proc.pid, time.time())
         if self.config.impacts:
             self._register(vm)
 
     def _register(self, vm: str) -> None:
+        """Tell the simulator which process stands for ``vm``, or that none does: a PID left registered
+        after its process ended is soon another process's, or a thread's of another agent (a signal to a
+        thread's id reaches its whole process), and an impact on ``vm`` would kill that instead."""
         proc = self._agent(vm).proc
-        if self.cluster.sim is not None and proc is not None and proc.poll() is None:
+        if self.cluster.sim is not None:
+            pids = [proc.pid] if proc is not None and proc.poll() is None else []
             with contextlib.suppress(Exception):
-                self.cluster.sim.register_pids(vm, [proc.pid])
+                self.cluster.sim.register_pids(vm, pids)
 
     def _note_exits(self) -> None:
         for vm, agent in self.cluster.agents.items():
@@ -500,9 +504,10 @@ class GroupRun:
             if proc is None or proc.poll() is None:
                 continue
             with self._lock:
-                known = self.processes.get(proc.pid)
+                known = self.processes.get((vm, proc.pid))
                 if known is not None and known.exited is None:
-                    self.processes[proc.pid] = ProcessRecord(vm, proc.pid, known.started, time.time(), proc.returncode)
+                    self.processes[(vm, proc.pid)] = ProcessRecord(vm, proc.pid, known.started, time.time(),
+                                                                   proc.returncode)
 
     def _answering(self, vm: str) -> bool:
         agent = self._agent(vm)
@@ -748,6 +753,7 @@ class GroupRun:
                 self.harness.append(HarnessRecord(time.time(), "sigterm", self.down, proc.pid, "down for the story"))
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(20)
+                self._register(self.down)  # no PID stands for it now
                 self._note_exits()
             # The story, measured: requests and deliveries per session, writes, CPU of the agents.
             origin = time.time()

@@ -120,7 +120,8 @@ def test_an_extension_asking_the_agent_for_a_path_it_does_not_serve_fails_with_r
     on = repairs_verdict(enabled=True, grace_period="PT30M", repair_action=None, health_source=source,
                          drain_probe_source=False, unserved="port 9110 /apphealth")
     assert on.status is Status.FAIL and "every VM reads Unhealthy and is replaced" in on.summary
-    assert on.fix == "point the extension's requestPath at the agent's application health endpoint (port 9110 /apphealth)"
+    assert on.fix == ("point the extension's requestPath at the agent's application health endpoint "
+                      "(port 9110 /apphealth)")
     off = repairs_verdict(enabled=False, grace_period=None, repair_action=None, health_source=source,
                           drain_probe_source=False, unserved="port 9110 /apphealth")
     assert off.status is Status.WARN

@@ -409,6 +409,22 @@ def test_s5_flags_an_unexpected_exit_a_traceback_a_stall_and_an_unclean_stop() -
     assert "agent of vm1 (pid 101) did not stop cleanly when asked" in summaries
 
 
+def test_s5_tells_apart_two_agents_that_had_one_pid_at_different_times() -> None:
+    """A group of 100 agents restarted after impacts wraps the PIDs around: vm1's new agent got the PID of
+    vm0's agent killed 20 s before. Neither vm0's last cycle count (taken for vm1's, a stall) nor vm0's kill
+    (taken to explain vm1's later exit) may be carried over to vm1's process."""
+    run = Run()
+    run.all_serving()
+    run.process("vm0", 100, 0.0, exited=10.1, rc=-9)
+    run.signal(10.0, "vm0", 100, "SIGKILL")
+    run.statuses("vm0", 100, 0, 10, lambda t: 400 + int(t))
+    run.process("vm1", 100, 30.0, exited=50.0, rc=-9)  # the same PID, killed by nobody that was seen
+    run.statuses("vm1", 100, 30, 50, lambda t: int(t) - 30)
+    found = run.verdict().violations
+    assert [v.summary for v in found] == ["agent of vm1 (pid 100) exited unexpectedly with status -9"], \
+        run.verdict().render(T0)
+
+
 def test_s5_counts_tracebacks_of_threads_interleaved_on_stderr_as_one_violation() -> None:
     run = Run()
     run.all_serving()

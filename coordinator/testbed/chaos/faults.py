@@ -146,9 +146,9 @@ class FaultSteps(RunProcesses):
             self.count(step.kind)
             self.record("sigkill", vm, proc.pid, f"restart after {step.seconds:.1f}s{why}")
             proc.send_signal(signal.SIGKILL)
-            self._register(vm)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(5)
+            self._register(vm)  # after the wait: a PID registered past its process's end may be reused
             self._note_exit(vm, proc)
         self.say(f"fault: SIGKILL {vm}{why} (pid {proc.pid}), restart in {step.seconds:.1f}s")
         self._stopping.wait(step.seconds)

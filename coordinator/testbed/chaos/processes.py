@@ -162,16 +162,16 @@ class RunProcesses(RunState):
         proc = self._cluster().agents[vm].proc
         if proc is not None:
             with self._lock:
-                self.processes.setdefault(proc.pid, ProcessRecord(vm, proc.pid, started))
+                self.processes.setdefault((vm, proc.pid), ProcessRecord(vm, proc.pid, started))
 
     def _note_exit(self, vm: str, proc: subprocess.Popen[bytes]) -> None:
         code = proc.poll()
         if code is None:
             return
         with self._lock:
-            known = self.processes.get(proc.pid)
+            known = self.processes.get((vm, proc.pid))
             if known is not None and known.exited is None:
-                self.processes[proc.pid] = ProcessRecord(vm, proc.pid, known.started, time.time(), code)
+                self.processes[(vm, proc.pid)] = ProcessRecord(vm, proc.pid, known.started, time.time(), code)
 
     def _register(self, vm: str) -> None:
         """Tell the simulator which processes stand for ``vm`` (its impacts pause or kill them)."""

@@ -75,7 +75,7 @@ class RunState:
         self._stopping = threading.Event()
         self._step_threads: list[threading.Thread] = []
         self.harness: list[HarnessRecord] = []
-        self.processes: dict[int, ProcessRecord] = {}
+        self.processes: dict[tuple[str, int], ProcessRecord] = {}  # by (vm, pid): a PID is reused
         self.probes: list[ProbeSample] = []
         self.servers: list[ServerSample] = []
         self.statuses: list[StatusSample] = []

@@ -102,7 +102,8 @@ def s5(ctx: Context) -> list[Violation]:
     for process in obs.processes:
         if process.exited is None:
             continue
-        killed = any(k <= process.exited + 0.5 for k in kills.get(process.pid, ()))
+        # A kill counts for this process only within its life: its PID may have been another's before.
+        killed = any(process.started - 0.5 <= k <= process.exited + 0.5 for k in kills.get(process.pid, ()))
         asked = process.pid in terms and terms[process.pid] <= process.exited + 0.5
         if killed and process.returncode == -9:
             continue
@@ -169,10 +170,11 @@ def _stalls(ctx: Context) -> list[Violation]:
     found = []
     limit = ctx.settings.stall_seconds
     pauses = pause_windows(ctx)
-    by_pid: dict[int, list[StatusSample]] = defaultdict(list)
+    # By VM and PID: a PID is reused, and another VM's agent with an old one's PID is another process.
+    by_pid: dict[tuple[str, int], list[StatusSample]] = defaultdict(list)
     for sample in ctx.obs.statuses:
-        by_pid[sample.pid].append(sample)
-    for pid, samples in by_pid.items():
+        by_pid[(sample.vm, sample.pid)].append(sample)
+    for (_, pid), samples in by_pid.items():
         samples.sort(key=lambda s: s.t)
         windows = [(a, b) for a, b, _ in pauses.get(pid, ())]
         progress_t: float | None = None  # the last time it was seen making progress (or resumed)
