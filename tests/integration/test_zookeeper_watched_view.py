@@ -665,5 +665,8 @@ def test_a_read_found_stale_is_made_again_from_the_cache_and_only_the_last_attem
     made_again = read_after_a_change(attempts - 2, lambda: b.acknowledge(EVENT, "vm-b", T0))
     # Every attempt but the last found stale: the last one reads everything.
     everything = read_after_a_change(attempts - 1, lambda: b.withdraw_ack(EVENT, "vm-b"))
-    assert made_again <= 3, f"{made_again} requests for one change read {attempts - 1} times"
+    # The change costs 2 requests (the acks list, the new ack); a notification that reaches the reader
+    # during an attempt keeps that answer out of the cache, and the next attempt asks again: a few more.
     assert everything > 20, f"the last attempt read only {everything} requests: not everything"
+    assert made_again * 4 < everything, f"{made_again} requests for one change read {attempts - 1} times, " \
+        f"{everything} for everything"
