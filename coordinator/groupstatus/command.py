@@ -87,12 +87,22 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"coordinator: {exc}", file=sys.stderr)
             return 1
     finally:
-        reader.close()
+        _close(reader)
     if args.json:
         print(status.to_json())
     else:
         _console().print(render(status))
     return 0
+
+
+def _close(reader: GroupReader, timeout: float = 5.0) -> None:
+    """Close the reader, waiting for it at most ``timeout`` seconds: kazoo's close waits for its writer up
+    to the session timeout (10 s at least), and under load a Ctrl-C of ``--watch`` was seen to wait for it
+    longer than 40 s. The session ends on the server anyway once it times out; the command's answer does
+    not wait for that. kazoo's threads are daemons: they do not keep the process."""
+    closing = threading.Thread(target=reader.close, name="status-close", daemon=True)
+    closing.start()
+    closing.join(timeout)
 
 
 def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], interval: float, *, as_json: bool) -> int:
