@@ -510,9 +510,10 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
             required = tuple(vm for vm in ev.resources if _waited_for(vm, cluster, policy, snap)) if after_drain else ()
             intent = ApprovalIntent(ev.event.event_id, ev.key, required, as_leader, after_drain and policy.budgeted)
             ready[ev.key] = intent if mine else None
-            past_grace = [vm for vm in ev.resources if vm in cluster.known and vm not in required]
-            if mine and after_drain and past_grace:
-                unseen_drains[ev.key] = (policy.wait_for(ev.event) + policy.absent_notice, tuple(past_grace))
+            if mine and after_drain:
+                past_grace = tuple(vm for vm in ev.resources if vm in cluster.known and vm not in required)
+                if past_grace:
+                    unseen_drains[ev.key] = (policy.wait_for(ev.event) + policy.absent_notice, past_grace)
         if policy.terminate_together:
             _hold_terminate_batches(by_key, ready, blocked)
         if doc is not None and cluster.i_am_leader:

@@ -230,8 +230,8 @@ MUTATIONS = [
     (
         'a-read-mixing-a-stale-kept-answer-is-made-again',
         'coordinator/store/zk_watch.py',
-        '        if stale(fetch.kept, fetch.kept_memos, fired):\n',
-        '        if False:\n',
+        '        return (None if stale(fetch.kept, fetch.kept_memos, fired) else fetch), result\n',
+        '        return fetch, result\n',
         'tests/integration/test_zookeeper_watched_view.py::'
         'test_a_kept_record_whose_watch_event_comes_during_the_read_is_read_again',
     ),

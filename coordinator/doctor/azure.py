@@ -294,20 +294,21 @@ def check_repairs(ctx: Context) -> Verdict:
         ext_port, ext_path = settings.get("port"), settings.get("requestPath") or "/"
         source = f"the Application Health extension ({settings.get('protocol', 'http')} port {ext_port} {ext_path})"
         drain_source = drain_source or (ext_port == port and ext_path == path)
-        unserved = _unserved_health_path(ctx, ext_port, ext_path)
+        unserved = _unserved_health_path(ctx, ext_port, ext_path, (port, path))
     return repairs_verdict(enabled=bool(policy.get("enabled", False)), grace_period=policy.get("gracePeriod"),
                            repair_action=policy.get("repairAction"), health_source=source,
                            drain_probe_source=drain_source, unserved=unserved)
 
 
-def _unserved_health_path(ctx: Context, port: Any, path: str) -> str | None:
-    """When the Application Health extension asks one of the agent's own ports (the probe's, the HTTP
-    server's, the application health listener's) for a path the agent does not answer there as health,
-    where the agent does answer (for the fix); None when it asks the right path or another program."""
+def _unserved_health_path(ctx: Context, port: Any, path: str, probe: tuple[int, str]) -> str | None:
+    """When the Application Health extension asks one of the agent's own ports (the probe's, ``probe``
+    from ``_agent_probe``; the HTTP server's; the application health listener's) for a path the agent does
+    not answer there as health, where the agent does answer (for the fix); None when it asks the right
+    path or another program."""
     from coordinator.httpserver import split_host_port
 
     settings = ctx.settings
-    probe_port = split_host_port(settings.probe.listen)[1]
+    probe_port, probe_path = probe
     app_ports = {split_host_port(settings.http.listen)[1]}
     if settings.app_health.listen is not None:
         app_ports.add(split_host_port(settings.app_health.listen)[1])
@@ -315,7 +316,7 @@ def _unserved_health_path(ctx: Context, port: Any, path: str) -> str | None:
         return None  # another program's endpoint: not the agent's to judge
     if port in app_ports and path == settings.app_health.path:
         return None
-    if port == probe_port and path == settings.probe.path:
+    if port == probe_port and path == probe_path:
         return None  # the drain probe: judged against the grace period
     return " or ".join(f"port {p} {settings.app_health.path}" for p in sorted(app_ports))
 

@@ -91,7 +91,6 @@ class WatchedView:
         self._members_lock = threading.Lock()
         self._standing_generation = 0  # moved by watch events on /members, a member, /registry, /leader
         self.requests_sent = 0  # requests sent by view and member info reads (for tests and benchmarks)
-        self.reads_made_again = 0  # reads found stale and made again (for tests and benchmarks)
         # One bound method object, so that kazoo's per-path watcher sets hold it once.
         self.watch = self._on_watch
 
@@ -140,10 +139,7 @@ class WatchedView:
         finally:
             fired = self._nodes.end()
         self.requests_sent += fetch.sent
-        if stale(fetch.kept, fetch.kept_memos, fired):
-            self.reads_made_again += 1
-            return None, result
-        return fetch, result
+        return (None if stale(fetch.kept, fetch.kept_memos, fired) else fetch), result
 
     def touch(self, event_id: str) -> None:
         """This store wrote to the record of ``event_id`` (normalised): read it again next time."""

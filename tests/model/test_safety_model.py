@@ -281,7 +281,6 @@ class EarlyRelease:
 
 
 class CoordinatorModel(RuleBasedStateMachine):
-
     def __init__(self) -> None:
         super().__init__()
         self.time = ModelTime(START)
