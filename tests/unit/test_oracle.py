@@ -425,6 +425,17 @@ def test_s5_tells_apart_two_agents_that_had_one_pid_at_different_times() -> None
         run.verdict().render(T0)
 
 
+def test_s5_does_not_take_a_stop_asked_of_an_earlier_process_with_the_same_pid_for_a_later_ones() -> None:
+    run = Run()
+    run.all_serving()
+    run.process("vm0", 100, 0.0, exited=10.1, rc=0)
+    run.harness(10.0, "sigterm", "vm0", 100)
+    run.process("vm1", 100, 30.0, exited=50.0, rc=0)  # the same PID, stopped by nobody that was seen
+    found = run.verdict().violations
+    assert [v.summary for v in found] == ["agent of vm1 (pid 100) exited unexpectedly with status 0"], \
+        run.verdict().render(T0)
+
+
 def test_s5_counts_tracebacks_of_threads_interleaved_on_stderr_as_one_violation() -> None:
     run = Run()
     run.all_serving()

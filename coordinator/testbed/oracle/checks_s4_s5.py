@@ -88,23 +88,23 @@ def s5(ctx: Context) -> list[Violation]:
     found = []
     obs = ctx.obs
     kills: dict[int, list[float]] = defaultdict(list)
-    terms: dict[int, float] = {}
+    terms: dict[int, list[float]] = defaultdict(list)
     for record in obs.harness:
         if record.pid is None:
             continue
         if record.kind == "sigkill":
             kills[record.pid].append(record.t)
         elif record.kind == "sigterm":
-            terms.setdefault(record.pid, record.t)
+            terms[record.pid].append(record.t)
     for entry in obs.sim_log:
         if entry.get("kind") == "signal" and entry.get("signal") == "SIGKILL" and entry.get("result") == "sent":
             kills[int(entry["pid"])].append(float(entry["t"]))
     for process in obs.processes:
         if process.exited is None:
             continue
-        # A kill counts for this process only within its life: its PID may have been another's before.
+        # A signal counts for this process only within its life: its PID may have been another's before.
         killed = any(process.started - 0.5 <= k <= process.exited + 0.5 for k in kills.get(process.pid, ()))
-        asked = process.pid in terms and terms[process.pid] <= process.exited + 0.5
+        asked = any(process.started - 0.5 <= t <= process.exited + 0.5 for t in terms.get(process.pid, ()))
         if killed and process.returncode == -9:
             continue
         if asked and process.returncode == 0:
