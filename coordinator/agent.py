@@ -26,7 +26,18 @@ from typing import Any, Protocol
 
 from coordinator import __version__
 from coordinator.actions.base import Action, ActionContext, run_drain, run_recover
-from coordinator.decide import LocalState, PeerSeen, Phase, Plan, Policy, Sighting, Snapshot, approval_fence, decide
+from coordinator.decide import (
+    LocalState,
+    PeerSeen,
+    Phase,
+    Plan,
+    Policy,
+    Sighting,
+    Snapshot,
+    approval_fence,
+    decide,
+    follows_group,
+)
 from coordinator.errors import (
     DuplicateMember,
     ImdsError,
@@ -170,6 +181,9 @@ class Agent:
         # What the snapshot needs beyond one cycle (``coordinator.evidence``), on this process's monotonic clock.
         self._evidence = Evidence(named={key: Sighting(self._started) for key in self._local.draining_for})
         self._approving = False  # this VM approves an event of its last fresh document
+        # Whether the next cycle reads the whole view (``decide.follows_group`` of the last one), or only
+        # this VM's own part of it, which leaves it out of the acks and marks of events not naming it.
+        self._follow = True
         self._last_document: Document | None = None
         self._status = _Status()
         self._status_lock = threading.Lock()
@@ -258,6 +272,9 @@ class Agent:
         started = self._clock.monotonic()
         snap = self._observe(started)
         local = self._job_status(self._local)
+        if snap.cluster is not None and not snap.cluster.complete and follows_group(snap, local):
+            self._follow = True  # an event names this VM now, or it leads: the whole view, before deciding
+            snap = self._observe(started)
         plan = decide(snap, local, self._policy)
         if snap.document is not None:
             # Whether this VM approves an event of its document (a fresh one: without it the plan names
@@ -282,6 +299,7 @@ class Agent:
         with log_context(phase=(plan.next_phase or local.phase).value):  # what this plan makes of the VM
             self._local = self._act(snap, local, plan)
         self._quiet.note(snap, self._local, plan, holding_named=bool(self._evidence.named))
+        self._follow = follows_group(snap, self._local)
         self._persist(snap)
         self._report(snap, plan)
         log.debug("cycle took %.1f ms: observe %.1f, decide %.1f, act %.1f (vm=%s)",
@@ -347,7 +365,7 @@ class Agent:
                 self._store.start()
             self._store.join(self.vm, self._member_info)
             self._store.campaign(self.vm)
-            cluster = self._store.read_view(self.vm)
+            cluster = self._store.read_view(self.vm, complete=self._follow)
         except DuplicateMember as exc:
             duplicate = str(exc)  # said once by the decision (``Plan.invalid``), not every cycle
         except (StoreError, InvalidName) as exc:

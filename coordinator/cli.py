@@ -106,8 +106,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     print(f"imds: incarnation {imds.get('incarnation')}  fresh: {imds.get('fresh')}")
     for event in status.get("events", []):
         print(f"- {event['event_id']} {event['type']} {event['status']} on {', '.join(event['resources'])}")
-        print(f"    approver {event['approver']}  acks {', '.join(event['acks']) or '-'}  "
-              f"approved by {event['approved_by'] or '-'}")
+        acks = "not read here" if event["acks"] is None else ", ".join(event["acks"]) or "-"
+        print(f"    approver {event['approver']}  acks {acks}  approved by {event['approved_by'] or '-'}")
         for reason in event["waiting_for"]:
             print(f"    waiting: {reason}")
     return 0

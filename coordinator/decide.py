@@ -66,6 +66,7 @@ __all__ = [
     "approval_fence",
     "choose_approver",
     "decide",
+    "follows_group",
     "is_gone",
     "rule_for",
     "session_lapses_after",
@@ -404,7 +405,34 @@ def _over_budget(
     return ""
 
 
+def follows_group(snap: Snapshot, local: LocalState) -> bool:
+    """Whether this VM's decisions need the whole view of the group (``ClusterView.complete``), or only its
+    own part of it (``coordinator.store.base.own_view``). They need the whole view when this VM leads (it
+    admits events, approves those no live agent they name can, marks records done and absences), when an
+    event of its documents or an open record names it (it drains, acks, and may be the approver), when it
+    holds an ack or an event, has POSTed an approval, runs a job, or is not serving, and when another agent
+    runs under its name. Any other VM approves nothing and admits nothing: it publishes the events it sees,
+    and watches its own ack and ``/out`` mark, so that the acks and marks of the VMs an event names do not
+    wake it. Without a view: the whole view, read next."""
+    cluster = snap.cluster
+    if cluster is None or cluster.i_am_leader or snap.duplicate:
+        return True
+    if local.phase is not Phase.SERVING or local.job_running or local.draining_for or local.posted or snap.named:
+        return True
+    me = snap.me
+    for document in (snap.document, snap.last_document):
+        if document is not None and any(event.names(me) for event in document.events):
+            return True
+    return any(me in record.acks or (record.done_at is None and me in record.resources)
+               for record in cluster.records.values())
+
+
 def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
+    if snap.cluster is not None and not snap.cluster.complete and follows_group(snap, local):
+        # A view cut down to this VM's own part where its decisions weigh the group's (the agent reads the
+        # whole view first): decided as without a view, on the safe side. It never admits or approves on
+        # acks or budget marks it did not read.
+        snap = replace(snap, cluster=None)
     doc = snap.document
     basis = doc if doc is not None else snap.last_document
     parsed: list[_Event] = []
@@ -465,7 +493,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         budget_view: dict[str, str] | None = None  # a member's own reckoning of the leader's admissions
         if doc is not None and policy.budgeted and cluster.i_am_leader:
             admit, wait_slot = _admissions(known, cluster, snap, policy)
-        flight = _in_flight(known, cluster, snap, policy) if policy.budgeted else {}
+        flight = _in_flight(known, cluster, snap, policy) if policy.budgeted and cluster.complete else {}
         for ev in holding_events:
             if ev.key is None or phase_after is not Phase.DRAINED:
                 continue
@@ -487,6 +515,8 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                 continue
             approver, as_leader = choose_approver(ev.resources, cluster, policy.approver)
             approvers[ev.key] = approver or ""
+            if not cluster.complete:
+                continue  # neither named by it nor leading: its approver and the leader weigh it
             reasons = _approval_blockers(ev, record, ev.key in admit, ack, snap, cluster, policy)
             if _NOT_ADMITTED in reasons:
                 if cluster.i_am_leader and ev.key in wait_slot:

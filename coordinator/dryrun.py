@@ -125,7 +125,9 @@ class DryRunStore:
     def granted_session_timeout(self) -> float | None:
         return self._inner.granted_session_timeout
 
-    def read_view(self, vm: str) -> ClusterView:
+    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
+        # Always the whole view: one read per cycle (the planned writes are said per cycle), and what a
+        # dry run costs one agent's reads does not matter.
         view = self._inner.read_view(vm)
         self.planned.next_cycle()  # one view per cycle, read before the cycle's writes are planned
         # Pretend to be a member, and to have acknowledged what it would have, so that the decisions

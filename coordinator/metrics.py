@@ -109,8 +109,9 @@ class EventRow:
     event_type: str  # bounded (``bounded_type``)
     status: str  # bounded (``bounded_status``)
     named_vms: int  # VMs its Resources name
-    acknowledged_vms: int  # of those, how many have an acknowledgement in ZooKeeper
-    approved: bool  # this group has approved it (its approval record, or this agent's POST)
+    # None (the series is left out): not read, by an agent that no event names and that does not lead
+    acknowledged_vms: int | None  # of those, how many have an acknowledgement in ZooKeeper
+    approved: bool | None  # this group has approved it (its approval record, or this agent's POST)
     not_before: float | None  # epoch seconds
     blocked: tuple[str, ...] = ()  # bounded reasons (``BLOCKED_REASONS``) that hold its approval back
 
@@ -179,8 +180,10 @@ class EventCollector(Collector):
         for row in rows:
             values = [row.event_id, row.event_type, row.status]
             named.add_metric(values, row.named_vms)
-            acked.add_metric(values, row.acknowledged_vms)
-            approved.add_metric(values, 1 if row.approved else 0)
+            if row.acknowledged_vms is not None:
+                acked.add_metric(values, row.acknowledged_vms)
+            if row.approved is not None:
+                approved.add_metric(values, 1 if row.approved else 0)
             if row.not_before is not None:
                 not_before.add_metric(values, row.not_before)
             for reason in row.blocked:

@@ -54,6 +54,7 @@ class Telemetry:
         self.live_after = live_after
         self._previous: Document | None = None
         self._records: Mapping[str, EventRecord] = {}
+        self._follows = True  # the last view was the whole one (else: no acks or approvals of others read)
         self._blocked: Mapping[str, tuple[str, ...]] = {}  # the last reasons decided on a fresh document
         self._session: object | None = None  # the ZooKeeper session id this agent last held
         self._completed_at: float | None = None  # monotonic time of the last completed cycle
@@ -145,6 +146,7 @@ class Telemetry:
         metrics = self._metrics
         if snap.cluster is not None:
             self._records = snap.cluster.records
+            self._follows = snap.cluster.complete
             if snap.document is not None:
                 self._ready = True
         self._session_changes(connection, session)
@@ -169,13 +171,16 @@ class Telemetry:
             if event.is_scheduled and not approved and event.not_before is not None:
                 nearest = min(nearest, event.not_before.timestamp() - snap.now)
             named = {r.lower() for r in event.resources}
+            acked = len(named & set(record.acks)) if record is not None else 0
             rows.append(EventRow(
                 event_id=event.event_id[:_ID_LABEL_MAX],
                 event_type=bounded_type(event.event_type),
                 status=bounded_status(event.event_status),
                 named_vms=len(named),
-                acknowledged_vms=len(named & set(record.acks)) if record is not None else 0,
-                approved=approved,
+                # An agent that follows only its own part of the group (no event names it) reads no other
+                # VM's ack nor the approval: those series come from the VMs named and the leader.
+                acknowledged_vms=acked if self._follows else None,
+                approved=approved if self._follows else None,
                 not_before=event.not_before.timestamp() if event.not_before is not None else None,
                 blocked=tuple(sorted({blocked_reason(r) for r in self._blocked.get(key, ())})),
             ))
@@ -289,7 +294,9 @@ def status_dict(vm: str, local: LocalState, plan: Plan | None, snap: Snapshot | 
             "resources": list(event.resources),
             "not_before": event.not_before.isoformat() if event.not_before else None,
             "approver": plan.approvers.get(key),
-            "acks": sorted(record.acks) if record else [],
+            # null: not read by this agent, which no event names and which does not lead (its approver's
+            # /status and `coordinator status` show them)
+            "acks": (sorted(record.acks) if record else []) if cluster is None or cluster.complete else None,
             "approved_by": record.approval.by if record and record.approval else None,
             "waiting_for": list(plan.blocked.get(key, ())),
         })

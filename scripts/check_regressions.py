@@ -519,6 +519,20 @@ MUTATIONS = [
         '        if False:\n',
         f'{FOUND}::test_an_event_appearing_after_the_absent_grace_waits_for_its_cut_off_vms_to_drain',
     ),
+    (
+        'a-cut-down-view-never-admits',
+        'coordinator/decide.py',
+        '    if snap.cluster is not None and not snap.cluster.complete and follows_group(snap, local):\n',
+        '    if False:\n',
+        'tests/unit/test_own_view.py::test_a_leader_never_admits_on_a_cut_down_view',
+    ),
+    (
+        'a-cut-down-view-weighs-no-budget',
+        'coordinator/decide.py',
+        '                continue  # neither named by it nor leading: its approver and the leader weigh it\n',
+        '                pass\n',
+        'tests/unit/test_own_view.py::test_an_uninvolved_vm_on_its_own_part_publishes_and_names_approvers_but_weighs_nothing',
+    ),
 ]
 
 

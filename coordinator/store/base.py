@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Protocol
 
@@ -51,6 +51,8 @@ __all__ = [
     "Store",
     "Wakeup",
     "WriteResult",
+    "own_record",
+    "own_view",
 ]
 
 log = logging.getLogger(__name__)
@@ -130,6 +132,25 @@ class ClusterView:
     absent_since: Mapping[str, float] = field(default_factory=dict)  # leader-observed, may be stale
     out: Mapping[str, OutMark] = field(default_factory=dict)  # VMs out of rotation, by their own account
     paused: Pause | None = None  # early approvals paused by an operator: none is approved, drains go on
+    # False: read for a VM that follows only its own part of the group (``own_view``): no event names it
+    # and it does not lead, so it reads neither the acks, admissions and approvals of the records nor the
+    # other VMs' ``/out`` marks and absences, and is told of no change to them.
+    complete: bool = True
+
+
+def own_view(view: ClusterView, vm: str) -> ClusterView:
+    """What a VM that follows only its own part of the group reads of ``view``: members, registry, leader,
+    pause, every record's node (its id, type, Resources, NotBefore, ``done_at``), its own acks and its
+    own ``/out`` mark; no other VM's ack or mark, no admission, approval or absence. Whoever decides on
+    it must not admit, approve or weigh the budget (``coordinator.decide.follows_group``)."""
+    records = {key: own_record(record, vm) for key, record in view.records.items()}
+    out = {vm: view.out[vm]} if vm in view.out else {}
+    return replace(view, records=records, out=out, absent_since={}, complete=False)
+
+
+def own_record(record: EventRecord, vm: str) -> EventRecord:
+    """What ``own_view`` keeps of a record for ``vm``: its node, and ``vm``'s ack only."""
+    return replace(record, acks={vm: record.acks[vm]} if vm in record.acks else {}, approval=None, admitted_at=None)
 
 
 class ApprovalOutcome(Enum):
@@ -206,9 +227,10 @@ class Store(Protocol):
         Raises ``StoreUnavailable``, or ``DuplicateMember`` (with nothing sent) while ``duplicate`` is
         set for ``vm``."""
 
-    def read_view(self, vm: str) -> ClusterView:
-        """Read members, leader and every event record with its acks and approval. ``vm`` is not among
-        the members while ``duplicate`` is set for it. Raises ``StoreUnavailable``."""
+    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
+        """Read members, leader and every event record with its acks and approval; with ``complete``
+        False, only what ``own_view`` keeps of that (and only that is watched). ``vm`` is not among the
+        members while ``duplicate`` is set for it. Raises ``StoreUnavailable``."""
 
     def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
         """The member info of those of ``vms`` that have a member node (what they joined with).

@@ -43,6 +43,7 @@ from coordinator.store.base import (
     Pause,
     Wakeup,
     WriteResult,
+    own_view,
 )
 from coordinator.store.members import duplicate_member, predecessor
 
@@ -314,8 +315,12 @@ class MemoryStore:
 
     # -- reads ----------------------------------------------------------------------------------------
 
-    def read_view(self, vm: str) -> ClusterView:
+    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
         vm = normalize_vm_name(vm)
+        view = self._read_view(vm)
+        return view if complete else own_view(view, vm)
+
+    def _read_view(self, vm: str) -> ClusterView:
         with self._cluster.lock:
             session = self._session_for(write=False)
             leader = self._cluster.leader

@@ -46,7 +46,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
-from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark, Pause
+from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark, Pause, own_record
 from coordinator.store.payloads import (
     AbsentNode,
     AckNode,
@@ -83,10 +83,14 @@ class ViewRead:
     member_owner: int | None
 
 
-def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: Fetch) -> ViewRead:
+def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: Fetch, *,
+              complete: bool = True) -> ViewRead:
     """The cluster as seen now by ``vm`` (already normalised): every node through ``fetch``, which answers
-    from what it keeps and sends a watched request for the rest. Raises ``StoreUnavailable`` if not
-    connected, or if a request fails or is not answered within the operation timeout."""
+    from what it keeps and sends a watched request for the rest. With ``complete`` False, only what
+    ``coordinator.store.base.own_view`` keeps: the lists ``/absent`` and ``/out``, the children of each
+    record and the acks, admissions and approvals under it are neither read nor watched, ``exists`` of
+    ``/out/{vm}`` and of each record's ``acks/{vm}`` is. Raises ``StoreUnavailable`` if not connected, or
+    if a request fails or is not answered within the operation timeout."""
     session_id = fetch.session_id
     with session.reading("read the cluster view"):
         members_r = fetch.children(paths.members)
@@ -95,8 +99,9 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         leader_r = fetch.exists(paths.leader)
         member_r = fetch.exists(paths.member(vm))
         events_r = fetch.children(paths.events)
-        absent_r = fetch.children(paths.absent)
-        out_r = fetch.children(paths.out)
+        absent_r = fetch.children(paths.absent) if complete else None
+        out_r = fetch.children(paths.out) if complete else None
+        own_out_r = None if complete else fetch.exists(paths.out_vm(vm))
         pause_r = fetch.exists(paths.pause)
         lists = _Lists(session, fetch)
         members = frozenset(lists.canonical(paths.members, members_r, is_canonical_vm))
@@ -118,10 +123,13 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
                 log.warning("undecodable leader node, leader treated as unknown: %s", exc)
 
         absent_since: dict[str, float] = {}
-        absent_names = lists.canonical(paths.absent, absent_r, is_canonical_vm)
+        absent_names = lists.canonical(paths.absent, absent_r, is_canonical_vm) if absent_r is not None else []
         # Never rewritten today (created, then deleted), but watched all the same: the cost is nil.
         absent_data = {name: fetch.data(paths.absent_vm(name)) for name in absent_names}
-        out_names = lists.canonical(paths.out, out_r, is_canonical_vm)
+        if out_r is not None:
+            out_names = lists.canonical(paths.out, out_r, is_canonical_vm)
+        else:
+            out_names = [vm] if own_out_r is not None and own_out_r.get() is not None else []
         out_data = {name: fetch.data(paths.out_vm(name)) for name in out_names}
         for name, result in absent_data.items():
             try:
@@ -149,7 +157,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         paused = _read_pause(session, fetch, paths, pause_r)
 
         event_ids = lists.canonical(paths.events, events_r, is_canonical_event_id)
-        records = _read_records(fetch, paths, event_ids)
+        records = _read_records(fetch, paths, event_ids, None if complete else vm)
     view = ClusterView(
         members=members,
         leader=leader,
@@ -160,6 +168,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         absent_since=absent_since,
         out=out,
         paused=paused,
+        complete=complete,
     )
     return ViewRead(view, session_id, leader_owner, member_owner)
 
@@ -370,28 +379,84 @@ def _ack(data: bytes, path: str, vm: str) -> AckNode | None:
         return None
 
 
-def _read_records(fetch: Fetch, paths: ZooKeeperPaths, event_ids: list[str]) -> dict[str, EventRecord]:
+def _read_records(fetch: Fetch, paths: ZooKeeperPaths, event_ids: list[str],
+                  own: str | None = None) -> dict[str, EventRecord]:
     """The records of ``event_ids``: a record whose nodes no watch has dropped since it was read is taken
     as it was made (``NodeCache.memo``); the others are read again, the nodes each one lacks all sent
-    before any is awaited."""
+    before any is awaited. With ``own`` (a VM), each record as ``own_view`` keeps it: its node and
+    whether ``acks/{own}`` exists (a whole record kept from an earlier read serves too, cut down)."""
     records: dict[str, EventRecord] = {}
-    pending: dict[str, _RecordRead] = {}
+    pending: dict[str, _RecordRead | _OwnRecordRead] = {}
     for event_id in event_ids:
         path = paths.event(event_id)
-        if fetch.has_memo(path):
-            kept = fetch.memo(path)
-            if isinstance(kept, EventRecord):
-                records[event_id] = kept
+        kept = fetch.peek_memo(path)
+        if isinstance(kept, EventRecord) or (own is not None and isinstance(kept, _OwnRecord)):
+            fetch.memo(path)  # counted as taken from the cache
+            if isinstance(kept, _OwnRecord):
+                records[event_id] = kept.record
+            else:
+                records[event_id] = kept if own is None else own_record(kept, own)
             continue
-        pending[event_id] = _RecordRead(fetch, paths, event_id)
+        pending[event_id] = _RecordRead(fetch, paths, event_id) if own is None else _OwnRecordRead(fetch, paths,
+                                                                                                  event_id, own)
     for read in pending.values():
         read.send_children()
     for event_id, read in pending.items():
         record = read.finish()
         if record is not None:
             records[event_id] = record
-            fetch.keep_memo(paths.event(event_id), record)
+            fetch.keep_memo(paths.event(event_id), record if own is None else _OwnRecord(record))
     return {event_id: records[event_id] for event_id in event_ids if event_id in records}
+
+
+@dataclass(frozen=True)
+class _OwnRecord:
+    """A record as read for one VM (``_OwnRecordRead``), kept apart from whole ones: it serves only
+    reads for that VM."""
+
+    record: EventRecord
+
+
+class _OwnRecordRead:
+    """The record of one event as ``own_view`` keeps it for ``vm``, in two rounds: its node and ``exists``
+    of ``acks/{vm}`` (whose watch fires when this VM's own ack is made or goes), then that ack, if any."""
+
+    def __init__(self, fetch: Fetch, paths: ZooKeeperPaths, event_id: str, vm: str) -> None:
+        self._fetch = fetch
+        self._paths = paths
+        self._event_id = event_id
+        self._vm = vm
+        self._record_r = fetch.data(paths.event(event_id))
+        self._exists_r = fetch.exists(paths.ack(event_id, vm))
+        self._ack_r: _Pending[tuple[bytes, ZnodeStat]] | None = None
+
+    def send_children(self) -> None:
+        if self._exists_r.get() is not None:
+            self._ack_r = self._fetch.data(self._paths.ack(self._event_id, self._vm))
+
+    def finish(self) -> EventRecord | None:
+        """The record; None if it is gone or undecodable."""
+        paths, event_id = self._paths, self._event_id
+        try:
+            data, _ = self._record_r.get()
+        except NoNodeError:
+            return None
+        try:
+            node = EventNode.from_bytes(data, paths.event(event_id))
+        except PayloadError as exc:
+            log.warning("event %s: undecodable record, ignored: %s", event_id, exc)
+            return None
+        acks: dict[str, float] = {}
+        if self._ack_r is not None:
+            try:
+                ack_data, _ = self._ack_r.get()
+            except NoNodeError:
+                pass  # withdrawn meanwhile
+            else:
+                ack = _ack(ack_data, paths.ack(event_id, self._vm), self._vm)
+                if ack is not None:
+                    acks[self._vm] = ack.at
+        return node.to_record(event_id, acks=acks, approval=None, admitted_at=None)
 
 
 class _RecordRead:

@@ -76,6 +76,7 @@ class CachedView:
     generation: int
     read: ViewRead
     standing: tuple[int, int] = (-1, -1)  # (standing generation, epoch) noted before the read
+    complete: bool = True  # the whole view, or what ``own_view`` keeps of it
 
 
 class WatchedView:
@@ -103,23 +104,25 @@ class WatchedView:
 
     # -- the view -------------------------------------------------------------------------------------
 
-    def read_view(self, vm: str) -> ClusterView:
-        """The view for ``vm`` (normalised): the kept one if current, else a new read. Raises
-        ``StoreUnavailable`` when not CONNECTED (nothing is served then) or when the read fails."""
+    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
+        """The view for ``vm`` (normalised), whole or (``complete`` False) what ``own_view`` keeps of it:
+        the kept one if current, else a new read. Raises ``StoreUnavailable`` when not CONNECTED (nothing
+        is served then) or when the read fails."""
         generation = self._session.generation  # before anything is sent: see the module docstring
         standing = self._standing()
         epoch = self._session.epoch
         _, session_id = self._session.connected(write=False)
         cached = self.current(session_id, vm)
-        if cached is not None:
+        if cached is not None and cached.complete == complete:
             return dataclasses.replace(cached.read.view, connection=self._session.connection_state)
         for attempt in range(self.READ_ATTEMPTS):
             if attempt == self.READ_ATTEMPTS - 1:
                 self._nodes.clear()
-            fetch, read = self._read(session_id, epoch, lambda f: read_view(self._session, self._paths, vm, f))
+            fetch, read = self._read(session_id, epoch,
+                                     lambda f: read_view(self._session, self._paths, vm, f, complete=complete))
             if fetch is not None:
                 break
-        self._cached = CachedView(vm, generation, read, standing)
+        self._cached = CachedView(vm, generation, read, standing, complete)
         return read.view
 
     def _read(self, session_id: int, epoch: int, read: Callable[[Fetch], _R]) -> tuple[Fetch | None, _R]:

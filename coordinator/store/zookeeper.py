@@ -173,11 +173,11 @@ class ZooKeeperStore:
 
     # -- reads ----------------------------------------------------------------------------------------
 
-    def read_view(self, vm: str) -> ClusterView:
+    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
         """See ``coordinator.store.zk_watch.WatchedView.read_view``. While ``join`` is refused, ``vm`` is
         not among the members: the node under its name is another agent's."""
         vm = normalize_vm_name(vm)
-        view = self._watched.read_view(vm)
+        view = self._watched.read_view(vm, complete=complete)
         duplicate = self._membership.duplicate
         if duplicate is not None and duplicate.vm == vm and vm in view.members:
             view = dataclasses.replace(view, members=view.members - {vm})

@@ -359,8 +359,8 @@ class ModelStore:
     def granted_session_timeout(self) -> float | None:
         return self.inner.granted_session_timeout
 
-    def read_view(self, vm: str) -> ClusterView:
-        view = self.inner.read_view(vm)
+    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
+        view = self.inner.read_view(vm, complete=complete)
         self.view_session = self.inner.session_id
         self.heard_at = self._now()
         self._fire("after_view")
