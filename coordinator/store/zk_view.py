@@ -369,6 +369,20 @@ def _pause_of(data: bytes, stat: ZnodeStat, path: str) -> Pause:
     return Pause(reason=node.reason, by=node.by, at=node.at)
 
 
+def _event_node(result: _Pending[tuple[bytes, ZnodeStat]], paths: ZooKeeperPaths, event_id: str) -> EventNode | None:
+    """The node of a record; None, with a warning if undecodable, if it is gone (purged while we were
+    reading) or does not parse."""
+    try:
+        data, _ = result.get()
+    except NoNodeError:
+        return None
+    try:
+        return EventNode.from_bytes(data, paths.event(event_id))
+    except PayloadError as exc:
+        log.warning("event %s: undecodable record, ignored: %s", event_id, exc)
+        return None
+
+
 def _ack(data: bytes, path: str, vm: str) -> AckNode | None:
     """The ack at ``path`` (the ack of ``vm``), or None, with a warning, if it is undecodable or names another
     VM: such a node is not counted as an acknowledgement."""
@@ -437,14 +451,8 @@ class _OwnRecordRead:
     def finish(self) -> EventRecord | None:
         """The record; None if it is gone or undecodable."""
         paths, event_id = self._paths, self._event_id
-        try:
-            data, _ = self._record_r.get()
-        except NoNodeError:
-            return None
-        try:
-            node = EventNode.from_bytes(data, paths.event(event_id))
-        except PayloadError as exc:
-            log.warning("event %s: undecodable record, ignored: %s", event_id, exc)
+        node = _event_node(self._record_r, paths, event_id)
+        if node is None:
             return None
         acks: dict[str, float] = {}
         if self._ack_r is not None:
@@ -493,16 +501,8 @@ class _RecordRead:
     def finish(self) -> EventRecord | None:
         """The record; None if it is gone or undecodable."""
         paths, event_id = self._paths, self._event_id
-        if self._gone:
-            return None
-        try:
-            data, _ = self._record_r.get()
-        except NoNodeError:
-            return None  # purged while we were reading
-        try:
-            node = EventNode.from_bytes(data, paths.event(event_id))
-        except PayloadError as exc:
-            log.warning("event %s: undecodable record, ignored: %s", event_id, exc)
+        node = None if self._gone else _event_node(self._record_r, paths, event_id)
+        if node is None:
             return None
         acks: dict[str, float] = {}
         for name, result in self._acks.items():
