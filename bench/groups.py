@@ -1084,6 +1084,30 @@ interval {c['poll_interval']:g} s.
 
 {stamps}
 
+Where an event's time went with 100 agents (a Freeze on vm17 and vm72, traced from the agents' logs of
+the run of 2026-11-26 on the cut-down view; leader vm0, approver vm17): published by the leader at 0 ms;
+the named VMs read it at 340 and 430 ms and start probing their 99 peers (the budget counts a peer as
+serving only on a recent answer); the leader admits it at 1,050 ms, after its own first probing round;
+vm72 and vm17 drain at 1,120 and 1,270 ms and ack after the 0.5 s drain wait, at 1,730 and 1,840 ms;
+vm17's next reading is at 2,060 ms (an approval rests on a document requested after the event became
+approvable), the approval is recorded at 2,330 ms after the peers were probed again, and the POST
+reaches the simulator about 2,500 ms after publication (gate 662 ms). Each hop is a watch, a ZooKeeper
+write, an IMDS read or a round of 99 HTTP probes, answered by processes that share 2 cores with 100
+others: that, not the protocol's round trips, is what the latencies measure here.
+
+With 200 agents the same path stalls at the peers' probes (run of 2026-11-26, traced from the logs): an
+approver and the leader probe their 199 peers every second, 16 at a time, and a round took longer than
+the 2.5 s an answer counts for (two probe intervals and a timeout), so an approver saw its peers as not
+confirmed in rotation ("it would leave no VM serving", answers 2.6 to 7 s old) or its fence closed after
+a confirming round ("the peers were confirmed in rotation too long ago"). Approvals then waited until a
+round happened to finish in time: the gate's p99 of 39 s, and the Terminate batch, whose three approvers
+must all pass at once, never did and started at its NotBefore. Nothing was approved on a stale answer (0
+violations). Changed after that run, not yet measured with 200 agents: a round asks up to 64 peers at
+once (was 16), and each answer's age counts from when its own request was sent, not from when its round
+began (`tests/integration/test_peer_probes.py`). Still open: every approver and the leader probe every
+peer every second while an event is known, N probes each, which on one 2-core machine is itself a large
+part of the load.
+
 How each figure is taken, from outside the agents:
 - Started early or at NotBefore: the simulator's log. Events that waited for NotBefore: {waited or 'none'}.
 - The oracle (`coordinator.testbed.oracle.check`, S1-S5) reads the simulator's log, the ack and member

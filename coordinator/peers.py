@@ -58,7 +58,7 @@ class PeerProbes:
         *,
         interval: float = 1.0,
         timeout: float = 0.5,
-        workers: int = 16,
+        workers: int = 64,
         clock: Callable[[], float] = time.monotonic,
         client: httpx.Client | None = None,
         on_change: Callable[[], None] | None = None,
@@ -149,17 +149,18 @@ class PeerProbes:
             targets = dict(self._targets)
         if not targets:
             return
-        # Each answer is stamped with the time its request was queued, never later: an answer is no
-        # younger than the moment it was asked for.
-        asked = self._clock()
-        futures = {vm: self._pool.submit(probe_peer, self._client, url) for vm, url in targets.items()}
+        # Each answer is stamped with the time its request was about to be sent, never later: an answer
+        # is no younger than the moment it was asked for. Not the time the round began: with more peers
+        # than workers, the last ones are asked seconds later, and their answers are that much younger.
+        queued = self._clock()
+        futures = {vm: self._pool.submit(self._probe, url) for vm, url in targets.items()}
         results: dict[str, PeerSeen] = {}
         for vm, future in futures.items():
             try:
-                ok, detail = future.result()
+                asked, ok, detail = future.result()
             except Exception as exc:  # a bug in a probe never stops the others
                 log.warning("probe of peer %s failed: %r", vm, exc)
-                ok, detail = False, f"error: {type(exc).__name__}"
+                asked, ok, detail = queued, False, f"error: {type(exc).__name__}"
             results[vm] = PeerSeen(ok, asked, detail)
         changed = False
         with self._lock:
@@ -176,6 +177,10 @@ class PeerProbes:
             self.rounds += 1
         if changed and self._on_change is not None:
             self._on_change()
+
+    def _probe(self, url: str) -> tuple[float, bool, str]:
+        asked = self._clock()
+        return (asked, *probe_peer(self._client, url))
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -4,6 +4,8 @@ of its agent, how it follows the membership, and the address an agent advertises
 from __future__ import annotations
 
 import socket
+import threading
+import time
 
 import httpx
 import pytest
@@ -194,3 +196,51 @@ def test_confirm_asks_now_and_stamps_the_answer_with_the_time_it_was_asked(peer:
     finally:
         probes.stop()
         peer.surface.stop()
+
+
+class SlowClient:
+    """Stands for httpx.Client: every GET answers 200 "serving" once ``parties`` GETs are under way at once
+    (a barrier), or after ``delay``; notes the order in which requests were sent."""
+
+    def __init__(self, *, parties: int = 1, delay: float = 0.0) -> None:
+        self.barrier = threading.Barrier(parties, timeout=5)
+        self.delay = delay
+        self.sent: list[str] = []
+
+    def get(self, url: str) -> httpx.Response:
+        self.sent.append(url)
+        if self.barrier.parties > 1:
+            self.barrier.wait()
+        time.sleep(self.delay)
+        return httpx.Response(200, headers={PHASE_HEADER: "serving"})
+
+    def close(self) -> None:
+        return None
+
+
+def test_a_round_asks_up_to_64_peers_at_once() -> None:
+    """200 peers, answers no quicker than the machine allows: the round must ask many at once, or its
+    last answers come long after the first (found with 200 agents on 2 cores, where 16 at a time made
+    a round outlast the 2.5 s an answer counts for, and no approval could pass)."""
+    client = SlowClient(parties=50)
+    probes = PeerProbes(interval=60, timeout=1.0, client=client)  # type: ignore[arg-type]
+    try:
+        probes.want({f"vm{n}": f"http://10.0.0.{n}:8090/health" for n in range(100)})
+        seen = probes.confirm()
+        assert len(seen) == 100 and all(s.in_rotation for s in seen.values())
+    finally:
+        probes.stop()
+
+
+def test_each_answer_is_stamped_with_the_time_its_own_request_was_sent() -> None:
+    client = SlowClient(delay=0.2)
+    probes = PeerProbes(interval=60, timeout=1.0, workers=1, client=client)  # type: ignore[arg-type]
+    try:
+        probes.want({"vm1": "http://10.0.0.1:8090/health", "vm2": "http://10.0.0.2:8090/health"})
+        started = time.monotonic()
+        seen = probes.confirm()
+        first, second = (seen["vm1"], seen["vm2"]) if client.sent[0].startswith("http://10.0.0.1") else (
+            seen["vm2"], seen["vm1"])
+        assert started <= first.at and second.at - first.at >= 0.19  # asked after the first one's answer
+    finally:
+        probes.stop()
