@@ -31,6 +31,10 @@ from coordinator.groupstatus.render import render, render_error
 __all__ = ["quiet_logging", "run"]
 
 _MIN_GAP = 0.5  # under --watch, at most two reads a second however many watches fire
+# The longest the main thread blocks in one wait under --watch. Python runs a signal's handler (Ctrl-C's
+# KeyboardInterrupt) on the main thread only, and the kernel may deliver the signal to another thread
+# (kazoo's): a wait of the whole interval (30 s by default) would then hold Ctrl-C back until it ends.
+_SIGNAL_CHECK = 0.2
 
 
 def _console() -> Console:
@@ -105,6 +109,15 @@ def _close(reader: GroupReader, timeout: float = 5.0) -> None:
     closing.join(timeout)
 
 
+def _wait(event: threading.Event, until: float) -> None:
+    """Until ``event`` is set or the monotonic time ``until``, in slices of ``_SIGNAL_CHECK`` seconds."""
+    while not event.is_set():
+        left = until - time.monotonic()
+        if left <= 0:
+            return
+        event.wait(min(left, _SIGNAL_CHECK))
+
+
 def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], interval: float, *, as_json: bool) -> int:
     """Read and show until Ctrl-C: at once when a watched node changes, at least every ``interval``."""
     changed = threading.Event()
@@ -130,8 +143,8 @@ def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], inter
                         print(status.model_dump_json(), flush=True)
                     else:
                         live.update(render(status), refresh=True)
-                changed.wait(max(interval - (time.monotonic() - began), 0.0))
-                time.sleep(max(_MIN_GAP - (time.monotonic() - began), 0.0))
+                _wait(changed, began + interval)
+                _wait(threading.Event(), began + _MIN_GAP)
     except KeyboardInterrupt:
         return 0
 
