@@ -101,9 +101,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _close(reader: GroupReader, timeout: float = 5.0) -> None:
     """Close the reader, waiting for it at most ``timeout`` seconds: kazoo's close waits for its writer up
-    to the session timeout (10 s at least), and under load a Ctrl-C of ``--watch`` was seen to wait for it
-    longer than 40 s. The session ends on the server anyway once it times out; the command's answer does
-    not wait for that. kazoo's threads are daemons: they do not keep the process."""
+    to the session timeout (10 s at least) when the server does not answer. The session ends on the server
+    anyway once it times out; the command's answer does not wait for that. kazoo's threads are daemons:
+    they do not keep the process."""
     closing = threading.Thread(target=reader.close, name="status-close", daemon=True)
     closing.start()
     closing.join(timeout)

@@ -142,6 +142,15 @@ def test_zookeeper_down_is_a_one_line_error_and_exit_1() -> None:
     assert time.monotonic() - began < 10
 
 
+_SYS_TGKILL = 234  # x86-64 Linux
+# ``python -m coordinator`` with Ctrl-C turned into KeyboardInterrupt even when this test run was started in
+# the background by a shell without job control, which starts it (and so every child) with SIGINT ignored:
+# a Python started so keeps ignoring it, as a background command should.
+_INTERRUPTIBLE = [sys.executable, "-c", "import runpy, signal; "
+                  "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                  "runpy.run_module('coordinator', run_name='__main__', alter_sys=True)"]
+
+
 def test_watch_stops_on_a_ctrl_c_the_kernel_gave_to_another_thread(group: dict[str, Any]) -> None:
     """A process-wide signal may be delivered to any thread that does not block it; Python runs the handler
     on the main thread only, when it next runs Python code. Sent here to one of kazoo's threads (tgkill),
@@ -149,7 +158,7 @@ def test_watch_stops_on_a_ctrl_c_the_kernel_gave_to_another_thread(group: dict[s
     still notice within a moment (found: a full test run's Ctrl-C waited out the interval)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")} | {"PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "status", "--zookeeper", group["hosts"], "--root", group["root"],
+        [*_INTERRUPTIBLE, "status", "--zookeeper", group["hosts"], "--root", group["root"],
          "--cluster", "alpha", "--no-agents", "--json", "--watch", "30"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )
@@ -169,13 +178,10 @@ def test_watch_stops_on_a_ctrl_c_the_kernel_gave_to_another_thread(group: dict[s
             proc.wait()
 
 
-_SYS_TGKILL = 234  # x86-64 Linux
-
-
 def test_watch_follows_changes_until_interrupted(group: dict[str, Any]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")} | {"PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator", "status", "--zookeeper", group["hosts"], "--root", group["root"],
+        [*_INTERRUPTIBLE, "status", "--zookeeper", group["hosts"], "--root", group["root"],
          "--cluster", "alpha", "--no-agents", "--json", "--watch", "30"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )
