@@ -4,6 +4,7 @@ errors (no such cluster, ZooKeeper down). The group with real agents is in tests
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -151,11 +152,9 @@ _INTERRUPTIBLE = [sys.executable, "-c", "import runpy, signal; "
                   "runpy.run_module('coordinator', run_name='__main__', alter_sys=True)"]
 
 
-def test_watch_stops_on_a_ctrl_c_the_kernel_gave_to_another_thread(group: dict[str, Any]) -> None:
-    """A process-wide signal may be delivered to any thread that does not block it; Python runs the handler
-    on the main thread only, when it next runs Python code. Sent here to one of kazoo's threads (tgkill),
-    as the kernel sometimes does: the main thread, waiting for the next change or the 30 s interval, must
-    still notice within a moment (found: a full test run's Ctrl-C waited out the interval)."""
+@contextlib.contextmanager
+def watching(group: dict[str, Any]) -> Iterator[subprocess.Popen[str]]:
+    """``coordinator status --watch 30 --json`` on the group, Ctrl-C-able; killed at the end if still running."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")} | {"PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [*_INTERRUPTIBLE, "status", "--zookeeper", group["hosts"], "--root", group["root"],
@@ -163,6 +162,19 @@ def test_watch_stops_on_a_ctrl_c_the_kernel_gave_to_another_thread(group: dict[s
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )
     try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_watch_stops_on_a_ctrl_c_the_kernel_gave_to_another_thread(group: dict[str, Any]) -> None:
+    """A process-wide signal may be delivered to any thread that does not block it; Python runs the handler
+    on the main thread only, when it next runs Python code. Sent here to one of kazoo's threads (tgkill),
+    as the kernel sometimes does: the main thread, waiting for the next change or the 30 s interval, must
+    still notice within a moment (found: a full test run's Ctrl-C waited out the interval)."""
+    with watching(group) as proc:
         assert proc.stdout is not None
         json.loads(proc.stdout.readline())
         others = [int(tid) for tid in os.listdir(f"/proc/{proc.pid}/task") if int(tid) != proc.pid]
@@ -172,20 +184,10 @@ def test_watch_stops_on_a_ctrl_c_the_kernel_gave_to_another_thread(group: dict[s
         began = time.monotonic()
         assert proc.wait(timeout=15) == 0
         assert time.monotonic() - began < 10  # the close is bounded at 5 s; the wait was up to 30 s
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_watch_follows_changes_until_interrupted(group: dict[str, Any]) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")} | {"PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [*_INTERRUPTIBLE, "status", "--zookeeper", group["hosts"], "--root", group["root"],
-         "--cluster", "alpha", "--no-agents", "--json", "--watch", "30"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
-    )
-    try:
+    with watching(group) as proc:
         assert proc.stdout is not None
         first = json.loads(proc.stdout.readline())
         assert first["paused"]["by"] == "alice"
@@ -197,7 +199,3 @@ def test_watch_follows_changes_until_interrupted(group: dict[str, Any]) -> None:
         proc.send_signal(signal.SIGINT)
         # The command waits for kazoo's close 5 s at most (it waits for its writer up to the session timeout).
         assert proc.wait(timeout=15) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
