@@ -1,8 +1,11 @@
-"""The command line: ``python -m coordinator.testbed.chaos --seed N [--runs K] [--duration S] [--json out.json]``.
+"""The command line: ``python -m coordinator.testbed.chaos --seed N [--runs K] [--duration S] [--json out.json
+[--resume]]``.
 
 ``main`` checks that the real components are there (java with ZooKeeper's jars, HAProxy), plays the
 runs one seed after the other, keeps the logs of a run that found something, writes every run's plan,
-statistics and violations as JSON if asked, and turns SIGTERM into the same clean stop as Ctrl-C. Exit
+statistics and violations as JSON if asked (``ledger``: with ``--resume``, going on with the seeds a
+previous part of the run left, on the same code only), and turns SIGTERM into the same clean stop as
+Ctrl-C. Exit
 status: 1 if any run found a violation, 2 if a run could not be carried out, 130 if interrupted, else 0.
 """
 
@@ -10,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import shutil
 import signal
 import sys
@@ -19,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
+from coordinator.testbed.chaos.ledger import Ledger, LedgerError, code_identity
 from coordinator.testbed.chaos.planning import ChaosConfig
-from coordinator.testbed.chaos.result import RunResult
 from coordinator.testbed.chaos.run import run_chaos
 
 __all__ = ["main"]
@@ -64,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vms", type=int, default=4, help="VMs, each with an agent (at least 3; default: 4)")
     parser.add_argument("--json", type=Path, help="write every run's plan, statistics and violations here")
     parser.add_argument("--workdir", type=Path, help="keep every run's logs under this directory")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on with the runs in --json FILE: play only the seeds it does not hold (refused "
+                             "if it was made by other code or with another configuration)")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.vms < 3 or args.duration < 10:
         parser.error("--runs must be >= 1, --vms >= 3 and --duration >= 10")
@@ -71,56 +76,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"chaos: cannot run: {problem}", file=sys.stderr)
         return 2
+    if args.resume and args.json is None:
+        parser.error("--resume needs --json FILE (the file to go on with)")
     config = ChaosConfig(vms=tuple(f"vm{i}" for i in range(args.vms)), duration=args.duration)
-    results: list[RunResult] = []
+    settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()}
+    code = code_identity()
+    try:
+        ledger = Ledger.resume(args.json, settings, code) if args.resume else Ledger(settings, code)
+    except LedgerError as exc:
+        print(f"chaos: cannot resume: {exc}", file=sys.stderr)
+        return 2
+    wanted = range(args.seed, args.seed + args.runs)
+    seeds = [seed for seed in wanted if seed not in ledger.done()]
+    if len(seeds) < len(wanted):
+        print(f"chaos: {len(wanted) - len(seeds)} of seeds {wanted[0]}-{wanted[-1]} already in {args.json}; "
+              f"playing the {len(seeds)} others", flush=True)
+    if code["uncommitted_changes"]:
+        print(f"chaos: the package differs from commit {code['commit']} (uncommitted changes); the runs are "
+              f"recorded under source digest {code['digest']}", flush=True)
+    part = ledger.start_part(seeds, code)
     started = time.monotonic()
     with _terminate_as_interrupt():
         try:
-            for seed in range(args.seed, args.seed + args.runs):
+            for seed in seeds:
                 workdir = (args.workdir / f"seed-{seed}") if args.workdir else None
                 result = run_chaos(seed, config, workdir=workdir, say=lambda line: print(line, flush=True))
-                results.append(result)
+                ledger.add(result.to_json(), part, time.monotonic() - started)
                 if workdir is None and result.ok and result.workdir is not None:
                     shutil.rmtree(result.workdir, ignore_errors=True)
                 elif result.workdir is not None:
                     print(f"[seed {seed}] logs kept in {result.workdir}", flush=True)
                 if args.json:
-                    _write_json(args.json, results, config, time.monotonic() - started)
+                    ledger.write(args.json)
         except KeyboardInterrupt:
             print("chaos: interrupted; every process of the current run was stopped", file=sys.stderr)
             if args.json:
-                _write_json(args.json, results, config, time.monotonic() - started)
+                part["interrupted"] = True
+                part["wall_seconds"] = round(time.monotonic() - started, 1)
+                ledger.write(args.json)
+                print(f"chaos: {part['runs']} run(s) of this part kept in {args.json}; --resume goes on from "
+                      "there", file=sys.stderr)
             return 130
-    violations = sum(len(r.verdict.violations) for r in results if r.verdict is not None)
-    errors = sum(1 for r in results if r.error)
-    print(f"chaos: {len(results)} run(s), {violations} violation(s), {errors} run(s) not completed")
-    return 1 if violations else (2 if errors else 0)
-
-
-def _write_json(path: Path, results: Sequence[RunResult], config: ChaosConfig, seconds: float) -> None:
-    totals: dict[str, int] = {}
-    faults: dict[str, int] = {}
-    ticks: dict[str, int] = {}
-    for result in results:
-        for kind, n in result.faults.items():
-            faults[kind] = faults.get(kind, 0) + n
-        if result.tick_time_ms is not None:
-            ticks[str(result.tick_time_ms)] = ticks.get(str(result.tick_time_ms), 0) + 1
-        if result.verdict is None:
-            continue
-        for key in ("events", "approved_early", "started_at_not_before", "started_without_notice", "requests",
-                    "requests_failed", "requests_failed_without_notice", "requests_failed_other"):
-            totals[key] = totals.get(key, 0) + int(result.verdict.stats.get(key, 0))
-    body = {
-        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()},
-        "runs": len(results),
-        "violations": sum(len(r.verdict.violations) for r in results if r.verdict is not None),
-        "runs_not_completed": sum(1 for r in results if r.error),
-        "wall_seconds": round(seconds, 1),
-        "totals": totals,
-        "faults": dict(sorted(faults.items())),
-        "runs_by_tick_time_ms": ticks,
-        "results": [r.to_json() for r in results],
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(body, indent=1) + "\n")
+    summary = ledger.to_json()
+    scope = f" ({summary['runs']} in {args.json}: {summary['violations']} violation(s))" if args.resume else ""
+    this_part = [r for r in ledger.results if int(r["seed"]) in set(seeds)]
+    violations = sum(len((r.get("verdict") or {}).get("violations") or ()) for r in this_part)
+    errors = sum(1 for r in this_part if r.get("error"))
+    print(f"chaos: {len(this_part)} run(s), {violations} violation(s), {errors} run(s) not completed{scope}")
+    if summary["violations"]:
+        return 1
+    return 2 if errors or summary["runs_not_completed"] else 0

@@ -1,0 +1,100 @@
+"""The long chaos run's file, made in parts: ``--resume`` plays only the seeds the file lacks, and only on
+the code and configuration that made it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.testbed.chaos import cli
+from coordinator.testbed.chaos.ledger import Ledger, LedgerError, code_identity
+from coordinator.testbed.chaos.result import RunResult
+
+CONFIG = {"vms": ["vm0", "vm1", "vm2"], "duration": 30.0}
+
+
+def _package(root: Path, body: str) -> Path:
+    (root / "pkg" / "sub").mkdir(parents=True, exist_ok=True)
+    (root / "pkg" / "a.py").write_text("A = 1\n")
+    (root / "pkg" / "sub" / "b.py").write_text(body)
+    return root / "pkg"
+
+
+def _result(seed: int, *, violations: int = 0, error: str | None = None) -> dict[str, Any]:
+    verdict = None if error else {"ok": not violations, "stats": {"events": 3, "approved_early": 2, "requests": 100},
+                                  "violations": [{"invariant": "S1"}] * violations}
+    return {"seed": seed, "faults": {"sigkill": 1}, "tick_time_ms": 500, "error": error, "verdict": verdict}
+
+
+def test_the_digest_follows_the_source_and_nothing_else(tmp_path: Path) -> None:
+    one = code_identity(_package(tmp_path / "one", "B = 2\n"))
+    same = code_identity(_package(tmp_path / "same", "B = 2\n"))
+    other = code_identity(_package(tmp_path / "other", "B = 3\n"))
+    assert one["digest"] == same["digest"] != other["digest"]
+    assert one["commit"] is None and one["uncommitted_changes"] is None  # not a git checkout
+
+
+def test_a_resumed_file_keeps_its_runs_and_adds_up_all_of_them(tmp_path: Path) -> None:
+    path = tmp_path / "runs.json"
+    code = {"digest": "abc", "commit": "c1", "uncommitted_changes": False}
+    first = Ledger.resume(path, CONFIG, code)
+    assert first.done() == set()
+    part = first.start_part([1, 2, 3], code)
+    first.add(_result(2), part, 60.0)
+    first.add(_result(1, violations=1), part, 120.0)
+    first.write(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["runs.json"]  # written by rename: no temporary left
+
+    again = Ledger.resume(path, CONFIG, code)
+    assert again.done() == {1, 2}
+    part = again.start_part([3], code)
+    again.add(_result(3, error="zookeeper did not start"), part, 5.0)
+    body = again.to_json()
+    assert [r["seed"] for r in body["results"]] == [1, 2, 3]
+    assert (body["runs"], body["violations"], body["runs_not_completed"]) == (3, 1, 1)
+    assert body["totals"] == {"events": 6, "approved_early": 4, "requests": 200, "started_at_not_before": 0,
+                              "started_without_notice": 0, "requests_failed": 0,
+                              "requests_failed_without_notice": 0, "requests_failed_other": 0}
+    assert body["faults"] == {"sigkill": 3} and body["runs_by_tick_time_ms"] == {"500": 3}
+    assert [(p["seeds"], p["runs"], p["wall_seconds"]) for p in body["parts"]] == [([1, 3], 2, 120.0), ([3, 3], 1, 5.0)]
+    assert body["wall_seconds"] == 125.0
+
+
+def test_a_file_made_by_other_code_or_settings_is_refused_with_what_differs(tmp_path: Path) -> None:
+    path = tmp_path / "runs.json"
+    ledger = Ledger(dict(CONFIG), {"digest": "abc", "commit": "c1"})
+    ledger.start_part([1], ledger.code)
+    ledger.write(path)
+    with pytest.raises(LedgerError, match=r"other code \(commit c1, source digest abc; now def\)"):
+        Ledger.resume(path, CONFIG, {"digest": "def", "commit": "c2"})
+    with pytest.raises(LedgerError, match=r"another configuration: duration 30.0 \(now 60.0\)"):
+        Ledger.resume(path, {**CONFIG, "duration": 60.0}, {"digest": "abc"})
+    path.write_text("{\"runs\": 3}")
+    with pytest.raises(LedgerError, match="not a file of this command's runs"):
+        Ledger.resume(path, CONFIG, {"digest": "abc"})
+
+
+def test_the_command_plays_only_the_seeds_the_file_lacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    played: list[int] = []
+
+    def run_chaos(seed: int, config: object, **_: object) -> RunResult:
+        played.append(seed)
+        return RunResult(seed=seed, steps=[], origin=0.0, wall_seconds=1.0, verdict=None, error="not carried out")
+
+    monkeypatch.setattr(cli, "run_chaos", run_chaos)
+    monkeypatch.setattr(cli, "_check_prerequisites", lambda: None)
+    path = tmp_path / "runs.json"
+    assert cli.main(["--seed", "1", "--runs", "2", "--vms", "3", "--json", str(path)]) == 2
+    assert cli.main(["--seed", "1", "--runs", "4", "--vms", "3", "--json", str(path), "--resume"]) == 2
+    assert played == [1, 2, 3, 4]
+    body = json.loads(path.read_text())
+    assert [r["seed"] for r in body["results"]] == [1, 2, 3, 4] and len(body["parts"]) == 2
+    assert "2 of seeds 1-4 already in" in capsys.readouterr().out
+    assert cli.main(["--seed", "1", "--runs", "4", "--vms", "4", "--json", str(path), "--resume"]) == 2
+    assert "another configuration: vms" in capsys.readouterr().err and played == [1, 2, 3, 4]
+    with pytest.raises(SystemExit):
+        cli.main(["--seed", "1", "--resume"])
