@@ -26,7 +26,8 @@ def _package(root: Path, body: str) -> Path:
 def _result(seed: int, *, violations: int = 0, error: str | None = None) -> dict[str, Any]:
     verdict = None if error else {"ok": not violations, "stats": {"events": 3, "approved_early": 2, "requests": 100},
                                   "violations": [{"invariant": "S1"}] * violations}
-    return {"seed": seed, "faults": {"sigkill": 1}, "tick_time_ms": 500, "error": error, "verdict": verdict}
+    return {"seed": seed, "wall_seconds": 60.0, "faults": {"sigkill": 1}, "tick_time_ms": 500, "error": error,
+            "verdict": verdict}
 
 
 def test_the_digest_follows_the_source_and_nothing_else(tmp_path: Path) -> None:
@@ -98,3 +99,30 @@ def test_the_command_plays_only_the_seeds_the_file_lacks(tmp_path: Path, monkeyp
     assert "another configuration: vms" in capsys.readouterr().err and played == [1, 2, 3, 4]
     with pytest.raises(SystemExit):
         cli.main(["--seed", "1", "--resume"])
+
+
+def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    ledger = Ledger(dict(CONFIG), {"digest": "abc", "commit": "c1d2e3f4a5"})
+    part = ledger.start_part([1, 3], ledger.code)
+    for seed in (1, 2):
+        run = _result(seed, violations=seed - 1)
+        run["link_faults"] = [{"kind": "zk_link_cut", "longer_than_session": seed == 1, "named_by_an_event": True}]
+        run["verdict"]["stats"].update({"requests_failed_other_no_server_up": 3, "cancelled": 1})
+        ledger.add(run, part, 100.0 * seed)
+    ledger.add(_result(3, error="HAProxy did not start"), part, 205.0)
+    path = tmp_path / "runs.json"
+    ledger.write(path)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "chaos_summary.py"
+    out = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, check=True).stdout
+    assert "Source digest `abc` (commit c1d2e3f); seeds 1-3, 3 runs, 3 min 25 s of runs" in out
+    assert "| runs judged | 2 (not carried out: seed 3: HAProxy did not start) |" in out
+    assert "| violations | S1: 1 |" in out and "| tickTime | 500 ms in 3 |" in out
+    assert "| link faults | 2: 2 cuts; 1 longer than the session; 2 on a VM an event named |" in out
+    assert "| events | 6: 4 approved early, 0 started at their NotBefore, 0 without notice, 2 cancelled |" in out
+    assert "200; 0 failed from events without notice, 6 while HAProxy had no server UP (in 2 runs)" in out
+    path.write_text("[]")
+    failed = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True)
+    assert failed.returncode == 2 and "chaos_summary:" in failed.stderr

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The table `docs/reliability.md` reports for a long chaos run, from the file the run wrote.
+
+    .venv/bin/python scripts/chaos_summary.py docs/chaos-results.json
+
+Prints, as Markdown: the code and each part of the run (seeds, commit, time), then one row per figure:
+runs judged, tickTime, violations, link faults, other faults, events and requests through HAProxy, with
+the failed ones split as the oracle splits them. Everything is counted from the file; nothing is typed in.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+_LINK = {"zk_link_cut": "cuts", "zk_link_oneway": "one-way losses", "zk_link_delay": "delays"}
+_OTHER = {"agent_kill": "agent kills", "agent_pause": "pauses", "zk_down": "single ZooKeeper servers down",
+          "zk_down_no_quorum": "quorum losses", "cancel": "cancellations"}
+
+
+def _count(pairs: Iterable[tuple[str, int]], names: Mapping[str, str]) -> str:
+    return ", ".join(f"{n} {names[k]}" for k, n in pairs if n)
+
+
+def _seconds(total: float) -> str:
+    minutes, seconds = divmod(round(total), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min {seconds} s"
+
+
+def summary(body: Mapping[str, Any]) -> list[str]:
+    results: Sequence[Mapping[str, Any]] = body["results"]
+    judged = [r for r in results if r.get("verdict") is not None]
+    seeds = sorted(int(r["seed"]) for r in results)
+    lines = [f"Source digest `{body['code']['digest']}` (commit {str(body['code'].get('commit'))[:7]}); "
+             f"seeds {seeds[0]}-{seeds[-1]}, {len(results)} runs, {_seconds(float(body['wall_seconds']))} of runs "
+             f"(mean {float(body['wall_seconds']) / max(len(results), 1):.0f} s a run, "
+             f"longest {max(float(r['wall_seconds']) for r in results):.0f} s). Parts:", ""]
+    for part in body["parts"]:
+        lines.append(f"- started {part['started_at']}, commit {str(part['commit'])[:7]}"
+                     f"{' (with uncommitted changes)' if part.get('uncommitted_changes') else ''}: {part['runs']} "
+                     f"runs in {_seconds(float(part['wall_seconds']))}{', stopped' if part.get('interrupted') else ''}")
+    ticks = Counter(str(r.get("tick_time_ms")) for r in results)
+    link = [f for r in results for f in r.get("link_faults") or ()]
+    kinds = Counter(f["kind"] for f in link)
+    faults: Counter[str] = Counter()
+    for r in results:
+        faults.update({k: int(v) for k, v in (r.get("faults") or {}).items()})
+    imds = sum(n for k, n in faults.items() if k.startswith("imds_"))
+    stats: Counter[str] = Counter()
+    for r in judged:
+        stats.update({k: int(v) for k, v in r["verdict"]["stats"].items() if isinstance(v, int)})
+    violations = Counter(v["invariant"] for r in judged for v in r["verdict"]["violations"])
+    no_server = sum(1 for r in judged if r["verdict"]["stats"].get("requests_failed_other_no_server_up"))
+    not_done = [f"seed {r['seed']}: {r['error']}" for r in results if r.get("error")]
+    carried = "; ".join(not_done)
+    tick_text = ", ".join(f"{t} ms in {n}" for t, n in sorted(ticks.items()))
+    violation_text = ", ".join(f"{k}: {n}" for k, n in sorted(violations.items())) or "**0** (S1-S5)"
+    rows = {
+        "runs judged": f"{len(judged)}" + (f" (not carried out: {carried})" if carried else ", all carried out"),
+        "tickTime": tick_text,
+        "violations": violation_text,
+        "link faults": f"{len(link)}: {_count(((k, kinds[k]) for k in _LINK), _LINK)}; "
+                       f"{sum(1 for f in link if f.get('longer_than_session'))} longer than the session; "
+                       f"{sum(1 for f in link if f.get('named_by_an_event'))} on a VM an event named",
+        "other faults": f"{_count(((k, faults[k]) for k in _OTHER), _OTHER)}, {imds} IMDS faults",
+        "events": f"{stats['events']}: {stats['approved_early']} approved early, "
+                  f"{stats['started_at_not_before']} started at their NotBefore, "
+                  f"{stats['started_without_notice']} without notice, {stats['cancelled']} cancelled",
+        "agent restarts": f"{stats['agent_restarts']}",
+        "requests through HAProxy": f"{stats['requests']:,}; {stats['requests_failed_without_notice']} failed from "
+                                    f"events without notice, {stats['requests_failed_other_no_server_up']} while "
+                                    f"HAProxy had no server UP (in {no_server} runs), "
+                                    f"**{stats['requests_failed_other_with_a_server_up']}** while some server was UP",
+    }
+    lines += ["", "| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows.items())]
+    return lines
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    try:
+        body = json.loads(Path(argv[0]).read_text())
+        print("\n".join(summary(body)))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"chaos_summary: {argv[0]}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
