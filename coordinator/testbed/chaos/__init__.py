@@ -22,7 +22,8 @@ The package's parts: ``planning`` (the configuration and the plan drawn from the
 ``state`` (what its parts share), ``processes`` (set-up, supervision and tear-down of the processes),
 ``faults`` (the plan's steps played and healed) and ``run`` (``ChaosRun.execute`` and ``run_chaos``);
 ``result`` (a run's outcome and the agents' logs read for the oracle), ``ledger`` (the file of a long
-run made in parts, with the code that ran it) and ``cli`` (the command line, run by ``__main__``). This module re-exports what other code uses.
+run made in parts, with the code that ran it) and ``cli`` (the command line, run by ``__main__``).
+This module re-exports what other code uses.
 """
 
 from __future__ import annotations

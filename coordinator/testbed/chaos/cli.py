@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if code["uncommitted_changes"]:
         print(f"chaos: the package differs from commit {code['commit']} (uncommitted changes); the runs are "
               f"recorded under source digest {code['digest']}", flush=True)
-    part = ledger.start_part(seeds, code)
+    part = ledger.start_part(code)
     started = time.monotonic()
     with _terminate_as_interrupt():
         try:

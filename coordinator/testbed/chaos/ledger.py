@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,11 +93,14 @@ class Ledger:
         """Seeds with a result (a run that could not be carried out included: it is reported, not retried)."""
         return {int(r["seed"]) for r in self.results}
 
-    def start_part(self, seeds: Sequence[int], code: Mapping[str, Any]) -> dict[str, Any]:
-        part = {"seeds": [min(seeds), max(seeds)] if seeds else [], "runs": 0, "commit": code.get("commit"),
-                "uncommitted_changes": code.get("uncommitted_changes"),
-                "started_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-                "wall_seconds": 0.0, "interrupted": False}
+    def start_part(self, code: Mapping[str, Any]) -> dict[str, Any]:
+        """A new part of the run: it lists the first and last seed it played, as it plays them."""
+        part: dict[str, Any] = {
+            "seeds": [], "runs": 0, "commit": code.get("commit"),
+            "uncommitted_changes": code.get("uncommitted_changes"),
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "wall_seconds": 0.0, "interrupted": False,
+        }
         self.parts.append(part)
         return part
 
@@ -105,6 +108,8 @@ class Ledger:
         self.results.append(dict(result))
         self.results.sort(key=lambda r: int(r["seed"]))
         part["runs"] += 1
+        seed = int(result["seed"])
+        part["seeds"] = [min(part["seeds"][0], seed), max(part["seeds"][1], seed)] if part["seeds"] else [seed, seed]
         part["wall_seconds"] = round(wall_seconds, 1)
 
     def to_json(self) -> dict[str, Any]:
