@@ -3,13 +3,15 @@
 The budget (``policy.keep_one_serving``, ``max_vms_in_maintenance``) must count a VM as serving only
 while the load balancer routes to it. ZooKeeper alone cannot say so: an agent killed a moment ago still
 has a live session (for up to the session timeout) and no ``/out`` node, yet its health probe died with
-it and the load balancer has taken the VM out. So the agents that may admit or approve (the leader, and
-the VMs an event names) ask each peer's health probe, as the load balancer does, and count a peer as in
-rotation only on a recent answer of 200 whose ``X-Coordinator-Phase`` header says ``serving``: the
-agent's own account that its return wait (the load balancer's rise time) is over.
+it and the load balancer has taken the VM out. So the agents that may admit or approve (the leader while
+any event is known, and each event's approver) ask each peer's health probe, as the load balancer does,
+and count a peer as in rotation only on a recent answer of 200 whose ``X-Coordinator-Phase`` header says
+``serving``: the agent's own account that its return wait (the load balancer's rise time) is over.
 
 Probing runs on a thread of its own, never in the agent loop: the loop reads the last results, each
-stamped with the monotonic time it was taken, and ``coordinator.decide`` treats an old result as none.
+stamped with the monotonic time its request was sent, and ``coordinator.decide`` treats an old result as
+none. A round asks every peer at once (``coordinator.support.probes.ask_all``: one selector, no thread
+per peer), so it lasts as long as the slowest answer, bounded by the timeout, in a group of any size.
 """
 
 from __future__ import annotations
@@ -18,36 +20,32 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-
-import httpx
 
 from coordinator.errors import StoreError
 from coordinator.snapshot import PeerSeen
 from coordinator.store.base import ClusterView, Store
+from coordinator.support.probes import ProbeAnswer, ask_all
 
-__all__ = ["PHASE_HEADER", "PeerProbes", "PeerSeen", "probe_peer"]
+__all__ = ["PHASE_HEADER", "PeerProbes", "PeerSeen", "judge"]
 
 log = logging.getLogger(__name__)
 
 PHASE_HEADER = "X-Coordinator-Phase"
 
 
-def probe_peer(client: httpx.Client, url: str) -> tuple[bool, str]:
-    """Ask one probe. In rotation only on 200 with phase ``serving`` (a probe answering 200 without the
-    header is not an agent of this product, or an older one: it is not counted)."""
-    try:
-        response = client.get(url)
-    except httpx.HTTPError as exc:
-        return False, f"no answer: {type(exc).__name__}"
-    phase = response.headers.get(PHASE_HEADER, "")
-    if response.status_code == 200 and phase == "serving":
-        return True, "serving"
-    return False, f"{response.status_code} {phase or 'no phase header'}"
+def judge(answer: ProbeAnswer) -> PeerSeen:
+    """In rotation only on 200 with phase ``serving`` (a probe answering 200 without the header is not an
+    agent of this product, or an older one: it is not counted)."""
+    if answer.status is None:
+        return PeerSeen(False, answer.asked, f"no answer: {answer.error}")
+    phase = (answer.headers or {}).get(PHASE_HEADER.lower(), "")
+    if answer.status == 200 and phase == "serving":
+        return PeerSeen(True, answer.asked, "serving")
+    return PeerSeen(False, answer.asked, f"{answer.status} {phase or 'no phase header'}")
 
 
 class PeerProbes:
-    """Probes the targets it is given (vm -> probe URL) every ``interval`` seconds, concurrently, each
+    """Probes the targets it is given (vm -> probe URL) every ``interval`` seconds, all at once, each
     with ``timeout``. ``want`` sets the targets (an empty mapping pauses probing), ``follow`` derives them
     from a cluster view; ``seen`` returns the last answer of each target. Thread-safe."""
 
@@ -58,23 +56,18 @@ class PeerProbes:
         *,
         interval: float = 1.0,
         timeout: float = 0.5,
-        workers: int = 64,
         clock: Callable[[], float] = time.monotonic,
-        client: httpx.Client | None = None,
         on_change: Callable[[], None] | None = None,
+        ask: Callable[[Mapping[str, str], float, Callable[[], float]], Mapping[str, ProbeAnswer]] = ask_all,
     ) -> None:
         """``on_change`` is called (from the probing thread; it must not block) after a round that saw a
-        target for the first time or saw it enter or leave rotation: the agent's ``wake``."""
+        target for the first time or saw it enter or leave rotation: the agent's ``wake``. ``ask`` asks a
+        round's probes (``coordinator.support.probes.ask_all``; tests give their own)."""
         self._interval = interval
+        self._timeout = timeout
         self._on_change = on_change
         self._clock = clock
-        # A new connection for every probe, as a load balancer opens one: an answer on a kept-alive
-        # connection could come from a server thread that outlived its listener.
-        # Probe URLs are plain HTTP (``http://host:port/path``, as each agent advertises its probe): no
-        # certificate store is loaded for them (about 1-3 MiB per process).
-        self._client = client or httpx.Client(timeout=timeout, follow_redirects=False, verify=False,
-                                              limits=httpx.Limits(max_keepalive_connections=0))
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peer-probe")
+        self._ask = ask
         self._lock = threading.Lock()
         self._targets: dict[str, str] = {}
         self._seen: dict[str, PeerSeen] = {}
@@ -140,8 +133,6 @@ class PeerProbes:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._client.close()
 
     def probe_once(self) -> None:
         """One round over the current targets (the thread's body; tests call it directly)."""
@@ -150,18 +141,15 @@ class PeerProbes:
         if not targets:
             return
         # Each answer is stamped with the time its request was about to be sent, never later: an answer
-        # is no younger than the moment it was asked for. Not the time the round began: with more peers
-        # than workers, the last ones are asked seconds later, and their answers are that much younger.
-        queued = self._clock()
-        futures = {vm: self._pool.submit(self._probe, url) for vm, url in targets.items()}
-        results: dict[str, PeerSeen] = {}
-        for vm, future in futures.items():
-            try:
-                asked, ok, detail = future.result()
-            except Exception as exc:  # a bug in a probe never stops the others
-                log.warning("probe of peer %s failed: %r", vm, exc)
-                asked, ok, detail = queued, False, f"error: {type(exc).__name__}"
-            results[vm] = PeerSeen(ok, asked, detail)
+        # is no younger than the moment it was asked for.
+        try:
+            answers = self._ask(targets, self._timeout, self._clock)
+        except Exception as exc:  # a bug in a round never leaves old answers standing as new ones
+            log.warning("probing the peers failed: %r", exc)
+            answers = {}
+        asked = self._clock()
+        results = {vm: judge(answers[vm]) if vm in answers else PeerSeen(False, asked, "no answer: not asked")
+                   for vm in targets}
         changed = False
         with self._lock:
             for vm, seen in results.items():
@@ -177,10 +165,6 @@ class PeerProbes:
             self.rounds += 1
         if changed and self._on_change is not None:
             self._on_change()
-
-    def _probe(self, url: str) -> tuple[float, bool, str]:
-        asked = self._clock()
-        return (asked, *probe_peer(self._client, url))
 
     def _run(self) -> None:
         while not self._stop.is_set():
