@@ -1102,16 +1102,18 @@ peers as not confirmed in rotation ("it would leave no VM serving", answers 2.6 
 closed after a confirming round ("the peers were confirmed in rotation too long ago"). Approvals waited
 until a round happened to finish in time (gate p99 39 s), and the Terminate batch, whose three approvers
 must all pass at once, never did and started at its NotBefore; nothing was approved on a stale answer.
-Since then a round asks up to 64 peers at once, and each answer's age counts from when its own request
-was sent, not from when its round began (`tests/integration/test_peer_probes.py`). The 200-agent row
-above is the run on that code: every event but the two naming the down VM approved early, the Terminate
-batch included. What is left of the stall, from the same run's logs: the batch's approvers still had
-their fence close 7, 2 and 1 times (one Freeze once) before a cycle fitted the confirming round of 199
-probes, the approval's ZooKeeper writes and the POST into 2.5 s; their cycles took about 3.7 s each on a
-machine running 200 agents (load average 73), hence the gate's p90 of 9.9 s and max of 28 s, all three
-in the batch. On a group of real VMs the round is 199 requests of a few milliseconds each, 64 at a time.
-Still open: every approver and the leader probe every peer every second while an event is known, N
-probes each, which on one 2-core machine is itself a large part of the load.
+With 64 probes at a time and each answer's age counted from when its own request was sent, a second run
+approved every event but the two naming the down VM early, the Terminate batch 33 to 36 s after its
+notice: its approvers' fence still closed 7, 2 and 1 times (one Freeze's once) before a cycle fitted the
+confirming round of 199 probes in four waves, the approval's writes and the POST into 2.5 s (gate p90
+9.9 s, max 28 s). A round now asks every peer at once from one thread (non-blocking sockets on one
+selector, `coordinator/support/probes.py`; `test_a_round_asks_every_peer_at_once` in
+`tests/integration/test_peer_probes.py` fails with the pool of 64), and lasts as long as its slowest
+answer. The 200-agent row above is the run on that code: no fence closed, the Terminate batch was
+approved 5.8 to 7.7 s after its notice, gate p99 3.4 s and max notice -> Started 11.2 s (28 s and
+35.6 s before); the 10-, 30- and 100-agent rows were measured before either change (16 probes at a
+time). Still open: every approver and the leader probe every peer every second while an event is
+known, N probes each, which on one 2-core machine running 200 agents is itself a large part of the load.
 
 How each figure is taken, from outside the agents:
 - Started early or at NotBefore: the simulator's log. Events that waited for NotBefore: {waited or 'none'}.
