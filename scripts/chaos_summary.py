@@ -58,6 +58,7 @@ def summary(body: Mapping[str, Any]) -> list[str]:
     no_server = sum(1 for r in judged if r["verdict"]["stats"].get("requests_failed_other_no_server_up"))
     not_done = [f"seed {r['seed']}: {r['error']}" for r in results if r.get("error")]
     carried = "; ".join(not_done)
+    blind = sum(float(r["verdict"]["stats"].get("zk_blind_seconds", 0)) for r in judged)
     tick_text = ", ".join(f"{t} ms in {n}" for t, n in sorted(ticks.items()))
     violation_text = ", ".join(f"{k}: {n}" for k, n in sorted(violations.items())) or "**0** (S1-S5)"
     rows = {
@@ -72,6 +73,8 @@ def summary(body: Mapping[str, Any]) -> list[str]:
                   f"{stats['started_at_not_before']} started at their NotBefore, "
                   f"{stats['started_without_notice']} without notice, {stats['cancelled']} cancelled",
         "agent restarts": f"{stats['agent_restarts']}",
+        "ZooKeeper recorder blind": f"{blind:.1f} s in all; {stats['early_approvals_while_zk_blind']} early "
+                                    "approvals fell in it (their acks not checked)",
         "requests through HAProxy": f"{stats['requests']:,}; {stats['requests_failed_without_notice']} failed from "
                                     f"events without notice, {stats['requests_failed_other_no_server_up']} while "
                                     f"HAProxy had no server UP (in {no_server} runs), "

@@ -159,6 +159,32 @@ def test_s1_flags_an_approval_without_the_ack_of_a_named_vm() -> None:
     assert [e.t for e in violation.timeline] == sorted(e.t for e in violation.timeline)
 
 
+def test_s1_does_not_take_an_ack_unseen_while_the_recorder_was_blind_for_a_missing_one() -> None:
+    """Found by the long chaos run (seed 12): with the ensemble out of quorum and then its leader down,
+    the recorder read nothing for 21 s; vm2's ack was made at 24.0 s, the approval POSTed at 24.3 s and
+    the ack gone with vm2's session at 33 s, all unseen (ZooKeeper's transaction log has the ack before
+    the approval). Around the approval the recorder's silence is no evidence; elsewhere it still is."""
+    run = Run()
+    drained_freeze(run, ack_vm1=None)
+    run.obs.zk_blind.append((T0 + 4.0, T0 + 9.0))
+    verdict = run.verdict()
+    assert verdict.ok, verdict.render(T0)
+    assert verdict.stats["early_approvals_while_zk_blind"] == 1 and verdict.stats["zk_blind_seconds"] == 5.0
+
+    run = Run()
+    drained_freeze(run, ack_vm1=None)
+    run.obs.zk_blind.append((T0 + 1.0, T0 + 6.9))  # blind before the approval, reading again at it
+    assert invariants(run.verdict()) == ["S1"]
+
+
+def test_s1_still_flags_a_drain_too_short_while_the_recorder_was_blind() -> None:
+    run = Run()
+    drained_freeze(run, ack_vm1=6.8, vm1_fails_from=6.6)
+    run.obs.zk_blind.append((T0 + 4.0, T0 + 9.0))
+    verdict = run.verdict()
+    assert invariants(verdict) == ["S1"] and "vm1's probe still answered 200" in verdict.violations[0].summary
+
+
 def test_s1_flags_an_approval_before_the_drain_wait_of_a_named_vm() -> None:
     run = Run()
     drained_freeze(run, ack_vm1=6.8, vm1_fails_from=6.6)  # acked, but failing for 0.4 s only

@@ -1,7 +1,9 @@
 """What a chaos run observes from outside the agents, each observer on a thread of its own.
 
 ``ZooKeeperRecorder`` polls the group's nodes with a ZooKeeper session of its own and records only
-ZooKeeper's metadata of each node (ctime, owner, first and last sighting); it also tells which VM leads.
+ZooKeeper's metadata of each node (ctime, owner, first and last sighting), and the intervals in which it
+could read nothing (servers down, no quorum): a node that lived only within one was never seen, and the
+oracle does not take its absence for a fact there. It also tells which VM leads.
 ``Sampler`` calls a sampling function at a fixed interval (the run samples the agents' probes, HAProxy's
 server states, the agents' ``/status`` and the simulator's log with it). ``LoadGenerator`` sends a
 steady load through HAProxy and records every request.
@@ -30,12 +32,19 @@ class ZooKeeperRecorder:
     """Polls the group's nodes with a session of its own; records each node's ctime, owner, first and last
     sighting. It decodes no payload: only ZooKeeper's own metadata."""
 
+    BLIND_AFTER = 1.0  # seconds between two complete polls beyond which the time between them is blind
+
     def __init__(self, hosts: str, chroot: str, interval: float = 0.1) -> None:
         quiet = logging.getLogger("coordinator.testbed.chaos.zookeeper")
         quiet.setLevel(logging.CRITICAL)  # its connection drops are expected: ZooKeeper servers are killed
         quiet.propagate = False
-        self._client = KazooClient(hosts=f"{hosts}{chroot}", timeout=10.0, logger=quiet)
+        # Reconnect within half a second of a server coming back (kazoo's default backoff grows to a
+        # minute while the ensemble has no quorum, and every second of it is a second the run is not seen).
+        retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 0.5}  # kazoo builds a KazooRetry
+        self._client = KazooClient(hosts=f"{hosts}{chroot}", timeout=10.0, logger=quiet, connection_retry=retry)
         self._interval = interval
+        self._last_poll: float | None = None  # when the last complete poll began (wall clock)
+        self._blind: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._nodes: dict[tuple[str, int], dict[str, Any]] = {}  # (path, czxid) -> sighting
@@ -48,6 +57,9 @@ class ZooKeeperRecorder:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
+        with self._lock:
+            if self._last_poll is not None and time.time() - self._last_poll > self.BLIND_AFTER:
+                self._note_blind(self._last_poll, time.time())
         with contextlib.suppress(Exception):
             self._client.stop()
             self._client.close()
@@ -56,6 +68,19 @@ class ZooKeeperRecorder:
         with self._lock:
             return [NodeSighting(n["kind"], n["event_id"], n["vm"], n["ctime"], n["owner"], n["first_seen"],
                                  n["gone_seen"]) for n in self._nodes.values()]
+
+    def blind(self) -> list[tuple[float, float]]:
+        """Wall-clock intervals from the start of a complete poll to the end of the next, where these are
+        more than ``BLIND_AFTER`` apart: what happened only within one may be unseen."""
+        with self._lock:
+            return list(self._blind)
+
+    def _note_blind(self, start: float, end: float) -> None:
+        """Add a blind interval (the lock held), merged with the last one where they overlap."""
+        if self._blind and start <= self._blind[-1][1]:
+            start = min(start, self._blind[-1][0])
+            end = max(end, self._blind.pop()[1])
+        self._blind.append((start, end))
 
     def leader_vm(self) -> str | None:
         with self._lock:
@@ -68,12 +93,21 @@ class ZooKeeperRecorder:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
+            began = time.time()
             try:
                 self._poll()
             except KazooException:
                 continue  # a server down, the session moving: the next poll looks again
             except Exception:
                 continue
+            # A poll reads somewhere between its start and its end (a request made while the server is
+            # away waits for the reconnection), so between two polls only the span from the start of
+            # the one before to the end of this one is sure to have been looked at.
+            finished = time.time()
+            with self._lock:
+                if self._last_poll is not None and finished - self._last_poll > self.BLIND_AFTER:
+                    self._note_blind(self._last_poll, finished)
+                self._last_poll = began
 
     def _children(self, parent: str, kind: str, event_id: str | None = None) -> None:
         try:

@@ -89,7 +89,7 @@ class ChaosRun(FaultSteps):
                 probes=sorted(self.probes, key=lambda s: s.t), servers=self.servers,
                 requests=sorted(load.samples, key=lambda s: s.t) if load else [],
                 harness=sorted(self.harness, key=lambda r: r.t), processes=list(self.processes.values()),
-                statuses=self.statuses, agent_logs=logs,
+                statuses=self.statuses, agent_logs=logs, zk_blind=zk_recorder.blind() if zk_recorder else [],
             )
             verdict = check(observations)
             with contextlib.suppress(OSError):

@@ -85,6 +85,12 @@ def approvals(sim_log: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [e for e in sim_log if e.get("kind") == "approval" and e.get("event_ids") and not e.get("error")]
 
 
+def zk_blind_at(obs: Observations, t: float) -> bool:
+    """Whether the ZooKeeper recorder read nothing around ``t`` (``Observations.zk_blind``): a node that
+    existed then may have come and gone unseen."""
+    return any(start <= t <= end for start, end in obs.zk_blind)
+
+
 def clean_reads(sim_log: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     """Per VM, when it was served a well-formed Scheduled Events document (the request's log time).
 

@@ -198,6 +198,9 @@ class Observations:
     processes: list[ProcessRecord] = field(default_factory=list)
     statuses: list[StatusSample] = field(default_factory=list)
     agent_logs: list[LogLine] = field(default_factory=list)
+    # Wall-clock intervals in which the ZooKeeper recorder read nothing (servers down, no quorum): a node
+    # that lived only within one was never seen.
+    zk_blind: list[tuple[float, float]] = field(default_factory=list)
 
 
 def dump(observations: Observations) -> str:
@@ -219,4 +222,5 @@ def load(text: str) -> Observations:
     }
     lists: dict[str, Any] = {name: [kind(**item) for item in body.pop(name, [])] for name, kind in kinds.items()}
     return Observations(settings=OracleSettings(**settings), started_at=body["started_at"], ended_at=body["ended_at"],
-                        healed_at=body.get("healed_at"), sim_log=body.get("sim_log", []), **lists)
+                        healed_at=body.get("healed_at"), sim_log=body.get("sim_log", []),
+                        zk_blind=[(float(a), float(b)) for a, b in body.get("zk_blind", [])], **lists)
