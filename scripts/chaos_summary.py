@@ -73,8 +73,8 @@ def summary(body: Mapping[str, Any]) -> list[str]:
                   f"{stats['started_at_not_before']} started at their NotBefore, "
                   f"{stats['started_without_notice']} without notice, {stats['cancelled']} cancelled",
         "agent restarts": f"{stats['agent_restarts']}",
-        "ZooKeeper recorder blind": f"{blind:.1f} s in all; {stats['early_approvals_while_zk_blind']} early "
-                                    "approvals fell in it (their acks not checked)",
+        "ZooKeeper recorder blind": f"{blind:.1f} s in all; {stats['approval_posts_while_zk_blind']} approval "
+                                    "POSTs fell in it (their acks not checked)",
         "requests through HAProxy": f"{stats['requests']:,}; {stats['requests_failed_without_notice']} failed from "
                                     f"events without notice, {stats['requests_failed_other_no_server_up']} while "
                                     f"HAProxy had no server UP (in {no_server} runs), "

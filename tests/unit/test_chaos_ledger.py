@@ -111,7 +111,7 @@ def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
         run = _result(seed, violations=seed - 1)
         run["link_faults"] = [{"kind": "zk_link_cut", "longer_than_session": seed == 1, "named_by_an_event": True}]
         run["verdict"]["stats"].update({"requests_failed_other_no_server_up": 3, "cancelled": 1,
-                                        "zk_blind_seconds": 2.5, "early_approvals_while_zk_blind": seed - 1})
+                                        "zk_blind_seconds": 2.5, "approval_posts_while_zk_blind": seed - 1})
         ledger.add(run, part, 100.0 * seed)
     ledger.add(_result(3, error="HAProxy did not start"), part, 205.0)
     path = tmp_path / "runs.json"
@@ -121,7 +121,7 @@ def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
     assert "Source digest `abc` (commit c1d2e3f); seeds 1-3, 3 runs, 3 min 25 s of runs" in out
     assert "| runs judged | 2 (not carried out: seed 3: HAProxy did not start) |" in out
     assert "| violations | S1: 1 |" in out and "| tickTime | 500 ms in 3 |" in out
-    assert "| ZooKeeper recorder blind | 5.0 s in all; 1 early approvals fell in it (their acks not checked) |" in out
+    assert "| ZooKeeper recorder blind | 5.0 s in all; 1 approval POSTs fell in it (their acks not checked) |" in out
     assert "| link faults | 2: 2 cuts; 1 longer than the session; 2 on a VM an event named |" in out
     assert "| events | 6: 4 approved early, 0 started at their NotBefore, 0 without notice, 2 cancelled |" in out
     assert "200; 0 failed from events without notice, 6 while HAProxy had no server UP (in 2 runs)" in out

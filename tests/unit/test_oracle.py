@@ -169,7 +169,7 @@ def test_s1_does_not_take_an_ack_unseen_while_the_recorder_was_blind_for_a_missi
     run.obs.zk_blind.append((T0 + 4.0, T0 + 9.0))
     verdict = run.verdict()
     assert verdict.ok, verdict.render(T0)
-    assert verdict.stats["early_approvals_while_zk_blind"] == 1 and verdict.stats["zk_blind_seconds"] == 5.0
+    assert verdict.stats["approval_posts_while_zk_blind"] == 1 and verdict.stats["zk_blind_seconds"] == 5.0
 
     run = Run()
     drained_freeze(run, ack_vm1=None)

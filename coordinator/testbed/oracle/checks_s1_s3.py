@@ -52,7 +52,7 @@ def s1(ctx: Context) -> list[Violation]:
                         and (n.gone_seen is None or n.gone_seen > t)]
                 # No ack seen is a fact only where the recorder was reading: an ack made and removed
                 # while it could not (ZooKeeper without quorum, its session moving) was never seen. The
-                # statistics count such approvals (``early_approvals_while_zk_blind``).
+                # statistics count such approvals (``approval_posts_while_zk_blind``).
                 if not acks and not zk_blind_at(ctx.obs, t):
                     problems.append(f"{vm} had not acknowledged it (no ack node created before the approval)")
                 last_ok = None

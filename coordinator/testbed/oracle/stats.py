@@ -62,8 +62,8 @@ def statistics(ctx: Context) -> dict[str, Any]:
         "cancelled": sum(1 for e in events if e.removal_reason == "cancelled" and e.started is None),
         "still_present_at_end": sum(1 for e in events if e.removed is None),
         "approval_posts": len(approvals(obs.sim_log)),
-        # Approvals whose acks the oracle could not check, the ZooKeeper recorder reading nothing then.
-        "early_approvals_while_zk_blind": sum(1 for a in approvals(obs.sim_log) if zk_blind_at(obs, float(a["t"]))),
+        # Approval POSTs received while the ZooKeeper recorder read nothing: S1 could not check their acks.
+        "approval_posts_while_zk_blind": sum(1 for a in approvals(obs.sim_log) if zk_blind_at(obs, float(a["t"]))),
         "zk_blind_seconds": round(sum(end - start for start, end in obs.zk_blind), 1),
         "requests": len(obs.requests),
         "requests_failed": len(failed),
