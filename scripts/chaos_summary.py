@@ -59,7 +59,7 @@ def summary(body: Mapping[str, Any]) -> list[str]:
     not_done = [f"seed {r['seed']}: {r['error']}" for r in results if r.get("error")]
     carried = "; ".join(not_done)
     blind = sum(float(r["verdict"]["stats"].get("zk_blind_seconds", 0)) for r in judged)
-    tick_text = ", ".join(f"{t} ms in {n}" for t, n in sorted(ticks.items()))
+    tick_text = ", ".join(f"{t} ms in {n}" for t, n in sorted(ticks.items(), key=lambda kv: (len(kv[0]), kv[0])))
     violation_text = ", ".join(f"{k}: {n}" for k, n in sorted(violations.items())) or "**0** (S1-S5)"
     rows = {
         "runs judged": f"{len(judged)}" + (f" (not carried out: {carried})" if carried else ", all carried out"),
