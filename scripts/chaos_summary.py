@@ -44,12 +44,9 @@ def summary(body: Mapping[str, Any]) -> list[str]:
         lines.append(f"- started {part['started_at']}, commit {str(part['commit'])[:7]}"
                      f"{' (with uncommitted changes)' if part.get('uncommitted_changes') else ''}: {part['runs']} "
                      f"runs in {_seconds(float(part['wall_seconds']))}{', stopped' if part.get('interrupted') else ''}")
-    ticks = Counter(str(r.get("tick_time_ms")) for r in results)
     link = [f for r in results for f in r.get("link_faults") or ()]
     kinds = Counter(f["kind"] for f in link)
-    faults: Counter[str] = Counter()
-    for r in results:
-        faults.update({k: int(v) for k, v in (r.get("faults") or {}).items()})
+    faults: Mapping[str, int] = body["faults"]  # totals the ledger writes beside the results
     imds = sum(n for k, n in faults.items() if k.startswith("imds_"))
     stats: Counter[str] = Counter()
     for r in judged:
@@ -59,7 +56,7 @@ def summary(body: Mapping[str, Any]) -> list[str]:
     not_done = [f"seed {r['seed']}: {r['error']}" for r in results if r.get("error")]
     carried = "; ".join(not_done)
     blind = sum(float(r["verdict"]["stats"].get("zk_blind_seconds", 0)) for r in judged)
-    tick_text = ", ".join(f"{t} ms in {n}" for t, n in sorted(ticks.items(), key=lambda kv: (len(kv[0]), kv[0])))
+    tick_text = ", ".join(f"{t} ms in {n}" for t, n in body["runs_by_tick_time_ms"].items())
     violation_text = ", ".join(f"{k}: {n}" for k, n in sorted(violations.items())) or "**0** (S1-S5)"
     rows = {
         "runs judged": f"{len(judged)}" + (f" (not carried out: {carried})" if carried else ", all carried out"),
@@ -68,7 +65,7 @@ def summary(body: Mapping[str, Any]) -> list[str]:
         "link faults": f"{len(link)}: {_count(((k, kinds[k]) for k in _LINK), _LINK)}; "
                        f"{sum(1 for f in link if f.get('longer_than_session'))} longer than the session; "
                        f"{sum(1 for f in link if f.get('named_by_an_event'))} on a VM an event named",
-        "other faults": f"{_count(((k, faults[k]) for k in _OTHER), _OTHER)}, {imds} IMDS faults",
+        "other faults": f"{_count(((k, faults.get(k, 0)) for k in _OTHER), _OTHER)}, {imds} IMDS faults",
         "events": f"{stats['events']}: {stats['approved_early']} approved early, "
                   f"{stats['started_at_not_before']} started at their NotBefore, "
                   f"{stats['started_without_notice']} without notice, {stats['cancelled']} cancelled",
