@@ -34,14 +34,11 @@ from coordinator.decide import (
     Policy,
     Sighting,
     Snapshot,
-    approval_fence,
     decide,
     follows_group,
 )
 from coordinator.errors import (
     DuplicateMember,
-    ImdsError,
-    ImdsFenced,
     InvalidName,
     StoreError,
 )
@@ -50,11 +47,12 @@ from coordinator.executor import JobExecutor
 from coordinator.logsetup import log_context
 from coordinator.metrics import Metrics
 from coordinator.models import Document
+from coordinator.plan_approvals import send_approvals
 from coordinator.plan_writes import write_plan
 from coordinator.poller import ReadEachCycle, Reading, Readings
 from coordinator.quiet import QuietCycles
 from coordinator.state import PersistedState, StateFile
-from coordinator.store.base import ApprovalOutcome, ClusterView, ConnectionState, Pause, Store
+from coordinator.store.base import ClusterView, ConnectionState, Store
 from coordinator.telemetry import Health, Telemetry, status_dict
 
 __all__ = ["Agent", "Clock", "Imds", "Peers", "SystemClock"]
@@ -274,7 +272,7 @@ class Agent:
         local = self._job_status(self._local)
         if snap.cluster is not None and not snap.cluster.complete and follows_group(snap, local):
             self._follow = True  # an event names this VM now, or it leads: the whole view, before deciding
-            snap = self._observe(started)
+            snap = self._observe_group(started, None, snap.document, join=False)
         plan = decide(snap, local, self._policy)
         if snap.document is not None:
             # Whether this VM approves an event of its document (a fresh one: without it the plan names
@@ -355,16 +353,22 @@ class Agent:
         age = self._clock.monotonic() - reading.at
         document = reading.document if age <= self._document_fresh else None
         self._metrics.document_age.set(age if reading.seq else float("nan"))
+        return self._observe_group(started, reading if new and document is not None else None, document)
 
+    def _observe_group(self, started: float, fresh: Reading | None, document: Document | None, *,
+                       join: bool = True) -> Snapshot:
+        """The cluster view (after joining and campaigning, unless ``join`` is False: done already this
+        cycle) and the snapshot. ``fresh``: a new fresh reading, for the evidence."""
         cluster: ClusterView | None = None
         duplicate: str | None = None
         try:
-            if self._store.connection_state is ConnectionState.LOST:
-                # Level-triggered like the rest: (re)connect when there is no connection. A no-op
-                # while the client reconnects by itself; a new attempt after a failed first start.
-                self._store.start()
-            self._store.join(self.vm, self._member_info)
-            self._store.campaign(self.vm)
+            if join:
+                if self._store.connection_state is ConnectionState.LOST:
+                    # Level-triggered like the rest: (re)connect when there is no connection. A no-op
+                    # while the client reconnects by itself; a new attempt after a failed first start.
+                    self._store.start()
+                self._store.join(self.vm, self._member_info)
+                self._store.campaign(self.vm)
             cluster = self._store.read_view(self.vm, complete=self._follow)
         except DuplicateMember as exc:
             duplicate = str(exc)  # said once by the decision (``Plan.invalid``), not every cycle
@@ -379,7 +383,7 @@ class Agent:
         else:
             self._metrics.is_leader.set(0)
         mono = self._clock.monotonic()
-        self._track(reading if new and document is not None else None, cluster, connection, mono)
+        self._track(fresh, cluster, connection, mono)
         evidence = self._evidence
         return Snapshot(
             me=self.vm,
@@ -395,7 +399,7 @@ class Agent:
             started=self._started,
             granted_session=self._store.granted_session_timeout,
             cycle_started=started,
-            read_sent=reading.sent,
+            read_sent=self._reading.sent,
             duplicate=duplicate,
             peers=self._peers.seen() if self._peers is not None else None,
         )
@@ -502,83 +506,12 @@ class Agent:
         if plan.purge_before is not None and snap.mono - self._last_purge >= self.PURGE_EVERY:
             self._last_purge, purge = snap.mono, plan.purge_before
         if not write_plan(self._store, self.vm, snap, local, plan, metrics=self._metrics, purge_before=purge,
-                          wake=self.wake):
+                          wake=self.wake) or not plan.approve:
             return local
-        return self._approve(snap, local, plan) if plan.approve else local
-
-    def _approve(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
-        confirmed: list[str] = []
-        checked_at: float | None = None
-        for intent in plan.approve:
-            if self._store.connection_state is not ConnectionState.CONNECTED:
-                break
-            started = self._clock.monotonic()
-            try:
-                result = self._store.approve(
-                    intent.key, self.vm, intent.required, as_leader=intent.as_leader, at=snap.now,
-                    admission=intent.admission,
-                )
-            except StoreError as exc:
-                self._metrics.approvals.labels("unknown").inc()
-                log.warning("approval not confirmed (vm=%s event=%s): %s", self.vm, intent.event_id, exc,
-                            extra={"event_id": intent.event_id})
-                continue
-            if result.outcome is ApprovalOutcome.REFUSED:
-                self._metrics.approvals.labels("refused").inc()
-                log.info("approval refused by re-check (vm=%s event=%s): %s", self.vm, intent.event_id, result.reason,
-                         extra={"event_id": intent.event_id})
-                continue
-            confirmed.append(intent.event_id)
-            checked_at = started if checked_at is None else checked_at
-        # The last gate: a session that was lost while confirming never POSTs, and neither does one that
-        # may have lapsed since (the process paused, or the POST retried, past the fence).
-        if not confirmed or checked_at is None or self._store.connection_state is not ConnectionState.CONNECTED:
-            return local
-        closed: list[str] = []
-
-        def fence() -> bool:
-            why = self._fence(checked_at)
-            closed.append(why)
-            return not why
-
-        try:
-            self._imds.approve(confirmed, fence=fence)
-        except ImdsFenced as exc:
-            self._metrics.approvals.labels("fenced").inc()
-            log.warning("approval not sent (vm=%s events=%s): %s: %s; re-checked next cycle", self.vm, confirmed,
-                        exc, closed[-1] if closed else "", extra={"event_id": ",".join(confirmed)})
-            return local
-        except ImdsError as exc:
-            self._metrics.approvals.labels("failed").inc()
-            self._metrics.errors.labels("imds").inc()
-            log.warning("approval POST failed, retried next cycle (vm=%s events=%s): %s", self.vm, confirmed, exc,
-                        extra={"event_id": ",".join(confirmed)})
-            return local
-        posted_at = self._clock.now()
-        for intent in plan.approve:
-            if intent.event_id in confirmed:
-                self._metrics.approvals.labels("posted").inc()
-                self._telemetry.approved(snap.document.event(intent.event_id) if snap.document else None, posted_at)
-                record = snap.cluster.records.get(intent.key) if snap.cluster else None
-                if record is not None:
-                    self._metrics.approval_latency.observe(max(snap.now - record.published_at, 0.0))
-        log.info("approved (vm=%s events=%s)", self.vm, ",".join(confirmed), extra={"event_id": ",".join(confirmed)})
-        keys = frozenset(intent.key for intent in plan.approve if intent.event_id in confirmed)
-        return replace(local, posted=local.posted | keys)
-
-    def _fence(self, checked_at: float) -> str:
-        """The evidence for ``approval_fence``, gathered right before an attempt of the POST: the operator's
-        pause is read from the ensemble (a pause made during the retries stops them)."""
-        paused: Pause | str | None = None
-        if self._store.connection_state is ConnectionState.CONNECTED:
-            try:
-                paused = self._store.read_pause()
-            except (StoreError, InvalidName) as exc:
-                paused = str(exc)
-        return approval_fence(self._policy, mono=self._clock.monotonic(), now=self._clock.now(),
-                              checked_at=checked_at, granted=self._store.granted_session_timeout,
-                              connection=self._store.connection_state, paused=paused,
-                              peers_confirmed_at=self._peers_confirmed_at)
+        posted = send_approvals(self._store, self._imds.approve, self.vm, snap, plan, policy=self._policy,
+                                metrics=self._metrics, telemetry=self._telemetry, mono=self._clock.monotonic,
+                                now=self._clock.now, peers_confirmed_at=self._peers_confirmed_at)
+        return replace(local, posted=local.posted | posted)
 
     def _persist(self, snap: Snapshot) -> None:
         local = self._local

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from coordinator.errors import StoreError
 from coordinator.snapshot import PeerSeen
 from coordinator.store.base import ClusterView, Store
-from coordinator.support.probes import ProbeAnswer, ask_all
+from coordinator.support.probes import AskAll, ProbeAnswer, ask_all
 
 __all__ = ["PHASE_HEADER", "PeerProbes", "PeerSeen", "judge"]
 
@@ -58,7 +58,7 @@ class PeerProbes:
         timeout: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[], None] | None = None,
-        ask: Callable[[Mapping[str, str], float, Callable[[], float]], Mapping[str, ProbeAnswer]] = ask_all,
+        ask: AskAll = ask_all,
     ) -> None:
         """``on_change`` is called (from the probing thread; it must not block) after a round that saw a
         target for the first time or saw it enter or leave rotation: the agent's ``wake``. ``ask`` asks a

@@ -4,7 +4,7 @@
 reopenings and admissions, acks and withdrawals, done marks, absences, and ``/out`` cleared last. A write
 that fails stops the rest for this cycle (logged and counted): the next cycle decides again from what the
 store then shows, so nothing is half-remembered. Approvals are not written here: they go through the
-store's last check and the fenced POST (``coordinator.agent``).
+store's last check and the fenced POST (``coordinator.plan_approvals``).
 """
 
 from __future__ import annotations

@@ -193,8 +193,8 @@ MUTATIONS = [
     (
         'a-reading-counts-once',
         'coordinator/agent.py',
-        '        self._track(reading if new and document is not None else None, cluster, connection, mono)\n',
-        '        self._track(reading if document is not None else None, cluster, connection, mono)\n',
+        '        return self._observe_group(started, reading if new and document is not None else None, document)\n',
+        '        return self._observe_group(started, reading if document is not None else None, document)\n',
         'tests/unit/test_poller.py::test_a_reading_counts_once_towards_an_event_being_gone',
     ),
     (

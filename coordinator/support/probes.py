@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import h11
 import httpx
 
-__all__ = ["ProbeAnswer", "ask_all"]
+__all__ = ["AskAll", "ProbeAnswer", "ask_all"]
 
 _USER_AGENT = "coordinator-peer-probe"
 _IN_PROGRESS = {0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY, getattr(errno, "WSAEWOULDBLOCK", -1)}
@@ -41,6 +41,10 @@ class ProbeAnswer:
     status: int | None = None
     headers: Mapping[str, str] | None = None
     error: str | None = None
+
+
+# The shape of ``ask_all``: a round's URLs by key, the timeout, the clock -> every key's answer.
+AskAll = Callable[[Mapping[str, str], float, Callable[[], float]], Mapping[str, ProbeAnswer]]
 
 
 class _Probe:

@@ -5,6 +5,7 @@ view may never be used for (admissions, approvals, the budget), and the agent sw
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide, follows_group
-from coordinator.store.base import ClusterView, OutMark, own_view
+from coordinator.store.base import ClusterView, OutMark, WriteResult, own_view
 from coordinator.store.memory import MemoryCluster, MemoryStore
 from tests.unit.test_policy import NOW, A, B, doc, ev, rec, view
 from tests.unit.test_safety_regressions import Bench, E
@@ -110,14 +111,25 @@ def test_the_memory_store_cuts_down_the_view_as_own_view_does() -> None:
 # -- the agent ------------------------------------------------------------------------------------------
 
 class Counting(MemoryStore):
-    """A memory store that notes, per read, whether the whole view was asked for."""
+    """A memory store that notes, per read, whether the whole view was asked for, and every join,
+    campaign and read in order."""
 
     def __init__(self, store: MemoryStore) -> None:
         self.__dict__.update(store.__dict__)
         self.reads: list[bool] = []
+        self.calls: list[str] = []
+
+    def join(self, vm: str, info: Mapping[str, object]) -> WriteResult:
+        self.calls.append("join")
+        return super().join(vm, info)
+
+    def campaign(self, vm: str) -> bool:
+        self.calls.append("campaign")
+        return super().campaign(vm)
 
     def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
         self.reads.append(complete)
+        self.calls.append("whole view" if complete else "own part")
         return super().read_view(vm, complete=complete)
 
 
@@ -143,10 +155,13 @@ def test_an_agent_reads_its_own_part_until_an_event_names_it_and_the_whole_view_
     bench.run(5)
 
     counting.reads.clear()
+    counting.calls.clear()
     bench.group.schedule("EEEEEEEE-0000-0000-0000-000000000009", ["vm2"], in_s=100)
     bench.step()
-    # The cycle that first sees the event read its own part, found it named, and read the whole view.
+    # The cycle that first sees the event read its own part, found it named, and read the whole view;
+    # it joined and campaigned once, not again for the second read.
     assert counting.reads[:2] == [False, True]
+    assert counting.calls[:4] == ["join", "campaign", "own part", "whole view"]
     bench.run(60, until=lambda: bool(bench.group.approved("EEEEEEEE-0000-0000-0000-000000000009")))
     assert bench.group.approved("EEEEEEEE-0000-0000-0000-000000000009")
     bench.assert_drained_at_every_post("EEEEEEEE-0000-0000-0000-000000000009", ["vm2"])

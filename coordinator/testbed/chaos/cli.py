@@ -5,8 +5,8 @@
 runs one seed after the other, keeps the logs of a run that found something, writes every run's plan,
 statistics and violations as JSON if asked (``ledger``: with ``--resume``, going on with the seeds a
 previous part of the run left, on the same code only), and turns SIGTERM into the same clean stop as
-Ctrl-C. Exit
-status: 1 if any run found a violation, 2 if a run could not be carried out, 130 if interrupted, else 0.
+Ctrl-C. Exit status: 1 if any run found a violation, 2 if a run could not be carried out, 130 if
+interrupted, else 0.
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 130
     summary = ledger.to_json()
     scope = f" ({summary['runs']} in {args.json}: {summary['violations']} violation(s))" if args.resume else ""
-    this_part = [r for r in ledger.results if int(r["seed"]) in set(seeds)]
+    played = set(seeds)
+    this_part = [r for r in ledger.results if int(r["seed"]) in played]
     violations = sum(len((r.get("verdict") or {}).get("violations") or ()) for r in this_part)
     errors = sum(1 for r in this_part if r.get("error"))
     print(f"chaos: {len(this_part)} run(s), {violations} violation(s), {errors} run(s) not completed{scope}")

@@ -38,8 +38,8 @@ class ZooKeeperRecorder:
         quiet = logging.getLogger("coordinator.testbed.chaos.zookeeper")
         quiet.setLevel(logging.CRITICAL)  # its connection drops are expected: ZooKeeper servers are killed
         quiet.propagate = False
-        # Reconnect within half a second of a server coming back (kazoo's default backoff grows to a
-        # minute while the ensemble has no quorum, and every second of it is a second the run is not seen).
+        # Reconnect within half a second of a server coming back (kazoo's default backoff doubles up to an
+        # hour while the ensemble has no quorum, and every second of it is a second the run is not seen).
         retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 0.5}  # kazoo builds a KazooRetry
         self._client = KazooClient(hosts=f"{hosts}{chroot}", timeout=10.0, logger=quiet, connection_retry=retry)
         self._interval = interval
