@@ -5,7 +5,8 @@
 
 Prints, as Markdown: the code and each part of the run (seeds, commit, time), then one row per figure:
 runs judged, tickTime, violations, link faults, other faults, events and requests through HAProxy, with
-the failed ones split as the oracle splits them. Everything is counted from the file; nothing is typed in.
+the failed ones split as the oracle splits them; then, for the requests failed while HAProxy had no server
+UP, what kept each VM out. Everything is counted from the file; nothing is typed in.
 """
 
 from __future__ import annotations
@@ -78,7 +79,23 @@ def summary(body: Mapping[str, Any]) -> list[str]:
                                     f"**{stats['requests_failed_other_with_a_server_up']}** while some server was UP",
     }
     lines += ["", "| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows.items())]
-    return lines
+    return lines + _why_none_up(judged)
+
+
+def _why_none_up(judged: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The requests failed while HAProxy had no server UP, by what kept each VM out (the oracle's
+    ``failed_no_server_up_why``; files written before it was kept have none)."""
+    requests: Counter[str] = Counter()
+    runs: Counter[str] = Counter()
+    for r in judged:
+        why: Mapping[str, int] = r["verdict"]["stats"].get("failed_no_server_up_why") or {}
+        requests.update(why)
+        runs.update(why.keys())
+    if not requests:
+        return []
+    return ["", "While HAProxy had no server UP, what kept each VM out:", "",
+            "| the VMs out | requests failed | runs |", "|---|---|---|",
+            *(f"| {combo} | {n} | {runs[combo]} |" for combo, n in requests.most_common())]
 
 
 def main(argv: Sequence[str]) -> int:

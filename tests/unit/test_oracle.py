@@ -515,6 +515,29 @@ def test_failed_requests_of_an_event_without_notice_are_counted_apart() -> None:
     assert verdict.stats["failed_other_by_cause"] == {"503": 1}
 
 
+def test_failed_requests_while_no_server_was_up_say_what_kept_each_vm_out() -> None:
+    run = Run()
+    drained_freeze(run)  # vm0 and vm1 drained for E1 from 3 s, E1 started at 7 s, removed at 12 s
+    run.obs.processes = [p for p in run.obs.processes if p.vm != "vm2"]
+    run.process("vm2", 102, 0.0, exited=4.0, rc=-9)  # vm2's agent killed at 4 s, restarted at 5 s
+    run.process("vm2", 103, 5.0)
+    run.harness(4.0, "sigkill", "vm2", 102)
+    run.obs.servers = [s for s in run.obs.servers if not (s.server == "vm2" and T0 + 4 <= s.t <= T0 + 8)]
+    run.servers(4.0, 8.0, {"vm2": DOWN})
+    run.obs.probes = [p for p in run.obs.probes if not (p.vm == "vm2" and T0 + 4 <= p.t < T0 + 8)]
+    run.probe("vm2", 4.0, 5.5, None)
+    run.probe("vm2", 5.5, 8.0, 200)  # answering again, HAProxy's checks not yet passed
+    for t in (4.5, 6.0, 7.5):
+        run.obs.requests.append(RequestSample(T0 + t, T0 + t + 0.01, 503, None))
+    stats = run.verdict().stats
+    assert stats["requests_failed_other_no_server_up"] == 3
+    assert stats["failed_no_server_up_why"] == {
+        "agent not running x1, drained for an event naming it x2": 1,
+        "drained for an event naming it x2, probe 200, not UP in HAProxy yet x1": 1,
+        "its event under way x2, probe 200, not UP in HAProxy yet x1": 1,
+    }
+
+
 def test_a_kept_record_reads_back_and_is_judged_the_same() -> None:
     run = Run()
     drained_freeze(run, ack_vm1=None)

@@ -9,7 +9,7 @@ import bisect
 from collections import Counter
 from typing import Any
 
-from coordinator.testbed.oracle.context import Context, approvals, zk_blind_at
+from coordinator.testbed.oracle.context import Context, approvals, pause_windows, zk_blind_at
 
 __all__ = ["statistics"]
 
@@ -31,6 +31,75 @@ def _without_notice_windows(ctx: Context) -> list[tuple[float, float, str]]:
                 break
         windows.append((event.created - 0.5, end, event.event_id))
     return windows
+
+
+_LINK_FAULTS = ("zk_link_cut", "zk_link_oneway", "zk_link_delay")
+
+
+class _WhyOut:
+    """What kept a VM out of HAProxy's rotation at a time: its agent not running or stopped, its event's
+    maintenance under way, its probe failing while an event names it (drained for it), or with none
+    (cut off from ZooKeeper, or recovering), its probe answering 200 before HAProxy's checks put it back,
+    or its probe unanswered. The first that applies, in that order."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._runs: dict[str, list[tuple[float, float]]] = {}
+        for process in ctx.obs.processes:
+            end = process.exited if process.exited is not None else float("inf")
+            self._runs.setdefault(process.vm.lower(), []).append((process.started, end))
+        self._paused: dict[str, list[tuple[float, float]]] = {}
+        for pid, windows in pause_windows(ctx).items():
+            vm = ctx.pid_vm.get(pid)
+            if vm is not None:
+                self._paused.setdefault(vm, []).extend((start, end) for start, end, _ in windows)
+        self._links: dict[str, list[tuple[float, float]]] = {}
+        began: dict[str, float] = {}
+        for record in sorted(ctx.obs.harness, key=lambda r: r.t):
+            vm = record.target.lower()
+            if record.kind in _LINK_FAULTS:
+                began.setdefault(vm, record.t)
+            elif record.kind == "zk_link_heal" and vm in began:
+                self._links.setdefault(vm, []).append((began.pop(vm), record.t))
+        for vm, start in began.items():
+            self._links.setdefault(vm, []).append((start, float("inf")))
+
+    @staticmethod
+    def _within(windows: list[tuple[float, float]], t: float) -> bool:
+        return any(start <= t <= end for start, end in windows)
+
+    def at(self, vm: str, t: float) -> str:
+        if not self._within(self._runs.get(vm, []), t):
+            return "agent not running"
+        if self._within(self._paused.get(vm, []), t):
+            return "agent stopped (SIGSTOP)"
+        naming = [e for e in self._ctx.events.values() if vm in e.resources and e.present(t)]
+        if any(e.started is not None and e.started <= t for e in naming):
+            return "its event under way"
+        probe = self._ctx.probe(vm).before(t)
+        if probe is None:
+            return "probe not sampled yet"
+        if probe.code is None:
+            return "probe unanswered"
+        if probe.code == 200:
+            return "probe 200, not UP in HAProxy yet"
+        if naming:
+            return "drained for an event naming it"
+        if self._within(self._links.get(vm, []), t):
+            return "out, its ZooKeeper link faulted"
+        return "out, no event naming it (recovering)"
+
+
+def _why_none_up(ctx: Context, requests: list[Any]) -> dict[str, int]:
+    """For the requests that failed while HAProxy had no server UP: how many failed in each combination
+    of reasons the VMs were out (``_WhyOut``), e.g. "drained for an event naming it x2, agent not
+    running x2"."""
+    why = _WhyOut(ctx)
+    combos: Counter[str] = Counter()
+    for request in requests:
+        reasons = Counter(why.at(vm, request.t) for vm in sorted(ctx.servers))
+        combos[", ".join(f"{reason} x{n}" for reason, n in sorted(reasons.items()))] += 1
+    return dict(combos)
 
 
 def statistics(ctx: Context) -> dict[str, Any]:
@@ -72,6 +141,7 @@ def statistics(ctx: Context) -> dict[str, Any]:
         "requests_failed_other_no_server_up": len(none_up),
         "requests_failed_other_with_a_server_up": len(other) - len(none_up),
         "failed_other_by_cause": dict(Counter(str(r.status or r.error) for r in other)),
+        "failed_no_server_up_why": _why_none_up(ctx, none_up),
         "failed_other_at": [round(r.t - obs.started_at, 2) for r in other[:50]],
         "served_by": dict(served),
         "probe_samples": len(obs.probes),
