@@ -87,15 +87,24 @@ def _why_none_up(judged: Sequence[Mapping[str, Any]]) -> list[str]:
     ``failed_no_server_up_why``; files written before it was kept have none)."""
     requests: Counter[str] = Counter()
     runs: Counter[str] = Counter()
+    combos: Counter[str] = Counter()
     for r in judged:
         why: Mapping[str, int] = r["verdict"]["stats"].get("failed_no_server_up_why") or {}
-        requests.update(why)
-        runs.update(why.keys())
+        combos.update(why)
+        reasons_of_run: set[str] = set()
+        for combo, n in why.items():
+            reasons = {part.rsplit(" x", 1)[0] for part in combo.split("; ")}
+            requests.update(dict.fromkeys(reasons, n))
+            reasons_of_run |= reasons
+        runs.update(reasons_of_run)
     if not requests:
         return []
-    return ["", "While HAProxy had no server UP, what kept each VM out:", "",
-            "| the VMs out | requests failed | runs |", "|---|---|---|",
-            *(f"| {combo} | {n} | {runs[combo]} |" for combo, n in requests.most_common())]
+    return ["", "While HAProxy had no server UP, what kept the VMs out (a request counts under each reason that",
+            "kept one of the VMs out), and the commonest combinations:", "",
+            "| a VM out because | requests failed | runs |", "|---|---|---|",
+            *(f"| {reason} | {n} | {runs[reason]} |" for reason, n in requests.most_common()), "",
+            "| the VMs out, together | requests failed |", "|---|---|",
+            *(f"| {combo} | {n} |" for combo, n in combos.most_common(5))]
 
 
 def main(argv: Sequence[str]) -> int:

@@ -113,7 +113,8 @@ def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
         run["verdict"]["stats"].update({"requests_failed_other_no_server_up": 3, "cancelled": 1,
                                         "zk_blind_seconds": 2.5, "approval_posts_while_zk_blind": seed - 1,
                                         "failed_no_server_up_why": {"agent not running x2": seed,
-                                                                    "probe unanswered x2": 3 - seed}})
+                                                                    "agent not running x1; probe unanswered x1":
+                                                                    3 - seed}})
         ledger.add(run, part, 100.0 * seed)
     ledger.add(_result(3, error="HAProxy did not start"), part, 205.0)
     path = tmp_path / "runs.json"
@@ -127,7 +128,8 @@ def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
     assert "| link faults | 2: 2 cuts; 1 longer than the session; 2 on a VM an event named |" in out
     assert "| events | 6: 4 approved early, 0 started at their NotBefore, 0 without notice, 2 cancelled |" in out
     assert "200; 0 failed from events without notice, 6 while HAProxy had no server UP (in 2 runs)" in out
-    assert "| agent not running x2 | 3 | 2 |\n| probe unanswered x2 | 3 | 2 |" in out
+    assert "| agent not running | 6 | 2 |\n| probe unanswered | 3 | 2 |" in out
+    assert "| agent not running x2 | 3 |\n| agent not running x1; probe unanswered x1 | 3 |" in out
     path.write_text("[]")
     failed = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True)
     assert failed.returncode == 2 and "chaos_summary:" in failed.stderr

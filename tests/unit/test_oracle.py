@@ -532,9 +532,9 @@ def test_failed_requests_while_no_server_was_up_say_what_kept_each_vm_out() -> N
     stats = run.verdict().stats
     assert stats["requests_failed_other_no_server_up"] == 3
     assert stats["failed_no_server_up_why"] == {
-        "agent not running x1, drained for an event naming it x2": 1,
-        "drained for an event naming it x2, probe 200, not UP in HAProxy yet x1": 1,
-        "its event under way x2, probe 200, not UP in HAProxy yet x1": 1,
+        "agent not running x1; drained for an event naming it x2": 1,
+        "drained for an event naming it x2; probe 200 but not UP in HAProxy yet x1": 1,
+        "its event under way x2; probe 200 but not UP in HAProxy yet x1": 1,
     }
 
 

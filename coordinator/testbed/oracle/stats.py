@@ -37,10 +37,11 @@ _LINK_FAULTS = ("zk_link_cut", "zk_link_oneway", "zk_link_delay")
 
 
 class _WhyOut:
-    """What kept a VM out of HAProxy's rotation at a time: its agent not running or stopped, its event's
-    maintenance under way, its probe failing while an event names it (drained for it), or with none
-    (cut off from ZooKeeper, or recovering), its probe answering 200 before HAProxy's checks put it back,
-    or its probe unanswered. The first that applies, in that order."""
+    """What kept a VM out of HAProxy's rotation at a time, the first that applies in this order: its
+    agent not running or stopped, an event naming it under way (its maintenance), its probe not sampled
+    yet or unanswered, its probe answering 200 before HAProxy's checks put it back, its probe failing
+    while an event names it (drained for it), or while none does (its ZooKeeper link faulted, or else
+    recovering)."""
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
@@ -82,23 +83,23 @@ class _WhyOut:
         if probe.code is None:
             return "probe unanswered"
         if probe.code == 200:
-            return "probe 200, not UP in HAProxy yet"
+            return "probe 200 but not UP in HAProxy yet"
         if naming:
             return "drained for an event naming it"
         if self._within(self._links.get(vm, []), t):
-            return "out, its ZooKeeper link faulted"
-        return "out, no event naming it (recovering)"
+            return "out: its ZooKeeper link faulted"
+        return "out: no event names it (recovering)"
 
 
 def _why_none_up(ctx: Context, requests: list[Any]) -> dict[str, int]:
     """For the requests that failed while HAProxy had no server UP: how many failed in each combination
-    of reasons the VMs were out (``_WhyOut``), e.g. "drained for an event naming it x2, agent not
-    running x2"."""
+    of reasons the VMs were out (``_WhyOut``), e.g. "agent not running x2; drained for an event naming
+    it x2"."""
     why = _WhyOut(ctx)
     combos: Counter[str] = Counter()
     for request in requests:
         reasons = Counter(why.at(vm, request.t) for vm in sorted(ctx.servers))
-        combos[", ".join(f"{reason} x{n}" for reason, n in sorted(reasons.items()))] += 1
+        combos["; ".join(f"{reason} x{n}" for reason, n in sorted(reasons.items()))] += 1
     return dict(combos)
 
 
