@@ -36,6 +36,13 @@ MUTATIONS = [
         'test_no_post_once_the_session_may_have_lapsed',
     ),
     (
+        'fence-counts-from-the-checks-start',
+        'coordinator/plan_approvals.py',
+        '        checked_at = started if checked_at is None else checked_at\n',
+        '        checked_at = mono() if checked_at is None else checked_at\n',
+        'tests/unit/test_plan_approvals.py::test_the_session_fence_counts_from_before_the_stores_check_not_after_it',
+    ),
+    (
         'withdraw-before-recover',
         'coordinator/decide.py',
         '        if not mine:\n            return ""',
