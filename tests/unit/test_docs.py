@@ -117,3 +117,26 @@ def test_the_agent_loop_stays_a_shell_around_the_pure_decision() -> None:
     # this has taken on work that belongs in a module of its own or in the pure core.
     lines = len((ROOT / "coordinator" / "agent.py").read_text().splitlines())
     assert lines < 600, f"coordinator/agent.py has {lines} lines"
+
+
+def test_every_function_the_safety_doc_names_exists() -> None:
+    import importlib
+
+    text = (ROOT / "docs" / "safety.md").read_text()
+    table = text[text.index("| invariant | the pure functions that keep it |"):text.index("Words used below")]
+    names = re.findall(r"`(\w+)\.(\w+)(?:\.(\w+))?`", table)
+    assert len(names) >= 20
+    missing = []
+    for first, second, third in names:
+        # `module.function`, `module.Class.member`, or `Class.member` of the snapshot module
+        if first.islower():
+            owner: object = importlib.import_module(f"coordinator.{first}")
+            path = [second, third] if third else [second]
+        else:
+            owner, path = importlib.import_module("coordinator.snapshot"), [first, second]
+        *outer, last = path
+        for part in outer:
+            owner = getattr(owner, part, None)
+        if owner is None or not (hasattr(owner, last) or last in getattr(owner, "__dataclass_fields__", {})):
+            missing.append(".".join(p for p in (first, second, third) if p))
+    assert not missing, f"docs/safety.md names what the code does not have: {missing}"
