@@ -6,7 +6,7 @@ test:
 demo:
 	bash scripts/demo.sh
 lint:
-	.venv/bin/ruff check coordinator tests bench scripts
+	.venv/bin/ruff check coordinator tests bench scripts stubs
 	.venv/bin/mypy
 # The long chaos run (about a minute per run): seeds 1-200, each judged by the oracle; see docs/reliability.md.
 chaos:

@@ -1,6 +1,7 @@
-from kazoo.protocol.states import Callback
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
+
+from kazoo.protocol.states import Callback
 
 _T = TypeVar("_T")
 
