@@ -10,7 +10,7 @@ lint:
 	.venv/bin/mypy
 # The long chaos run (about a minute per run): seeds 1-200, each judged by the oracle; see docs/reliability.md.
 chaos:
-	.venv/bin/python -m coordinator.testbed.chaos --runs 200 --seed 1 --json docs/chaos-results.json --resume
+	.venv/bin/python -m coordinator.testbed.chaos --runs 200 --seed 1 --json docs/chaos-results.json --resume --workdir chaos-runs
 # The benchmarks (about 40 minutes on 2 cores): bench/results.json and docs/benchmarks.md are rewritten.
 bench:
 	bash scripts/setup.sh

@@ -7,7 +7,10 @@ the recorders do.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from coordinator.testbed.oracle import (
     HarnessRecord,
@@ -322,6 +325,31 @@ def test_s3_flags_an_approval_while_stopped_and_before_the_session_was_re_establ
     assert "session 0xa lapsed" in found[1].summary
 
 
+@pytest.mark.parametrize("written_after_the_pause", [True, False])
+def test_s3_takes_a_node_the_session_created_after_the_pause_as_proof_it_had_not_lapsed(
+    written_after_the_pause: bool
+) -> None:
+    # Seed 20 of the long run: paused 5.8 s of a 6 s session; resumed, the agent acked (a node its session
+    # created, so ZooKeeper's leader held the session live then), approved through the store's transaction
+    # and POSTed; the leader expired the session 0.6 s after the pause (touches reach it late, expiry is on
+    # tick boundaries). The member node going within the slack after the pause is no lapse during it then.
+    run = Run()
+    run.all_serving()
+    run.event(E1, ("vm0",), 1.0, started=18.3, removed=30.0)
+    run.process("vm0", 100, 0.0)
+    run.harness(12.2, "sigstop", "vm0", 100)
+    run.harness(18.0, "sigcont", "vm0", 100)
+    run.node("member", 0.5, vm="vm0", owner=0xA, gone=18.7)
+    if written_after_the_pause:
+        run.node("ack", 18.01, vm="vm0", event_id=E1, owner=0xA, gone=18.7)
+    run.approval(18.1, "vm0", E1)
+    found = [v for v in run.verdict().violations if v.invariant == "S3"]
+    if written_after_the_pause:
+        assert found == []
+    else:  # nothing says the session outlived the pause: taken as lapsed during it
+        assert len(found) == 1 and "session 0xa lapsed" in found[0].summary
+
+
 def test_s3_counts_a_freeze_of_the_simulator_and_a_session_expired_by_the_harness() -> None:
     run = Run()
     run.all_serving()
@@ -546,3 +574,28 @@ def test_a_kept_record_reads_back_and_is_judged_the_same() -> None:
     again = check(load(dump(run.obs)))
     assert [v.summary for v in again.violations] == [v.summary for v in first.violations]
     assert again.stats == first.stats
+
+
+def test_kept_runs_are_judged_again_by_the_oracle_as_it_is_now(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    clean, broken = Run(), Run()
+    drained_freeze(clean)
+    drained_freeze(broken, ack_vm1=None)  # S1: vm1 never acked
+    for seed, run, then in ((1, clean, "1 violation(s)"), (2, broken, "no violation")):
+        directory = tmp_path / f"seed-{seed}"
+        directory.mkdir()
+        run.verdict()  # sorts and numbers the simulator's log as a run's record has it
+        (directory / "observations.json").write_text(dump(run.obs))
+        (directory / "verdict.txt").write_text(then + "\n")
+    script = Path(__file__).resolve().parents[2] / "scripts" / "chaos_rejudge.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "seed-1: then '1 violation(s)'; now OK  <- changed"
+    assert lines[1] == "seed-2: then 'no violation'; now 1 violation(s)  <- changed"
+    assert lines[2].startswith("    S1: ")
+    assert lines[-1] == "2 run(s) judged again: 1 with a violation now, 2 changed"
+    empty = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True)
+    assert empty.returncode == 2 and "no observations.json" in empty.stderr

@@ -174,7 +174,12 @@ def _lapse_windows(ctx: Context) -> dict[int, list[tuple[float, float, str]]]:
                            and n.ctime <= start and (n.gone_seen is None or n.gone_seen > start)]
                 if members:
                     old = max(members, key=lambda n: n.ctime)
-                    if old.gone_seen is not None and old.gone_seen <= end + settings.session_seen_slack_seconds:
+                    # A node the session created after the pause proves it had not lapsed during it:
+                    # ZooKeeper accepts no write from an expired session. Its leader may still expire it
+                    # soon after (touches reach it late; expiry is on tick boundaries), within the slack.
+                    alive_after = any(n.owner == old.owner and n.ctime > end for n in ctx.obs.nodes)
+                    if (old.gone_seen is not None and not alive_after
+                            and old.gone_seen <= end + settings.session_seen_slack_seconds):
                         back = _new_session_at(ctx, vm, start, old.owner)
                         if back is None or back > end:
                             window_end = back if back is not None else ctx.obs.ended_at
