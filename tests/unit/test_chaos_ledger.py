@@ -133,3 +133,26 @@ def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
     path.write_text("[]")
     failed = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True)
     assert failed.returncode == 2 and "chaos_summary:" in failed.stderr
+
+
+def test_the_command_stops_after_three_runs_in_a_row_that_could_not_start_and_keeps_paths_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from coordinator.testbed.chaos import cli
+
+    played: list[tuple[int, Path | None]] = []
+
+    def run_chaos(seed: int, config: object, *, workdir: Path | None = None, **_: object) -> RunResult:
+        played.append((seed, workdir))
+        return RunResult(seed=seed, steps=[], origin=0.0, wall_seconds=1.0, verdict=None,
+                         error="the group did not start: haproxy -c rejected its configuration")
+
+    monkeypatch.setattr(cli, "run_chaos", run_chaos)
+    monkeypatch.setattr(cli, "_check_prerequisites", lambda: None)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["--seed", "1", "--runs", "10", "--workdir", "runs", "--json", "runs.json"]) == 2
+    assert [seed for seed, _ in played] == [1, 2, 3]
+    assert all(workdir is not None and workdir.is_absolute() and workdir == tmp_path / "runs" / f"seed-{seed}"
+               for seed, workdir in played)
+    assert "3 runs in a row could not be carried out" in capsys.readouterr().err
+    assert [r["seed"] for r in json.loads((tmp_path / "runs.json").read_text())["results"]] == [1, 2, 3]

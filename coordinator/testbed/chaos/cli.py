@@ -5,8 +5,8 @@
 runs one seed after the other, keeps the logs of a run that found something, writes every run's plan,
 statistics and violations as JSON if asked (``ledger``: with ``--resume``, going on with the seeds a
 previous part of the run left, on the same code only), and turns SIGTERM into the same clean stop as
-Ctrl-C. Exit status: 1 if any run found a violation, 2 if a run could not be carried out, 130 if
-interrupted, else 0.
+Ctrl-C. Exit status: 1 if any run found a violation, 2 if a run could not be carried out (three in a
+row that could not start their group stop the command), 130 if interrupted, else 0.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ from types import FrameType
 from coordinator.testbed.chaos.ledger import Ledger, LedgerError, code_identity
 from coordinator.testbed.chaos.planning import ChaosConfig
 from coordinator.testbed.chaos.run import run_chaos
+
+# Runs in a row that could not be carried out (the group never started) after which the command stops:
+# the cause is the machine or the harness, not the seed, and every further run would fail the same way.
+STOP_AFTER_FAILED = 3
 
 __all__ = ["main"]
 
@@ -96,18 +100,27 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"recorded under source digest {code['digest']}", flush=True)
     part = ledger.start_part(code)
     started = time.monotonic()
+    # Absolute: the group's files name each other by path (HAProxy reads a relative socket path as an address).
+    root = args.workdir.resolve() if args.workdir else None
+    failed_in_a_row = 0
     with _terminate_as_interrupt():
         try:
             for seed in seeds:
-                workdir = (args.workdir / f"seed-{seed}") if args.workdir else None
+                workdir = (root / f"seed-{seed}") if root else None
                 result = run_chaos(seed, config, workdir=workdir, say=lambda line: print(line, flush=True))
                 ledger.add(result.to_json(), part, time.monotonic() - started)
+                failed_in_a_row = failed_in_a_row + 1 if result.error and result.verdict is None else 0
                 if workdir is None and result.ok and result.workdir is not None:
                     shutil.rmtree(result.workdir, ignore_errors=True)
                 elif result.workdir is not None:
                     print(f"[seed {seed}] logs kept in {result.workdir}", flush=True)
                 if args.json:
                     ledger.write(args.json)
+                if failed_in_a_row >= STOP_AFTER_FAILED:
+                    print(f"chaos: {failed_in_a_row} runs in a row could not be carried out (the last: "
+                          f"{result.error}); stopping rather than playing the other seeds the same way",
+                          file=sys.stderr)
+                    return 2
         except KeyboardInterrupt:
             print("chaos: interrupted; every process of the current run was stopped", file=sys.stderr)
             if args.json:
