@@ -66,10 +66,11 @@ class Group:
         self.snap = Snapshot("vm0", NOW, self.clock.mono, doc(ev(A, ["vm0"]), ev(B, ["vm0"])), None,
                              self.store.read_view("vm0"))
 
-    def send(self, imds: Imds, *keys: str, peers_confirmed_at: float | None = None) -> frozenset[str]:
+    def send(self, imds: Imds, *keys: str, peers_confirmed_at: float | None = None,
+             policy: Policy = POLICY) -> frozenset[str]:
         plan = Plan(approve=tuple(ApprovalIntent(key, key, ("vm0",), as_leader=False) for key in keys))
-        telemetry = Telemetry(self.metrics, "vm0", POLICY, started=0.0, live_after=30.0)
-        return send_approvals(self.store, imds.approve, "vm0", self.snap, plan, policy=POLICY, metrics=self.metrics,
+        telemetry = Telemetry(self.metrics, "vm0", policy, started=0.0, live_after=30.0)
+        return send_approvals(self.store, imds.approve, "vm0", self.snap, plan, policy=policy, metrics=self.metrics,
                               telemetry=telemetry, mono=self.clock.monotonic, now=lambda: NOW,
                               peers_confirmed_at=peers_confirmed_at)
 
@@ -122,13 +123,9 @@ def test_the_fence_is_asked_again_before_a_retry(case: str, between: Callable[[G
 
 def test_peers_confirmed_too_long_before_the_attempt_close_the_fence() -> None:
     group = Group()
-    policy_fresh = Policy(session_timeout=10.0, peer_fresh=2.5)
     imds = Imds(before=lambda: setattr(group.clock, "mono", group.clock.mono + 3.0))
-    plan = Plan(approve=(ApprovalIntent(A, A, ("vm0",), as_leader=False),))
-    telemetry = Telemetry(group.metrics, "vm0", policy_fresh, started=0.0, live_after=30.0)
-    posted = send_approvals(group.store, imds.approve, "vm0", group.snap, plan, policy=policy_fresh,
-                            metrics=group.metrics, telemetry=telemetry, mono=group.clock.monotonic,
-                            now=lambda: NOW, peers_confirmed_at=group.clock.mono)
+    posted = group.send(imds, A, peers_confirmed_at=group.clock.mono,
+                        policy=Policy(session_timeout=10.0, peer_fresh=2.5))
     assert posted == frozenset() and imds.posted == [] and group.count("fenced") == 1
 
 
