@@ -44,13 +44,13 @@ def main(argv: Sequence[str]) -> int:
     if not runs:
         print(f"chaos_rejudge: no observations.json under {', '.join(argv)}", file=sys.stderr)
         return 2
-    changed = violations = 0
+    changed = violations = unreadable = 0
     for run in runs:
         try:
             verdict = check(load((run / "observations.json").read_text()))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"{run.name}: cannot judge: {type(exc).__name__}: {exc}")
-            changed += 1
+            unreadable += 1
             continue
         then_path = run / "verdict.txt"
         then = then_path.read_text().splitlines()[0].strip() if then_path.is_file() else "(no verdict.txt)"
@@ -62,8 +62,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"{run.name}: then {then!r}; now {now}{'  <- changed' if differs else ''}")
         for violation in verdict.violations:
             print(f"    {violation.invariant}: {violation.summary}")
-    print(f"{len(runs)} run(s) judged again: {violations} with a violation now, {changed} changed")
-    return 1 if violations else 0
+    print(f"{len(runs) - unreadable} run(s) judged again: {violations} with a violation now, {changed} changed"
+          + (f"; {unreadable} could not be read" if unreadable else ""))
+    return 1 if violations else 2 if unreadable == len(runs) else 0
 
 
 if __name__ == "__main__":
