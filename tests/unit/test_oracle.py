@@ -395,6 +395,18 @@ def test_s4_flags_an_approval_with_no_server_up_in_haproxy() -> None:
     assert "no VM was UP in HAProxy" in verdict.violations[0].summary
 
 
+def test_s4_flags_an_admission_that_leaves_no_vm_outside_the_event_up_in_haproxy() -> None:
+    run = Run()
+    drained_freeze(run)  # E1 on vm0 and vm1, drained from 3 s
+    run.node("admitted", 2.5, event_id=E1)
+    assert run.verdict().ok  # vm2 UP in HAProxy throughout
+    run.obs.servers = [s for s in run.obs.servers if not (s.server == "vm2" and T0 + 2 <= s.t <= T0 + 3)]
+    run.servers(2.0, 3.0, {"vm2": DOWN})  # vm2 out of rotation when the leader admits E1
+    verdict = run.verdict()
+    assert invariants(verdict) == ["S4"]
+    assert verdict.violations[0].summary.startswith(f"admission of Freeze {E1} (vm0,vm1) while no VM outside")
+
+
 def test_s4_flags_two_events_approved_early_and_in_maintenance_together() -> None:
     run = Run()
     run.all_serving(0, 3)
