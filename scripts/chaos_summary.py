@@ -59,6 +59,12 @@ def summary(body: Mapping[str, Any]) -> list[str]:
     blind = sum(float(r["verdict"]["stats"].get("zk_blind_seconds", 0)) for r in judged)
     tick_text = ", ".join(f"{t} ms in {n}" for t, n in body["runs_by_tick_time_ms"].items())
     violation_text = ", ".join(f"{k}: {n}" for k, n in sorted(violations.items())) or "**0** (S1-S5)"
+    with_one_up = stats["requests_failed_other_with_a_server_up"]
+    if "requests_failed_other_in_handover" in stats:  # files judged before the oracle told handovers apart
+        some_up = (f"{stats['requests_failed_other_in_handover']} in a handover (no server UP in both of "
+                   f"HAProxy's samples around it), **{with_one_up}** while some server stayed UP")
+    else:
+        some_up = f"**{with_one_up}** while some server was UP"
     rows = {
         "runs judged": f"{len(judged)}" + (f" (not carried out: {carried})" if carried else ", all carried out"),
         "tickTime": tick_text,
@@ -75,11 +81,23 @@ def summary(body: Mapping[str, Any]) -> list[str]:
                                     "POSTs fell in it (their acks not checked)",
         "requests through HAProxy": f"{stats['requests']:,}; {stats['requests_failed_without_notice']} failed from "
                                     f"events without notice, {stats['requests_failed_other_no_server_up']} while "
-                                    f"HAProxy had no server UP (in {no_server} runs), "
-                                    f"**{stats['requests_failed_other_with_a_server_up']}** while some server was UP",
+                                    f"HAProxy had no server UP (in {no_server} runs), {some_up}",
     }
     lines += ["", "| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows.items())]
-    return lines + _why_none_up(judged)
+    return lines + _why_none_up(judged) + _why_handover(judged)
+
+
+def _why_handover(judged: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The requests failed in a handover, by what took out the servers UP before them (the oracle's
+    ``failed_in_handover_why``)."""
+    combos: Counter[str] = Counter()
+    for r in judged:
+        combos.update(r["verdict"]["stats"].get("failed_in_handover_why") or {})
+    if not combos:
+        return []
+    return ["", "In a handover, what took out the servers UP before the request:", "",
+            "| the servers gone out, together | requests failed |", "|---|---|",
+            *(f"| {combo} | {n} |" for combo, n in combos.most_common())]
 
 
 def _why_none_up(judged: Sequence[Mapping[str, Any]]) -> list[str]:

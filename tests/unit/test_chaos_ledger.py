@@ -114,7 +114,9 @@ def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
                                         "zk_blind_seconds": 2.5, "approval_posts_while_zk_blind": seed - 1,
                                         "failed_no_server_up_why": {"agent not running x2": seed,
                                                                     "agent not running x1; probe unanswered x1":
-                                                                    3 - seed}})
+                                                                    3 - seed},
+                                        "requests_failed_other_in_handover": seed,
+                                        "failed_in_handover_why": {"drained for an event naming it x1": seed}})
         ledger.add(run, part, 100.0 * seed)
     ledger.add(_result(3, error="HAProxy did not start"), part, 205.0)
     path = tmp_path / "runs.json"
@@ -130,6 +132,8 @@ def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
     assert "200; 0 failed from events without notice, 6 while HAProxy had no server UP (in 2 runs)" in out
     assert "| agent not running | 6 | 2 |\n| probe unanswered | 3 | 2 |" in out
     assert "| agent not running x2 | 3 |\n| agent not running x1; probe unanswered x1 | 3 |" in out
+    assert "(in 2 runs), 3 in a handover (no server UP in both of HAProxy's samples around it)" in out
+    assert "| drained for an event naming it x1 | 3 |" in out
     path.write_text("[]")
     failed = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True)
     assert failed.returncode == 2 and "chaos_summary:" in failed.stderr

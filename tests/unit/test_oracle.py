@@ -395,6 +395,18 @@ def test_s4_flags_an_approval_with_no_server_up_in_haproxy() -> None:
     assert "no VM was UP in HAProxy" in verdict.violations[0].summary
 
 
+def test_s4_flags_an_admission_that_leaves_no_vm_outside_the_event_up_in_haproxy() -> None:
+    run = Run()
+    drained_freeze(run)  # E1 on vm0 and vm1, drained from 3 s
+    run.node("admitted", 2.5, event_id=E1)
+    assert run.verdict().ok  # vm2 UP in HAProxy throughout
+    run.obs.servers = [s for s in run.obs.servers if not (s.server == "vm2" and T0 + 2 <= s.t <= T0 + 3)]
+    run.servers(2.0, 3.0, {"vm2": DOWN})  # vm2 out of rotation when the leader admits E1
+    verdict = run.verdict()
+    assert invariants(verdict) == ["S4"]
+    assert verdict.violations[0].summary.startswith(f"admission of Freeze {E1} (vm0,vm1) while no VM outside")
+
+
 def test_s4_flags_two_events_approved_early_and_in_maintenance_together() -> None:
     run = Run()
     run.all_serving(0, 3)
@@ -566,6 +578,32 @@ def test_failed_requests_while_no_server_was_up_say_what_kept_each_vm_out() -> N
     }
 
 
+def test_a_request_failed_while_the_servers_up_changed_over_between_two_samples_is_a_handover() -> None:
+    # Seed 20 of the long run, reduced: vm1 alone UP; at 18.72 s its forced drain ahead of a Freeze's
+    # NotBefore takes it out, and vm2, back from a restart, passes HAProxy's checks by 18.83 s. The
+    # request at 18.75 s finds no server UP, though each sample around it shows one.
+    run = Run()
+    run.event(E1, ("vm1",), 1.0, started=24.0, reason="not_before", removed=27.0)
+    run.probe("vm0", 0, 40, None)
+    run.process("vm0", 100, 0.0, exited=2.0, rc=-9)
+    run.process("vm1", 101, 0.0)
+    run.process("vm2", 102, 17.0)
+    run.probe("vm1", 0, 18.7, 200)
+    run.probe("vm1", 18.7, 40, 503)
+    run.probe("vm2", 0, 17.9, None)
+    run.probe("vm2", 17.9, 40, 200)
+    run.servers(0, 18.7, {"vm0": DOWN, "vm1": UP, "vm2": DOWN})
+    run.servers(18.8, 40, {"vm0": DOWN, "vm1": DRAIN, "vm2": UP})  # sampled at 18.6 s, then 18.8 s
+    run.obs.requests.append(RequestSample(T0 + 18.75, T0 + 18.751, 503, None))
+    run.obs.requests.append(RequestSample(T0 + 30.0, T0 + 30.01, 503, None))  # vm2 UP throughout
+    stats = run.verdict().stats
+    assert stats["requests_failed_other"] == 2
+    assert stats["requests_failed_other_no_server_up"] == 0
+    assert stats["requests_failed_other_in_handover"] == 1
+    assert stats["requests_failed_other_with_a_server_up"] == 1
+    assert stats["failed_in_handover_why"] == {"drained for an event naming it x1": 1}
+
+
 def test_a_kept_record_reads_back_and_is_judged_the_same() -> None:
     run = Run()
     drained_freeze(run, ack_vm1=None)
@@ -596,6 +634,8 @@ def test_kept_runs_are_judged_again_by_the_oracle_as_it_is_now(tmp_path: Path) -
     assert lines[0] == "seed-1: then '1 violation(s)'; now OK  <- changed"
     assert lines[1] == "seed-2: then 'no violation'; now 1 violation(s)  <- changed"
     assert lines[2].startswith("    S1: ")
+    assert lines[-2] == ("requests through HAProxy: 0; failed: 0 from events without notice, 0 while no server "
+                         "was UP, 0 in a handover, 0 while some server stayed UP")
     assert lines[-1] == "2 run(s) judged again: 1 with a violation now, 2 changed"
     empty = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True)
     assert empty.returncode == 2 and "no observations.json" in empty.stderr

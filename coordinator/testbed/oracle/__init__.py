@@ -26,9 +26,9 @@ rules (see ``docs/reliability.md``):
 * S3: an approval received from a VM whose agent process was stopped (SIGSTOP) at that moment, or whose
   ZooKeeper session had lapsed (expired during the pause, or expired by the harness) and had not been
   re-established (no new member node yet).
-* S4: an approval received while no VM was UP in HAProxy; with ``max_events_in_maintenance: 1``, an
-  early approval of an event while another event approved early is still present with a VM out of
-  rotation.
+* S4: an approval received while no VM was UP in HAProxy, or an admission made while no VM outside the
+  event's Resources was; with ``max_events_in_maintenance: 1``, an early approval of an event while
+  another event approved early is still present with a VM out of rotation.
 * S5: an agent process that exited without being killed, a traceback in an agent log, an agent that did
   not stop cleanly when asked, or an agent whose completed cycles did not move for longer than the stall
   limit while it ran and was not paused.

@@ -1,8 +1,10 @@
 """The checks of S4-S5: keep one serving and the events budget, and the agents' own health.
 
-* ``s4``: an approval received while no VM was UP in HAProxy; with ``max_events_in_maintenance: 1``, an
-  early approval of an event while another event approved early is still present with a VM out of
-  rotation (events of one budget unit, ``OracleSettings.budget_units``, count as one).
+* ``s4``: an approval received while no VM was UP in HAProxy; an admission (the leader's ``admitted``
+  node, which starts the early drains) while no VM outside the event's Resources was UP in HAProxy
+  (``keep_one_serving``, the default); with ``max_events_in_maintenance: 1``, an early approval of an
+  event while another event approved early is still present with a VM out of rotation (events of one
+  budget unit, ``OracleSettings.budget_units``, count as one).
 * ``s5``: an agent process that exited without being killed, a traceback in an agent log (or printed by
   one of its threads), an agent that did not stop cleanly when asked, or one whose completed cycles did
   not move for longer than the stall limit while it ran and was not paused.
@@ -14,7 +16,7 @@ import bisect
 from collections import Counter, defaultdict
 
 from coordinator.testbed.oracle.context import EARLY_RESULTS, Context, approvals, pause_windows
-from coordinator.testbed.oracle.records import LogLine, StatusSample
+from coordinator.testbed.oracle.records import LogLine, ServerSample, StatusSample
 from coordinator.testbed.oracle.report import FRAME, RAISED, Violation, timeline
 
 __all__ = ["s4", "s5"]
@@ -32,28 +34,56 @@ def _out_of_rotation(ctx: Context, vm: str, t: float) -> bool:
     return server_sample is not None and not server_sample.up
 
 
-def s4(ctx: Context) -> list[Violation]:
+def _samples_around(ctx: Context, t: float) -> tuple[dict[str, ServerSample], dict[str, ServerSample]] | None:
+    """HAProxy's samples on both sides of ``t``, if they are close enough to say what it did between."""
+    index = bisect.bisect_right(ctx.server_times, t)
+    if not 0 < index < len(ctx.server_times):
+        return None
+    before_t, after_t = ctx.server_times[index - 1], ctx.server_times[index]
+    if after_t - before_t > ctx.settings.server_sample_gap_seconds:
+        return None
+    before, after = ctx.servers_at(before_t), ctx.servers_at(after_t)
+    return (before, after) if before and after else None
+
+
+def _admissions(ctx: Context) -> list[Violation]:
+    """Keep one serving at admission: the samples on both sides of the leader's ``admitted`` node show no
+    server UP outside the event's Resources, so the drains it starts would take out the last ones."""
     found = []
-    gap = ctx.settings.server_sample_gap_seconds
+    for node in ctx.obs.nodes:
+        event = ctx.events.get((node.event_id or "").upper())
+        if node.kind != "admitted" or event is None:
+            continue
+        around = _samples_around(ctx, node.ctime)
+        if around is None:
+            continue
+        if any(s.up and name not in event.resources for sample in around for name, s in sample.items()):
+            continue
+        found.append(Violation(
+            "S4", node.ctime,
+            f"admission of {event.event_type} {event.event_id} ({','.join(event.resources)}) while no VM outside "
+            f"its Resources was UP in HAProxy ({', '.join(f'{n} {s.label}' for n, s in sorted(around[0].items()))})",
+            timeline(ctx, node.ctime - 5, node.ctime + 2, set(ctx.servers), [event.event_id]),
+        ))
+    return found
+
+
+def s4(ctx: Context) -> list[Violation]:
+    found = _admissions(ctx)
     for approval in approvals(ctx.obs.sim_log):
         t = float(approval["t"])
         early = [str(e).upper() for e, r in (approval.get("results") or {}).items() if r in EARLY_RESULTS]
         if not early:
             continue
         # Keep one serving: the HAProxy samples on both sides of the approval show no server UP.
-        index = bisect.bisect_right(ctx.server_times, t)
-        if 0 < index < len(ctx.server_times):
-            before_t, after_t = ctx.server_times[index - 1], ctx.server_times[index]
-            if after_t - before_t <= gap:
-                before, after = ctx.servers_at(before_t), ctx.servers_at(after_t)
-                none_up = not any(s.up for s in before.values()) and not any(s.up for s in after.values())
-                if before and after and none_up:
-                    found.append(Violation(
-                        "S4", t,
-                        f"approval of {','.join(early)} by {approval['vm']} while no VM was UP in HAProxy "
-                        f"({', '.join(f'{n} {s.label}' for n, s in sorted(before.items()))})",
-                        timeline(ctx, t - 5, t + 2, set(ctx.servers), early),
-                    ))
+        around = _samples_around(ctx, t)
+        if around is not None and not any(s.up for sample in around for s in sample.values()):
+            found.append(Violation(
+                "S4", t,
+                f"approval of {','.join(early)} by {approval['vm']} while no VM was UP in HAProxy "
+                f"({', '.join(f'{n} {s.label}' for n, s in sorted(around[0].items()))})",
+                timeline(ctx, t - 5, t + 2, set(ctx.servers), early),
+            ))
         # The events budget: two events approved early, both present with a VM out of rotation.
         if ctx.settings.max_events_in_maintenance != 1:
             continue

@@ -1,6 +1,7 @@
 """The run's statistics that come with every verdict: events by type and by how they started or ended,
 approval POSTs, the load's failed requests (set apart: those during an event created without notice,
-and those while HAProxy had no server UP), who served the load, and the number of samples and restarts.
+those while HAProxy had no server UP, and those while the servers UP changed over between two of its
+samples), who served the load, and the number of samples and restarts.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from coordinator.testbed.oracle.context import Context, approvals, pause_windows, zk_blind_at
+from coordinator.testbed.oracle.records import ServerSample
 
 __all__ = ["statistics"]
 
@@ -103,6 +105,36 @@ def _why_none_up(ctx: Context, requests: list[Any]) -> dict[str, int]:
     return dict(combos)
 
 
+def _samples_around(ctx: Context, t: float) -> dict[str, dict[str, ServerSample]]:
+    """HAProxy's samples on either side of ``t`` (``before``, ``after``), each less than 1 s from it."""
+    index = bisect.bisect_right(ctx.server_times, t)
+    around = {}
+    for side, i in (("before", index - 1), ("after", index)):
+        if 0 <= i < len(ctx.server_times) and abs(ctx.server_times[i] - t) <= 1.0:
+            around[side] = ctx.servers_at(ctx.server_times[i])
+    return around
+
+
+def _up(sample: dict[str, ServerSample]) -> set[str]:
+    return {name for name, s in sample.items() if s.up}
+
+
+def _why_handover(ctx: Context, requests: list[Any]) -> dict[str, int]:
+    """For the requests that failed while every server UP in HAProxy's sample before them was out in the
+    sample after, and others had come UP instead (so that neither sample shows none UP): how many failed
+    for each combination of reasons those servers went out, as ``_WhyOut`` says at the later sample,
+    e.g. "drained for an event naming it x1". Some instant between the two samples likely had no server
+    UP: HAProxy is sampled every 200 ms, and a failed check or a drain takes a server out at once."""
+    why = _WhyOut(ctx)
+    combos: Counter[str] = Counter()
+    for request in requests:
+        around = _samples_around(ctx, request.t)
+        after = ctx.server_times[bisect.bisect_right(ctx.server_times, request.t)]
+        reasons = Counter(why.at(vm, after) for vm in sorted(_up(around["before"]) - _up(around["after"])))
+        combos["; ".join(f"{reason} x{n}" for reason, n in sorted(reasons.items()))] += 1
+    return dict(combos)
+
+
 def statistics(ctx: Context) -> dict[str, Any]:
     obs = ctx.obs
     events = list(ctx.events.values())
@@ -114,15 +146,15 @@ def statistics(ctx: Context) -> dict[str, Any]:
     # Failures while HAProxy had no server UP (every VM out: drained, paused, restarting) are a capacity
     # matter; those while some server was UP went to a VM that was hit, or were in flight when it was.
     # HAProxy is sampled every 200 ms: the sample on either side of the request showing none UP counts.
-    none_up = []
+    # A handover: the samples on both sides show a server UP, but no server UP in both (the one serving
+    # went out and another came back between them), so HAProxy likely had none UP for a moment.
+    none_up, handover = [], []
     for request in other:
-        index = bisect.bisect_right(ctx.server_times, request.t)
-        around = [ctx.server_times[i] for i in (index - 1, index) if 0 <= i < len(ctx.server_times)]
-        for t in around:
-            sample = ctx.servers_at(t)
-            if abs(t - request.t) <= 1.0 and sample and not any(s.up for s in sample.values()):
-                none_up.append(request)
-                break
+        around = _samples_around(ctx, request.t)
+        if any(sample and not any(s.up for s in sample.values()) for sample in around.values()):
+            none_up.append(request)
+        elif len(around) == 2 and not _up(around["before"]) & _up(around["after"]):
+            handover.append(request)
     return {
         "events": len(events),
         "events_by_type": dict(Counter(e.event_type for e in events)),
@@ -140,9 +172,11 @@ def statistics(ctx: Context) -> dict[str, Any]:
         "requests_failed_without_notice": len(apart),
         "requests_failed_other": len(other),
         "requests_failed_other_no_server_up": len(none_up),
-        "requests_failed_other_with_a_server_up": len(other) - len(none_up),
+        "requests_failed_other_in_handover": len(handover),
+        "requests_failed_other_with_a_server_up": len(other) - len(none_up) - len(handover),
         "failed_other_by_cause": dict(Counter(str(r.status or r.error) for r in other)),
         "failed_no_server_up_why": _why_none_up(ctx, none_up),
+        "failed_in_handover_why": _why_handover(ctx, handover),
         "failed_other_at": [round(r.t - obs.started_at, 2) for r in other[:50]],
         "served_by": dict(served),
         "probe_samples": len(obs.probes),
