@@ -3,6 +3,7 @@
 
     .venv/bin/python scripts/chaos_rejudge.py chaos-runs            # every DIR/seed-N/observations.json
     .venv/bin/python scripts/chaos_rejudge.py /tmp/chaos-20-abc123   # one run's directory
+    .venv/bin/python scripts/chaos_rejudge.py chaos-runs --write docs/chaos-results.json
 
 The oracle is a pure function of a run's observations (`coordinator.testbed.oracle.check`), and every
 run keeps them in its directory (`make chaos` keeps every run's under `chaos-runs/`). A change to the
@@ -10,16 +11,23 @@ oracle can so be checked against runs already made: this prints, per run, the ve
 ran (`verdict.txt`, its first line) and the verdict now, and says which runs changed. Exit status 1 if
 any run has a violation now, 2 if nothing could be read, else 0. Before the last line, the load's failed
 requests over every run as the oracle counts them now (the runs' statistics, `oracle/stats.py`).
+
+With `--write FILE` (the file `make chaos` wrote), each run of FILE whose directory was judged gets the
+new verdict beside the one written when it ran (`rejudged`), and the file says which oracle judged them
+again (`rejudged_by`: the package's digest and commit now, and how many runs); `scripts/chaos_summary.py`
+then counts from those verdicts. The runs' own verdicts and the code they ran stay as they were.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from coordinator.testbed.chaos.ledger import code_identity
 from coordinator.testbed.oracle import check, load
 
 
@@ -38,20 +46,54 @@ def _runs(paths: Sequence[Path]) -> list[Path]:
     return sorted(set(found), key=seed)
 
 
+def _seed_of(run: Path) -> int | None:
+    number = re.fullmatch(r"seed-(\d+)", run.name)
+    return int(number.group(1)) if number else None
+
+
+def _write(path: Path, verdicts: dict[int, dict[str, object]]) -> int:
+    """Put each re-judged verdict beside its run's in the results file; how many runs got one."""
+    body = json.loads(path.read_text())
+    written = 0
+    for result in body["results"]:
+        verdict = verdicts.get(int(result["seed"]))
+        if verdict is not None and result.get("verdict") is not None:
+            result["rejudged"] = verdict
+            written += 1
+    code = code_identity()
+    body["rejudged_by"] = {"digest": code["digest"], "commit": code["commit"],
+                           "uncommitted_changes": code["uncommitted_changes"], "runs": written}
+    temporary = path.with_name(f".{path.name}.rejudged.tmp")
+    temporary.write_text(json.dumps(body, indent=1) + "\n")
+    temporary.replace(path)
+    return written
+
+
 def main(argv: Sequence[str]) -> int:
-    if not argv:
+    args = list(argv)
+    write: Path | None = None
+    if "--write" in args:
+        at = args.index("--write")
+        if at + 1 >= len(args):
+            print("chaos_rejudge: --write needs the results FILE", file=sys.stderr)
+            return 2
+        write = Path(args[at + 1])
+        del args[at:at + 2]
+    if not args:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
-    runs = _runs([Path(a) for a in argv])
+    runs = _runs([Path(a) for a in args])
     if not runs:
-        print(f"chaos_rejudge: no observations.json under {', '.join(argv)}", file=sys.stderr)
+        print(f"chaos_rejudge: no observations.json under {', '.join(args)}", file=sys.stderr)
         return 2
     changed = violations = unreadable = 0
     totals: Counter[str] = Counter()
+    verdicts: dict[int, dict[str, object]] = {}
     handover_why: Counter[str] = Counter()
     for run in runs:
         try:
-            verdict = check(load((run / "observations.json").read_text()))
+            observations = load((run / "observations.json").read_text())
+            verdict = check(observations)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"{run.name}: cannot judge: {type(exc).__name__}: {exc}")
             unreadable += 1
@@ -60,6 +102,9 @@ def main(argv: Sequence[str]) -> int:
         then = then_path.read_text().splitlines()[0].strip() if then_path.is_file() else "(no verdict.txt)"
         totals.update({k: v for k, v in verdict.stats.items() if k.startswith("requests") and isinstance(v, int)})
         handover_why.update(verdict.stats.get("failed_in_handover_why") or {})
+        seed = _seed_of(run)
+        if seed is not None:
+            verdicts[seed] = verdict.to_json(observations.started_at)
         now = "OK" if verdict.ok else f"{len(verdict.violations)} violation(s)"
         was_ok = then == "no violation"
         differs = was_ok != verdict.ok
@@ -75,6 +120,12 @@ def main(argv: Sequence[str]) -> int:
           f"{totals['requests_failed_other_with_a_server_up']} while some server stayed UP")
     print(f"{len(runs) - unreadable} run(s) judged again: {violations} with a violation now, {changed} changed"
           + (f"; {unreadable} could not be read" if unreadable else ""))
+    if write is not None:
+        try:
+            print(f"wrote {_write(write, verdicts)} re-judged verdict(s) into {write}")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"chaos_rejudge: cannot write {write}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
     return 1 if violations else 2 if unreadable == len(runs) else 0
 
 

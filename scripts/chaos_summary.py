@@ -33,8 +33,24 @@ def _seconds(total: float) -> str:
     return f"{hours} h {minutes} min" if hours else f"{minutes} min {seconds} s"
 
 
-def summary(body: Mapping[str, Any]) -> list[str]:
+def _as_judged_again(body: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """The results with each run's verdict as ``scripts/chaos_rejudge.py --write`` judged it again, when
+    it did so for every run judged (else as written when the runs were made), and the line that says so."""
     results: Sequence[Mapping[str, Any]] = body["results"]
+    by = body.get("rejudged_by")
+    judged = [r for r in results if r.get("verdict") is not None]
+    if not by or not judged or any(r.get("rejudged") is None for r in judged):
+        return list(results), []
+    again = [{**r, "verdict": r["rejudged"]} if r.get("verdict") is not None else r for r in results]
+    commit = str(by.get("commit"))[:7]
+    return again, ["", f"Verdicts and statistics as the oracle of source digest `{by['digest']}` (commit {commit}"
+                       f"{' with uncommitted changes' if by.get('uncommitted_changes') else ''}) judged the "
+                       f"{len(judged)} runs again from their kept observations (`scripts/chaos_rejudge.py "
+                       "--write`); the runs' code is the digest above."]
+
+
+def summary(body: Mapping[str, Any]) -> list[str]:
+    results, rejudged = _as_judged_again(body)
     judged = [r for r in results if r.get("verdict") is not None]
     seeds = sorted(int(r["seed"]) for r in results)
     lines = [f"Source digest `{body['code']['digest']}` (commit {str(body['code'].get('commit'))[:7]}); "
@@ -83,7 +99,7 @@ def summary(body: Mapping[str, Any]) -> list[str]:
                                     f"events without notice, {stats['requests_failed_other_no_server_up']} while "
                                     f"HAProxy had no server UP (in {no_server} runs), {some_up}",
     }
-    lines += ["", "| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows.items())]
+    lines += [*rejudged, "", "| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows.items())]
     return lines + _why_none_up(judged) + _why_handover(judged)
 
 

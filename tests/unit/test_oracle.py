@@ -6,6 +6,7 @@ the recorders do.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -639,3 +640,40 @@ def test_kept_runs_are_judged_again_by_the_oracle_as_it_is_now(tmp_path: Path) -
     assert lines[-1] == "2 run(s) judged again: 1 with a violation now, 2 changed"
     empty = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True)
     assert empty.returncode == 2 and "no observations.json" in empty.stderr
+
+
+def test_runs_judged_again_are_written_beside_their_verdicts_and_counted_by_the_summary(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from coordinator.testbed.chaos.ledger import Ledger, code_identity
+
+    clean, broken = Run(), Run()
+    drained_freeze(clean)
+    drained_freeze(broken, ack_vm1=None)  # S1 by the oracle as it is now; "no violation" when it ran
+    ledger = Ledger({"vms": list(VMS)}, {"digest": "measured", "commit": "c0ffee1"})
+    part = ledger.start_part(ledger.code)
+    for seed, run in ((1, clean), (2, broken)):
+        directory = tmp_path / "runs" / f"seed-{seed}"
+        directory.mkdir(parents=True)
+        run.verdict()
+        (directory / "observations.json").write_text(dump(run.obs))
+        (directory / "verdict.txt").write_text("no violation\n")
+        ledger.add({"seed": seed, "wall_seconds": 50.0, "faults": {}, "tick_time_ms": 500, "error": None,
+                    "verdict": {"ok": True, "stats": {"requests": 10}, "violations": []}}, part, 50.0 * seed)
+    results = tmp_path / "results.json"
+    ledger.write(results)
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    done = subprocess.run([sys.executable, str(scripts / "chaos_rejudge.py"), str(tmp_path / "runs"), "--write",
+                           str(results)], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr  # seed 2 has a violation now
+    assert done.stdout.splitlines()[-1] == f"wrote 2 re-judged verdict(s) into {results}"
+    body = json.loads(results.read_text())
+    assert [r["verdict"]["ok"] for r in body["results"]] == [True, True]  # as written when they ran
+    assert [r["rejudged"]["ok"] for r in body["results"]] == [True, False]
+    assert body["rejudged_by"]["digest"] == code_identity()["digest"]
+    assert body["rejudged_by"]["runs"] == 2 and body["code"]["digest"] == "measured"
+    out = subprocess.run([sys.executable, str(scripts / "chaos_summary.py"), str(results)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "judged the 2 runs again from their kept observations" in out
+    assert "| violations | S1: 1 |" in out
