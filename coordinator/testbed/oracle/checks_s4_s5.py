@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter, defaultdict
 
 from coordinator.testbed.oracle.context import EARLY_RESULTS, Context, approvals, pause_windows
@@ -36,13 +35,12 @@ def _out_of_rotation(ctx: Context, vm: str, t: float) -> bool:
 
 def _samples_around(ctx: Context, t: float) -> tuple[dict[str, ServerSample], dict[str, ServerSample]] | None:
     """HAProxy's samples on both sides of ``t``, if they are close enough to say what it did between."""
-    index = bisect.bisect_right(ctx.server_times, t)
-    if not 0 < index < len(ctx.server_times):
+    around = ctx.servers_around(t)
+    if len(around) < 2:
         return None
-    before_t, after_t = ctx.server_times[index - 1], ctx.server_times[index]
+    (before_t, before), (after_t, after) = around
     if after_t - before_t > ctx.settings.server_sample_gap_seconds:
         return None
-    before, after = ctx.servers_at(before_t), ctx.servers_at(after_t)
     return (before, after) if before and after else None
 
 

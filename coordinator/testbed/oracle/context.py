@@ -175,6 +175,13 @@ class Context:
                 out[name] = sample
         return out
 
+    def servers_around(self, t: float) -> list[tuple[float, dict[str, ServerSample]]]:
+        """HAProxy's samples next to ``t``, each with its time: the last at or before it, then the first
+        after it (either missing at the ends of the run)."""
+        index = bisect.bisect_right(self.server_times, t)
+        return [(self.server_times[i], self.servers_at(self.server_times[i]))
+                for i in (index - 1, index) if 0 <= i < len(self.server_times)]
+
 
 def pause_windows(ctx: Context) -> dict[int, list[tuple[float, float, str]]]:
     """Per PID, when it was stopped: (SIGSTOP, the next SIGCONT or its end, who stopped it)."""

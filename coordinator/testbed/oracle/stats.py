@@ -6,7 +6,6 @@ samples), who served the load, and the number of samples and restarts.
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
 from typing import Any
 
@@ -105,32 +104,21 @@ def _why_none_up(ctx: Context, requests: list[Any]) -> dict[str, int]:
     return dict(combos)
 
 
-def _samples_around(ctx: Context, t: float) -> dict[str, dict[str, ServerSample]]:
-    """HAProxy's samples on either side of ``t`` (``before``, ``after``), each less than 1 s from it."""
-    index = bisect.bisect_right(ctx.server_times, t)
-    around = {}
-    for side, i in (("before", index - 1), ("after", index)):
-        if 0 <= i < len(ctx.server_times) and abs(ctx.server_times[i] - t) <= 1.0:
-            around[side] = ctx.servers_at(ctx.server_times[i])
-    return around
-
-
 def _up(sample: dict[str, ServerSample]) -> set[str]:
     return {name for name, s in sample.items() if s.up}
 
 
-def _why_handover(ctx: Context, requests: list[Any]) -> dict[str, int]:
+def _why_handover(ctx: Context, handovers: list[tuple[float, set[str]]]) -> dict[str, int]:
     """For the requests that failed while every server UP in HAProxy's sample before them was out in the
-    sample after, and others had come UP instead (so that neither sample shows none UP): how many failed
-    for each combination of reasons those servers went out, as ``_WhyOut`` says at the later sample,
-    e.g. "drained for an event naming it x1". Some instant between the two samples likely had no server
-    UP: HAProxy is sampled every 200 ms, and a failed check or a drain takes a server out at once."""
+    sample after, and others had come UP instead (so that neither sample shows none UP), each given as
+    the later sample's time and the servers gone out: how many failed for each combination of reasons
+    those servers went out, as ``_WhyOut`` says at the later sample, e.g. "drained for an event naming it
+    x1". Some instant between the two samples likely had no server UP: HAProxy is sampled every 200 ms,
+    and a failed check or a drain takes a server out at once."""
     why = _WhyOut(ctx)
     combos: Counter[str] = Counter()
-    for request in requests:
-        around = _samples_around(ctx, request.t)
-        after = ctx.server_times[bisect.bisect_right(ctx.server_times, request.t)]
-        reasons = Counter(why.at(vm, after) for vm in sorted(_up(around["before"]) - _up(around["after"])))
+    for after, gone in handovers:
+        reasons = Counter(why.at(vm, after) for vm in sorted(gone))
         combos["; ".join(f"{reason} x{n}" for reason, n in sorted(reasons.items()))] += 1
     return dict(combos)
 
@@ -150,11 +138,11 @@ def statistics(ctx: Context) -> dict[str, Any]:
     # went out and another came back between them), so HAProxy likely had none UP for a moment.
     none_up, handover = [], []
     for request in other:
-        around = _samples_around(ctx, request.t)
-        if any(sample and not any(s.up for s in sample.values()) for sample in around.values()):
+        around = [(at, sample) for at, sample in ctx.servers_around(request.t) if abs(at - request.t) <= 1.0]
+        if any(sample and not _up(sample) for _, sample in around):
             none_up.append(request)
-        elif len(around) == 2 and not _up(around["before"]) & _up(around["after"]):
-            handover.append(request)
+        elif len(around) == 2 and not _up(around[0][1]) & _up(around[1][1]):  # before, after
+            handover.append((around[1][0], _up(around[0][1]) - _up(around[1][1])))
     return {
         "events": len(events),
         "events_by_type": dict(Counter(e.event_type for e in events)),
