@@ -20,6 +20,7 @@ then counts from those verdicts. The runs' own verdicts and the code they ran st
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -70,21 +71,14 @@ def _write(path: Path, verdicts: dict[int, dict[str, object]]) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = list(argv)
-    write: Path | None = None
-    if "--write" in args:
-        at = args.index("--write")
-        if at + 1 >= len(args):
-            print("chaos_rejudge: --write needs the results FILE", file=sys.stderr)
-            return 2
-        write = Path(args[at + 1])
-        del args[at:at + 2]
-    if not args:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
-        return 2
-    runs = _runs([Path(a) for a in args])
+    parser = argparse.ArgumentParser(prog="chaos_rejudge", description=__doc__.strip().splitlines()[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="run directories, or directories of them")
+    parser.add_argument("--write", type=Path, metavar="FILE", help="the results file to add the verdicts to")
+    args = parser.parse_args(argv)
+    write: Path | None = args.write
+    runs = _runs(args.paths)
     if not runs:
-        print(f"chaos_rejudge: no observations.json under {', '.join(args)}", file=sys.stderr)
+        print(f"chaos_rejudge: no observations.json under {', '.join(map(str, args.paths))}", file=sys.stderr)
         return 2
     changed = violations = unreadable = 0
     totals: Counter[str] = Counter()
