@@ -19,11 +19,14 @@ What IMDS requires, and how this client honours it (see Microsoft's Scheduled Ev
 
 Every public method is synchronous and thread-safe; it blocks for at most the sum of its attempts'
 timeouts, the back-off delays between them and any wait imposed by the rate limit.
+
+The compute metadata document is parsed in ``coordinator.imds_compute``; the outcome of an attempt, its
+``Retry-After`` and the 4xx cool-down record are in ``coordinator.imds_retry``. Their public names are
+importable from here too.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -31,14 +34,14 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Annotated, Any, Final, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import httpx
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from coordinator.errors import ImdsBadRequest, ImdsFenced, ImdsUnavailable, MalformedDocument
+from coordinator.imds_compute import _BODY_LIMIT, InstanceCompute, parse_instance_compute
+from coordinator.imds_retry import _RETRYABLE, OUTCOMES, _Cooldown, _outcome_for_status, _retry_after
 from coordinator.models import Document, parse_document
 from coordinator.support.ratelimit import RateLimiter
 
@@ -55,121 +58,12 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL: Final = "http://169.254.169.254"
 
-#: Every value ``on_request`` can receive as its outcome (pre-declare metric label values with it).
-OUTCOMES: Final[tuple[str, ...]] = (
-    "ok",
-    "bad_request",
-    "not_found",
-    "gone",
-    "rate_limited",
-    "server_error",
-    "timeout",
-    "connection_error",
-    "malformed",
-    "other",
-)
-
 _SCHEDULED_EVENTS_PATH: Final = "/metadata/scheduledevents"
 _COMPUTE_PATH: Final = "/metadata/instance/compute"
-_RETRYABLE: Final = frozenset({"gone", "rate_limited", "server_error", "timeout", "connection_error"})
-_BODY_LIMIT: Final = 2000
 #: The default cap on the size of an answer's body, after any content decoding.
 MAX_BODY_BYTES: Final = 1024 * 1024
 
 _T = TypeVar("_T")
-
-
-# --- instance compute metadata ---------------------------------------------------------------------------
-
-
-def _text(value: object) -> str:
-    # IMDS serves these fields as strings ("0", "") but hand-made mocks write numbers or null.
-    if value is None:
-        return ""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError(f"expected a string, got {type(value).__name__}")
-    return str(value)
-
-
-_Text = Annotated[str, BeforeValidator(_text)]
-
-
-class InstanceCompute(BaseModel):
-    """The parts of ``/metadata/instance/compute`` the agent needs. Absent or null fields are ``""``."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
-
-    # validation/serialization aliases (not ``alias``) keep the Python names in the typed constructor.
-    name: _Text = ""
-    vm_scale_set_name: _Text = Field(
-        default="", validation_alias="vmScaleSetName", serialization_alias="vmScaleSetName"
-    )
-    platform_fault_domain: _Text = Field(
-        default="", validation_alias="platformFaultDomain", serialization_alias="platformFaultDomain"
-    )
-    platform_update_domain: _Text = Field(
-        default="", validation_alias="platformUpdateDomain", serialization_alias="platformUpdateDomain"
-    )
-    zone: _Text = ""
-    resource_id: _Text = Field(default="", validation_alias="resourceId", serialization_alias="resourceId")
-
-    @property
-    def is_scale_set_instance(self) -> bool:
-        return self.vm_scale_set_name != ""
-
-    @property
-    def scheduled_events_name(self) -> str:
-        """This VM's name as Scheduled Events lists it in ``Resources``.
-
-        For a scale-set instance IMDS ``name`` is already ``{scaleSetName}_{instanceId}`` (e.g.
-        ``aks-nodepool1-21922338-vmss_47``, not the guest host name); for availability-set and standalone
-        VMs it is the VM name. Either way it is ``name`` as served; ``""`` if IMDS did not say.
-        Compare it case-insensitively (``ScheduledEvent.names``).
-        """
-        return self.name
-
-
-def parse_instance_compute(raw: bytes | str | object) -> InstanceCompute:
-    """Parse a compute metadata document from bytes, text or decoded JSON.
-
-    Raises ``MalformedDocument`` (with the content, truncated) if it is not a JSON object or a known
-    field has a wrong type. Never raises anything else.
-    """
-    content = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    if isinstance(content, str):
-        try:
-            data = json.loads(content)
-        except (ValueError, RecursionError) as exc:
-            raise MalformedDocument(
-                f"compute metadata is not JSON: {exc}", content=content[:_BODY_LIMIT]
-            ) from None
-    else:
-        data = content
-    if not isinstance(data, dict):
-        raise MalformedDocument(
-            f"compute metadata is not a JSON object but {type(data).__name__}",
-            content=repr(data)[:_BODY_LIMIT],
-        )
-    try:
-        return InstanceCompute.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()[:5]
-        )
-        raise MalformedDocument(
-            f"invalid compute metadata: {problems}", content=repr(data)[:_BODY_LIMIT]
-        ) from None
-
-
-# --- the client ------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Cooldown:
-    until: float
-    delay: float
-    status: int
-    body: str
 
 
 class ImdsClient:
@@ -578,33 +472,3 @@ class ImdsClient:
                 until=now + delay, delay=delay, status=status, body=body
             )
             return delay
-
-
-def _outcome_for_status(status: int) -> str:
-    if status == 200:
-        return "ok"
-    if status == 400:
-        return "bad_request"
-    if status == 404:
-        return "not_found"
-    if status == 410:
-        return "gone"
-    if status == 429:
-        return "rate_limited"
-    if 500 <= status < 600:
-        return "server_error"
-    return "other"
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """``Retry-After`` in seconds, or None if absent or in HTTP-date form (no wall clock here)."""
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return seconds

@@ -1,6 +1,7 @@
 """The Azure Resource Manager (ARM) checks of ``coordinator doctor``: read the load balancer, the scale set
 (or the VM) with this VM's managed identity, then judge each trap with a pure verdict of
-``coordinator.doctor.verdicts``.
+``coordinator.doctor.verdicts_azure``. ``ArmOptions`` and ``AzureSeen`` are defined with the checks' shared
+``Context`` in ``coordinator.doctor.context``, and importable from here too.
 
 Which resources: the load balancers of the ``azure-lb`` action's pools (or ``--load-balancer``), and this
 VM's scale set, or the VM itself, from IMDS's ``compute.resourceId`` (or ``--resource-id``). The checks
@@ -14,14 +15,13 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from coordinator.config import ApprovalRule
-from coordinator.doctor.verdicts import (
+from coordinator.doctor.context import ArmOptions, AzureSeen, Context
+from coordinator.doctor.outcome import Status, Verdict
+from coordinator.doctor.verdicts_azure import (
     LbProbe,
-    Status,
-    Verdict,
     auto_approve_verdict,
     lb_probe_verdict,
     repairs_verdict,
@@ -31,7 +31,6 @@ from coordinator.doctor.verdicts import (
 
 if TYPE_CHECKING:
     from coordinator.config import AzureLbActionConfig
-    from coordinator.doctor.checks import Context
 
 __all__ = ["ArmOptions", "AzureSeen", "check_approve", "check_azure", "check_probe", "check_repairs",
            "check_spot", "check_terminate", "scope_of"]
@@ -49,29 +48,6 @@ _LB_OF = re.compile(r"^(?P<lb>/subscriptions/[^/]+/resourceGroups/[^/]+/provider
                     r"loadBalancers/[^/]+)(?:/.*)?$", re.IGNORECASE)
 _AFTER_DRAIN = ("Freeze", "Reboot", "Redeploy", "Terminate")
 _HEALTH_EXTENSIONS = ("applicationhealthlinux", "applicationhealthwindows")
-
-
-@dataclass(frozen=True)
-class ArmOptions:
-    """The command line's ARM options."""
-
-    enabled: bool = False  # --arm (or any other ARM option)
-    arm_url: str | None = None
-    resource_id: str | None = None
-    load_balancers: tuple[str, ...] = ()
-    client_id: str | None = None
-
-
-@dataclass
-class AzureSeen:
-    """What the azure check read: resources by id (lower case), and what could not be read."""
-
-    load_balancers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    scale_set: dict[str, Any] | None = None
-    vm: dict[str, Any] | None = None
-    scale_set_id: str | None = None
-    vm_id: str | None = None
-    errors: list[str] = field(default_factory=list)
 
 
 def scope_of(resource_id: str) -> tuple[str, str | None]:

@@ -1,10 +1,12 @@
 """The checks of ``coordinator doctor``: each observes (IMDS, ZooKeeper, the probes) and hands what it saw
-to its pure verdict in ``coordinator.doctor.verdicts``.
+to its pure verdict in ``coordinator.doctor.verdicts`` (``verdicts_local``, ``verdicts_zookeeper``,
+``verdicts_probe``).
 
 ``CHECKS`` is the ordered list the command runs; a check is a name, a title and a function of the shared
-``Context``. Checks that depend on an earlier one (the clock on IMDS's answer, the ACL and the members
-on the ZooKeeper session) read what it left in the context, and are skipped with the reason when it
-failed. The ARM-based checks are in ``coordinator.doctor.azure``.
+``Context`` (both defined in ``coordinator.doctor.context``, importable from here too). Checks that depend
+on an earlier one (the clock on IMDS's answer, the ACL and the members on the ZooKeeper session) read what
+it left in the context, and are skipped with the reason when it failed. The ARM-based checks are in
+``coordinator.doctor.azure``.
 
 Nothing here writes: IMDS is only read (no approval is ever sent), and ZooKeeper is read through the
 group reader of ``coordinator status`` (``coordinator.groupstatus.read``), whose kazoo client refuses
@@ -14,19 +16,13 @@ timeout, digest credentials, TLS).
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import httpx
 
-from coordinator.config import ApprovalRule, Settings
+from coordinator.config import ApprovalRule
 from coordinator.doctor.azure import (
-    ArmOptions,
-    AzureSeen,
     check_approve,
     check_azure,
     check_repairs,
@@ -34,24 +30,12 @@ from coordinator.doctor.azure import (
     check_terminate,
 )
 from coordinator.doctor.azure import check_probe as check_lb_probe
-from coordinator.doctor.verdicts import (
-    ProbeAnswer,
-    Status,
-    Verdict,
-    acl_verdict,
-    clock_verdict,
-    config_verdict,
-    imds_verdict,
-    members_verdict,
-    probe_verdict,
-    proxy_verdict,
-    session_verdict,
-    zookeeper_verdict,
-)
+from coordinator.doctor.context import Check, Context, ImdsSeen, RecordingTransport
+from coordinator.doctor.outcome import Status, Verdict
+from coordinator.doctor.verdicts_local import clock_verdict, config_verdict, imds_verdict, proxy_verdict
+from coordinator.doctor.verdicts_probe import ProbeAnswer, members_verdict, probe_verdict
+from coordinator.doctor.verdicts_zookeeper import acl_verdict, session_verdict, zookeeper_verdict
 from coordinator.support.httpdate import parse_http_date
-
-if TYPE_CHECKING:
-    from coordinator.groupstatus.read import GroupReader
 
 __all__ = ["CHECKS", "Check", "Context", "ImdsSeen", "RecordingTransport"]
 
@@ -59,74 +43,6 @@ __all__ = ["CHECKS", "Check", "Context", "ImdsSeen", "RecordingTransport"]
 #: 5 to 15 minutes: without reading the scale set (ARM), the shortest is assumed.
 NOTICES: Mapping[str, float] = {"Freeze": 900.0, "Reboot": 900.0, "Redeploy": 600.0, "Preempt": 30.0,
                                 "Terminate": 300.0}
-
-
-@dataclass
-class ImdsSeen:
-    """What the IMDS check saw, for the clock check."""
-
-    answered: bool
-    date: str | None = None  # the Date header of the Scheduled Events answer
-    sent: float = 0.0  # wall clock before the request
-    received: float = 0.0  # wall clock once its headers arrived
-
-
-@dataclass
-class Context:
-    """What every check reads: the agent's settings, the run's deadline (``time.monotonic``), the
-    environment, and what earlier checks observed."""
-
-    settings: Settings
-    config_path: Path
-    deadline: float
-    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
-    vm: str | None = None  # this VM's name: vm_name, else IMDS's
-    imds: ImdsSeen | None = None
-    zookeeper: GroupReader | None = None  # the open session, read-only
-    zookeeper_error: str | None = None
-    cluster_exists: bool = False
-    granted: float | None = None
-    members: dict[str, dict[str, object]] | None = None
-    arm: ArmOptions = field(default_factory=ArmOptions)
-    compute_resource_id: str | None = None  # IMDS compute.resourceId
-    azure: AzureSeen | None = None  # what the azure check read
-
-    def remaining(self, cap: float | None = None) -> float:
-        """Seconds left before the deadline (at least 0.1), at most ``cap``."""
-        left = max(0.1, self.deadline - time.monotonic())
-        return left if cap is None else min(cap, left)
-
-    def close(self) -> None:
-        if self.zookeeper is not None:
-            self.zookeeper.close()
-            self.zookeeper = None
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    title: str
-    run: Callable[[Context], Verdict]
-
-
-class RecordingTransport(httpx.BaseTransport):
-    """The transport under the agent's IMDS client here: notes the wall clock around each request and
-    the answer's ``Date`` header. No proxy, as the client's own transport (``trust_env=False``)."""
-
-    def __init__(self, url: str) -> None:
-        # IMDS speaks plain HTTP; an https URL (a front of one's own) is verified as the agent verifies it.
-        self._inner = httpx.HTTPTransport(trust_env=False, verify=httpx.URL(url).scheme != "http")
-        self.last: ImdsSeen | None = None
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        sent = time.time()
-        response = self._inner.handle_request(request)
-        if request.url.path.endswith("/scheduledevents"):
-            self.last = ImdsSeen(True, response.headers.get("Date"), sent, time.time())
-        return response
-
-    def close(self) -> None:
-        self._inner.close()
 
 
 def _brief(exc: BaseException) -> str:

@@ -177,7 +177,7 @@ def test_check_config_and_run_refuse_a_state_file_that_cannot_be_written(tmp_pat
 
 def test_a_state_file_in_a_directory_this_user_cannot_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = _settings(tmp_path, f"cluster: web\nstate_file: {tmp_path}/state.json\n")
-    monkeypatch.setattr("coordinator.config.os.access", lambda path, mode: False)
+    monkeypatch.setattr("coordinator.config.host.os.access", lambda path, mode: False)
     errors, _ = host_problems(settings, at_start=False)
     assert errors == [f"state_file: cannot write files in {tmp_path}: permission denied "
                       f"(checked as user {getpass.getuser()})"]

@@ -112,7 +112,7 @@ def test_every_module_of_the_package_is_in_the_architecture_table() -> None:
 
 
 def test_the_agent_loop_stays_a_shell_around_the_pure_decision() -> None:
-    # The rules live in decide.py, snapshot.py and evidence.py; the loop gathers evidence and carries out
+    # The rules live in decide/, snapshot.py and evidence.py; the loop gathers evidence and carries out
     # plans (its writes and approvals in plan_writes.py and plan_approvals.py). A loop that grows past
     # this has taken on work that belongs in a module of its own or in the pure core.
     lines = len((ROOT / "coordinator" / "agent.py").read_text().splitlines())

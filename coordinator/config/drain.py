@@ -1,0 +1,111 @@
+"""The ``drain`` section: how long a VM drains before it acknowledges, per event type, and when a drain
+starts relative to the event's NotBefore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from coordinator.actions.connections import probe_wait_seconds
+from coordinator.config.base import _EVENT_KEYS, _rules_off, _Section
+
+__all__ = [
+    "_DEFAULT_WAIT_BY_TYPE",
+    "DrainConfig",
+]
+
+
+_DEFAULT_WAIT_BY_TYPE: dict[str, float] = {"Preempt": 5.0}  # a Preempt has 30 s of notice
+
+
+class DrainConfig(_Section):
+    probe_interval_seconds: float = Field(15.0, ge=1, description="The load balancer's probe interval")
+    probe_threshold: int = Field(2, ge=1, description="Consecutive failed probes before the LB stops new flows")
+    grace_seconds: float = Field(5.0, ge=0, description="Extra time for connections to close")
+    wait_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="Time between failing the probe and acknowledging; default probe_interval_seconds x "
+        "probe_threshold + grace_seconds (35 s with Azure's defaults)",
+    )
+    wait_seconds_by_type: dict[str, float] = Field(
+        default_factory=lambda: dict(_DEFAULT_WAIT_BY_TYPE),
+        description="Per event type override of wait_seconds (Preempt has only 30 s of notice); entries merge "
+        "over the default {Preempt: 5}, null removes one",
+    )
+    latest_start_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="An event not admitted by the budget (or held by lead_time_seconds) still starts "
+        "draining this long before its NotBefore",
+    )
+    lead_time_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="Start draining no earlier than this before NotBefore (for events announced days ahead); "
+        "null: as soon as the event is admitted",
+    )
+    return_wait_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="After recovering, time until the load balancer routes to the VM again; only then does "
+        "it count as serving for the budget; default: the drain wait",
+    )
+    gone_after_seconds: float = Field(
+        3.0,
+        ge=0,
+        description="An event is gone for a VM once missing from (or no longer naming it in) at least two "
+        "fresh documents over this long: a flapped read never puts a drained VM back",
+    )
+    unapprovable: Literal["just-in-time", "at-once"] = Field(
+        "just-in-time",
+        description="Events that can never be approved early (unknown type, approval never, a peer without "
+        "an agent, an invalid name): drain latest_start_seconds before NotBefore, or at once",
+    )
+
+    @field_validator("wait_seconds_by_type", mode="before")
+    @classmethod
+    def _merge_defaults(cls, value: Any) -> Any:
+        # {Reboot: 600} keeps Preempt's 5 s (a Preempt has 30 s of notice); {Preempt: null} drops it.
+        if not isinstance(value, Mapping):
+            return value
+        merged = {**_DEFAULT_WAIT_BY_TYPE, **value}
+        return {key: wait for key, wait in merged.items() if wait is not None}
+
+    @field_validator("wait_seconds_by_type")
+    @classmethod
+    def _types(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(value) - set(_EVENT_KEYS[:-1]))
+        if unknown:
+            raise ValueError(f"unknown event type(s) {', '.join(unknown)}")
+        if any(v < 0 for v in value.values()):
+            raise ValueError("waits must be >= 0")
+        return value
+
+    @property
+    def effective_wait(self) -> float:
+        if self.wait_seconds is not None:
+            return self.wait_seconds
+        return probe_wait_seconds(self.probe_interval_seconds, self.probe_threshold, self.grace_seconds)
+
+    def wait_for(self, event_type: str) -> float:
+        """The drain wait of an event of this type."""
+        return self.wait_seconds_by_type.get(event_type, self.effective_wait)
+
+    @model_validator(mode="after")
+    def _lead(self, info: ValidationInfo) -> DrainConfig:
+        if _rules_off(info, "drain"):
+            return self
+        short = [(t, self.wait_for(t)) for t in _EVENT_KEYS[:-1] if self.latest_start_seconds < self.wait_for(t)]
+        if short:
+            waits = ", ".join(f"{t} {w:g} s" for t, w in short)
+            raise ValueError(
+                f"drain.latest_start_seconds ({self.latest_start_seconds:g}) must be at least the drain wait of "
+                f"every event type ({waits}), or a late drain cannot finish before NotBefore"
+            )
+        if self.lead_time_seconds is not None and self.lead_time_seconds < self.latest_start_seconds:
+            raise ValueError("drain.lead_time_seconds must be at least drain.latest_start_seconds")
+        return self

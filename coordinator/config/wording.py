@@ -1,0 +1,123 @@
+"""How validation errors are worded: each names its field, and the environment variable it came from;
+the errors pydantic reports only once the first are fixed are found by validating again without them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from coordinator.config.settings import Settings
+
+__all__ = [
+    "_error_lines",
+    "_in_file",
+    "_later_errors",
+    "_take_out",
+    "_variable_of",
+]
+
+
+def _in_file(data: Any, loc: tuple[str | int, ...]) -> bool:
+    for part in loc:
+        in_list = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if not in_list and not (isinstance(data, dict) and part in data):
+            return False
+        data = data[part]
+    return True
+
+
+def _variable_of(loc: tuple[str | int, ...], overrides: Mapping[tuple[str, ...], str], file_data: Any) -> str | None:
+    """The environment variable an error at ``loc`` comes from, if any: one that sets ``loc`` or an option
+    inside it, or one that creates ``loc`` (a misspelt section) where the file has nothing."""
+    for path, key in overrides.items():
+        if loc[: len(path)] == path:
+            return key
+    for path, key in overrides.items():
+        if loc and path[: len(loc)] == loc and not _in_file(file_data, loc):
+            return key
+    return None
+
+
+def _later_errors(data: dict[str, Any], exc: ValidationError, overrides: Mapping[tuple[str, ...], str],
+                  file_data: Any) -> list[str]:
+    """The errors pydantic reports only once the first ones are fixed: a rule between fields runs only when
+    every field it reads is valid. The invalid values are taken out (their fields fall back to defaults, a
+    bad list item is dropped), the rules of sections that failed already are turned off, and the rest is
+    validated again, until nothing more comes up."""
+    lines: list[str] = []
+    rules_off: set[str] = set()
+    for _ in range(4):
+        data = copy.deepcopy(data)
+        if not _take_out(data, [tuple(error["loc"]) for error in exc.errors()], rules_off):
+            break
+        try:
+            Settings.model_validate(data, context={"rules_off": rules_off})
+            break
+        except ValidationError as again:
+            exc = again
+            lines += _error_lines(again, overrides, file_data)
+    return lines
+
+
+def _take_out(data: dict[str, Any], locs: list[tuple[str | int, ...]], rules_off: set[str]) -> bool:
+    """Remove what each error points at: the value (a missing cluster gets a stand-in), or the list item
+    it lies in. An error about a whole section that is a mapping comes from a rule between its fields: that
+    rule is turned off (added to ``rules_off``). Returns whether anything changed."""
+    targets: set[tuple[str | int, ...]] = set()
+    changed = False
+    for loc in locs:
+        if loc == ("cluster",) and "cluster" not in data:
+            data["cluster"] = "stand-in"
+            changed = True
+            continue
+        node: Any = data
+        path: list[str | int] = []
+        for part in loc:
+            if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+                path.append(part)
+                break  # the whole item goes
+            if not isinstance(node, dict) or part not in node:
+                path = []
+                break
+            path.append(part)
+            node = node[part]
+        else:
+            section = ".".join(str(p) for p in loc)
+            if isinstance(node, dict) and loc and section not in rules_off:
+                rules_off.add(section)  # a section that is a mapping: its own rule failed
+                changed = True
+                path = []
+            elif isinstance(node, dict):
+                path = []
+        if path:
+            targets.add(tuple(path))
+    # Deepest and last first, so that taking out one list item does not move another still to go.
+    for target in sorted(targets, key=lambda t: [(0, p, "") if isinstance(p, int) else (1, 0, p) for p in t],
+                         reverse=True):
+        *parents, last = target
+        node = data
+        try:
+            for part in parents:
+                node = node[part]
+            del node[last]
+            changed = True
+        except (KeyError, IndexError, TypeError):
+            pass
+    return changed
+
+
+def _error_lines(exc: ValidationError, overrides: Mapping[tuple[str, ...], str], file_data: Any) -> list[str]:
+    lines = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        where = ".".join(str(p) for p in loc)
+        message = error["msg"].removeprefix("Value error, ")
+        # Cross-field checks name their fields themselves, from the top.
+        line = message if not where or message.startswith(where + ".") else f"{where}: {message}"
+        variable = _variable_of(loc, overrides, file_data)
+        lines.append(f"{variable} (environment): {line}" if variable else line)
+    return lines

@@ -1,0 +1,226 @@
+"""Approval: why each Scheduled event may not be approved now, who approves the others, and the last
+holds on an approval (a fresh reading, VMs absent past the grace, a Terminate batch, a POST already made)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from coordinator.config import ApprovalRule
+from coordinator.decide.budget import _admissions, _Budget, _over_budget, _unit
+from coordinator.decide.events import _approvable, _Event, _record, _waited_for, choose_approver
+from coordinator.maintenance_windows import in_windows
+from coordinator.models import EventType
+from coordinator.snapshot import ApprovalIntent, LocalState, Policy, Snapshot, is_gone
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord
+
+__all__ = ["_NOT_ADMITTED", "_Approvals", "_absent_drained", "_approval_blockers", "_approvals",
+           "_fresh_for_approval", "_hold_terminate_batches", "_not_admitted_because", "_still_posted"]
+
+
+@dataclass
+class _Approvals:
+    """What this cycle found for the events of its document, given the group's view."""
+
+    publish: list[EventRecord] = field(default_factory=list)  # records to write: events seen first here
+    approvers: dict[str, str] = field(default_factory=dict)  # event key -> approver ("" if none)
+    blocked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # event key -> why not approvable
+    ready: dict[str, ApprovalIntent | None] = field(default_factory=dict)  # None: approvable by someone else
+    # event key -> (seconds it must have been approvable, the VMs past the absent grace it names)
+    unseen_drains: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
+
+
+def _approvals(
+    parsed: Sequence[_Event], by_key: Mapping[str, _Event], budget: _Budget, ack: Sequence[str],
+    posted: frozenset[str], cluster: ClusterView, snap: Snapshot, policy: Policy,
+) -> _Approvals:
+    """For each event of the document: its record to publish if it has none, and, for each Scheduled one
+    on a fresh document, its approver and either why it may not be approved now or its approval intent
+    (this VM's to carry out, or someone else's)."""
+    found = _Approvals()
+    budget_view: dict[str, str] | None = None  # a member's own reckoning of the leader's admissions
+    for ev in parsed:
+        if ev.key is None:
+            continue
+        record = cluster.records.get(ev.key)
+        if record is None and snap.document is not None:
+            found.publish.append(_record(ev, snap))
+        if snap.document is None or not ev.event.is_scheduled:
+            continue
+        approver, as_leader = choose_approver(ev.resources, cluster, policy.approver)
+        found.approvers[ev.key] = approver or ""
+        if not cluster.complete:
+            continue  # neither named by it nor leading: its approver and the leader weigh it
+        reasons = _approval_blockers(ev, record, ev.key in budget.admit, ack, snap, cluster, policy)
+        if _NOT_ADMITTED in reasons:
+            if cluster.i_am_leader and ev.key in budget.wait_slot:
+                why: str | None = budget.wait_slot[ev.key]
+            else:
+                if budget_view is None:
+                    budget_view = (_admissions(budget.known, cluster, snap, policy)[1]
+                                   if not cluster.i_am_leader else {})
+                why = _not_admitted_because(ev, reasons, budget_view, cluster, snap, policy)
+            reasons = tuple(r for r in ((why if r == _NOT_ADMITTED else r) for r in reasons) if r is not None)
+        if approver is None:
+            reasons += ("no live agent named in Resources and no leader",)
+        if not reasons and policy.budgeted:
+            batch = {k for k in by_key if _unit(k, by_key, policy) == _unit(ev.key, by_key, policy)}
+            over = _over_budget(batch, frozenset(ev.resources), budget.flight, budget.known, cluster, snap, policy)
+            reasons = (f"at approval: {over}",) if over else ()
+        if reasons:
+            found.blocked[ev.key] = reasons
+            continue
+        mine = approver == snap.me and ev.key not in posted
+        after_drain = ev.rule is ApprovalRule.AFTER_DRAIN
+        required = tuple(vm for vm in ev.resources if _waited_for(vm, cluster, policy, snap)) if after_drain else ()
+        intent = ApprovalIntent(ev.event.event_id, ev.key, required, as_leader, after_drain and policy.budgeted)
+        found.ready[ev.key] = intent if mine else None
+        if mine and after_drain:
+            past_grace = tuple(vm for vm in ev.resources if vm in cluster.known and vm not in required)
+            if past_grace:
+                found.unseen_drains[ev.key] = (policy.wait_for(ev.event) + policy.absent_notice, past_grace)
+    if policy.terminate_together:
+        _hold_terminate_batches(by_key, found.ready, found.blocked)
+    return found
+
+
+def _approval_blockers(
+    ev: _Event,
+    record: EventRecord | None,
+    admitting_now: bool,
+    acking_now: Iterable[str],
+    snap: Snapshot,
+    cluster: ClusterView,
+    policy: Policy,
+) -> tuple[str, ...]:
+    """Why this Scheduled event may not be approved now (empty: it may, by its approver)."""
+    event = ev.event
+    if ev.listed > 1:
+        return (f"its EventId is listed {ev.listed} times in the document: never approved early",)
+    if not event.is_known_type:
+        return (f"unknown event type {event.event_type!r} is never approved early",)
+    if ev.rule is ApprovalRule.NEVER:
+        return (f"policy: {event.event_type} events are never approved early",)
+    if ev.bad_names:
+        return ("Resources holds a name that is not a valid VM name",)
+    if not ev.resources:
+        return ("Resources is empty: nobody known to drain",)
+    if ev.not_before is None:
+        return ("NotBefore is missing or unreadable",)
+    if record is None:
+        return ("event record not published yet",)
+    reasons: list[str] = []
+    if cluster.paused is not None:
+        reasons.append(f"approvals paused by {cluster.paused.by}: {cluster.paused.reason}")
+    if not in_windows(policy.windows, snap.now):
+        reasons.append("outside the maintenance windows")
+    if record.done_at is not None:
+        reasons.append("its record is marked done: reopened by the leader first")
+    if ev.rule is ApprovalRule.AFTER_DRAIN:
+        if policy.budgeted and record.admitted_at is None and not admitting_now:
+            reasons.append(_NOT_ADMITTED)  # replaced by its cause (``_not_admitted_because``)
+        acking = set(acking_now)
+        for vm in ev.resources:
+            acked = vm in record.acks or (vm == snap.me and ev.key in acking)
+            if acked or not _waited_for(vm, cluster, policy, snap):
+                continue  # an ack written this very cycle is re-checked by Store.approve before the POST
+            reasons.append(f"{vm} runs no agent" if vm not in cluster.members else f"{vm} has not acknowledged")
+    if cluster.connection is not ConnectionState.CONNECTED:
+        reasons.append(f"ZooKeeper connection {cluster.connection.value}")
+    return tuple(reasons)
+
+
+_NOT_ADMITTED = "not admitted yet"
+
+
+def _not_admitted_because(
+    ev: _Event, reasons: tuple[str, ...], budget_view: Mapping[str, str], cluster: ClusterView, snap: Snapshot,
+    policy: Policy,
+) -> str | None:
+    """Why the leader has not admitted ``ev`` into the budget, as far as this agent can tell (None: the
+    other reasons already say it). The leader itself says why from its own admissions (the budget);
+    another member reckons them from its own view: what it cannot see is whether the leader has read
+    the event from IMDS yet."""
+    others = [r for r in reasons if r != _NOT_ADMITTED]
+    if not _approvable(ev, cluster, snap, policy):
+        # Outside the maintenance windows, or a VM it names runs no agent: said by the other reasons.
+        return None if others else "not admitted: it cannot be approved early now"
+    lead = policy.lead_time
+    if lead is not None and ev.not_before is not None and snap.now < ev.not_before - lead:
+        return f"not admitted before {lead:g} s ahead of NotBefore (drain.lead_time_seconds)"
+    if cluster.leader is None:
+        return "not admitted: no leader to admit it"
+    if cluster.i_am_leader:
+        return _NOT_ADMITTED
+    if ev.key is not None and ev.key in budget_view:
+        return budget_view[ev.key]  # the budget is full: the leader's reason, as this agent reckons it
+    return f"not admitted by the leader {cluster.leader} yet (the budget has room for it)"
+
+
+def _hold_terminate_batches(
+    events: Mapping[str, _Event], ready: dict[str, ApprovalIntent | None], blocked: dict[str, tuple[str, ...]]
+) -> None:
+    """Deletes sharing one NotBefore proceed together in Azure: approve none until all may be approved."""
+    batches: dict[float, list[str]] = {}
+    for key, ev in events.items():
+        if ev.event.event_type == EventType.TERMINATE and ev.event.is_scheduled and ev.not_before is not None:
+            batches.setdefault(ev.not_before, []).append(key)
+    for keys in batches.values():
+        if len(keys) > 1 and not all(k in ready for k in keys):
+            for key in keys:
+                if key in ready:
+                    del ready[key]
+                    blocked[key] = ("waiting for the other deletes that share its NotBefore",)
+
+
+def _fresh_for_approval(
+    approve: tuple[ApprovalIntent, ...], snap: Snapshot, local: LocalState
+) -> tuple[tuple[ApprovalIntent, ...], dict[str, float], list[str]]:
+    """An approval rests on a document whose request was sent no earlier than the cycle that first found
+    the event approvable: IMDS may have changed the event (its Resources, a reused id) since an older
+    reading. Returns the approvals that may go ahead, when each approvable event first was, and the keys
+    held: the agent then reads IMDS now, and the next cycle approves on that reading (a loop that reads
+    IMDS each cycle always has one)."""
+    since = {i.key: local.approvable_since.get(i.key, snap.cycle_started) for i in approve}
+    held = [i.key for i in approve if snap.read_sent < since[i.key]]
+    return tuple(i for i in approve if i.key not in held), since, held
+
+
+def _absent_drained(
+    approve: tuple[ApprovalIntent, ...], since: Mapping[str, float],
+    unseen_drains: Mapping[str, tuple[float, tuple[str, ...]]], snap: Snapshot,
+) -> tuple[tuple[ApprovalIntent, ...], dict[str, tuple[str, ...]]]:
+    """An event that names VMs absent past ``absent_grace`` is approved without their acks, on the promise
+    that a VM cut off from ZooKeeper drains itself for any event naming it (``_drains``). It can do so only
+    once it sees the event: the approval waits until the event has been approvable for the drain wait
+    plus ``absent_notice`` (the time a cut-off VM may take to see it after its approver). Without this, an
+    event that appeared after the grace ran out was approved at once, while those VMs had just begun to
+    drain. Returns the approvals that may go ahead and the reasons of those held."""
+    go: list[ApprovalIntent] = []
+    held: dict[str, tuple[str, ...]] = {}
+    for intent in approve:
+        wait, vms = unseen_drains.get(intent.key, (0.0, ()))
+        left = since.get(intent.key, snap.cycle_started) + wait - snap.cycle_started
+        if left > 0:
+            held[intent.key] = (f"waits {left:.0f} s more for {','.join(vms)} (absent past the grace) to drain "
+                                "for it on their own",)
+        else:
+            go.append(intent)
+    return tuple(go), held
+
+
+def _still_posted(posted: frozenset[str], listed: set[str], snap: Snapshot, policy: Policy) -> frozenset[str]:
+    """The events this agent POSTed whose instance is still the one it approved. An instance ends when
+    this VM saw the event gone, or the view shows its record done, purged, or without the approval (the
+    leader reopened it: a reused EventId). An approver that kept the key forever would never approve a
+    reused EventId, while every other agent deferred to it."""
+    cluster = snap.cluster
+    kept = set()
+    for key in posted:
+        if key not in listed and is_gone(snap.seen.get(key), policy.gone_after):
+            continue
+        record = cluster.records.get(key) if cluster is not None else None
+        if cluster is not None and (record is None or record.done_at is not None or record.approval is None):
+            continue
+        kept.add(key)
+    return frozenset(kept)

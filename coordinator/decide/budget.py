@@ -1,0 +1,181 @@
+"""The disruption budget: which VMs are out of rotation and for what, what holds a slot, the leader's
+admissions in order, and why taking more VMs out would break the budget."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from coordinator.decide.events import _approvable, _Event, _from_store
+from coordinator.models import EventType
+from coordinator.snapshot import Policy, Snapshot
+from coordinator.store.base import ClusterView
+
+__all__ = ["_Budget", "_admissions", "_budget", "_in_flight", "_out_vms", "_over_budget", "_unconfirmed", "_unit"]
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """What the budget weighs this cycle."""
+
+    known: Mapping[str, _Event]  # this VM's events, and (budgeted) those known only from their records
+    admit: list[str]  # the leader's admissions
+    wait_slot: Mapping[str, str]  # the leader's reason for each event it does not admit
+    flight: Mapping[str, frozenset[str]]  # what holds the budget, as unit key -> VMs (complete views only)
+
+
+def _budget(by_key: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy) -> _Budget:
+    """The budget of this cycle: what it weighs (this VM's events, and those known only from records its
+    documents never listed: groups whose IMDS shows each VM only the events naming it), what the leader
+    admits on a fresh document, and what is in flight."""
+    known = {**_from_store(cluster, snap, policy), **by_key} if policy.budgeted else by_key
+    admit: list[str] = []
+    wait_slot: dict[str, str] = {}
+    if snap.document is not None and policy.budgeted and cluster.i_am_leader:
+        admit, wait_slot = _admissions(known, cluster, snap, policy)
+    flight = _in_flight(known, cluster, snap, policy) if policy.budgeted and cluster.complete else {}
+    return _Budget(known, admit, wait_slot, flight)
+
+
+def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, tuple[str, ...]]:
+    """VMs out of rotation, each with the event keys it is out for (none: starting up, or back from a
+    crash): by their own ``/out`` node, or because they acknowledge an event (drained now). One whose
+    agent this agent has seen gone for ``recovery_grace`` no longer counts: it is not coming back soon,
+    and serves nobody meanwhile."""
+    out: dict[str, list[str]] = {}
+    for vm, mark in cluster.out.items():
+        out[vm] = [eid.upper() for eid in mark.events]
+    for key, record in sorted(cluster.records.items()):
+        for vm in record.acks:
+            if key not in out.setdefault(vm, []):
+                out[vm].append(key)
+    for vm in _unconfirmed(cluster, snap, policy):
+        out.setdefault(vm, [])
+    return {vm: tuple(keys) for vm, keys in out.items()
+            if vm in cluster.members or snap.absent_for.get(vm, 0.0) < policy.recovery_grace}
+
+
+def _unconfirmed(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, str]:
+    """Live members (this VM aside) that this agent cannot confirm in their load balancer's rotation,
+    with what their probe showed: when peers are probed, a member counts as serving only on a recent
+    answer of 200 from an agent saying "serving". A member whose agent died a moment ago keeps its
+    session for up to the session timeout, but its probe died with the agent."""
+    if snap.peers is None or policy.peer_fresh is None:
+        return {}
+    found: dict[str, str] = {}
+    for vm in sorted(cluster.members - {snap.me}):
+        seen = snap.peers.get(vm)
+        if seen is None:
+            found[vm] = "not probed yet"
+        elif not seen.in_rotation:
+            found[vm] = seen.detail
+        elif snap.mono - seen.at > policy.peer_fresh:
+            found[vm] = f"last answer {snap.mono - seen.at:.1f} s old"
+    return found
+
+
+def _in_flight(
+    events: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
+) -> dict[str, frozenset[str]]:
+    """What holds the budget, as unit key -> VMs: present events that are admitted, Started, or have a
+    VM out of rotation for them; and every other VM out of rotation (under the event it is out for, if
+    any), until it is back in its load balancer's rotation."""
+    out = _out_vms(cluster, snap, policy)
+    flight: dict[str, frozenset[str]] = {}
+    for key, ev in events.items():
+        record = cluster.records.get(key)
+        admitted = record is not None and record.admitted_at is not None and record.done_at is None
+        if admitted or not ev.event.is_scheduled or any(key in out.get(vm, ()) for vm in ev.resources):
+            flight[key] = frozenset(ev.resources)
+    covered = frozenset().union(*flight.values()) if flight else frozenset()
+    for vm, keys in out.items():
+        if vm not in covered:
+            # Out for events that no longer name it (Resources changed, or an EventId came back): under
+            # every one of them, so that each counts as in maintenance and the VM stays busy whichever
+            # of them is being admitted or approved.
+            for unit in keys or (f"vm:{vm}",):
+                flight[unit] = flight.get(unit, frozenset()) | {vm}
+    return flight
+
+
+def _unit(key: str, events: Mapping[str, _Event], policy: Policy) -> str:
+    """What the budget counts as one: an event, or a batch of Terminates sharing one NotBefore (Azure
+    runs such a batch as one operation)."""
+    ev = events.get(key)
+    if (policy.terminate_together and ev is not None and ev.event.event_type == EventType.TERMINATE
+            and ev.not_before is not None):
+        return f"terminate@{ev.not_before:.0f}"
+    return key
+
+
+def _admissions(
+    events: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
+) -> tuple[list[str], dict[str, str]]:
+    """The leader's admissions and why the others wait.
+
+    Candidates are Scheduled events with a record, not yet admitted, that could be approved early
+    and are within the lead time. Those already holding their VMs (drained just in time, or
+    acknowledged) come first, then first come (NotBefore, then id) first served; a Terminate batch is
+    admitted as one. Nothing behind a waiting unit jumps ahead of it.
+    """
+    flight = _in_flight(events, cluster, snap, policy)
+    candidates = [
+        ev for key, ev in events.items()
+        if ev.event.is_scheduled and key in cluster.records
+        and (cluster.records[key].admitted_at is None or cluster.records[key].done_at is not None)
+        and _approvable(ev, cluster, snap, policy)
+        and (policy.lead_time is None or snap.now >= (ev.not_before or 0.0) - policy.lead_time)
+    ]
+    units: dict[str, list[_Event]] = {}
+    for ev in candidates:
+        units.setdefault(_unit(ev.key or "", events, policy), []).append(ev)
+    order = sorted(units.items(), key=lambda item: (
+        not any(ev.key in flight for ev in item[1]),
+        min(ev.not_before if ev.not_before is not None else float("inf") for ev in item[1]),
+        item[0],
+    ))
+    admit: list[str] = []
+    why: dict[str, str] = {}
+    for position, (_, members) in enumerate(order):
+        keys = {ev.key or "" for ev in members}
+        vms = frozenset().union(*(ev.resources for ev in members))
+        reason = _over_budget(keys, vms, flight, events, cluster, snap, policy)
+        if reason:
+            for _, rest in order[position:]:
+                for ev in rest:
+                    why[ev.key or ""] = reason
+            break
+        admit.extend(sorted(keys))
+        for ev in members:
+            flight[ev.key or ""] = frozenset(ev.resources)
+    return admit, why
+
+
+def _over_budget(
+    keys: set[str], vms: frozenset[str], flight: Mapping[str, frozenset[str]], events: Mapping[str, _Event],
+    cluster: ClusterView, snap: Snapshot, policy: Policy,
+) -> str:
+    """Why taking ``vms`` out for the events ``keys`` would break the budget, given what else is in
+    flight (empty: it would not). Used at admission, and again at approval: between the two, VMs may
+    have gone out of rotation for other reasons (a forced drain, a restart, an event with no notice)."""
+    others = {k: v for k, v in flight.items() if k not in keys}
+    # Busy: every VM out of rotation but those the event itself is about to take; a VM filed under one
+    # of ``keys`` without being named by it (out for an earlier instance of the id) is busy too.
+    busy = frozenset().union(*flight.values()) - vms if flight else frozenset()
+    # A VM out of rotation for no event (starting up, back from a crash) is not an event in
+    # maintenance; it still counts against max_vms and keep_one_serving.
+    # A unit already in flight that ``keys`` belong to (a Terminate of a batch seen after the others were
+    # admitted) is the same operation, not another one: the batch is approved only together.
+    in_maintenance = ({_unit(k, events, policy) for k in others if not k.startswith("vm:")}
+                      - {_unit(k, events, policy) for k in keys})
+    if policy.max_events is not None and len(in_maintenance) >= policy.max_events:
+        return f"maintenance budget: {len(in_maintenance)} event(s) in maintenance ({', '.join(sorted(others))})"
+    if policy.max_vms is not None and busy and len(busy | vms) > policy.max_vms:
+        return f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}"
+    if policy.keep_one_serving and cluster.members and not (cluster.members - busy - vms):
+        unconfirmed = _unconfirmed(cluster, snap, policy)
+        if unconfirmed:
+            seen = ", ".join(f"{vm}: {detail}" for vm, detail in unconfirmed.items())
+            return f"it would leave no VM serving (not confirmed in rotation: {seen})"
+        return "it would leave no VM serving"
+    return ""

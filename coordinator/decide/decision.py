@@ -1,0 +1,140 @@
+"""``decide``: one cycle's plan, step by step, from what the cycle observed; and which view of the group
+those steps need (``follows_group``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from coordinator.decide.approval import _absent_drained, _Approvals, _approvals, _fresh_for_approval, _still_posted
+from coordinator.decide.budget import _budget
+from coordinator.decide.drain import _acks, _holding, _local, _out_mark
+from coordinator.decide.events import _Event, _parse_events
+from coordinator.decide.records import _absences, _closing, _purge_before
+from coordinator.snapshot import LocalState, Phase, Plan, Policy, Snapshot
+from coordinator.store.base import ClusterView
+
+__all__ = ["decide", "follows_group"]
+
+
+def follows_group(snap: Snapshot, local: LocalState) -> bool:
+    """Whether this VM's decisions need the whole view of the group (``ClusterView.complete``), or only its
+    own part of it (``coordinator.store.base.own_view``). They need the whole view when this VM leads (it
+    admits events, approves those no live agent they name can, marks records done and absences), when an
+    event of its documents or an open record names it (it drains, acks, and may be the approver), when it
+    holds an ack or an event, has POSTed an approval, runs a job, or is not serving, and when another agent
+    runs under its name. Any other VM approves nothing and admits nothing: it publishes the events it sees,
+    and watches its own ack and ``/out`` mark, so that the acks and marks of the VMs an event names do not
+    wake it. Without a view: the whole view, read next."""
+    cluster = snap.cluster
+    if cluster is None or cluster.i_am_leader or snap.duplicate:
+        return True
+    if local.phase is not Phase.SERVING or local.job_running or local.draining_for or local.posted or snap.named:
+        return True
+    me = snap.me
+    for document in (snap.document, snap.last_document):
+        if document is not None and any(event.names(me) for event in document.events):
+            return True
+    return any(me in record.acks or (record.done_at is None and me in record.resources)
+               for record in cluster.records.values())
+
+
+def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
+    if snap.cluster is not None and not snap.cluster.complete and follows_group(snap, local):
+        # A view cut down to this VM's own part where its decisions weigh the group's (the agent reads the
+        # whole view first): decided as without a view, on the safe side. It never admits or approves on
+        # acks or budget marks it did not read.
+        snap = replace(snap, cluster=None)
+    doc = snap.document
+    parsed, invalid = _parse_events(doc if doc is not None else snap.last_document, policy)
+    by_key = {ev.key: ev for ev in parsed if ev.key is not None}
+    holding_events, holding = _holding(parsed, snap, local, policy)
+    # Another agent running as this VM: out of rotation until it is gone, whatever the events say. The
+    # store never lets it take that agent's member node (which would let one's ack stand for the other).
+    next_phase, start_drain, start_recover, waiting = _local(snap, local, policy, bool(holding) or bool(snap.duplicate))
+    if snap.duplicate:
+        invalid.append(snap.duplicate)
+        waiting = waiting or "another agent runs as this VM"
+    phase_after = next_phase or local.phase
+    drain_started = snap.mono if start_drain else local.drain_started
+    posted = _still_posted(local.posted, set(by_key), snap, policy)
+
+    group = _GroupPlan()
+    if snap.cluster is not None:
+        group = _with_the_group(snap.cluster, parsed, by_key, holding_events, holding, phase_after, drain_started,
+                                posted, snap, policy)
+
+    approve, approvable_since, held = _fresh_for_approval(
+        tuple(intent for intent in group.approvals.ready.values() if intent is not None), snap, local)
+    blocked = group.approvals.blocked
+    if held:
+        why = "approval waits for a document read after it became approvable"
+        blocked = {**blocked, **{key: (why,) for key in held}}
+    approve, settling = _absent_drained(approve, approvable_since, group.approvals.unseen_drains, snap)
+    blocked = {**blocked, **settling}
+
+    return Plan(
+        next_phase=next_phase,
+        start_drain=start_drain,
+        start_recover=start_recover,
+        publish=tuple(group.approvals.publish),
+        admit=tuple(group.admit),
+        ack=tuple(group.ack),
+        withdraw=tuple(group.withdraw),
+        approve=approve,
+        mark_done=tuple(group.mark_done),
+        reopen=tuple(group.reopen),
+        mark_absent=tuple(group.mark_absent),
+        clear_absent=tuple(group.clear_absent),
+        mark_out=group.mark_out,
+        clear_out=group.clear_out,
+        purge_before=_purge_before(snap, snap.cluster, policy),
+        holding=tuple(holding),
+        approvers=group.approvals.approvers,
+        blocked=blocked,
+        invalid=tuple(invalid),
+        waiting=waiting,
+        posted=posted,
+        approvable_since=approvable_since,
+        read_now=bool(held),
+        unseen=" and ".join(what for what, missing in (("no fresh IMDS document", doc is None),
+                                                       ("no ZooKeeper view", snap.cluster is None)) if missing),
+    )
+
+
+@dataclass
+class _GroupPlan:
+    """The part of a plan that needs a view of the group (empty without one)."""
+
+    admit: list[str] = field(default_factory=list)
+    ack: list[str] = field(default_factory=list)
+    withdraw: list[str] = field(default_factory=list)
+    approvals: _Approvals = field(default_factory=_Approvals)
+    reopen: list[str] = field(default_factory=list)
+    mark_done: list[str] = field(default_factory=list)
+    mark_absent: list[str] = field(default_factory=list)
+    clear_absent: list[str] = field(default_factory=list)
+    mark_out: tuple[str, ...] | None = None
+    clear_out: bool = False
+
+
+def _with_the_group(
+    cluster: ClusterView, parsed: list[_Event], by_key: dict[str, _Event], holding_events: list[_Event],
+    holding: list[str], phase_after: Phase, drain_started: float, posted: frozenset[str], snap: Snapshot,
+    policy: Policy,
+) -> _GroupPlan:
+    """What this cycle does in the group, in the order it weighs it: the budget and the leader's admissions,
+    this VM's acks and withdrawals, each event's approval, the leader's upkeep of records and absences, and
+    this VM's ``/out`` mark."""
+    budget = _budget(by_key, cluster, snap, policy)
+    ack = _acks(holding_events, phase_after, drain_started, cluster, snap, policy)
+    holding_keys = set(holding)
+    # An ack stands for a drain that holds now, never for one that did.
+    withdraw = [key for key, record in cluster.records.items() if snap.me in record.acks and key not in holding_keys]
+    group = _GroupPlan(admit=budget.admit, ack=ack, withdraw=withdraw,
+                       approvals=_approvals(parsed, by_key, budget, ack, posted, cluster, snap, policy))
+    if snap.document is not None and cluster.i_am_leader:
+        group.reopen, group.mark_done = _closing(by_key, cluster, snap, policy)
+    if cluster.i_am_leader:
+        group.mark_absent, group.clear_absent = _absences(cluster)
+    group.mark_out, group.clear_out = _out_mark(cluster, holding, phase_after, snap)
+    return group

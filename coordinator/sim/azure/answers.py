@@ -1,0 +1,136 @@
+"""What the simulated ARM and token endpoint answer with: ``ArmAnswer``, ``EffectiveChange`` (a change of
+the data plane), ARM's error body, etags, the api-versions served, and the resource ids ARM knows
+(``POOL_ID``, ``LB_ID``, ``SCALE_SET_ID``, ``VM_ID``, which kind of read-only resource a path names)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ADMIN_STATES",
+    "ARM_API_VERSIONS",
+    "ARM_RESOURCES",
+    "COMPUTE_API_VERSIONS",
+    "IDENTITY_API_VERSIONS",
+    "LB_ID",
+    "POOL_ID",
+    "PRIORITIES",
+    "PROBE_PROTOCOLS",
+    "REPAIR_ACTIONS",
+    "ROLES",
+    "SCALE_SET_ID",
+    "VM_ID",
+    "_OPERATION",
+    "_PROBE",
+    "ArmAnswer",
+    "EffectiveChange",
+    "_arm_error",
+    "_duration_seconds",
+    "_new_etag",
+    "_resource_kind",
+]
+
+IDENTITY_API_VERSIONS = ("2018-02-01", "2019-08-01")
+#: api-versions of Microsoft.Network the simulated ARM accepts (backend address admin state is in all).
+ARM_API_VERSIONS = ("2023-09-01", "2023-11-01", "2024-01-01", "2024-03-01", "2024-05-01")
+#: api-versions of Microsoft.Compute the simulated ARM accepts (``scheduledEventsPolicy`` is in all).
+COMPUTE_API_VERSIONS = ("2024-03-01", "2024-07-01", "2024-11-01")
+ADMIN_STATES = ("None", "Up", "Down")
+ROLES = ("network-contributor", "reader", "none")
+ARM_RESOURCES = frozenset({"https://management.azure.com/", "https://management.azure.com",
+                           "https://management.core.windows.net/", "https://management.core.windows.net"})
+
+POOL_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Network/"
+    r"loadBalancers/(?P<lb>[^/]+)/backendAddressPools/(?P<pool>[^/]+)$",
+    re.IGNORECASE,
+)
+LB_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Network/"
+    r"loadBalancers/(?P<lb>[^/]+)$",
+    re.IGNORECASE,
+)
+_PROBE = re.compile(
+    r"^(?P<lb>/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Network/loadBalancers/[^/]+)/"
+    r"probes/(?P<probe>[^/]+)$",
+    re.IGNORECASE,
+)
+SCALE_SET_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/"
+    r"virtualMachineScaleSets/(?P<name>[^/]+)$",
+    re.IGNORECASE,
+)
+VM_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/"
+    r"virtualMachines/(?P<name>[^/]+)$",
+    re.IGNORECASE,
+)
+_DURATION = re.compile(r"^PT(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)S)?$")
+PROBE_PROTOCOLS = ("Http", "Https", "Tcp")
+PRIORITIES = ("Regular", "Low", "Spot")
+REPAIR_ACTIONS = ("Replace", "Restart", "Reimage")
+_OPERATION = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Network/locations/(?P<loc>[^/]+)/"
+    r"operations/(?P<op>[^/]+)$",
+    re.IGNORECASE,
+)
+# Read-only per the REST specification (loadBalancer.json, 2023-09-01): ignored when a client sends them.
+_POOL_READ_ONLY = ("backendIPConfigurations", "loadBalancingRules", "outboundRule", "outboundRules",
+                   "inboundNatRules", "provisioningState")
+_ADDRESS_READ_ONLY = ("networkInterfaceIPConfiguration", "inboundNatRulesPortMapping")
+
+
+@dataclass(frozen=True)
+class ArmAnswer:
+    """An HTTP answer: status, JSON body (None: empty) and headers."""
+
+    status: int
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EffectiveChange:
+    """An address's effective admin state changed: what the load balancer's data plane now applies.
+
+    ``address`` is the backend address's name (the simulator's pools name addresses after their VMs);
+    ``t`` the wall-clock time of the change (when the operation was settled, or the control write)."""
+
+    pool_id: str
+    address: str
+    ip_address: str
+    before: str
+    after: str
+    t: float
+
+
+def _arm_error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> ArmAnswer:
+    return ArmAnswer(status, {"error": {"code": code, "message": message}}, headers or {})
+
+
+def _new_etag() -> str:
+    return f'W/"{uuid.uuid4()}"'
+
+
+def _resource_kind(path: str) -> str | None:
+    """Which read-only resource a path names: ``lb``, ``probe``, ``scale_set``, ``vm``, or None."""
+    if LB_ID.match(path):
+        return "lb"
+    if _PROBE.match(path):
+        return "probe"
+    if SCALE_SET_ID.match(path):
+        return "scale_set"
+    if VM_ID.match(path):
+        return "vm"
+    return None
+
+
+def _duration_seconds(value: str) -> float | None:
+    """Seconds of an ISO 8601 duration of the form ARM uses here (``PT10M``, ``PT1H30M``); None if not one."""
+    match = _DURATION.match(value)
+    if match is None or not any(match.groups()):
+        return None
+    return float(int(match["h"] or 0) * 3600 + int(match["m"] or 0) * 60 + int(match["s"] or 0))

@@ -1,0 +1,153 @@
+"""``AzureModel``: the simulated managed identity and Azure Resource Manager, assembled from its parts
+(faults, identities and tokens, pools, read-only resources), with ARM's entry point (``arm``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from coordinator.sim.azure.answers import (
+    _OPERATION,
+    ARM_API_VERSIONS,
+    COMPUTE_API_VERSIONS,
+    POOL_ID,
+    ArmAnswer,
+    EffectiveChange,
+    _arm_error,
+    _new_etag,
+    _resource_kind,
+)
+from coordinator.sim.azure.faults import _FaultsMixin
+from coordinator.sim.azure.identity import _IdentityMixin
+from coordinator.sim.azure.pools import _PoolsMixin
+from coordinator.sim.azure.records import _Fault, _Identity, _Operation, _Pool, _Resource, _Token
+from coordinator.sim.azure.resources import _ResourcesMixin
+from coordinator.sim.errors import InvalidRequest
+
+__all__ = ["AzureModel"]
+
+
+class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _FaultsMixin):
+    """Identities, tokens, backend pools and asynchronous operations; thread-safe. See ``coordinator.sim.azure``."""
+
+    def __init__(
+        self,
+        vms: Sequence[str],
+        *,
+        system_identity: bool = True,
+        token_lifetime: float = 86399.0,
+        async_seconds: float = 1.0,
+        retry_after: int = 1,
+        clock: Callable[[], float] = time.time,
+        on_effective: Callable[[EffectiveChange], None] | None = None,
+    ) -> None:
+        if token_lifetime <= 0:
+            raise InvalidRequest("token_lifetime must be > 0")
+        if async_seconds < 0 or retry_after < 0:
+            raise InvalidRequest("async_seconds and retry_after must be >= 0")
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._vms = {vm.lower(): vm for vm in vms}
+        self.token_lifetime = float(token_lifetime)
+        self.async_seconds = float(async_seconds)
+        self.retry_after = retry_after
+        self._identities: list[_Identity] = []
+        if system_identity:
+            self._identities += [_Identity(vm, str(uuid.uuid4()), None, str(uuid.uuid4()), frozenset({vm}))
+                                 for vm in vms]
+        self._roles: dict[str, frozenset[str]] = {}
+        self._resources: dict[str, _Resource] = {}  # load balancers, scale sets and VMs by lower-case id
+        self._tokens: dict[str, _Token] = {}
+        self._pools: dict[str, _Pool] = {}
+        self._operations: dict[str, _Operation] = {}
+        self._faults: list[_Fault] = []
+        self._calls: Counter[str] = Counter()
+        self._statuses: Counter[str] = Counter()
+        self.on_effective = on_effective
+        self._changes: list[EffectiveChange] = []  # made under the lock, not yet handed to on_effective
+        # Held while handing changes over: one deliverer at a time keeps them in the order they happened.
+        self._deliver_lock = threading.Lock()
+
+    def calls(self) -> dict[str, Any]:
+        """Requests served, by kind (token, pool_get, pool_put, operation_get, other), and by status."""
+        with self._lock:
+            return {"calls": dict(self._calls), "statuses": dict(self._statuses),
+                    "total_arm": sum(n for k, n in self._calls.items() if k != "token")}
+
+    # -- ARM --------------------------------------------------------------------------------------------
+
+    def arm(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], body: bytes,
+            base_url: str) -> ArmAnswer:
+        """ARM's answer to one request; ``headers`` with lower-case names; ``base_url`` for the operation URL."""
+        with self._lock:
+            self._settle()
+            pool_match = POOL_ID.match(path)
+            kind = ("pool_get" if method == "GET" else "pool_put" if method == "PUT" else "other") if pool_match \
+                else "operation_get" if _OPERATION.match(path) and method == "GET" \
+                else "resource_get" if _resource_kind(path) is not None and method == "GET" else "other"
+            self._calls[kind] += 1
+            answer = self._arm(method, path, query, headers, body, base_url)
+            self._statuses[f"{kind} {answer.status}"] += 1
+        # Before the answer goes out: a client told "Succeeded" finds the data plane already changed.
+        self._deliver()
+        return answer
+
+    def _arm(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], body: bytes,
+             base_url: str) -> ArmAnswer:
+        version = query.get("api-version")
+        resource_kind = _resource_kind(path)
+        versions = COMPUTE_API_VERSIONS if resource_kind in ("scale_set", "vm") else ARM_API_VERSIONS
+        if version is None:
+            return _arm_error(400, "MissingApiVersionParameter",
+                              "The api-version query parameter (?api-version=) is required for all requests.")
+        if version not in versions:
+            return _arm_error(400, "InvalidApiVersionParameter",
+                              f"The api-version '{version}' is invalid. The supported versions are "
+                              f"'{', '.join(versions)}'.")
+        auth = headers.get("authorization", "")
+        if not auth:
+            return _arm_error(401, "AuthenticationFailed", "Authentication failed. The 'Authorization' header is "
+                              "missing.", {"WWW-Authenticate": 'Bearer authorization_uri="https://login.'
+                                           'microsoftonline.com/common", error="invalid_token"'})
+        scheme, _, credential = auth.partition(" ")
+        token = self._tokens.get(credential.strip()) if scheme.lower() == "bearer" else None
+        if token is None:
+            return _arm_error(401, "InvalidAuthenticationToken", "The access token is invalid.",
+                              {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        now = self._clock()
+        if token.expires_at <= now:
+            return _arm_error(401, "ExpiredAuthenticationToken",
+                              "The access token expiry UTC time is earlier than current UTC time.",
+                              {"WWW-Authenticate": 'Bearer error="invalid_token", error_description='
+                               '"The access token expiry UTC time is earlier than current UTC time"'})
+        fault = self._take_fault("arm", method)
+        if fault is not None and fault.status is not None:
+            return self._fault_answer(fault, token=False)
+        operation = _OPERATION.match(path)
+        if operation is not None and method == "GET":
+            return self._operation(operation.group("op"))
+        if resource_kind is not None:
+            return self._read_resource(method, path, resource_kind, token.identity)
+        pool_match = POOL_ID.match(path)
+        if pool_match is None:
+            return _arm_error(404, "InvalidResourceType", "The resource type could not be found in the namespace "
+                              "'Microsoft.Network' for api version '" + version + "'.")
+        if method not in ("GET", "PUT"):
+            return _arm_error(405, "MethodNotAllowed", f"The simulator serves GET and PUT of pools, not {method}.")
+        action = "Microsoft.Network/loadBalancers/backendAddressPools/" + ("read" if method == "GET" else "write")
+        if not self._may(token.identity, action):
+            return self._forbidden(token.identity, action, path)
+        pool = self._pools.get(path.lower())
+        if pool is None:
+            return _arm_error(404, "NotFound", f"Resource {path} not found.")
+        if method == "GET":
+            return ArmAnswer(200, self._pool_resource(pool))
+        if fault is not None and fault.kind == "concurrent_write":
+            # Another writer got in between this client's read and its write.
+            pool.etag = _new_etag()
+            pool.writes += 1
+        return self._put(pool, headers, body, base_url)

@@ -1,0 +1,110 @@
+"""The records of the Azure model (backend addresses and pools, asynchronous operations, read-only
+resources, identities, tokens, queued faults) and ``_AzureState``, the state ``AzureModel``'s parts share."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.sim.azure.answers import EffectiveChange, _new_etag
+from coordinator.sim.errors import InvalidRequest
+
+__all__ = ["_Address", "_AzureState", "_Fault", "_Identity", "_Operation", "_Pool", "_Resource", "_Token"]
+
+
+@dataclass
+class _Address:
+    name: str
+    ip_address: str
+    admin_state: str = "None"
+    effective: str = "None"
+
+
+@dataclass
+class _Pool:
+    id: str
+    location: str
+    addresses: list[_Address]
+    etag: str = field(default_factory=_new_etag)
+    provisioning: str = "Succeeded"
+    writes: int = 0
+
+
+@dataclass
+class _Operation:
+    id: str
+    pool_id: str
+    due: float  # when it succeeds
+    done: bool
+    states: dict[str, str]  # the admin states this operation makes effective
+
+
+@dataclass
+class _Resource:
+    """A read-only resource (load balancer, scale set, VM): its id, location and what GET answers."""
+
+    id: str
+    location: str
+    build: Callable[[_Resource], dict[str, Any]]
+    config: dict[str, Any]
+    etag: str = field(default_factory=_new_etag)
+    unique_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+
+@dataclass
+class _Identity:
+    principal: str  # "vm0" for vm0's system-assigned identity, else the client id
+    client_id: str
+    msi_res_id: str | None
+    object_id: str
+    vms: frozenset[str] | None  # the VMs it is assigned to; None: every VM
+
+
+@dataclass
+class _Token:
+    identity: _Identity
+    expires_at: float
+
+
+@dataclass
+class _Fault:
+    target: str  # "token" or "arm"
+    kind: str  # "status" or "concurrent_write"
+    status: int | None
+    retry_after: int | None
+    remaining: int | None
+    methods: tuple[str, ...]
+
+
+class _AzureState:
+    """The state every part of ``AzureModel`` works on (set by ``AzureModel.__init__``), declared here so
+    that each part, a mixin of its own module, is type-checked against it."""
+
+    _lock: threading.Lock
+    _clock: Callable[[], float]
+    _vms: dict[str, str]
+    token_lifetime: float
+    async_seconds: float
+    retry_after: int
+    _identities: list[_Identity]
+    _roles: dict[str, frozenset[str]]
+    _resources: dict[str, _Resource]
+    _tokens: dict[str, _Token]
+    _pools: dict[str, _Pool]
+    _operations: dict[str, _Operation]
+    _faults: list[_Fault]
+    _calls: Counter[str]
+    _statuses: Counter[str]
+    on_effective: Callable[[EffectiveChange], None] | None
+    _changes: list[EffectiveChange]
+    _deliver_lock: threading.Lock
+
+    def _vm(self, name: str) -> str:
+        vm = self._vms.get(name.lower())
+        if vm is None:
+            raise InvalidRequest(f"no VM {name!r} in the group")
+        return vm

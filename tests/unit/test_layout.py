@@ -1,0 +1,131 @@
+"""The package stays readable: every module fits in a reader's head, and no two modules import each other.
+
+A module past about 600 lines has become two ideas (docs/architecture.md); two modules that import each
+other, directly or through others, are one idea split in the wrong place, and only work by the order in
+which Python happens to import them. Both limits are kept here, so that they hold without a reviewer.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent.parent
+PACKAGE = ROOT / "coordinator"
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by its dotted name (a package by the name of its ``__init__``)."""
+    found: dict[str, Path] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imported(name: str, path: Path, node: ast.Import | ast.ImportFrom, modules: Mapping[str, Path]) -> Iterator[str]:
+    """The package's modules one import statement of module ``name`` loads by name: ``from a.b import c``
+    loads ``a.b.c`` when that is a module, else ``a.b``; relative imports resolved."""
+    if isinstance(node, ast.Import):
+        targets = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            anchor = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+            anchor = anchor[: len(anchor) - (node.level - 1)]
+            base = ".".join([*anchor, base] if base else anchor)
+        targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+    for target in targets:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            yield target
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, counting every import statement in the file: at the top,
+    inside a function (a late import only hides a loop) and under ``TYPE_CHECKING``."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                graph[name].update(_imported(name, path, node, modules))
+    return graph
+
+
+def _loops(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively), each
+    sorted: every module of one imports every other, directly or through the others."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    loops: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        loops.append(sorted(component))
+    return loops
+
+
+def test_every_module_of_the_package_fits_in_one_sitting() -> None:
+    too_long = {str(path.relative_to(ROOT)): lines for path in sorted(PACKAGE.rglob("*.py"))
+                if (lines := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not too_long, f"modules past {MAX_LINES} lines, split them along a seam: {too_long}"
+
+
+def test_no_two_modules_of_the_package_import_each_other() -> None:
+    loops = _loops(_import_graph())
+    assert not loops, "modules that import each other (directly or in a loop): " + "; ".join(
+        " <-> ".join(loop) for loop in loops)
+
+
+def test_the_loop_finder_finds_a_direct_and_an_indirect_loop_and_nothing_else() -> None:
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c", "f"}, "f": set(), "g": {"a", "f"}}
+    assert sorted(_loops(graph)) == [["a", "b"], ["c", "d", "e"]]
+    assert _loops({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_import_graph_sees_late_and_relative_imports_of_the_package(tmp_path: Path) -> None:
+    # The package's own graph holds the imports between the decision's modules; a synthetic package shows
+    # that a relative import inside a function counts like any other.
+    graph = _import_graph()
+    assert "coordinator.decide.events" in graph["coordinator.decide.approval"]
+    assert "coordinator.decide.decision" in graph["coordinator.decide"]
+    modules = {"coordinator.x": tmp_path / "x.py", "coordinator.x.y": tmp_path / "y.py"}
+    late = ast.parse("def f():\n    from . import y\n")
+    node = next(n for n in ast.walk(late) if isinstance(n, ast.ImportFrom))
+    assert list(_imported("coordinator.x", tmp_path / "__init__.py", node, modules)) == ["coordinator.x.y"]
