@@ -418,7 +418,7 @@ class Agent:
                 evidence = self._hold_also(evidence, naming, "the state file was unreadable", mono)
             evidence = after_reading(evidence, document, me=self.vm, sent=reading.sent, answered=reading.at,
                                      draining_for=self._local.draining_for,
-                                     records=set(cluster.records) if cluster is not None else set(),
+                                     records=set(cluster.records) if cluster is not None else None,
                                      gone_after=self._policy.gone_after)
         if cluster is not None and self._restore_from_store:
             self._restore_from_store = False

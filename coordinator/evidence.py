@@ -34,16 +34,18 @@ class Evidence:
 
 def after_reading(
     evidence: Evidence, document: Document, *, me: str, sent: float, answered: float,
-    draining_for: Collection[str], records: Collection[str], gone_after: float,
+    draining_for: Collection[str], records: Collection[str] | None, gone_after: float,
 ) -> Evidence:
     """A new document (each reading counts once). Events this VM no longer drains for, and records the
-    store no longer has, are forgotten once gone."""
+    store no longer has, are forgotten once gone. While the store cannot be read (``records`` None), what
+    was listed is kept even once gone: the record may still be open, and a leader that forgot its
+    sightings could no longer tell that the event is over."""
     naming = {e.event_id.upper() for e in document.events if e.names(me)}
     named = sight(evidence.named, naming, sent, answered)
     named = {k: s for k, s in named.items() if k in draining_for or not is_gone(s, gone_after)}
     present = {e.event_id.upper() for e in document.events}
     seen = sight(evidence.seen, present, sent, answered)
-    seen = {k: s for k, s in seen.items() if k in records or not is_gone(s, gone_after)}
+    seen = {k: s for k, s in seen.items() if records is None or k in records or not is_gone(s, gone_after)}
     return replace(evidence, named=named, seen=seen)
 
 

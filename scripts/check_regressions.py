@@ -540,6 +540,41 @@ MUTATIONS = [
         '            pass\n',
         'tests/unit/test_own_view.py::test_an_uninvolved_vm_on_its_own_part_publishes_and_names_approvers_but_weighs_nothing',
     ),
+    (
+        'an-event-never-admissible-holds-nothing-back',
+        'coordinator/decide/budget.py',
+        '        if alone:\n',
+        '        if False:\n',
+        'tests/unit/test_liveness.py::test_an_event_that_no_budget_could_ever_admit_does_not_hold_back_one_that_fits',
+    ),
+    (
+        'a-deleted-vm-holds-no-budget',
+        'coordinator/decide/budget.py',
+        '                                         and not _deleted(keys, cluster))}',
+        '                                         and True)}',
+        'tests/unit/test_liveness.py::test_a_vm_deleted_by_its_terminate_holds_no_budget',
+    ),
+    (
+        'gone-by-the-leaders-own-documents',
+        'coordinator/decide/events.py',
+        '    return every_event_shown or snap.me in record.resources\n',
+        '    return False\n',
+        'tests/unit/test_liveness.py::test_a_cancelled_event_frees_the_budget_when_every_agent_restarted_as_imds_dropped_it',
+    ),
+    (
+        'gone-by-the-documents-of-a-vm-it-names',
+        'coordinator/decide/events.py',
+        '    return every_event_shown or snap.me in record.resources\n',
+        '    return every_event_shown\n',
+        'tests/unit/test_liveness.py::test_a_restarted_agent_that_leads_is_not_held_by_its_own_finished_event',
+    ),
+    (
+        'sightings-kept-while-the-store-is-unreadable',
+        'coordinator/evidence.py',
+        'if records is None or k in records or not is_gone(s, gone_after)}',
+        'if k in (records or ()) or not is_gone(s, gone_after)}',
+        'tests/unit/test_liveness.py::test_a_leader_that_could_not_read_zookeeper_as_an_event_went_still_closes_its_record',
+    ),
 ]
 
 

@@ -41,7 +41,8 @@ def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, 
     """VMs out of rotation, each with the event keys it is out for (none: starting up, or back from a
     crash): by their own ``/out`` node, or because they acknowledge an event (drained now). One whose
     agent this agent has seen gone for ``recovery_grace`` no longer counts: it is not coming back soon,
-    and serves nobody meanwhile."""
+    and serves nobody meanwhile. Nor does one without an agent that is out only for Terminates that are
+    over: it was deleted (a scale-in), and its ``/out`` node has nobody left to delete it."""
     out: dict[str, list[str]] = {}
     for vm, mark in cluster.out.items():
         out[vm] = [eid.upper() for eid in mark.events]
@@ -52,7 +53,21 @@ def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, 
     for vm in _unconfirmed(cluster, snap, policy):
         out.setdefault(vm, [])
     return {vm: tuple(keys) for vm, keys in out.items()
-            if vm in cluster.members or snap.absent_for.get(vm, 0.0) < policy.recovery_grace}
+            if vm in cluster.members or (snap.absent_for.get(vm, 0.0) < policy.recovery_grace
+                                         and not _deleted(keys, cluster))}
+
+
+def _over_record(key: str, cluster: ClusterView) -> bool:
+    """Whether the event ``key`` is over as the group's records say: its record is marked done."""
+    record = cluster.records.get(key)
+    return record is not None and record.done_at is not None
+
+
+def _deleted(keys: list[str], cluster: ClusterView) -> bool:
+    """Whether a VM out for ``keys`` (and without an agent) was deleted: every event it is out for is a
+    Terminate that is over."""
+    return bool(keys) and all(_over_record(key, cluster) and cluster.records[key].event_type == EventType.TERMINATE
+                              for key in keys)
 
 
 def _unconfirmed(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, str]:
@@ -116,7 +131,10 @@ def _admissions(
     Candidates are Scheduled events with a record, not yet admitted, that could be approved early
     and are within the lead time. Those already holding their VMs (drained just in time, or
     acknowledged) come first, then first come (NotBefore, then id) first served; a Terminate batch is
-    admitted as one. Nothing behind a waiting unit jumps ahead of it.
+    admitted as one. Nothing behind a waiting unit jumps ahead of it, unless that unit could not be
+    admitted even with nothing else in maintenance (a Reboot of every VM of the group under
+    ``keep_one_serving``): it waits for its NotBefore, and holding the queue behind it would make every
+    event behind it wait as long.
     """
     flight = _in_flight(events, cluster, snap, policy)
     candidates = [
@@ -139,6 +157,11 @@ def _admissions(
     for position, (_, members) in enumerate(order):
         keys = {ev.key or "" for ev in members}
         vms = frozenset().union(*(ev.resources for ev in members))
+        alone = _over_budget(keys, vms, {}, events, cluster, snap, policy)
+        if alone:
+            for ev in members:
+                why[ev.key or ""] = f"{alone} even with nothing else in maintenance"
+            continue
         reason = _over_budget(keys, vms, flight, events, cluster, snap, policy)
         if reason:
             for _, rest in order[position:]:

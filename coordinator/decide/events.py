@@ -14,8 +14,8 @@ from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.snapshot import Policy, Snapshot, rule_for
 from coordinator.store.base import ClusterView, EventRecord
 
-__all__ = ["_Event", "_approvable", "_from_store", "_parse", "_parse_events", "_record", "_waited_for",
-           "choose_approver"]
+__all__ = ["_Event", "_approvable", "_every_event_shown", "_from_store", "_in_own_documents", "_parse",
+           "_parse_events", "_record", "_waited_for", "choose_approver"]
 
 
 def choose_approver(
@@ -121,12 +121,16 @@ def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[st
     this is a record a peer published a moment before this VM's next poll; where it shows each VM only
     the events naming it, it is how the leader learns of them at all. Approvals and drains still rest on
     each VM's own documents. A record counts so only once it has been known for ``gone_after`` without
-    this VM's documents listing it."""
+    this VM's documents listing it, and only if they would not list it while it is present
+    (``_in_own_documents``)."""
     found: dict[str, _Event] = {}
+    every_event = _every_event_shown(cluster)
     for key, record in cluster.records.items():
         sighting = snap.seen.get(key)
         if record.done_at is not None or sighting is None or sighting.listed:
             continue
+        if _in_own_documents(record, snap, every_event):
+            continue  # present, its own documents list it: known from them alone, with all they say
         if snap.mono - sighting.last < policy.gone_after:
             # Where every VM sees every event, this VM's own documents list it within a poll or two, with
             # what the record cannot say (its source, its duration): not admitted on the record meanwhile.
@@ -137,6 +141,23 @@ def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[st
         found[key] = _Event(event, key, tuple(record.resources), (), rule_for(event, policy), from_store=True,
                             stored_not_before=record.not_before)
     return found
+
+
+def _every_event_shown(cluster: ClusterView) -> bool:
+    """Whether the group's IMDS shows every VM every event of the group, as Azure does for availability sets
+    and most scale sets: some record was published by a VM it does not name, and only a document can have
+    shown the event to that VM. Unknown (no such record yet, or a group whose IMDS shows each VM only the
+    events naming it): False."""
+    return any(record.published_by not in record.resources for record in cluster.records.values())
+
+
+def _in_own_documents(record: EventRecord, snap: Snapshot, every_event_shown: bool) -> bool:
+    """Whether this VM's own documents list the record's event for as long as it is present: it names this
+    VM, or the group shows every VM every event (``_every_event_shown``). Then those documents alone say
+    whether the event is there, whatever this VM saw of it before (a restarted process, sightings dropped
+    while ZooKeeper was unreadable): a leader closes its record once they miss it (``_over``), and never
+    admits it from its record alone (``_from_store``)."""
+    return every_event_shown or snap.me in record.resources
 
 
 def _waited_for(vm: str, cluster: ClusterView, policy: Policy, snap: Snapshot) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coordinator.decide.events import _Event
+from coordinator.decide.events import _Event, _every_event_shown, _in_own_documents
 from coordinator.snapshot import Policy, Snapshot, is_gone
 from coordinator.store.base import ClusterView, EventRecord
 
@@ -18,11 +18,12 @@ def _closing(
     """The leader's changes to records on a fresh document: (records to reopen, records to mark done)."""
     reopen: list[str] = []
     mark_done: list[str] = []
+    every_event = _every_event_shown(cluster)
     for key, record in cluster.records.items():
         if key in by_key:
             if record.done_at is not None:
                 reopen.append(key)  # back (a flap, or a reused EventId): nothing of before counts
-        elif record.done_at is None and _over(key, record, cluster, snap, policy):
+        elif record.done_at is None and _over(key, record, cluster, snap, policy, every_event):
             mark_done.append(key)
     return reopen, mark_done
 
@@ -33,13 +34,17 @@ def _absences(cluster: ClusterView) -> tuple[list[str], list[str]]:
             sorted(set(cluster.absent_since) & cluster.members))
 
 
-def _over(key: str, record: EventRecord, cluster: ClusterView, snap: Snapshot, policy: Policy) -> bool:
+def _over(
+    key: str, record: EventRecord, cluster: ClusterView, snap: Snapshot, policy: Policy, every_event_shown: bool,
+) -> bool:
     """Whether the leader takes an open record's event for over (its record is then marked done). One its
-    documents listed is over once gone from them. One they never listed (IMDS shows it only to the VMs it
-    names) is over once none of those VMs holds it (no ack, no ``/out`` node naming it) and it was
-    approved or its NotBefore has passed: its VMs hold it from their drain until it is gone for them."""
+    documents listed, or would list while it is present (it names the leader, or the group shows every VM
+    every event: ``_in_own_documents``), is over once gone from them, whatever the leader saw of it before.
+    One they would never list (IMDS shows it only to the VMs it names) is over once none of those VMs
+    holds it (no ack, no ``/out`` node naming it) and it was approved or its NotBefore has passed: its VMs
+    hold it from their drain until it is gone for them."""
     sighting = snap.seen.get(key)
-    if sighting is None or sighting.listed:
+    if sighting is None or sighting.listed or _in_own_documents(record, snap, every_event_shown):
         return is_gone(sighting, policy.gone_after)
     if record.acks or any(key in {e.upper() for e in mark.events} for mark in cluster.out.values()):
         return False
