@@ -11,7 +11,8 @@ and count a peer as in rotation only on a recent answer of 200 whose ``X-Coordin
 Probing runs on a thread of its own, never in the agent loop: the loop reads the last results, each
 stamped with the monotonic time its request was sent, and ``coordinator.decide`` treats an old result as
 none. A round asks every peer at once (``coordinator.support.probes.ask_all``: one selector, no thread
-per peer), so it lasts as long as the slowest answer, bounded by the timeout, in a group of any size.
+per peer), so it lasts as long as the slowest answer, bounded by the timeout, in a group of any size; each
+answer is taken as it comes, so a hung peer delays only its own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from coordinator.errors import StoreError
 from coordinator.snapshot import PeerSeen
@@ -60,9 +61,10 @@ class PeerProbes:
         on_change: Callable[[], None] | None = None,
         ask: AskAll = ask_all,
     ) -> None:
-        """``on_change`` is called (from the probing thread; it must not block) after a round that saw a
-        target for the first time or saw it enter or leave rotation: the agent's ``wake``. ``ask`` asks a
-        round's probes (``coordinator.support.probes.ask_all``; tests give their own)."""
+        """``on_change`` is called (from the probing thread, or the caller of ``confirm``; it must not block)
+        as soon as an answer shows a target for the first time, or entering or leaving rotation: the agent's
+        ``wake``. ``ask`` asks a round's probes (``coordinator.support.probes.ask_all``; tests give their
+        own)."""
         self._interval = interval
         self._timeout = timeout
         self._on_change = on_change
@@ -114,10 +116,17 @@ class PeerProbes:
         self.want({vm: url for vm, url in self._urls.items() if vm in members})
 
     def confirm(self) -> dict[str, PeerSeen]:
-        """Probe every target now, on the caller's thread (bounded by the timeout), and return what was
-        seen: the agent does so right before it approves, so that a peer killed since the last round is
-        not counted as serving."""
-        self.probe_once()
+        """Probe now, on the caller's thread (bounded by the timeout), every target that the last answers
+        count as in rotation or that has no answer yet, and return what is seen: the agent does so right
+        before it approves, so that a peer killed since the last round is not counted as serving. A target
+        whose last answer put it out of rotation (or that gave none) is not asked again here: it already
+        counts as not serving, the safe side, and a hung VM (its kernel takes the connection, nothing
+        answers) would hold the agent's loop for the whole timeout once more, although its answer could
+        only let the budget do more. The background rounds keep asking it."""
+        with self._lock:
+            out = {vm for vm, seen in self._seen.items() if not seen.in_rotation}
+            ask = [vm for vm in self._targets if vm not in out]
+        self.probe_once(ask)
         return self.seen()
 
     def seen(self) -> dict[str, PeerSeen]:
@@ -134,37 +143,45 @@ class PeerProbes:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def probe_once(self) -> None:
-        """One round over the current targets (the thread's body; tests call it directly)."""
+    def probe_once(self, only: Collection[str] | None = None) -> None:
+        """One round over the current targets, or those of them in ``only`` (the thread's body; tests call
+        it directly). Each answer is taken as it comes: a peer that never answers costs its own result the
+        timeout, not the others'."""
         with self._lock:
-            targets = dict(self._targets)
+            targets = {vm: url for vm, url in self._targets.items() if only is None or vm in only}
         if not targets:
             return
         # Each answer is stamped with the time its request was about to be sent, never later: an answer
         # is no younger than the moment it was asked for.
         try:
-            answers = self._ask(targets, self._timeout, self._clock)
+            answers = self._ask(targets, self._timeout, self._clock, self._take)
         except Exception as exc:  # a bug in a round never leaves old answers standing as new ones
             log.warning("probing the peers failed: %r", exc)
             answers = {}
         asked = self._clock()
-        results = {vm: judge(answers[vm]) if vm in answers else PeerSeen(False, asked, "no answer: not asked")
-                   for vm in targets}
-        changed = False
+        for vm in targets:  # each answer was taken as it came; taking it again changes nothing
+            answer = answers.get(vm)
+            self._record(vm, judge(answer) if answer is not None else PeerSeen(False, asked, "no answer: not asked"))
         with self._lock:
-            for vm, seen in results.items():
-                if vm in self._targets:
-                    before = self._seen.get(vm)
-                    if before is not None and before.at > seen.at:
-                        continue  # a round that began later has already answered
-                    if before is not None and before.in_rotation != seen.in_rotation:
-                        log.info("peer %s %s rotation (%s)", vm, "back in" if seen.in_rotation else "out of",
-                                 seen.detail)
-                    changed = changed or before is None or before.in_rotation != seen.in_rotation
-                    self._seen[vm] = seen
             self.rounds += 1
+
+    def _take(self, vm: str, answer: ProbeAnswer) -> None:
+        """One answer of a round, as it comes (on the probing thread)."""
+        self._record(vm, judge(answer))
+
+    def _record(self, vm: str, seen: PeerSeen) -> None:
+        with self._lock:
+            if vm not in self._targets:
+                return
+            before = self._seen.get(vm)
+            if before is not None and before.at > seen.at:
+                return  # a round that began later has already answered
+            if before is not None and before.in_rotation != seen.in_rotation:
+                log.info("peer %s %s rotation (%s)", vm, "back in" if seen.in_rotation else "out of", seen.detail)
+            changed = before is None or before.in_rotation != seen.in_rotation
+            self._seen[vm] = seen
         if changed and self._on_change is not None:
-            self._on_change()
+            self._on_change()  # the agent's wake: it decides on this answer without waiting for the others
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -575,6 +575,20 @@ MUTATIONS = [
         'if k in (records or ()) or not is_gone(s, gone_after)}',
         'tests/unit/test_liveness.py::test_a_leader_that_could_not_read_zookeeper_as_an_event_went_still_closes_its_record',
     ),
+    (
+        'peer-answers-taken-as-they-come',
+        'coordinator/peers.py',
+        'answers = self._ask(targets, self._timeout, self._clock, self._take)',
+        'answers = self._ask(targets, self._timeout, self._clock)',
+        'tests/integration/test_peer_probes.py::test_a_hung_peer_holds_back_no_other_peers_answer_in_a_round',
+    ),
+    (
+        'confirm-asks-only-the-peers-counted-serving',
+        'coordinator/peers.py',
+        '            ask = [vm for vm in self._targets if vm not in out]\n',
+        '            ask = list(self._targets)\n',
+        'tests/integration/test_peer_probes.py::test_confirm_asks_again_only_the_peers_that_count_as_serving',
+    ),
 ]
 
 

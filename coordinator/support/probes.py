@@ -22,6 +22,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import h11
 import httpx
@@ -43,8 +44,12 @@ class ProbeAnswer:
     error: str | None = None
 
 
-# The shape of ``ask_all``: a round's URLs by key, the timeout, the clock -> every key's answer.
-AskAll = Callable[[Mapping[str, str], float, Callable[[], float]], Mapping[str, ProbeAnswer]]
+class AskAll(Protocol):
+    """The shape of ``ask_all``: a round's URLs by key, the timeout, the clock, and who hears each answer as
+    it comes -> every key's answer."""
+
+    def __call__(self, urls: Mapping[str, str], timeout: float, clock: Callable[[], float] = ...,
+                 on_answer: Callable[[str, ProbeAnswer], None] | None = None) -> Mapping[str, ProbeAnswer]: ...
 
 
 class _Probe:
@@ -94,20 +99,28 @@ class _Probe:
             # an InformationalResponse (1xx): the real answer follows
 
 
-def ask_all(urls: Mapping[str, str], timeout: float,
-            clock: Callable[[], float] = time.monotonic) -> dict[str, ProbeAnswer]:
+def ask_all(urls: Mapping[str, str], timeout: float, clock: Callable[[], float] = time.monotonic,
+            on_answer: Callable[[str, ProbeAnswer], None] | None = None) -> dict[str, ProbeAnswer]:
     """Ask every URL of ``urls`` (key -> URL) at once and wait for each answer's headers at most
     ``timeout`` seconds from when it was asked; every key gets an answer or the reason it has none.
     ``clock`` stamps each answer with when it was asked (the caller's clock); the timeout is kept by
-    ``time.monotonic``."""
+    ``time.monotonic``. ``on_answer`` (key, answer) is called as each one is known, on this thread: a peer
+    that accepts the connection and never answers (a VM whose processes are stopped: the kernel still
+    completes the handshake) holds back the return of the round, not the answers of the others."""
     answers: dict[str, ProbeAnswer] = {}
+
+    def answered(key: str, answer: ProbeAnswer) -> None:
+        answers[key] = answer
+        if on_answer is not None:
+            on_answer(key, answer)
+
     with selectors.DefaultSelector() as selector:
         for key, url in urls.items():
             asked = clock()
             try:
                 probe = _Probe(url, asked, time.monotonic() + timeout)
             except (OSError, ValueError, h11.ProtocolError) as exc:
-                answers[key] = ProbeAnswer(asked, error=type(exc).__name__)
+                answered(key, ProbeAnswer(asked, error=type(exc).__name__))
                 continue
             selector.register(probe.sock, selectors.EVENT_WRITE, (key, probe))
         try:
@@ -116,7 +129,7 @@ def ask_all(urls: Mapping[str, str], timeout: float,
                 for selected in list(selector.get_map().values()):
                     key, probe = selected.data
                     if now >= probe.deadline:
-                        answers[key] = ProbeAnswer(probe.asked, error=f"no answer within {timeout:g} s")
+                        answered(key, ProbeAnswer(probe.asked, error=f"no answer within {timeout:g} s"))
                         selector.unregister(probe.sock)
                         probe.sock.close()
                 if not selector.get_map():
@@ -135,10 +148,11 @@ def ask_all(urls: Mapping[str, str], timeout: float,
                     except (OSError, h11.ProtocolError) as exc:
                         answer = ProbeAnswer(probe.asked, error=type(exc).__name__)
                     if answer is not None:
-                        answers[key] = answer
+                        answered(key, answer)
                         selector.unregister(probe.sock)
                         probe.sock.close()
         finally:
             for selected in list(selector.get_map().values()):
                 selected.fileobj.close()  # type: ignore[union-attr]
     return answers
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -19,7 +20,7 @@ from coordinator.peers import PHASE_HEADER, PeerProbes
 from coordinator.runtime import advertised_probe_url
 from coordinator.snapshot import PeerSeen
 from coordinator.store.memory import MemoryCluster, MemoryStore
-from coordinator.support.probes import ask_all
+from coordinator.support.probes import ProbeAnswer, ask_all
 from coordinator.testbed.waiting import wait_until
 
 
@@ -149,12 +150,13 @@ def test_a_first_answer_and_a_change_of_rotation_wake_the_agent(peer: Peer) -> N
     probes.start()
     try:
         probes.want({"vm1": peer.url})  # becoming wanted starts a round at once, not after the interval
-        assert wait_until(lambda: woken == [1], 2)
+        # Woken as the answer comes, before its round has ended (``rounds`` counts ended rounds).
+        assert wait_until(lambda: woken == [0], 2)
         probes.probe_once()
-        assert woken == [1]  # the same answer again: nothing to wake for
+        assert woken == [0]  # the same answer again: nothing to wake for
         peer.probe.set(False)
         probes.probe_once()
-        assert woken == [1, 3] and not probes.seen()["vm1"].in_rotation
+        assert woken == [0, 2] and not probes.seen()["vm1"].in_rotation
     finally:
         probes.stop()
         peer.surface.stop()
@@ -321,3 +323,89 @@ def test_an_answer_cut_short_or_not_http_is_no_answer() -> None:
     finally:
         half.close()
         junk.close()
+
+
+def _silent_listener() -> socket.socket:
+    """A hung VM: its kernel completes the handshake (the backlog takes the connection), nothing answers."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    return silent
+
+
+def test_each_answer_is_passed_on_as_it_comes_not_after_the_slowest() -> None:
+    silent = _silent_listener()
+    server = BarrierServer()
+    heard: list[str] = []
+    try:
+        answers = ask_all({"silent": f"http://127.0.0.1:{silent.getsockname()[1]}/health", "ok": server.url(1)},
+                          timeout=1.0, on_answer=lambda key, answer: heard.append(key))
+        assert heard == ["ok", "silent"], "the healthy answer is heard first, before the hung one times out"
+        assert set(answers) == {"ok", "silent"}
+    finally:
+        silent.close()
+        server.close()
+
+
+def test_a_hung_peer_holds_back_no_other_peers_answer_in_a_round() -> None:
+    """The agent reads the healthy peers' answers while the round still waits on the hung one."""
+    seen_meanwhile: dict[str, PeerSeen] = {}
+    woken: list[int] = []
+
+    def ask(urls: Mapping[str, str], timeout: float, clock: Callable[[], float] = time.monotonic,
+            on_answer: Callable[[str, ProbeAnswer], None] | None = None) -> dict[str, ProbeAnswer]:
+        assert on_answer is not None
+        ok = ProbeAnswer(clock(), 200, {PHASE_HEADER.lower(): "serving"})
+        on_answer("vm1", ok)
+        seen_meanwhile.update(probes.seen())  # the hung vm2 has not answered yet
+        hung = ProbeAnswer(clock(), error=f"no answer within {timeout:g} s")
+        on_answer("vm2", hung)
+        return {"vm1": ok, "vm2": hung}
+
+    probes = PeerProbes(interval=60, timeout=10.0, ask=ask, on_change=lambda: woken.append(1))
+    probes.want({"vm1": "http://vm1/health", "vm2": "http://vm2/health"})
+    probes.probe_once()
+    assert seen_meanwhile["vm1"].in_rotation and "vm2" not in seen_meanwhile
+    assert not probes.seen()["vm2"].in_rotation
+    assert len(woken) == 2  # each first answer wakes the agent as it comes
+
+
+def test_confirm_asks_again_only_the_peers_that_count_as_serving() -> None:
+    """Right before an approval, a peer already out of rotation (here: no answer) is not asked again: it
+    cannot make the budget stricter, and a hung one would hold the agent's loop for the whole timeout."""
+    asked: list[set[str]] = []
+
+    def ask(urls: Mapping[str, str], timeout: float, clock: Callable[[], float] = time.monotonic,
+            on_answer: Callable[[str, ProbeAnswer], None] | None = None) -> dict[str, ProbeAnswer]:
+        asked.append(set(urls))
+        answers = {vm: ProbeAnswer(clock(), 200, {PHASE_HEADER.lower(): "serving"}) if vm == "vm1"
+                   else ProbeAnswer(clock(), error="no answer within 10 s") for vm in urls}
+        for vm, answer in answers.items():
+            assert on_answer is not None
+            on_answer(vm, answer)
+        return answers
+
+    probes = PeerProbes(interval=60, timeout=10.0, ask=ask)
+    probes.want({"vm1": "http://vm1/health", "vm2": "http://vm2/health", "vm3": "http://vm3/health"})
+    probes.probe_once()
+    seen = probes.confirm()
+    assert asked == [{"vm1", "vm2", "vm3"}, {"vm1"}]
+    assert seen["vm1"].in_rotation and not seen["vm2"].in_rotation and not seen["vm3"].in_rotation
+
+
+def test_confirm_does_not_wait_out_a_hung_peer_on_real_sockets() -> None:
+    silent = _silent_listener()
+    server = BarrierServer()
+    probes = PeerProbes(interval=60, timeout=5.0)
+    try:
+        probes.want({"hung": f"http://127.0.0.1:{silent.getsockname()[1]}/health", "ok": server.url(1)})
+        probes.probe_once()  # the background round: the hung peer costs it the timeout, once
+        assert not probes.seen()["hung"].in_rotation
+        started = time.monotonic()
+        seen = probes.confirm()
+        assert time.monotonic() - started < 5.0, "the agent's loop did not wait out the hung peer again"
+        assert seen["ok"].in_rotation and not seen["hung"].in_rotation
+    finally:
+        probes.stop()
+        silent.close()
+        server.close()
