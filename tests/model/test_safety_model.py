@@ -71,7 +71,9 @@ wait for its next agent)
   event names it and its documents parse, requires it to answer 200 within 30 cycles over 60 s (twice
   ``session_lapses_after`` when that is longer); ``reuse_approved_event_id`` requires a reused id that
   is approvable early in a calm group to be approved again before its NotBefore (not checked when IMDS
-  shows each VM only its own events: early approval is known not to work there yet).
+  shows each VM only its own events: early approval is known not to work there yet); ``quiesce`` heals
+  every fault and requires every record whose event has left the group to be closed within 30 s, whoever
+  leads (docs/safety.md L2; where IMDS shows each VM only its own events, only records naming the leader).
 
 Invariants (checked after every step, from the model's ground truth and what is observable from outside
 the agents: each VM's probe, the state of its drain actions, its executor's jobs, the store's nodes and
@@ -215,6 +217,10 @@ WINDOWS = tuple(Window(days=frozenset(range(7)), start=time(hour, 0), end=time(h
                 for hour in range(24))
 WINDOW_MINUTES = 40
 REUSE_NOTICE = 300  # NotBefore of a reused EventId, from its reuse
+# The bound of the L2 check (docs/safety.md): a record whose event is gone is closed within gone_after (two
+# fresh documents) plus a cycle of the leader; ticks of 5 s in which every agent cycles once, with room for a
+# leader to be elected again after its session came back.
+QUIESCE_TICKS = 6
 
 ODD_NOT_BEFORE: dict[str, str | None] = {
     "calendar-max": "9999-12-31T23:59:59-01:00",
@@ -1249,14 +1255,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         assert old is not None
         key = self._key(old)
         assert key is not None
-        self.cluster.resume()
-        for slot in self.slots.values():
-            if slot.agent is not None and not slot.dry_run:
-                self._heal_vm(slot)
-                slot.partition_cycles = 0
-                self._reconnect(slot.vm)
-                if slot.store is not None:
-                    slot.store.armed.clear()
+        self._calm()
         for _ in range(30):
             if self._record_done(key):
                 break
@@ -1289,6 +1288,51 @@ class CoordinatorModel(RuleBasedStateMachine):
                 f"{self._t()} {event.describe()}, a reused EventId (approved early before, by "
                 f"{old.approved_by}), was not approved before its NotBefore in a calm group")
 
+    def _calm(self) -> None:
+        """Every fault heals: each running agent's IMDS feed, executor and actions work again, its store
+        reaches the ensemble again with no fault armed, and no operator pause holds approvals."""
+        self.cluster.resume()
+        for slot in self.slots.values():
+            if slot.agent is not None and not slot.dry_run:
+                self._heal_vm(slot)
+                slot.partition_cycles = 0
+                self._reconnect(slot.vm)
+                if slot.store is not None:
+                    slot.store.armed.clear()
+
+    def _gone_records_open(self) -> list[str]:
+        """Records not marked done whose event has left the group, but those L2 excuses: where IMDS shows
+        each VM only the events naming it, one that does not name the leader (docs/safety.md L2)."""
+        present = {self._key(e) for e in self.group.events.values()}
+        with self.cluster.lock:
+            leader = self.cluster.leader.vm if self.cluster.leader is not None else None
+            records = [event.record for event in self.cluster.events.values()]
+        return sorted(r.event_id for r in records
+                      if r.done_at is None and r.event_id not in present
+                      and not (self.group.named_only and leader not in r.resources))
+
+    @rule()
+    def quiesce(self) -> None:
+        """Every fault heals (``_calm``), and the group runs normally. Liveness (docs/safety.md L2): within
+        ``QUIESCE_TICKS`` cycles of every agent, every record whose event has left the group is closed,
+        whoever leads now and whatever it saw of the event before (a restarted agent, sightings dropped
+        while its store was cut off)."""
+        self._calm()
+        if not any(slot.agent is not None and not slot.dry_run for slot in self.slots.values()):
+            return
+        open_before = self._gone_records_open()
+        for _ in range(QUIESCE_TICKS):
+            if not self._gone_records_open():
+                return
+            self.clock_ticks()
+        still = [key for key in self._gone_records_open() if key in open_before]
+        if still:
+            with self.cluster.lock:
+                leader = self.cluster.leader.vm if self.cluster.leader is not None else None
+            self._violation("liveness",
+                f"{self._t()} the records of {', '.join(still)} stay open {QUIESCE_TICKS * 5} s after every fault "
+                f"healed, although their events have left the group (leader: {leader})")
+
     # -- invariants --------------------------------------------------------------------------------------
 
     @invariant()
@@ -1318,7 +1362,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         assert not self.violations["S5"], "S5 violated:\n" + "\n".join(self.violations["S5"])
 
     @invariant()
-    def reused_ids_are_approved_again(self) -> None:
+    def liveness_holds(self) -> None:
         assert not self.violations["liveness"], "liveness:\n" + "\n".join(self.violations["liveness"])
 
 
