@@ -20,7 +20,7 @@ from pathlib import Path
 from coordinator.testbed.story import STEPS, STRATEGIES, StoryConfig, StoryOutcome, report, run_story, summarize
 from coordinator.testbed.traffic import LoadGenerator
 
-__all__ = ["DEMO_TIME_SCALE", "LoadGenerator", "add_arguments", "run"]
+__all__ = ["DEMO_TIME_SCALE", "LoadGenerator", "add_arguments", "run", "verdict"]
 
 #: Notices run this many times faster than real time: the shortest of the story (the Preempt's 30 s) then
 #: lasts 5 real seconds, twice what its drain (1.5 s), a poll and an approval take (2.5 s measured).
@@ -69,16 +69,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {e['step']:<8} {e['event_type']:<8} {','.join(e['resources']):<8} notice {e['notice']:5.0f} "
               f"started after {e['to_start'] or float('nan'):5.0f} ({e['start_reason']}, {approved}); "
               f"reclaimed {e['reclaimed']:5.0f}; failed requests {e['failed']}{short}")
+        if e["start_reason"] == "not_before" and args.strategy == "coordinated":
+            print(f"           waited for its NotBefore: {e['waited_for'] or 'no agent recorded why'}")
     print()
     print(report(summarize([view]), steps))
-    ok, verdict = _verdict(outcome, config)
-    print(verdict)
+    ok, said = verdict(outcome, config)
+    print(said)
     return 0 if ok else 1
 
 
-def _verdict(outcome: StoryOutcome, config: StoryConfig) -> tuple[bool, str]:
+def verdict(outcome: StoryOutcome, config: StoryConfig) -> tuple[bool, str]:
     """For ``coordinated``: no request failed where a drain was possible (the notice, in real seconds, at least
-    the drain wait). The baselines are measured, not judged."""
+    the drain wait), and every such event that the policy let start early was approved early. The baselines
+    are measured, not judged."""
     drainable = [e for e in outcome.events if outcome.drained_before_start.get(e.event_id)]
     lost = sum(e.failed for e in drainable)
     other = outcome.failed - lost
@@ -88,4 +91,11 @@ def _verdict(outcome: StoryOutcome, config: StoryConfig) -> tuple[bool, str]:
             f"({outcome.story_real_seconds or 0:.0f} s).")
     if outcome.strategy != "coordinated":
         return True, text
-    return (lost == 0, ("demo: OK: " if lost == 0 else "demo: FAILED: ") + text.removeprefix("demo: "))
+    # An event with time to drain that the policy let start early, started at its NotBefore: the product's
+    # other half (docs/safety.md L1) failed, whatever the agents said held it.
+    missed = [e for e in drainable if e.missed]
+    if missed:
+        text += " Started at NotBefore although the policy allowed an early start: " + "; ".join(
+            f"{e.event_type} {e.event_id} ({e.waited_for or 'no agent recorded why'})" for e in missed) + "."
+    ok = lost == 0 and not missed
+    return ok, ("demo: OK: " if ok else "demo: FAILED: ") + text.removeprefix("demo: ")

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,16 @@ class EventOutcome:
     failed_during_impact: int = 0
     drained_t: float | None = None  # every named VM out of HAProxy's rotation (wall clock), if before the start
     drained_by: list[str] = field(default_factory=list)  # the HAProxy status that took each one out
+    # Why it was not approved yet, as its approver (or, with none, the leader) last said in ``/status``
+    # while it was Scheduled: "vmN: reason; reason".
+    waited_for: str | None = None
+
+    @property
+    def missed(self) -> bool:
+        """Started at its NotBefore although the policy allowed an early start: not approved, and the
+        last reason recorded for it was not the policy's own (``policy: ... never approved early``)."""
+        return self.start_reason == "not_before" and not (self.waited_for or "").split(": ", 1)[-1].startswith(
+            "policy:")
 
     @property
     def notice(self) -> float:
@@ -127,7 +137,7 @@ class EventOutcome:
 
     def view(self) -> dict[str, Any]:
         return {**asdict(self), "notice": self.notice, "to_start": self.to_start, "reclaimed": self.reclaimed,
-                "to_drained": self.to_drained, "to_start_real": self.to_start_real}
+                "to_drained": self.to_drained, "to_start_real": self.to_start_real, "missed": self.missed}
 
 
 @dataclass
@@ -340,6 +350,8 @@ def _play(cluster: LocalCluster, vms: _Vms, load: LoadGenerator, strategy: str, 
         if time.monotonic() >= next_line:
             next_line += 1.0
             progress(_line(cluster, vms, sim.events().get("events", []), load, outcome))
+            if strategy == "coordinated":
+                _note_waits(cluster, by_id)
         time.sleep(0.1)
     cluster.wait(lambda: all(vms.probe(vm) == 200 for vm in VMS), 60, "every VM serving again")
     if strategy == "admin-state":
@@ -354,6 +366,22 @@ def _play(cluster: LocalCluster, vms: _Vms, load: LoadGenerator, strategy: str, 
     outcome.ended_t, outcome.ended_sim_t = time.time(), sim.now()
     progress(f"{strategy}: story over: every event gone, every VM back in rotation")
     return outcome
+
+
+def _note_waits(cluster: LocalCluster, by_id: Mapping[str, EventOutcome]) -> None:
+    """What held each Scheduled event back, as the agents say it now: its approver's reasons in ``/status``
+    (the leader's when it has no approver among the agents)."""
+    statuses = {vm: status for vm, status in cluster.statuses().items() if status is not None}
+    leader = next((vm for vm, status in statuses.items() if status.get("leader") == vm), None)
+    for eid, outcome in by_id.items():
+        if outcome.started_t is not None:
+            continue
+        said = {vm: event for vm, status in statuses.items() for event in status.get("events") or []
+                if event.get("event_id") == eid and event.get("status") == "Scheduled" and event.get("waiting_for")}
+        for vm in [next((vm for vm, e in said.items() if e.get("approver") == vm), None), leader]:
+            if vm is not None and vm in said:
+                outcome.waited_for = f"{vm}: {'; '.join(said[vm]['waiting_for'])}"
+                break
 
 
 def _rollout_done(sim: Any, rollout: int) -> bool:
