@@ -1,7 +1,8 @@
 """Carrying out a plan's writes to the coordination store, in the order the decision relies on.
 
 ``/out/{me}`` first (the budget must see this VM out before anything else it does), then records,
-reopenings and admissions, acks and withdrawals, done marks, absences, and ``/out`` cleared last. A write
+reopenings and admissions, acks and withdrawals, done marks, absences, the ``/out`` marks of VMs an approval
+will go ahead without, and ``/out`` cleared last. A write
 that fails stops the rest for this cycle (logged and counted): the next cycle decides again from what the
 store then shows, so nothing is half-remembered. Approvals are not written here: they go through the
 store's last check and the fenced POST (``coordinator.plan_approvals``).
@@ -54,6 +55,10 @@ def write_plan(store: Store, vm: str, snap: Snapshot, local: LocalState, plan: P
             store.mark_absent(name, snap.now)
         for name in plan.clear_absent:
             store.clear_absent(name)
+        for other, events in sorted(plan.mark_out_for.items()):
+            if store.mark_out(other, events, snap.now) is WriteResult.DONE:
+                log.info("marked %s out of rotation for %s: its agent is absent past the grace, and the "
+                         "approval goes ahead without it (vm=%s)", other, ",".join(events), vm)
         if plan.clear_out:
             store.clear_out(vm)
             log.info("back in the load balancer's rotation (vm=%s)", vm)

@@ -236,6 +236,9 @@ class Plan:
     clear_absent: tuple[str, ...] = ()
     mark_out: tuple[str, ...] | None = None  # write /out/{me} for these events (None: leave it)
     clear_out: bool = False  # delete /out/{me}: back in rotation
+    # write /out/{vm} for other VMs, with these events: VMs an approval goes ahead without (absent past the
+    # grace), marked out before it does, since their agents cannot say so (docs/safety.md S4)
+    mark_out_for: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     purge_before: float | None = None
     holding: tuple[str, ...] = ()  # ids of the events that hold this VM drained
     approvers: Mapping[str, str] = field(default_factory=dict)  # event key -> approver (or "")
@@ -265,6 +268,7 @@ class Plan:
             or self.clear_absent
             or self.mark_out is not None
             or self.clear_out
+            or bool(self.mark_out_for)
         )
 
     def describe(self) -> str:
@@ -283,6 +287,8 @@ class Plan:
                 parts.append(f"{label} {','.join(items)}")
         if self.clear_out:
             parts.append("back in rotation")
+        for other, events in sorted(self.mark_out_for.items()):
+            parts.append(f"mark {other} out for {','.join(events)}")
         if self.waiting:
             parts.append(f"stays out: {self.waiting}")
         for key, reasons in sorted(self.blocked.items()):

@@ -589,6 +589,13 @@ MUTATIONS = [
         '            ask = list(self._targets)\n',
         'tests/integration/test_peer_probes.py::test_confirm_asks_again_only_the_peers_that_count_as_serving',
     ),
+    (
+        'absent-vms-marked-out-before-an-approval-without-them',
+        'coordinator/decide/approval.py',
+        '            if unmarked:\n',
+        '            if False:\n',
+        'test_a_vm_released_without_its_ack_counts_in_the_budget_until_it_is_back',
+    ),
 ]
 
 

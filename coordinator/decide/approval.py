@@ -15,7 +15,7 @@ from coordinator.snapshot import ApprovalIntent, LocalState, Policy, Snapshot, i
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord
 
 __all__ = ["_NOT_ADMITTED", "_Approvals", "_absent_drained", "_approval_blockers", "_approvals",
-           "_fresh_for_approval", "_hold_terminate_batches", "_not_admitted_because", "_still_posted"]
+           "_fresh_for_approval", "_hold_terminate_batches", "_not_admitted_because", "_still_posted", "_unmarked"]
 
 
 @dataclass
@@ -28,6 +28,8 @@ class _Approvals:
     ready: dict[str, ApprovalIntent | None] = field(default_factory=dict)  # None: approvable by someone else
     # event key -> (seconds it must have been approvable, the VMs past the absent grace it names)
     unseen_drains: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
+    # VMs past the absent grace to mark out (their ``/out`` node) before an approval goes ahead without them
+    mark_out_for: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _approvals(
@@ -73,14 +75,33 @@ def _approvals(
         mine = approver == snap.me and ev.key not in posted
         after_drain = ev.rule is ApprovalRule.AFTER_DRAIN
         required = tuple(vm for vm in ev.resources if _waited_for(vm, cluster, policy, snap)) if after_drain else ()
+        past_grace = tuple(vm for vm in ev.resources if vm in cluster.known and vm not in required)
+        if mine and after_drain and past_grace:
+            unmarked = _unmarked(ev.key, past_grace, cluster)
+            if unmarked:
+                # Their agents, cut off, cannot say they are out: the budget would forget them once the event
+                # is over, while they are still down or not yet back in rotation.
+                found.mark_out_for.update(unmarked)
+                found.blocked[ev.key] = (f"marks {','.join(unmarked)} (absent past the grace) out of rotation "
+                                         "before it approves without them",)
+                continue
+            found.unseen_drains[ev.key] = (policy.wait_for(ev.event) + policy.absent_notice, past_grace)
         intent = ApprovalIntent(ev.event.event_id, ev.key, required, as_leader, after_drain and policy.budgeted)
         found.ready[ev.key] = intent if mine else None
-        if mine and after_drain:
-            past_grace = tuple(vm for vm in ev.resources if vm in cluster.known and vm not in required)
-            if past_grace:
-                found.unseen_drains[ev.key] = (policy.wait_for(ev.event) + policy.absent_notice, past_grace)
     if policy.terminate_together:
         _hold_terminate_batches(by_key, found.ready, found.blocked)
+    return found
+
+
+def _unmarked(key: str, vms: Sequence[str], cluster: ClusterView) -> dict[str, tuple[str, ...]]:
+    """The VMs of ``vms`` whose ``/out`` node does not name the event ``key``, each with the events to write
+    it with: those it names already, and ``key``."""
+    found: dict[str, tuple[str, ...]] = {}
+    for vm in vms:
+        mark = cluster.out.get(vm)
+        earlier = tuple(mark.events) if mark is not None else ()
+        if key not in {e.upper() for e in earlier}:
+            found[vm] = (*earlier, key)
     return found
 
 

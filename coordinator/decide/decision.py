@@ -87,6 +87,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         clear_absent=tuple(group.clear_absent),
         mark_out=group.mark_out,
         clear_out=group.clear_out,
+        mark_out_for=group.approvals.mark_out_for,
         purge_before=_purge_before(snap, snap.cluster, policy),
         holding=tuple(holding),
         approvers=group.approvals.approvers,

@@ -12,7 +12,7 @@ from coordinator.config import ApprovalRule, PeersPolicy
 from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide, rule_for
 from coordinator.maintenance_windows import Window
 from coordinator.models import Document, parse_document
-from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Pause
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord, OutMark, Pause
 
 NOW = 1_700_000_000.0
 A = "AAAAAAAA-0000-0000-0000-000000000001"
@@ -325,7 +325,12 @@ def test_member_absent_longer_than_the_grace_counts_as_drained() -> None:
     cut_off = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", members=members, known=known,
                    absent={"vm1": NOW - 10_000})
     assert run("vm0", d, cut_off, policy, DRAINED, {"vm1": 100}).blocked[A] == ("vm1 runs no agent",)
-    approve = run("vm0", d, cut_off, policy, DRAINED, {"vm1": 301}).approve
+    # Past the grace, the approver first marks vm1 out of rotation (its agent cannot), then approves.
+    marking = run("vm0", d, cut_off, policy, DRAINED, {"vm1": 301})
+    assert marking.approve == () and marking.mark_out_for == {"vm1": (A,)}
+    assert marking.blocked[A] == ("marks vm1 (absent past the grace) out of rotation before it approves without them",)
+    marked = replace(cut_off, out={"vm1": OutMark(NOW - 1, (A,))})
+    approve = run("vm0", d, marked, policy, DRAINED, {"vm1": 301}).approve
     assert [(i.event_id, i.required) for i in approve] == [(A, ("vm0",))]
     # Without the option, or once it is back (a stale marker), it is waited for.
     no_grace = Policy(max_events=None, keep_one_serving=False)
@@ -343,7 +348,8 @@ def test_an_event_naming_vms_absent_past_the_grace_waits_for_them_to_drain_on_th
     policy = Policy(max_events=None, keep_one_serving=False, absent_grace=300, drain_wait=10.0, absent_notice=5.0)
     d = doc(ev(A, ["vm0", "vm1"]))
     members = frozenset({"vm0", "vm2", "vm3"})
-    cluster = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", members=members, known=members | {"vm1"})
+    cluster = replace(view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", members=members, known=members | {"vm1"}),
+                      out={"vm1": OutMark(NOW - 1, (A,))})  # marked out by the approver (S4)
 
     def at(mono: float, since: float | None) -> Any:
         snap = Snapshot("vm0", NOW, mono, d, d, cluster, absent_for={"vm1": 400.0}, cycle_started=mono,

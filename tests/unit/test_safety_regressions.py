@@ -731,3 +731,36 @@ def test_only_an_events_approver_and_the_leader_probe_their_peers(tmp_path: Path
     assert bench.peers is not None
     assert bench.peers.probing == {"vm1", leader}
     assert bench.peers.confirmed >= 1  # the approver probed every peer again right before its POST
+
+
+# --- a VM approved for without its ack (absent past the grace) is counted until it is back -------------------
+
+def test_a_vm_released_without_its_ack_counts_in_the_budget_until_it_is_back(tmp_path: Path) -> None:
+    """Found by the model-based suite. vm1 is cut off from ZooKeeper past ``absent_peer_grace_seconds``: its
+    event is approved without its ack (it drained itself), so it never wrote its own ``/out`` node. Its
+    agent then goes down (the maintenance reboots it) and the event ends: nothing in ZooKeeper said vm1
+    was out, and the leader admitted the next event while vm1 was still down. The approver now writes
+    vm1's ``/out`` node before it approves without it; vm1 clears it once back in rotation."""
+    policy = Policy(drain_wait=10.0, return_wait=5.0, latest_start=120.0, absent_grace=60.0, session_timeout=30.0)
+    bench = Bench(tmp_path, policy)
+    for name in ("vm0", "vm1", "vm2", "vm3"):
+        bench.add(name)
+    bench.run(15)
+    bench.vms["vm1"].store.partition()
+    bench.group.schedule(E, ["vm0", "vm1"])
+    bench.run(240, until=lambda: bool(bench.group.approved(E)))
+    assert bench.group.approved(E) and "vm1" not in bench.cluster.events[E].acks
+    assert E in bench.cluster.out["vm1"].events
+    bench.group.events[E]["EventStatus"] = "Started"
+    bench.crash("vm1")  # rebooted by the maintenance
+    bench.run(5)
+    bench.group.remove(E)
+    bench.run(20)
+    assert bench.cluster.events[E].record.done_at is not None
+    bench.group.schedule(E2, ["vm2"], etype="Freeze")
+    bench.run(60)
+    assert bench.cluster.events[E2].admitted is None, "vm1 is still out for E: the budget of one event is full"
+    bench.add("vm1")  # back: it serves again after its return wait and deletes its /out node
+    bench.run(60, until=lambda: bench.cluster.events[E2].admitted is not None)
+    assert bench.cluster.events[E2].admitted is not None
+    assert bench.vms["vm1"].probe.serving and "vm1" not in bench.cluster.out

@@ -30,7 +30,9 @@ __all__ = ["LoadGenerator", "Sampler", "ZooKeeperRecorder"]
 
 class ZooKeeperRecorder:
     """Polls the group's nodes with a session of its own; records each node's ctime, owner, first and last
-    sighting. It decodes no payload: only ZooKeeper's own metadata."""
+    sighting: members, the leader, the operator's pause, ``/out`` nodes, each event's record and its acks,
+    approval and admission. It decodes no payload: only ZooKeeper's own metadata (so not whether a record
+    is marked done)."""
 
     BLIND_AFTER = 1.0  # seconds between two complete polls beyond which the time between them is blind
 
@@ -130,11 +132,19 @@ class ZooKeeperRecorder:
     def _poll(self) -> None:
         self._children("/members", "member")
         self._single("/leader", "leader")
+        self._single("/pause", "pause")
         self._children("/out", "out")
         try:
             events = self._client.get_children("/events")
         except NoNodeError:
             events = []
+        # Each event's record itself (when it was published, when purged), under its event id.
+        seen = set()
+        for event_id in events:
+            stat = self._client.exists(f"/events/{event_id}")
+            if stat is not None:
+                seen.add(self._saw(f"/events/{event_id}", stat, "record", event_id, None))
+        self._gone("/events/", seen)
         for event_id in events:
             self._children(f"/events/{event_id}/acks", "ack", event_id)
             self._single(f"/events/{event_id}/approval", "approval", event_id)

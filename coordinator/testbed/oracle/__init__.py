@@ -33,18 +33,27 @@ rules (see ``docs/reliability.md``):
   not stop cleanly when asked, or an agent whose completed cycles did not move for longer than the stall
   limit while it ran and was not paused.
 
-An event that starts at its NotBefore without an approval is never a violation by itself (Azure starts
-it whatever the agents do), and a Started event created without notice (a hardware failure) is counted
-apart.
+An event that starts at its NotBefore without an approval is never a violation of S1-S5 by itself (Azure
+starts it whatever the agents do), and a Started event created without notice (a hardware failure) is
+counted apart.
+
+Beside safety, liveness (``checks_liveness``, the class ``liveness``): an event with notice that stayed
+allowable (its VMs' agents running and members, the budget with room, no operator's pause) for the L1
+bound without an approval, no fault on its path explaining it, is an unexplained miss and a violation; so
+is a record seen open (its admission or approval node) past the L2 bound after its event was gone. Misses
+that a fault explains (``faults``) are counted by cause in the statistics, with the times from allowable
+to approved.
 
 The package's parts: ``records`` (the observations and their JSON form), ``context`` (the ground truth
 from the simulator's log and indexes over the samples), ``checks_s1_s3`` and ``checks_s4_s5`` (the
-rules), ``stats`` (the run's statistics) and ``report`` (the verdict, its violations and their
+rules), ``faults`` (what the harness injected, and for how long its effects last), ``checks_liveness``
+(L1, L2), ``stats`` (the run's statistics) and ``report`` (the verdict, its violations and their
 timelines). This module holds ``check`` and re-exports what other code uses.
 """
 
 from __future__ import annotations
 
+from coordinator.testbed.oracle.checks_liveness import liveness
 from coordinator.testbed.oracle.checks_s1_s3 import s1, s2, s3
 from coordinator.testbed.oracle.checks_s4_s5 import s4, s5
 from coordinator.testbed.oracle.context import Context
@@ -86,8 +95,12 @@ __all__ = [
 
 
 def check(observations: Observations) -> Verdict:
-    """Judge one run's observations against S1-S5. Pure: reads ``observations`` only."""
+    """Judge one run's observations against S1-S5 and liveness (L1, L2 as observable). Pure: reads
+    ``observations`` only. The statistics carry the liveness judgement under ``liveness``."""
     ctx = Context(observations)
-    violations = [*s1(ctx), *s2(ctx), *s3(ctx), *s4(ctx), *s5(ctx)]
+    judged = liveness(ctx)
+    violations = [*s1(ctx), *s2(ctx), *s3(ctx), *s4(ctx), *s5(ctx), *judged.violations(ctx)]
     violations.sort(key=lambda v: (v.t, v.invariant))
-    return Verdict(tuple(violations), statistics(ctx))
+    stats = statistics(ctx)
+    stats["liveness"] = judged.stats(ctx)
+    return Verdict(tuple(violations), stats)

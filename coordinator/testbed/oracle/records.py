@@ -73,8 +73,9 @@ class ServerSample:
 class NodeSighting:
     """One ZooKeeper node (one creation of it) as the observer saw it.
 
-    ``kind``: member, leader, ack, approval, admitted or out. ``gone_seen`` is the first poll that no
-    longer found it (None: still there when the record ended).
+    ``kind``: member, leader, ack, approval, admitted, out, record (an event's record ``/events/{id}``) or
+    pause (an operator's pause of early approvals). ``gone_seen`` is the first poll that no longer found it
+    (None: still there when the record ended).
     """
 
     kind: str
@@ -176,9 +177,40 @@ class OracleSettings:
     server_sample_gap_seconds: float = 1.5
     # How late the observer may see a member node go once its session expired during a pause.
     session_seen_slack_seconds: float = 1.0
+    # What the liveness judgement reads of the agents' configuration (``checks_liveness``); the defaults are
+    # the chaos runs' (a record kept before these fields existed is judged with them).
+    poll_interval_seconds: float = 0.5  # imds.poll_interval: one cycle
+    peer_probe_timeout_seconds: float = 0.5  # policy.peer_probe_timeout_seconds: the probe round before a POST
+    gone_after_seconds: float = 3.0  # drain.gone_after_seconds
+    return_wait_seconds: float | None = None  # drain.return_wait_seconds (None: the drain wait)
+    keep_one_serving: bool = True  # policy.keep_one_serving
+    approval_rules: Mapping[str, str] = field(default_factory=dict)  # type -> rule; absent: after-drain
+    imds_backoff_seconds: float = 2.0  # imds.backoff_max_seconds: the longest wait after a failed read
+    # The longest a server takes to expire the session of an agent it no longer hears from: the granted
+    # timeout plus a tick (the chaos runs pass theirs; the default is their worst, 6 s granted at a 3 s tick).
+    session_lapse_seconds: float = 9.0
+    # Added to every liveness bound: sampling (probes 100 ms, HAProxy 200 ms), HAProxy's two good checks
+    # before UP against the agents' return wait, the drain actions themselves.
+    liveness_slack_seconds: float = 2.0
 
     def drain_wait(self, event_type: str) -> float:
         return self.drain_wait_by_type.get(event_type, self.drain_wait_seconds)
+
+    def return_wait(self, event_type: str | None = None) -> float:
+        """How long a VM back from a drain answers 200 before it counts as serving (the agents' return wait)."""
+        if self.return_wait_seconds is not None:
+            return self.return_wait_seconds
+        return self.drain_wait_seconds if event_type is None else self.drain_wait(event_type)
+
+    def l1_bound(self, event_type: str) -> float:
+        """L1: an allowable event is approved within its drain wait, about four cycles (five here) and a
+        probe round of the peers, plus the slack."""
+        return (self.drain_wait(event_type) + 5 * self.poll_interval_seconds + self.peer_probe_timeout_seconds
+                + self.liveness_slack_seconds)
+
+    def l2_bound(self) -> float:
+        """L2: a record whose event is gone is closed within ``gone_after`` and four cycles, plus the slack."""
+        return self.gone_after_seconds + 4 * self.poll_interval_seconds + self.liveness_slack_seconds
 
 
 @dataclass
@@ -208,6 +240,7 @@ def dump(observations: Observations) -> str:
     body = asdict(observations)
     body["settings"]["drain_wait_by_type"] = dict(observations.settings.drain_wait_by_type)
     body["settings"]["budget_units"] = dict(observations.settings.budget_units)
+    body["settings"]["approval_rules"] = dict(observations.settings.approval_rules)
     return json.dumps(body, default=str)
 
 

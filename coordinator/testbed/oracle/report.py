@@ -33,7 +33,7 @@ class TimelineEntry:
 
 @dataclass(frozen=True)
 class Violation:
-    invariant: str  # S1 ... S5
+    invariant: str  # S1 ... S5, or liveness
     t: float
     summary: str
     timeline: tuple[TimelineEntry, ...] = ()

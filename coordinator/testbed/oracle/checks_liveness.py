@@ -1,0 +1,394 @@
+"""The liveness judgement: was every event the policy allowed to start early approved in time (L1), and was
+every record whose event went closed in time (L2)? From what was observed outside the agents only.
+
+For each event created Scheduled (with notice), on a grid of ``STEP`` seconds while it waits (present and
+Scheduled), ``_World.why_not`` says why it is not allowable now, the first that applies of:
+
+* never: its rule is not ``after-drain`` (``OracleSettings.approval_rules``), or a VM it names runs no agent;
+* held by policy: an operator's pause node; the budget (``max_events_in_maintenance``): another event in
+  maintenance, that is present and admitted (its ``admitted`` node), approved early or Started, or with
+  an ack node standing, or with a VM it names out of rotation since any of those, or (a VM this event does
+  not name) out of rotation while it names it; ``keep_one_serving``: no VM outside its Resources in
+  rotation with its agent running, not stopped and a member. In rotation: HAProxy's last sample shows it
+  UP and its probe has answered 200 for the return wait;
+* its VMs: an agent not running, stopped, or without a member node (no live session); named by the fault
+  that caused it where the harness's log has one (``faults``), else a hold.
+
+An allowable stretch starts the L1 clock; a fault on the event's path (one of its VMs, the VM leading the
+group meanwhile, ZooKeeper's servers: ``faults.on_path``) that overlaps the clock's window pushes it to
+the end of that fault's effects (``Fault.settle``). The event is due at the clock plus
+``OracleSettings.l1_bound`` (drain wait + 5 cycles + the peers' probe timeout + slack). An approval (the
+simulator received the POST) by then is in time. A stretch that outlasts its due time without an
+approval is an **unexplained miss**: a violation. An event that waited at least the bound from its first
+allowable moment and was never approved, whose stretches were cut short by faults, is an **explained
+miss**, counted under the last such fault; one held by policy only is no miss.
+
+L2, as far as it is observable: the recorder reads no payloads, so a record's ``done_at`` is not seen; a
+record is seen open while its ``admitted`` or ``approval`` node stands (``mark_done`` removes both in one
+transaction). One that stands longer than ``OracleSettings.l2_bound`` after its event left the simulator
+is a miss, explained by a fault on the leader's path (or ZooKeeper's, or the recorder being blind) that
+pushed the clock, else unexplained.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.testbed.oracle.context import Context, SimEvent, pause_windows
+from coordinator.testbed.oracle.faults import Fault, Leaders, faults, on_path
+from coordinator.testbed.oracle.report import Violation, timeline
+
+__all__ = ["STEP", "Liveness", "Miss", "liveness"]
+
+_SESSION_FAULTS = ("agent killed", "agent stopped (SIGSTOP)", "ZooKeeper link cut", "ZooKeeper link one-way loss",
+                   "ZooKeeper link delayed", "ZooKeeper server down", "ZooKeeper quorum lost")
+STEP = 0.1  # seconds between two instants the conditions are judged at (the probes' sampling interval)
+_INF = float("inf")
+Span = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Miss:
+    """An event not approved in time (L1), or a record not closed in time (L2)."""
+
+    law: str  # "L1" or "L2"
+    event: SimEvent
+    since: float  # allowable from (L1), gone from the simulator (L2)
+    due: float
+    cause: str  # a fault's kind, or "unexplained"
+    detail: str
+    fault: Fault | None = None
+
+    @property
+    def unexplained(self) -> bool:
+        return self.fault is None
+
+
+@dataclass
+class Liveness:
+    """What the judgement found: misses, per-event outcomes, and the times from allowable to approved."""
+
+    misses: list[Miss] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    held: Counter[str] = field(default_factory=Counter)
+    clean: list[float] = field(default_factory=list)  # allowable to approved, no fault on the path between
+    faulted: list[float] = field(default_factory=list)  # the same, with a fault on the path between
+
+    def violations(self, ctx: Context) -> list[Violation]:
+        found = []
+        for miss in self.misses:
+            if miss.unexplained:
+                event = miss.event
+                found.append(Violation("liveness", miss.due, f"{miss.law}: {miss.detail}", timeline(
+                    ctx, miss.since - 3, miss.due + 2, set(event.resources) | Leaders(ctx).during(miss.since, miss.due),
+                    [event.event_id])))
+        return found
+
+    def stats(self, ctx: Context) -> dict[str, Any]:
+        origin = ctx.obs.started_at
+        return {
+            "outcomes": dict(self.outcomes),
+            "held_by": dict(self.held),
+            "allowable_to_approved": _percentiles(self.clean),
+            "allowable_to_approved_seconds": [round(x, 2) for x in self.clean],
+            "allowable_to_approved_with_faults": _percentiles(self.faulted),
+            "allowable_to_approved_with_faults_seconds": [round(x, 2) for x in self.faulted],
+            "misses_by_cause": dict(Counter(f"{m.law} {m.cause}" for m in self.misses)),
+            "misses_unexplained": sum(1 for m in self.misses if m.unexplained),
+            "misses": [{"law": m.law, "event": m.event.event_id, "type": m.event.event_type,
+                        "since": round(m.since - origin, 2), "due": round(m.due - origin, 2), "cause": m.cause,
+                        "detail": m.detail} for m in self.misses],
+        }
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float | int | None]:
+    ordered = sorted(values)
+    if not ordered:
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+
+    def rank(q: float) -> float:  # nearest rank
+        return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 2)
+
+    return {"n": len(ordered), "p50": rank(0.5), "p99": rank(0.99), "max": round(ordered[-1], 2)}
+
+
+def _within(spans: Sequence[Span], t: float) -> bool:
+    return any(start <= t < end for start, end in spans)
+
+
+class _World:
+    """Indexes over the observations that the conditions read, on the run's grid."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.faults = faults(ctx)
+        self.leaders = Leaders(ctx)
+        nodes = ctx.obs.nodes
+        self.members: dict[str, list[Span]] = {}
+        for n in nodes:
+            if n.kind == "member" and n.vm:
+                self.members.setdefault(n.vm.lower(), []).append((n.ctime, n.gone_seen or _INF))
+        self.pauses = [(n.ctime, n.gone_seen or _INF) for n in nodes if n.kind == "pause"]
+        self.runs: dict[str, list[Span]] = {}
+        for p in ctx.obs.processes:
+            self.runs.setdefault(p.vm.lower(), []).append((p.started, p.exited if p.exited is not None else _INF))
+        self.stopped: dict[str, list[Span]] = {}
+        for pid, windows in pause_windows(ctx).items():
+            vm = ctx.pid_vm.get(pid)
+            if vm is not None:
+                self.stopped.setdefault(vm, []).extend((a, b) for a, b, _ in windows)
+        # When each event held the budget by itself: present and admitted, approved early or Started; and
+        # while an ack of it stood (a VM drained for it counts until it serves again, present or not).
+        self.holding: dict[str, list[tuple[float, float, str]]] = {}
+        for ev in ctx.events.values():
+            end = ev.end(_INF)
+            spans = [(max(n.ctime, ev.created), min(n.gone_seen or _INF, end), "admitted") for n in nodes
+                     if n.kind == "admitted" and (n.event_id or "").upper() == ev.event_id]
+            if ev.early_approvals:
+                spans.append((min(ev.early_approvals), end, "approved early"))
+            if ev.started is not None:
+                spans.append((ev.started, end, "Started"))
+            spans += [(n.ctime, n.gone_seen or _INF, f"acknowledged by {n.vm}") for n in nodes
+                      if n.kind == "ack" and (n.event_id or "").upper() == ev.event_id]
+            self.holding[ev.event_id] = [s for s in spans if s[0] < s[1]]
+        self.origin = ctx.obs.started_at
+        count = int((ctx.obs.ended_at - self.origin) / STEP) + 2
+        self.rot = {vm: [self._in_rotation(vm, self.at(i)) for i in range(count)] for vm in sorted(ctx.agent_vms)}
+        self.out_since: dict[str, list[int]] = {}
+        for vm, flags in self.rot.items():
+            since, begun = [], 0
+            for i, up in enumerate(flags):
+                begun = i + 1 if up else begun
+                since.append(begun)
+            self.out_since[vm] = since
+
+    def at(self, i: int) -> float:
+        return self.origin + i * STEP
+
+    def _in_rotation(self, vm: str, t: float) -> bool:
+        """HAProxy's last sample shows ``vm`` UP (in a run with HAProxy), and its probe has answered 200
+        for the return wait: what the agents' budget counts as serving again."""
+        probe = self.ctx.probe(vm)
+        last = probe.before(t)
+        if last is None or last.code != 200:
+            return False
+        if any(s.code != 200 for s in probe.between(t - self.settings.return_wait(), t)):
+            return False
+        server = self.ctx.servers.get(vm)
+        if self.ctx.servers and server is not None:
+            sample = server.before(t)
+            return sample is not None and sample.up
+        return True
+
+    def member(self, vm: str, t: float) -> bool:
+        """Whether the agent process running on ``vm`` at ``t`` has a live session: a member node created
+        since it started (an older one is a dead process's session, not yet expired)."""
+        started = [a for a, b in self.runs.get(vm, []) if a <= t < b]
+        return bool(started) and any(max(started) <= a <= t < b for a, b in self.members.get(vm, []))
+
+    def live(self, vm: str, t: float) -> bool:
+        return (_within(self.runs.get(vm, []), t) and not _within(self.stopped.get(vm, []), t)
+                and self.member(vm, t))
+
+    def _in_maintenance(self, ev: SimEvent, other: SimEvent, i: int, t: float) -> str | None:
+        """Why ``other`` holds a slot of the budget at ``t`` as ``ev`` sees it (None: it does not)."""
+        for start, end, label in self.holding[other.event_id]:
+            if start <= t < end:
+                return label
+        for vm in other.resources:
+            if vm not in self.rot or self.rot[vm][i]:
+                continue
+            out_from = self.at(self.out_since[vm][i])
+            if any(start <= t and end > out_from for start, end, _ in self.holding[other.event_id]):
+                return f"{vm} not back in rotation since"
+            # Out by its agent's own decision (running, a member) while ``other`` names it: draining for it
+            # (admitted, or forced before its NotBefore, which the simulator's log does not carry).
+            if vm not in ev.resources and other.present(t) and self.live(vm, t):
+                return f"{vm} out of rotation while it names it"
+        return None
+
+    def why_not(self, ev: SimEvent, i: int, t: float) -> tuple[str, str, Fault | None] | None:
+        """Why ``ev`` is not allowable at ``t``: (``never``, ``hold`` or ``fault``, the reason, the fault
+        that caused it); None: allowable."""
+        settings = self.settings
+        rule = settings.approval_rules.get(ev.event_type, "after-drain")
+        if rule != "after-drain":
+            return "never", f"its rule is {rule}", None
+        absent = [vm for vm in ev.resources if vm not in self.ctx.agent_vms]
+        if absent:
+            return "never", f"{','.join(absent)} run(s) no agent", None
+        if _within(self.pauses, t):
+            return "hold", "an operator's pause", None
+        if settings.max_events_in_maintenance is not None:
+            unit = settings.budget_units.get(ev.event_id)
+            busy = [(o, why) for o in self.ctx.events.values() if o.event_id != ev.event_id and o.created <= t
+                    and (unit is None or settings.budget_units.get(o.event_id) != unit)
+                    and (why := self._in_maintenance(ev, o, i, t)) is not None]
+            if len(busy) >= settings.max_events_in_maintenance:
+                return "hold", "the budget: " + "; ".join(f"{o.event_type} {o.event_id[:8]} {w}" for o, w in busy), None
+        if settings.keep_one_serving and not any(
+                self.rot[vm][i] and self.live(vm, t) for vm in self.rot if vm not in ev.resources):
+            return "hold", "keep_one_serving: no VM outside its Resources in rotation", None
+        for vm in ev.resources:
+            if not _within(self.runs.get(vm, []), t):
+                what, kinds = "not running", ("agent killed",)
+            elif _within(self.stopped.get(vm, []), t):
+                what, kinds = "stopped", ("agent stopped (SIGSTOP)",)
+            elif not self.member(vm, t):
+                # A session lapses when the agent is killed or stopped, or cut off from ZooKeeper.
+                what, kinds = "without a ZooKeeper session", _SESSION_FAULTS
+            else:
+                continue
+            cause = [f for f in self.faults if f.start <= t <= f.settle and f.kind in kinds
+                     and (f.target == vm or f.on_zookeeper)]
+            text = f"the agent of {vm} {what}"
+            if cause:
+                return "fault", text, max(cause, key=lambda f: f.start)
+            return "hold", f"{text} (no fault found)", None
+        return None
+
+
+def _judge_event(world: _World, ev: SimEvent, found: Liveness) -> None:
+    """L1 for one event with notice: its allowable stretches, the clock in each, and the outcome."""
+    ctx, origin = world.ctx, world.origin
+    bound = world.settings.l1_bound(ev.event_type)
+    path = [f for f in world.faults if on_path(f, ev.resources, world.leaders)]
+    waiting_end = min(x for x in (ev.started, ev.removed, ctx.obs.ended_at) if x is not None)
+    approved = min(ev.early_approvals) if ev.early_approvals else None
+    stretches: list[tuple[float, float, tuple[str, str, Fault | None] | None]] = []
+    start: float | None = None
+    i = max(0, math.ceil((ev.created - origin) / STEP))
+    reasons: list[tuple[str, str, Fault | None]] = []
+    while world.at(i) < waiting_end:
+        why = world.why_not(ev, i, world.at(i))
+        if why is None and start is None:
+            start = max(world.at(i), ev.created)
+        elif why is not None:
+            reasons.append(why)
+            if start is not None:
+                stretches.append((start, world.at(i), why))
+                start = None
+        i += 1
+    if start is not None:
+        stretches.append((start, waiting_end, None))
+    if not stretches:
+        found.outcomes["never allowable"] += 1
+        common = Counter(_kind(r[1]) for r in reasons).most_common(1)
+        found.held[common[0][0] if common else "not present"] += 1
+        return
+    found.outcomes["allowable"] += 1
+    cut_by: Fault | None = None
+    for a, b, why in stretches:
+        clock, pushed = _clock(path, a, b, bound)
+        due = clock + bound
+        if approved is not None and a - STEP <= approved <= b + STEP:
+            between = any(f.start < approved and f.settle > a for f in path)
+            if approved <= due:
+                found.outcomes["approved in time"] += 1
+                (found.faulted if between else found.clean).append(approved - a)
+                return
+            _miss(found, ev, a, due, f"approved at t={approved - origin:.2f}s", clock, bound, origin)
+            return
+        if b >= due:
+            _miss(found, ev, a, due, _ending(ev, waiting_end, origin), clock, bound, origin)
+            return
+        # Cut short: by a fault that pushed the clock past the stretch's end (without it, it was due), or by
+        # a condition a fault caused; a stretch too short anyway that ended on a hold is the policy's.
+        if pushed is not None and b - a >= bound:
+            cut_by = pushed
+        elif why is not None and why[2] is not None:
+            cut_by = why[2]
+    if approved is not None:
+        found.outcomes["approved while not judged allowable"] += 1
+        return
+    first = stretches[0][0]
+    if cut_by is not None and waiting_end - first >= bound:
+        detail = (f"{ev.event_type} {ev.event_id} ({','.join(ev.resources)}) allowable from t={first - origin:.2f}s, "
+                  f"{_ending(ev, waiting_end, origin)}: its window was cut by {cut_by.describe(origin)}")
+        found.misses.append(Miss("L1", ev, first, first + bound, cut_by.kind, detail, cut_by))
+        return
+    held = [r for r in reasons if r[0] == "hold"]
+    found.outcomes["held"] += 1
+    found.held[_kind(held[-1][1]) if held else "no full window before it stopped waiting"] += 1
+
+
+def _kind(reason: str) -> str:
+    """A reason without its particulars, to count by: "the budget", "keep_one_serving", ..."""
+    return reason.split(":")[0].split(" (")[0]
+
+
+def _ending(ev: SimEvent, end: float, origin: float) -> str:
+    if ev.started is not None and ev.started <= end:
+        return f"started at its NotBefore at t={ev.started - origin:.2f}s"
+    if ev.removed is not None and ev.removed <= end:
+        return f"{ev.removal_reason or 'removed'} at t={ev.removed - origin:.2f}s"
+    return "still waiting when the run ended"
+
+
+def _miss(found: Liveness, ev: SimEvent, since: float, due: float, ending: str, clock: float, bound: float,
+          origin: float) -> None:
+    """An unexplained L1 miss: allowable from ``since``, the clock (pushed to ``clock`` by faults) ran out."""
+    pushed = f" (the clock from t={clock - origin:.2f}s, after the faults on its path)" if clock > since else ""
+    detail = (f"{ev.event_type} {ev.event_id} ({','.join(ev.resources)}) allowable from t={since - origin:.2f}s"
+              f"{pushed}, not approved by t={due - origin:.2f}s (bound {bound:.1f} s): {ending}; no fault on its path "
+              "explains it")
+    found.misses.append(Miss("L1", ev, since, due, "unexplained", detail))
+
+
+def _clock(path: Sequence[Fault], start: float, end: float, bound: float) -> tuple[float, Fault | None]:
+    """When the clock of a window opening at ``start`` (and closing at ``end`` at the latest) starts: after
+    the effects of every fault on the path that overlaps it, each pushing it to its ``settle``; with the
+    last fault that pushed it."""
+    clock, pushed = start, None
+    while hits := [f for f in path if f.start < min(end, clock + bound) and f.settle > clock]:
+        pushed = max(hits, key=lambda f: f.settle)
+        clock = pushed.settle
+    return clock, pushed
+
+
+def _judge_record(world: _World, ev: SimEvent, found: Liveness) -> None:
+    """L2 as far as it is observable: the record's ``admitted`` or ``approval`` node, standing after the
+    event left the simulator, goes within the bound unless a fault on the leader's path pushed it."""
+    ctx, origin = world.ctx, world.origin
+    if ev.removed is None:
+        return
+    nodes = [n for n in ctx.obs.nodes if n.kind in ("admitted", "approval") and (n.event_id or "").upper()
+             == ev.event_id and n.ctime <= ev.removed and (n.gone_seen is None or n.gone_seen > ev.removed)]
+    if not nodes:
+        return
+    gone = max(n.gone_seen if n.gone_seen is not None else ctx.obs.ended_at for n in nodes)
+    bound = world.settings.l2_bound()
+    if gone - ev.removed <= bound:
+        return
+    path = [f for f in world.faults if f.on_zookeeper or f.target in world.leaders.during(ev.removed, gone)]
+    path += [Fault("ZooKeeper recorder blind", "the recorder", a, b, b) for a, b in ctx.obs.zk_blind]
+    clock, pushed = _clock(path, ev.removed, gone, bound)
+    what = (f"the record of {ev.event_type} {ev.event_id} ({','.join(ev.resources)}) stood open (its "
+            f"{'/'.join(sorted({n.kind for n in nodes}))} node) until t={gone - origin:.2f}s, "
+            f"{gone - ev.removed:.1f} s after the event left the simulator at t={ev.removed - origin:.2f}s "
+            f"(bound {bound:.1f} s)")
+    if gone > clock + bound:
+        found.misses.append(Miss("L2", ev, ev.removed, clock + bound, "unexplained",
+                                 what + "; no fault on the leader's path explains it"))
+    elif pushed is not None:
+        found.misses.append(Miss("L2", ev, ev.removed, clock + bound, pushed.kind,
+                                 f"{what}: {pushed.describe(origin)}", pushed))
+
+
+def liveness(ctx: Context) -> Liveness:
+    """Judge L1 for every event with notice and L2 for every record seen open. Pure: reads ``ctx`` only."""
+    found = Liveness()
+    if not ctx.events:
+        return found
+    world = _World(ctx)
+    for ev in sorted(ctx.events.values(), key=lambda e: e.created):
+        if not ev.without_notice:
+            _judge_event(world, ev, found)
+        _judge_record(world, ev, found)
+    found.misses.sort(key=lambda m: m.due)
+    return found
