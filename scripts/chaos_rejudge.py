@@ -9,8 +9,10 @@ The oracle is a pure function of a run's observations (`coordinator.testbed.orac
 run keeps them in its directory (`make chaos` keeps every run's under `chaos-runs/`). A change to the
 oracle can so be checked against runs already made: this prints, per run, the verdict written when it
 ran (`verdict.txt`, its first line) and the verdict now, and says which runs changed. Exit status 1 if
-any run has a violation now, 2 if nothing could be read, else 0. Before the last line, the load's failed
-requests over every run as the oracle counts them now (the runs' statistics, `oracle/stats.py`).
+any run has a violation now (an unexplained liveness miss included), 2 if nothing could be read, else 0.
+Before the last line, the liveness judgement over every run (events allowable, approved within the bound,
+misses by cause) and the load's failed requests as the oracle counts them now (the runs' statistics,
+`oracle/stats.py`).
 
 With `--write FILE` (the file `make chaos` wrote), each run of FILE whose directory was judged gets the
 new verdict beside the one written when it ran (`rejudged`), and the file says which oracle judged them
@@ -84,6 +86,8 @@ def main(argv: Sequence[str]) -> int:
     totals: Counter[str] = Counter()
     verdicts: dict[int, dict[str, object]] = {}
     handover_why: Counter[str] = Counter()
+    live: Counter[str] = Counter()
+    misses: Counter[str] = Counter()
     for run in runs:
         try:
             observations = load((run / "observations.json").read_text())
@@ -96,6 +100,9 @@ def main(argv: Sequence[str]) -> int:
         then = then_path.read_text().splitlines()[0].strip() if then_path.is_file() else "(no verdict.txt)"
         totals.update({k: v for k, v in verdict.stats.items() if k.startswith("requests") and isinstance(v, int)})
         handover_why.update(verdict.stats.get("failed_in_handover_why") or {})
+        judged = verdict.stats.get("liveness") or {}
+        live.update({k: v for k, v in (judged.get("outcomes") or {}).items() if k in ("allowable", "approved in time")})
+        misses.update(judged.get("misses_by_cause") or {})
         seed = _seed_of(run)
         if seed is not None:
             verdicts[seed] = verdict.to_json(observations.started_at)
@@ -107,6 +114,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"{run.name}: then {then!r}; now {now}{'  <- changed' if differs else ''}")
         for violation in verdict.violations:
             print(f"    {violation.invariant}: {violation.summary}")
+    causes = ", ".join(f"{cause} {n}" for cause, n in sorted(misses.items(), key=lambda kv: (-kv[1], kv[0])))
+    print(f"liveness: {live['allowable']} event(s) allowable, {live['approved in time']} approved within the bound; "
+          f"misses: {causes or 'none'}")
     why = ", ".join(f"{combo}: {n}" for combo, n in handover_why.most_common())
     print(f"requests through HAProxy: {totals['requests']:,}; failed: {totals['requests_failed_without_notice']} "
           f"from events without notice, {totals['requests_failed_other_no_server_up']} while no server was UP, "

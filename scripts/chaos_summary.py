@@ -4,14 +4,15 @@
     .venv/bin/python scripts/chaos_summary.py docs/chaos-results.json
 
 Prints, as Markdown: the code and each part of the run (seeds, commit, time), then one row per figure:
-runs judged, tickTime, violations, link faults, other faults, events and requests through HAProxy, with
-the failed ones split as the oracle splits them; then, for the requests failed while HAProxy had no server
-UP, what kept each VM out. Everything is counted from the file; nothing is typed in.
+runs judged, tickTime, violations, link faults, other faults, events, requests through HAProxy (with the
+failed ones split as the oracle splits them) and the liveness judgement; then, for the requests failed
+while HAProxy had no server UP, what kept each VM out. Everything is counted from the file; nothing is typed in.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -74,7 +75,7 @@ def summary(body: Mapping[str, Any]) -> list[str]:
     carried = "; ".join(not_done)
     blind = sum(float(r["verdict"]["stats"].get("zk_blind_seconds", 0)) for r in judged)
     tick_text = ", ".join(f"{t} ms in {n}" for t, n in body["runs_by_tick_time_ms"].items())
-    violation_text = ", ".join(f"{k}: {n}" for k, n in sorted(violations.items())) or "**0** (S1-S5)"
+    violation_text = ", ".join(f"{k}: {n}" for k, n in sorted(violations.items())) or "**0** (S1-S5, liveness)"
     with_one_up = stats["requests_failed_other_with_a_server_up"]
     if "requests_failed_other_in_handover" in stats:  # files judged before the oracle told handovers apart
         some_up = (f"{stats['requests_failed_other_in_handover']} in a handover (no server UP in both of "
@@ -99,8 +100,42 @@ def summary(body: Mapping[str, Any]) -> list[str]:
                                     f"events without notice, {stats['requests_failed_other_no_server_up']} while "
                                     f"HAProxy had no server UP (in {no_server} runs), {some_up}",
     }
+    liveness = _liveness(judged)
+    if liveness:
+        rows["liveness"] = liveness
     lines += [*rejudged, "", "| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows.items())]
     return lines + _why_none_up(judged) + _why_handover(judged)
+
+
+def _liveness(judged: Sequence[Mapping[str, Any]]) -> str:
+    """The liveness judgement over every run (the oracle's ``liveness`` statistics; files judged before it
+    have none): events allowable, approved within the bound, misses by cause, and the times from allowable
+    to approved with no fault on the path between, pooled over the runs."""
+    found = [r["verdict"]["stats"]["liveness"] for r in judged if r["verdict"]["stats"].get("liveness")]
+    if not found:
+        return ""
+    outcomes: Counter[str] = Counter()
+    causes: Counter[str] = Counter()
+    times: list[float] = []
+    for judgement in found:
+        outcomes.update(judgement.get("outcomes") or {})
+        causes.update(judgement.get("misses_by_cause") or {})
+        times.extend(float(x) for x in judgement.get("allowable_to_approved_seconds") or ())
+    unexplained = sum(int(j.get("misses_unexplained") or 0) for j in found)
+    text = (f"{outcomes['allowable']} events allowable: {outcomes['approved in time']} approved within the bound, "
+            f"{sum(causes.values())} misses ({unexplained} unexplained)")
+    if causes:
+        ordered = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))
+        text += "; by cause: " + ", ".join(f"{cause} {n}" for cause, n in ordered)
+    if times:
+        times.sort()
+
+        def rank(q: float) -> float:  # nearest rank, as the oracle's per-run percentiles
+            return times[max(0, math.ceil(q * len(times)) - 1)]
+
+        text += (f"; allowable to approved (no fault between, {len(times)} events): p50 {rank(0.5):.1f} s, "
+                 f"p99 {rank(0.99):.1f} s, max {times[-1]:.1f} s")
+    return text
 
 
 def _why_handover(judged: Sequence[Mapping[str, Any]]) -> list[str]:

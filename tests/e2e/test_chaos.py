@@ -8,8 +8,8 @@ load, a story of events and a seeded schedule of faults, link faults among them.
 VM's link for longer than its session, cut one briefly, delay one and make one lossy one way for a moment
 (agent to ZooKeeper in 3, ZooKeeper to agent in 28); seed 22 loses everything from ZooKeeper to one agent
 for 16.8 s, past its 6 s session plus the 4 s kazoo takes to give the silent connection up, while the
-agent's own requests still reach the servers. Each run must end with no violation of S1-S5; on failure
-the assertion shows every violation with its timeline.
+agent's own requests still reach the servers. Each run must end with no violation of S1-S5 and no
+unexplained liveness miss; on failure the assertion shows every violation with its timeline.
 
 These tests need java with ZooKeeper's jars and HAProxy: without them they fail, they never skip.
 """

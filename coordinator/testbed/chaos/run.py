@@ -82,8 +82,12 @@ class ChaosRun(FaultSteps):
             self.say(f"run could not be completed: {error}")
         if self.cluster is not None and sim_log:
             observations = Observations(
+                # What the agents were configured with (``LocalCluster.agent_config``), for the liveness bounds.
                 settings=OracleSettings(agent_vms=self.config.vms, drain_wait_seconds=self.config.drain_wait,
-                                        recovery_bound_seconds=self.config.recovery_bound),
+                                        recovery_bound_seconds=self.config.recovery_bound,
+                                        poll_interval_seconds=self.config.poll_interval,
+                                        imds_backoff_seconds=max(2.0, self.config.poll_interval),
+                                        session_lapse_seconds=(self.session_granted_ms + self.tick_ms) / 1000.0),
                 started_at=self.clock.origin, ended_at=time.time(), healed_at=healed_at,
                 sim_log=sim_log, nodes=zk_recorder.sightings() if zk_recorder else [],
                 probes=sorted(self.probes, key=lambda s: s.t), servers=self.servers,
@@ -118,6 +122,11 @@ def run_chaos(seed: int, config: ChaosConfig = _DEFAULT_CONFIG, *, workdir: Path
             f"{stats['cancelled']} | requests {stats['requests']}, failed {stats['requests_failed']} "
             f"(events without notice {stats['requests_failed_without_notice']}, other "
             f"{stats['requests_failed_other']})")
+        judged = stats.get("liveness") or {}
+        outcomes, causes = judged.get("outcomes") or {}, judged.get("misses_by_cause") or {}
+        say(f"[seed {seed}] liveness: {outcomes.get('allowable', 0)} event(s) allowable, "
+            f"{outcomes.get('approved in time', 0)} approved within the bound; misses: "
+            + (", ".join(f"{cause} {n}" for cause, n in sorted(causes.items())) or "none"))
         if not verdict.ok:
             say(verdict.render(result.origin))
     if result.faults or result.faults_skipped:

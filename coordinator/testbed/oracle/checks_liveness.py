@@ -1,33 +1,19 @@
-"""The liveness judgement: was every event the policy allowed to start early approved in time (L1), and was
-every record whose event went closed in time (L2)? From what was observed outside the agents only.
+"""The liveness judgement, from what was observed outside the agents only (``docs/reliability.md``,
+"Liveness: what the oracle counts as a miss"): was every event the policy allowed to start early approved
+in time (L1), and was every record whose event went closed in time (L2, as far as it is observable)?
 
-For each event created Scheduled (with notice), on a grid of ``STEP`` seconds while it waits (present and
-Scheduled), ``_World.why_not`` says why it is not allowable now, the first that applies of:
+L1, for each event with notice, on a grid of ``STEP`` seconds while it waits: ``_World.why_not`` says why
+it is not allowable (never: its rule, a VM without an agent; a hold: an operator's pause, the budget,
+``keep_one_serving``; its VMs: an agent not running, stopped or without a live session, named by the fault
+that caused it). An allowable stretch starts the clock; each fault on the event's path overlapping the
+clock's window (``faults.on_path``) pushes it to the end of that fault's effects. An approval by the clock
+plus ``OracleSettings.l1_bound`` is in time; a stretch that outlasts it without one is an unexplained miss
+(a violation). An event that waited the bound from its first allowable moment, never approved, its
+stretches cut short by faults, is a miss explained by the last such fault; one held by policy is no miss.
 
-* never: its rule is not ``after-drain`` (``OracleSettings.approval_rules``), or a VM it names runs no agent;
-* held by policy: an operator's pause node; the budget (``max_events_in_maintenance``): another event in
-  maintenance, that is present and admitted (its ``admitted`` node), approved early or Started, or with
-  an ack node standing, or with a VM it names out of rotation since any of those, or (a VM this event does
-  not name) out of rotation while it names it; ``keep_one_serving``: no VM outside its Resources in
-  rotation with its agent running, not stopped and a member. In rotation: HAProxy's last sample shows it
-  UP and its probe has answered 200 for the return wait;
-* its VMs: an agent not running, stopped, or without a member node (no live session); named by the fault
-  that caused it where the harness's log has one (``faults``), else a hold.
-
-An allowable stretch starts the L1 clock; a fault on the event's path (one of its VMs, the VM leading the
-group meanwhile, ZooKeeper's servers: ``faults.on_path``) that overlaps the clock's window pushes it to
-the end of that fault's effects (``Fault.settle``). The event is due at the clock plus
-``OracleSettings.l1_bound`` (drain wait + 5 cycles + the peers' probe timeout + slack). An approval (the
-simulator received the POST) by then is in time. A stretch that outlasts its due time without an
-approval is an **unexplained miss**: a violation. An event that waited at least the bound from its first
-allowable moment and was never approved, whose stretches were cut short by faults, is an **explained
-miss**, counted under the last such fault; one held by policy only is no miss.
-
-L2, as far as it is observable: the recorder reads no payloads, so a record's ``done_at`` is not seen; a
-record is seen open while its ``admitted`` or ``approval`` node stands (``mark_done`` removes both in one
-transaction). One that stands longer than ``OracleSettings.l2_bound`` after its event left the simulator
-is a miss, explained by a fault on the leader's path (or ZooKeeper's, or the recorder being blind) that
-pushed the clock, else unexplained.
+L2: a record is seen open while its ``admitted`` or ``approval`` node stands (``mark_done`` removes both;
+the recorder reads no payload, so not ``done_at``). Standing longer than ``OracleSettings.l2_bound`` after
+its event left the simulator, with the clock pushed by faults on the leader's path, is a miss.
 """
 
 from __future__ import annotations
@@ -75,6 +61,7 @@ class Liveness:
     misses: list[Miss] = field(default_factory=list)
     outcomes: Counter[str] = field(default_factory=Counter)
     held: Counter[str] = field(default_factory=Counter)
+    events: list[dict[str, Any]] = field(default_factory=list)  # per event with notice: times and outcome
     clean: list[float] = field(default_factory=list)  # allowable to approved, no fault on the path between
     faulted: list[float] = field(default_factory=list)  # the same, with a fault on the path between
 
@@ -99,6 +86,7 @@ class Liveness:
             "allowable_to_approved_with_faults_seconds": [round(x, 2) for x in self.faulted],
             "misses_by_cause": dict(Counter(f"{m.law} {m.cause}" for m in self.misses)),
             "misses_unexplained": sum(1 for m in self.misses if m.unexplained),
+            "events": self.events,
             "misses": [{"law": m.law, "event": m.event.event_id, "type": m.event.event_type,
                         "since": round(m.since - origin, 2), "due": round(m.due - origin, 2), "cause": m.cause,
                         "detail": m.detail} for m in self.misses],
@@ -143,17 +131,19 @@ class _World:
             if vm is not None:
                 self.stopped.setdefault(vm, []).extend((a, b) for a, b, _ in windows)
         # When each event held the budget by itself: present and admitted, approved early or Started; and
-        # while an ack of it stood (a VM drained for it counts until it serves again, present or not).
-        self.holding: dict[str, list[tuple[float, float, str]]] = {}
+        # while an ack of it stood (a VM drained for it counts until it serves again, present or not), with
+        # the acknowledging VM.
+        self.holding: dict[str, list[tuple[float, float, str, str | None]]] = {}
         for ev in ctx.events.values():
             end = ev.end(_INF)
-            spans = [(max(n.ctime, ev.created), min(n.gone_seen or _INF, end), "admitted") for n in nodes
-                     if n.kind == "admitted" and (n.event_id or "").upper() == ev.event_id]
+            spans: list[tuple[float, float, str, str | None]] = [
+                (max(n.ctime, ev.created), min(n.gone_seen or _INF, end), "admitted", None) for n in nodes
+                if n.kind == "admitted" and (n.event_id or "").upper() == ev.event_id]
             if ev.early_approvals:
-                spans.append((min(ev.early_approvals), end, "approved early"))
+                spans.append((min(ev.early_approvals), end, "approved early", None))
             if ev.started is not None:
-                spans.append((ev.started, end, "Started"))
-            spans += [(n.ctime, n.gone_seen or _INF, f"acknowledged by {n.vm}") for n in nodes
+                spans.append((ev.started, end, "Started", None))
+            spans += [(n.ctime, n.gone_seen or _INF, f"acknowledged by {n.vm}", (n.vm or "").lower()) for n in nodes
                       if n.kind == "ack" and (n.event_id or "").upper() == ev.event_id]
             self.holding[ev.event_id] = [s for s in spans if s[0] < s[1]]
         self.origin = ctx.obs.started_at
@@ -197,18 +187,22 @@ class _World:
 
     def _in_maintenance(self, ev: SimEvent, other: SimEvent, i: int, t: float) -> str | None:
         """Why ``other`` holds a slot of the budget at ``t`` as ``ev`` sees it (None: it does not)."""
-        for start, end, label in self.holding[other.event_id]:
-            if start <= t < end:
+        # Once ``ev`` is admitted (or acknowledged), a VM of its own out of rotation, or acknowledging
+        # ``other`` too, is filed under ``ev`` (``decide.budget._in_flight``): ``other`` holds no slot by it.
+        own = any(start <= t < end for start, end, _, _ in self.holding[ev.event_id])
+        for start, end, label, by in self.holding[other.event_id]:
+            if start <= t < end and not (own and by in ev.resources):
                 return label
         for vm in other.resources:
-            if vm not in self.rot or self.rot[vm][i]:
+            if vm not in self.rot or self.rot[vm][i] or (own and vm in ev.resources):
                 continue
             out_from = self.at(self.out_since[vm][i])
-            if any(start <= t and end > out_from for start, end, _ in self.holding[other.event_id]):
+            if any(start <= t and end > out_from for start, end, _, _ in self.holding[other.event_id]):
                 return f"{vm} not back in rotation since"
-            # Out by its agent's own decision (running, a member) while ``other`` names it: draining for it
-            # (admitted, or forced before its NotBefore, which the simulator's log does not carry).
-            if vm not in ev.resources and other.present(t) and self.live(vm, t):
+            # Gone out by its agent's own decision (running, a member, not stopped) while ``other`` names
+            # it: drained for it (admitted, or forced before its NotBefore, which the simulator's log does
+            # not carry). A VM restarting or stopped is out for no event: not an event in maintenance.
+            if vm not in ev.resources and other.present(t) and self.live(vm, out_from) and self.live(vm, t):
                 return f"{vm} out of rotation while it names it"
         return None
 
@@ -234,6 +228,7 @@ class _World:
         if settings.keep_one_serving and not any(
                 self.rot[vm][i] and self.live(vm, t) for vm in self.rot if vm not in ev.resources):
             return "hold", "keep_one_serving: no VM outside its Resources in rotation", None
+        kinds: tuple[str, ...]
         for vm in ev.resources:
             if not _within(self.runs.get(vm, []), t):
                 what, kinds = "not running", ("agent killed",)
@@ -276,11 +271,23 @@ def _judge_event(world: _World, ev: SimEvent, found: Liveness) -> None:
         i += 1
     if start is not None:
         stretches.append((start, waiting_end, None))
+
+    def done(outcome: str, why: str = "") -> None:
+        found.outcomes[outcome] += 1
+        found.events.append({
+            "event": ev.event_id, "type": ev.event_type, "created": round(ev.created - origin, 2),
+            "allowable_from": round(stretches[0][0] - origin, 2) if stretches else None,
+            "approved": round(approved - origin, 2) if approved is not None else None,
+            "started_at_not_before": round(ev.started - origin, 2) if ev.start_reason == "not_before"
+            and ev.started is not None else None,
+            "outcome": outcome, "why": why})
+
     if not stretches:
-        found.outcomes["never allowable"] += 1
         common = Counter(_kind(r[1]) for r in reasons).most_common(1)
+        if approved is not None:
+            return done("approved while not judged allowable", common[0][0] if common else "")
         found.held[common[0][0] if common else "not present"] += 1
-        return
+        return done("never allowable", common[0][0] if common else "not present")
     found.outcomes["allowable"] += 1
     cut_by: Fault | None = None
     for a, b, why in stretches:
@@ -289,14 +296,14 @@ def _judge_event(world: _World, ev: SimEvent, found: Liveness) -> None:
         if approved is not None and a - STEP <= approved <= b + STEP:
             between = any(f.start < approved and f.settle > a for f in path)
             if approved <= due:
-                found.outcomes["approved in time"] += 1
                 (found.faulted if between else found.clean).append(approved - a)
-                return
+                return done("approved in time", f"{approved - a:.2f} s after it became allowable"
+                            + (", a fault on its path between" if between else ""))
             _miss(found, ev, a, due, f"approved at t={approved - origin:.2f}s", clock, bound, origin)
-            return
+            return done("miss", "unexplained")
         if b >= due:
             _miss(found, ev, a, due, _ending(ev, waiting_end, origin), clock, bound, origin)
-            return
+            return done("miss", "unexplained")
         # Cut short: by a fault that pushed the clock past the stretch's end (without it, it was due), or by
         # a condition a fault caused; a stretch too short anyway that ended on a hold is the policy's.
         if pushed is not None and b - a >= bound:
@@ -304,17 +311,17 @@ def _judge_event(world: _World, ev: SimEvent, found: Liveness) -> None:
         elif why is not None and why[2] is not None:
             cut_by = why[2]
     if approved is not None:
-        found.outcomes["approved while not judged allowable"] += 1
-        return
+        return done("approved while not judged allowable", "approved outside its allowable stretches")
     first = stretches[0][0]
     if cut_by is not None and waiting_end - first >= bound:
         detail = (f"{ev.event_type} {ev.event_id} ({','.join(ev.resources)}) allowable from t={first - origin:.2f}s, "
                   f"{_ending(ev, waiting_end, origin)}: its window was cut by {cut_by.describe(origin)}")
         found.misses.append(Miss("L1", ev, first, first + bound, cut_by.kind, detail, cut_by))
-        return
+        return done("miss", cut_by.kind)
     held = [r for r in reasons if r[0] == "hold"]
-    found.outcomes["held"] += 1
-    found.held[_kind(held[-1][1]) if held else "no full window before it stopped waiting"] += 1
+    reason = _kind(held[-1][1]) if held else "no full window before it stopped waiting"
+    found.held[reason] += 1
+    return done("held", reason)
 
 
 def _kind(reason: str) -> str:
@@ -355,8 +362,8 @@ def _judge_record(world: _World, ev: SimEvent, found: Liveness) -> None:
     """L2 as far as it is observable: the record's ``admitted`` or ``approval`` node, standing after the
     event left the simulator, goes within the bound unless a fault on the leader's path pushed it."""
     ctx, origin = world.ctx, world.origin
-    if ev.removed is None:
-        return
+    if ev.removed is None or not world.leaders.seen:
+        return  # no leader ever seen: the record of ZooKeeper's nodes says too little to judge by
     nodes = [n for n in ctx.obs.nodes if n.kind in ("admitted", "approval") and (n.event_id or "").upper()
              == ev.event_id and n.ctime <= ev.removed and (n.gone_seen is None or n.gone_seen > ev.removed)]
     if not nodes:

@@ -172,6 +172,7 @@ class Leaders:
                        for n in ctx.obs.nodes if n.kind == "leader")
         self._spans = [(start, end, vm) for start, end, vm in spans if vm is not None]
         self._starts = [start for start, _, _ in self._spans]
+        self.seen = bool(self._spans)  # whether any VM was ever seen leading
 
     def at(self, t: float) -> str | None:
         index = bisect.bisect_right(self._starts, t) - 1
