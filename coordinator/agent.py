@@ -186,7 +186,8 @@ class Agent:
         self._status = _Status()
         self._status_lock = threading.Lock()
         self._last_purge = float("-inf")
-        self._action_error: str | None = None
+        self._fallbacks: tuple[str, ...] = ()  # what the last job that ended held by (``run_drain``)
+        self._action: dict[str, str | None] = {"action_error": None, "action_fallback": None}  # for /status
         # A quiet group costs one cycle per idle_cycle, not one per reading (``coordinator.quiet``).
         self._woken_by_other = True
         self._quiet = QuietCycles(self._idle_cycle)
@@ -217,15 +218,16 @@ class Agent:
         return self._telemetry.since_cycle(self._clock.monotonic())
 
     def ready(self) -> Health:
-        """Whether a cycle has completed with a ZooKeeper view and a valid IMDS document (``/readyz``)."""
-        return self._telemetry.ready()
+        """Whether a cycle has completed with a ZooKeeper view and a valid IMDS document, and what holds now
+        (``/readyz``)."""
+        return self._telemetry.ready(self._clock.monotonic())
 
     def status(self) -> dict[str, Any]:
         with self._status_lock:
             st = self._status
             local = self._local
         status = status_dict(self.vm, local, st.plan, st.snapshot, st.description, st.cycles)
-        status["action_error"] = self._action_error
+        status.update(self._action)
         if "imds" in status:
             reading = self._reading
             status["imds"]["reading_age_seconds"] = round(self._clock.monotonic() - reading.at, 2)
@@ -374,7 +376,7 @@ class Agent:
             duplicate = str(exc)  # said once by the decision (``Plan.invalid``), not every cycle
         except (StoreError, InvalidName) as exc:
             self._metrics.errors.labels("store").inc()
-            log.warning("cluster view unavailable (vm=%s): %s", self.vm, exc)
+            self._telemetry.view_unavailable(exc, self._clock.monotonic())  # logged once, then reminded
         connection = self._store.connection_state
         self._metrics.set_connection(connection)
         if cluster is not None:
@@ -442,11 +444,11 @@ class Agent:
         wait is counted from here, not from the cycle that decided it."""
         self._drain_began = self._clock.monotonic()
         with log_context(vm=self.vm, phase=Phase.DRAINING.value, event_id=ctx.event_ids if ctx.events else None):
-            run_drain(self._actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
+            self._fallbacks = run_drain(self._actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
 
     def _recover_job(self, actions: Sequence[Action], ctx: ActionContext) -> None:
         with log_context(vm=self.vm, phase=Phase.RECOVERING.value):
-            run_recover(actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
+            self._fallbacks = run_recover(actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
 
     def _job_status(self, local: LocalState) -> LocalState:
         job = self._executor.current
@@ -454,15 +456,14 @@ class Agent:
             return local
         if job.kind == "drain" and self._drain_began is not None:
             local = replace(local, drain_started=max(local.drain_started, self._drain_began))
-        error = job.error
+        error = job.error  # shown until the next job ends, with the fallbacks a job that succeeded holds by
+        self._action = {"action_error": None if error is None else f"{job.kind} failed: {error}",
+                        "action_fallback": ("; ".join(self._fallbacks) or None) if error is None else None}
         if error is not None:
             self._metrics.errors.labels("action").inc()
-            self._action_error = f"{job.kind} failed: {error}"
             log.error("%s failed (vm=%s): %s%s", job.kind, self.vm, error,
                       "; no acknowledgement: the event will start at NotBefore" if job.kind == "drain" else
                       "; retried")
-        else:
-            self._action_error = None
         return replace(local, job_running=False, job_failed=error is not None, job_done_at=self._clock.monotonic())
 
     # -- act ---------------------------------------------------------------------------------------

@@ -41,19 +41,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from coordinator.config import host_problems, load_settings, redacted
+    from coordinator.config import config_warnings, environment_warnings, host_problems, load_settings, redacted
     from coordinator.errors import ConfigError
 
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
+        for warning in environment_warnings():  # a misnamed override may be what the file lacks
+            print(f"coordinator: warning: {warning}", file=sys.stderr)
         return 2
     problems, warnings = host_problems(settings, at_start=False)
     if problems:
         print(f"coordinator: {args.config}: invalid on this machine:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 2
-    for warning in warnings:
+    # Valid, but perhaps not what was meant: said, and still exit 0 (the agent would run with it).
+    for warning in [*config_warnings(settings), *warnings]:
         print(f"coordinator: {args.config}: warning: {warning}", file=sys.stderr)
     print(json.dumps(redacted(settings), indent=2))
     print(f"coordinator: {args.config}: configuration is valid", file=sys.stderr)
@@ -93,24 +96,37 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
         return 0
+    _print_agent_status(status)
+    return 0
+
+
+def _print_agent_status(status: dict[str, Any]) -> None:
+    """One agent's ``/status`` as lines; what points at trouble (a failed action, a drain held by a fallback,
+    why the VM stays out of rotation, the last IMDS error) only when set, under its ``/status`` name."""
     cluster = status.get("cluster") or {}
     print(f"vm {status.get('vm')}: {status.get('phase')}  (last cycle: {status.get('last_cycle')})")
     if status.get("duplicate"):
         print(f"DUPLICATE: {status['duplicate']}")
+    for field in ("action_error", "action_fallback", "stays_out"):
+        if status.get(field):
+            print(f"{field}: {status[field]}")
     if cluster:
         members = ", ".join(cluster["members"])
         print(f"zookeeper: {cluster['connection']}  leader: {cluster['leader']}  members: {members}")
     else:
         print("zookeeper: cluster view unavailable")
     imds = status.get("imds") or {}
-    print(f"imds: incarnation {imds.get('incarnation')}  fresh: {imds.get('fresh')}")
+    age = imds.get("reading_age_seconds")
+    print(f"imds: incarnation {imds.get('incarnation')}  fresh: {imds.get('fresh')}"
+          + (f"  last reading {age} s ago" if age is not None else ""))
+    if imds.get("last_error"):
+        print(f"imds.last_error: {imds['last_error']}")
     for event in status.get("events", []):
         print(f"- {event['event_id']} {event['type']} {event['status']} on {', '.join(event['resources'])}")
         acks = "not read here" if event["acks"] is None else ", ".join(event["acks"]) or "-"
         print(f"    approver {event['approver']}  acks {acks}  approved by {event['approved_by'] or '-'}")
         for reason in event["waiting_for"]:
             print(f"    waiting: {reason}")
-    return 0
 
 
 def _group_address(args: argparse.Namespace) -> GroupAddress | int:

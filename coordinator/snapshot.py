@@ -294,7 +294,12 @@ class Plan:
         for key, reasons in sorted(self.blocked.items()):
             parts.append(f"{key} waits: {'; '.join(reasons)}")
         if self.unseen:
-            parts.append(f"{self.unseen}: the VM stays as it is")
+            # Blind to ZooKeeper or IMDS, a cycle approves nothing; the VM still drains when its own evidence
+            # says so (NotBefore close, cut off long enough), and recovers on it: say so, never "stays as it is".
+            changes = ("drains" if self.start_drain else "recovers" if self.start_recover
+                       else f"turns {self.next_phase.value}" if self.next_phase else "")
+            parts.append(f"{self.unseen}: {changes} on this VM's own evidence, approves nothing" if changes
+                         else f"{self.unseen}: the VM stays as it is")
         return "; ".join(parts) if parts else "nothing to do"
 
 

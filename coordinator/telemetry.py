@@ -8,10 +8,14 @@ spans cycles:
 * the previous document, to see an event naming this VM turn from Scheduled to Started without this
   group's approval (NotBefore came first), and a Started event come back under a new EventId (IMDS may
   re-issue an id while an event runs: one maintenance, one drain, two ids);
+* the approvals of the group it has read, so that an event approved by a peer while this agent was cut
+  off from ZooKeeper is not taken for one that started without approval: an event that started while
+  no view could be read is judged once a view is read again (said as "not known yet" meanwhile);
 * the ZooKeeper session this agent held, to count session losses even when the new session was
   established before the loop looked (the id changed);
-* when the last cycle completed, and whether one has completed with a ZooKeeper view and a valid
-  document read that cycle.
+* when the last cycle completed, whether one has completed with a ZooKeeper view and a valid document
+  read that cycle, and how the latest cycles went: the outage of the view under way, if any
+  (``coordinator.outage``: also its log lines), and when a valid document was last read.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from coordinator.decide import LocalState, Plan, Policy, Snapshot, rule_for
 from coordinator.errors import ImdsBadRequest, ImdsError, ImdsUnavailable, MalformedDocument
 from coordinator.metrics import EventRow, Metrics, blocked_reason, bounded_status, bounded_type
 from coordinator.models import Document, ScheduledEvent
-from coordinator.store.base import ConnectionState, EventRecord
+from coordinator.outage import ViewOutage
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord
 
 __all__ = ["Health", "Telemetry", "status_dict"]
 
@@ -62,6 +67,14 @@ class Telemetry:
         self._duplicate: str | None = None  # another agent runs as this VM (the last cycle said so)
         self._described = ""  # the last cycle's description, to log a cycle at INFO only when it changes
         self._paused_seen = False  # for the log line when an operator's pause starts or ends
+        self._outage = ViewOutage(vm, agent_log)  # the cluster view's outage under way, and its log lines
+        self._document_at: float | None = None  # monotonic time of the last cycle with a valid, fresh document
+        self._document_now = False  # the last cycle had one
+        # Keys of the records this agent has read with the group's approval (whole views only; forgotten
+        # with their records), and the events naming this VM that started while whether the group had
+        # approved them could not be read: key -> event id as IMDS spells it, judged at the next view.
+        self._approvals_seen: set[str] = set()
+        self._unsettled: dict[str, str] = {}
 
     # -- liveness and readiness (any thread) -------------------------------------------------------------
 
@@ -86,13 +99,28 @@ class Telemetry:
             return Health(True, "starting: first cycle not completed yet")
         return Health(True, f"last cycle completed {since:.1f} s ago")
 
-    def ready(self) -> Health:
+    def ready(self, mono: float) -> Health:
+        """Ready once a cycle has completed with both a ZooKeeper view and a valid IMDS document, and from
+        then on (another agent running as this VM aside): what fails later is the group's shared
+        dependency or IMDS, not this agent, and a restart would not bring it back. The detail says what
+        holds now: "coordinating" only while the last cycles read both; else what is missing, since when."""
         duplicate = self._duplicate
         if duplicate is not None:
             return Health(False, duplicate)
-        if self._ready:
-            return Health(True, "coordinating: a cycle completed with a ZooKeeper view and a valid IMDS document")
-        return Health(False, "no cycle yet with both a ZooKeeper view and a valid IMDS document")
+        if not self._ready:
+            return Health(False, "no cycle yet with both a ZooKeeper view and a valid IMDS document")
+        missing: list[str] = []
+        outage = self._outage.lasting(mono)
+        if outage is not None:
+            lasted, problem = outage
+            missing.append(f"no ZooKeeper view for {lasted:.0f} s ({problem}): nothing is approved until it is back")
+        document_at = self._document_at
+        if not self._document_now and document_at is not None:
+            missing.append(f"no valid IMDS document in the last cycle (the last one {mono - document_at:.0f} s ago): "
+                           "nothing new is drained or approved without one")
+        if missing:
+            return Health(True, "joined its group, but not coordinating now: " + "; ".join(missing))
+        return Health(True, "coordinating: the last cycle read the ZooKeeper view and a valid IMDS document")
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -126,6 +154,10 @@ class Telemetry:
         self.cycle_done(snap, plan, local, connection, session)
         return description
 
+    def view_unavailable(self, problem: object, mono: float) -> None:
+        """A read of the cluster view failed (``coordinator.outage``: logged once, then reminded)."""
+        self._outage.unavailable(problem, mono)
+
     def imds_error(self, exc: ImdsError) -> None:
         """A reading that failed: counted, and logged by kind."""
         vm = self._vm
@@ -144,17 +176,29 @@ class Telemetry:
                    session: object | None) -> None:
         """After a cycle: everything derived from it and from the cycles before."""
         metrics = self._metrics
+        whole: ClusterView | None = None  # this cycle's view, if it holds the approvals (a whole one)
         if snap.cluster is not None:
+            self._outage.available(snap.mono)
             self._records = snap.cluster.records
             self._follows = snap.cluster.complete
             if snap.document is not None:
                 self._ready = True
+            # Every record keeps its node in either view: what is forgotten is what was purged.
+            self._approvals_seen &= set(self._records)
+            if snap.cluster.complete:
+                whole = snap.cluster
+                self._approvals_seen |= {k for k, r in self._records.items() if r.approval is not None}
+        self._document_now = snap.document is not None
+        if snap.document is not None:
+            self._document_at = snap.mono
         self._session_changes(connection, session)
         document = snap.last_document
         if document is not None and document is not self._previous:
             if self._previous is not None:
-                self._compare(self._previous, document, local)
+                self._compare(self._previous, document, local, whole)
             self._previous = document
+        if whole is not None and self._unsettled:
+            self._settle(local, whole)
         if snap.document is not None:
             # Without a fresh document the decision gives no reasons at all: keep the last ones.
             self._blocked = plan.blocked
@@ -199,7 +243,39 @@ class Telemetry:
     # -- internals -------------------------------------------------------------------------------------------
 
     def _approved(self, event: ScheduledEvent, record: EventRecord | None, local: LocalState) -> bool:
-        return event.event_id.upper() in local.posted or (record is not None and record.approval is not None)
+        key = event.event_id.upper()
+        return (key in local.posted or key in self._approvals_seen
+                or (record is not None and record.approval is not None))
+
+    def _group_approved(self, key: str, local: LocalState, whole: ClusterView | None) -> bool | None:
+        """Whether this group approved the event ``key``: True on any evidence of it (this agent's POST, an
+        approval record read now or before); False only when this cycle read the whole view and its record
+        holds no approval (an approval is written on the record before any POST); None when it cannot be
+        known now (no view, or only this VM's part of it)."""
+        if key in local.posted or key in self._approvals_seen:
+            return True
+        if whole is None:
+            return None
+        record = whole.records.get(key)
+        return record is not None and record.approval is not None
+
+    def _started_unapproved(self, event_id: str, why: str) -> None:
+        self._metrics.started_unapproved.inc()
+        log.warning("event started without this group's approval: %s (vm=%s event=%s)", why, self._vm, event_id,
+                    extra={"event_id": event_id})
+
+    def _settle(self, local: LocalState, whole: ClusterView) -> None:
+        """Judge the events that started while no view could be read, now that the whole one is."""
+        for key, event_id in sorted(self._unsettled.items()):
+            if self._group_approved(key, local, whole):
+                record = whole.records.get(key)
+                by = record.approval.by if record is not None and record.approval is not None else "this VM"
+                log.info("event started with this group's approval (vm=%s event=%s): approved by %s, read once "
+                         "the ZooKeeper view was back", self._vm, event_id, by, extra={"event_id": event_id})
+            else:
+                self._started_unapproved(event_id, "no approval in its record, read once the ZooKeeper view was "
+                                                   "back: its NotBefore came first")
+        self._unsettled.clear()
 
     def _session_changes(self, connection: ConnectionState, session: object | None) -> None:
         held = self._session
@@ -217,19 +293,25 @@ class Telemetry:
         log.warning("ZooKeeper session %s %s (vm=%s): its acknowledgements, member node and leadership are gone",
                     f"0x{session:x}" if isinstance(session, int) else session, how, self._vm)
 
-    def _compare(self, before: Document, after: Document, local: LocalState) -> None:
-        """Two successive documents: events naming this VM that started unapproved, and running events (Started,
-        or approved) that came back Started under another id."""
+    def _compare(self, before: Document, after: Document, local: LocalState, whole: ClusterView | None) -> None:
+        """Two successive documents: events naming this VM that started unapproved (judged on ``whole``, this
+        cycle's whole view, or later when there is none), and running events (Started, or approved) that
+        came back Started under another id."""
         mine_before = {e.event_id: e for e in before.events if e.names(self._vm)}
         mine_after = {e.event_id: e for e in after.events if e.names(self._vm)}
         for event_id, event in mine_after.items():
             earlier = mine_before.get(event_id)
             if earlier is None or not earlier.is_scheduled or not event.is_started:
                 continue
-            if not self._approved(event, self._records.get(event_id.upper()), local):
-                self._metrics.started_unapproved.inc()
-                log.warning("event started without this group's approval: its NotBefore came first (vm=%s event=%s)",
-                            self._vm, event_id, extra={"event_id": event_id})
+            key = event_id.upper()
+            approved = self._group_approved(key, local, whole)
+            if approved is None:
+                self._unsettled[key] = event_id
+                log.info("event started (vm=%s event=%s); whether this group approved it is not known yet: this "
+                         "cycle read no approvals from ZooKeeper; said once it does", self._vm, event_id,
+                         extra={"event_id": event_id})
+            elif not approved:
+                self._started_unapproved(event_id, "its NotBefore came first")
         # Running before: Started, or Scheduled and approved by this group (the POST started it; the read
         # that would have shown it Started under its old id may never come).
         gone = [e for eid, e in mine_before.items() if eid not in mine_after and (

@@ -21,9 +21,10 @@ It works **beside** the health probe action, never instead of it: the probe stil
 drained. When ARM cannot be used (no token, no role, ARM unreachable, out of time), the drain logs one
 error line naming the cause and goes on through the probe alone, waiting out the probe's lag
 (``fallback_wait``) before it returns, so that the drain wait still holds even when it was shortened for
-admin state. A recovery that fails raises ``ActionError``: the agent retries it until the address is back to
-``None``, and the state file runs it again after a restart (``recover_after_probe``: it is recovered once the
-probe serves again, as HAProxy is).
+admin state; it returns that fallback and its cause, which the agent shows in ``/status``
+(``action_fallback``; ``coordinator.actions.base``). A recovery that fails raises ``ActionError``: the agent
+retries it until the address is back to ``None``, and the state file runs it again after a restart
+(``recover_after_probe``: it is recovered once the probe serves again, as HAProxy is).
 
 REST reference: Azure/azure-rest-api-specs,
 ``specification/network/resource-manager/Microsoft.Network/stable/2023-09-01/loadBalancer.json``
@@ -165,7 +166,9 @@ class AzureLbAction:
         self._sleep = sleep
         self.conflicts = 0  # 412s met, over this action's life (for tests and logs)
 
-    def drain(self, ctx: ActionContext) -> None:
+    def drain(self, ctx: ActionContext) -> str | None:
+        """Set the address ``Down``; None once done. When ARM cannot be used, the drain holds through the
+        probe alone (see the module documentation) and returns that fallback and its cause, for ``/status``."""
         started = self._clock()
         try:
             self.set_state("Down", ctx)
@@ -176,6 +179,9 @@ class AzureLbAction:
                       exc, max(rest, 0.0), ctx.vm, ctx.event_ids)
             if rest > 0:
                 self._sleep(rest)
+            return (f"{self.name} drain fell back to the health probe alone: cannot set backend address "
+                    f"{self.address} Down through ARM ({exc})")
+        return None
 
     def recover(self, ctx: ActionContext) -> None:
         try:

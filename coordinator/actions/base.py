@@ -4,6 +4,9 @@ An action makes one side of the VM stop or resume serving: the load-balancer pro
 server, a command hook, a webhook. ``drain`` and ``recover`` are called from the executor thread,
 never from the agent loop; both must be idempotent (a restart may repeat either) and raise
 ``ActionError`` on failure. A failed drain means no acknowledgement; a failed recover is retried.
+A drain that holds by a fallback instead of the way it is configured (the ``azure-lb`` action draining
+through the health probe alone) returns one line saying so and why: the job goes on and counts as done,
+and ``run_drain`` returns these lines, which the agent shows in ``/status`` (``action_fallback``).
 
 ``run_drain`` and ``run_recover`` report how long each action and the whole job took, and how they
 ended, to an optional ``ActionTimings`` (the agent's metrics).
@@ -54,7 +57,9 @@ def mask_secrets(text: str, secrets: Iterable[SecretStr]) -> str:
 class Action(Protocol):
     name: str
 
-    def drain(self, ctx: ActionContext) -> None: ...
+    def drain(self, ctx: ActionContext) -> str | None:
+        """None once drained as configured; else the fallback it drained by, and why (one line)."""
+        ...
 
     def recover(self, ctx: ActionContext) -> None: ...
 
@@ -85,14 +90,16 @@ class DryRunAction:
 def _run(
     actions: Sequence[Action], ctx: ActionContext, verb: str, timings: ActionTimings | None,
     clock: Callable[[], float],
-) -> None:
+) -> tuple[str, ...]:
+    """Run ``verb`` of each action in turn; returns the fallbacks they reported (see the module docstring)."""
     began = clock()
     outcome = "failed"
+    fallbacks: list[str] = []
     try:
         for action in actions:
             started = clock()
             try:
-                getattr(action, verb)(ctx)
+                said = getattr(action, verb)(ctx)
             except ActionError:
                 if timings is not None:
                     timings.action_done(verb, action.name, "failed", clock() - started)
@@ -107,28 +114,32 @@ def _run(
             if timings is not None:
                 timings.action_done(verb, action.name, "ok", clock() - started)
             log.info("%s %s done (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids)
+            if isinstance(said, str) and said:
+                fallbacks.append(said)
         outcome = "ok"
     finally:
         if timings is not None:
             timings.job_done(verb, outcome, clock() - began)
+    return tuple(fallbacks)
 
 
 def run_drain(
     actions: Sequence[Action], ctx: ActionContext, *, timings: ActionTimings | None = None,
     clock: Callable[[], float] = time.monotonic,
-) -> None:
-    """Run every action's drain in order; stop at the first failure (raises ``ActionError``)."""
-    _run(actions, ctx, "drain", timings, clock)
+) -> tuple[str, ...]:
+    """Run every action's drain in order; stop at the first failure (raises ``ActionError``). Returns the
+    fallbacks the drain holds by, one line each (empty: every action drained as configured)."""
+    return _run(actions, ctx, "drain", timings, clock)
 
 
 def run_recover(
     actions: Sequence[Action], ctx: ActionContext, *, timings: ActionTimings | None = None,
     clock: Callable[[], float] = time.monotonic,
-) -> None:
+) -> tuple[str, ...]:
     """Run every action's recover in reverse order; stop at the first failure. An action with a true
     ``recover_after_probe`` attribute recovers last, after the health probe (always the first action,
     so the last to recover otherwise): a load balancer whose own check of the VM is that probe (HAProxy)
-    is put back only once the probe serves."""
+    is put back only once the probe serves. Returns the fallbacks reported, as ``run_drain`` does."""
     backwards = list(reversed(actions))
     late = [a for a in backwards if getattr(a, "recover_after_probe", False)]
-    _run([a for a in backwards if a not in late] + late, ctx, "recover", timings, clock)
+    return _run([a for a in backwards if a not in late] + late, ctx, "recover", timings, clock)

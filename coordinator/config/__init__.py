@@ -9,7 +9,9 @@ string is; ``null`` is null, ``[...]`` and ``{...}`` are YAML lists and mappings
 The sections live in ``services`` (IMDS, ZooKeeper), ``policy``, ``drain``, ``actions`` and ``outputs``
 (probe, admin listener, application health, logging) on the shared base of ``base``; ``settings`` holds the
 whole model. Reading a file is ``loading``, with ``env`` (overrides) and ``wording`` (error messages);
-``host`` checks this machine, ``redaction`` masks secrets for display. Every public name is importable from here.
+``host`` checks this machine, ``advice`` warns of what a valid configuration may still get wrong (drain
+waits against notices and the probe's lag, misnamed environment variables), ``redaction`` masks secrets
+for display. Every public name is importable from here.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from coordinator.config.actions import (
     HAProxyActionConfig,
     WebhookActionConfig,
 )
+from coordinator.config.advice import config_warnings, environment_warnings
+from coordinator.config.base import MINIMUM_NOTICE_SECONDS
 from coordinator.config.drain import DrainConfig
-from coordinator.config.env import ENV_PREFIX, apply_env, env_overrides, env_value
+from coordinator.config.env import ENV_PREFIX, apply_env, env_overrides, env_value, ignored_variables
 from coordinator.config.host import host_problems
 from coordinator.config.loading import decode_config, load_settings
 from coordinator.config.outputs import ADMIN_PATHS, AppHealthConfig, HttpConfig, LoggingConfig, ProbeConfig
@@ -41,6 +45,7 @@ from coordinator.config.settings import Settings
 __all__ = [
     "ADMIN_PATHS",
     "ENV_PREFIX",
+    "MINIMUM_NOTICE_SECONDS",
     "REDACTED",
     "ActionConfig",
     "AppHealthConfig",
@@ -65,10 +70,13 @@ __all__ = [
     "ZooKeeperConfig",
     "ZooKeeperTlsConfig",
     "apply_env",
+    "config_warnings",
     "decode_config",
     "env_overrides",
     "env_value",
+    "environment_warnings",
     "host_problems",
+    "ignored_variables",
     "load_settings",
     "redacted",
 ]

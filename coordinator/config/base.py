@@ -1,16 +1,22 @@
 """What every section shares: the model base that refuses unknown keys and infinities, the HOST:PORT
-check, the switch that turns a section's cross-field rule off, and the event types options are keyed by.
+check, the switch that turns a section's cross-field rule off, the test that keeps a rule from judging a
+stand-in value, the event types options are keyed by, and their documented minimum notices.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+
 from pydantic import BaseModel, ConfigDict, ValidationInfo
 
 __all__ = [
+    "MINIMUM_NOTICE_SECONDS",
     "_EVENT_KEYS",
     "_Section",
     "_host_port",
+    "_reads_stand_in",
     "_rules_off",
+    "_stand_ins",
 ]
 
 
@@ -33,6 +39,29 @@ def _rules_off(info: ValidationInfo, section: str) -> bool:
     return isinstance(info.context, dict) and section in info.context.get("rules_off", ())
 
 
+def _stand_ins(info: ValidationInfo) -> frozenset[str]:
+    """The options (dotted paths, such as ``probe.listen``) whose values are stand-ins in this validation:
+    to find the errors the first ones hid, an invalid value is taken out and its default stands in for it
+    (see ``_later_errors`` in ``coordinator.config.wording``). Empty in an ordinary validation."""
+    if not isinstance(info.context, dict):
+        return frozenset()
+    return frozenset(info.context.get("stand_ins", ()))
+
+
+def _reads_stand_in(stand_ins: Collection[str], *options: str) -> bool:
+    """Whether a rule reading ``options`` would judge a stand-in (one of ``stand_ins``): computed from a
+    default the file never gave, it would report a problem that is not there, so it is skipped. A path
+    covers the paths below and above it: a whole section taken out stands in for each of its options, and
+    one map entry taken out changes the map."""
+    return any(taken == option or taken.startswith(option + ".") or option.startswith(taken + ".")
+               for taken in stand_ins for option in options)
+
+
 # The keys of policy.approval (User: user-initiated events, whatever their type); drain.wait_seconds_by_type
 # takes all but User.
 _EVENT_KEYS = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", "User")
+
+#: The documented minimum notice of each event type, in seconds. Terminate's is what a scale set configures
+#: (notBeforeTimeout, 5 to 15 minutes): the shortest is assumed where the scale set is not read.
+MINIMUM_NOTICE_SECONDS: Mapping[str, float] = {"Freeze": 900.0, "Reboot": 900.0, "Redeploy": 600.0, "Preempt": 30.0,
+                                               "Terminate": 300.0}

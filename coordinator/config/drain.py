@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from coordinator.actions.connections import probe_wait_seconds
-from coordinator.config.base import _EVENT_KEYS, _rules_off, _Section
+from coordinator.config.base import _EVENT_KEYS, _reads_stand_in, _rules_off, _Section, _stand_ins
 
 __all__ = [
     "_DEFAULT_WAIT_BY_TYPE",
@@ -66,6 +66,17 @@ class DrainConfig(_Section):
         "an agent, an invalid name): drain latest_start_seconds before NotBefore, or at once",
     )
 
+    @field_validator("wait_seconds", mode="before")
+    @classmethod
+    def _one_number(cls, value: Any) -> Any:
+        # A map here is a wait per type put under the wrong option: say which one takes it, rather than
+        # pydantic's "should be a valid number".
+        if isinstance(value, Mapping):
+            shown = ", ".join(f"{key}: {wait}" for key, wait in value.items())
+            raise ValueError("takes one number, the wait of every event type; a wait per type goes in "
+                             f"drain.wait_seconds_by_type (wait_seconds_by_type: {{{shown}}})")
+        return value
+
     @field_validator("wait_seconds_by_type", mode="before")
     @classmethod
     def _merge_defaults(cls, value: Any) -> Any:
@@ -95,17 +106,39 @@ class DrainConfig(_Section):
         """The drain wait of an event of this type."""
         return self.wait_seconds_by_type.get(event_type, self.effective_wait)
 
+    def waits(self) -> dict[str, float]:
+        """The drain wait of every event type (``wait_for`` of each), as the agent uses them."""
+        return {event_type: self.wait_for(event_type) for event_type in _EVENT_KEYS[:-1]}
+
+    def effective_wait_inputs(self) -> tuple[str, ...]:
+        """The options ``effective_wait`` is computed from (dotted paths): wait_seconds, or when it is
+        null the probe's timing."""
+        if self.wait_seconds is not None:
+            return ("drain.wait_seconds",)
+        return ("drain.wait_seconds", "drain.probe_interval_seconds", "drain.probe_threshold", "drain.grace_seconds")
+
+    def wait_inputs(self, event_type: str) -> tuple[str, ...]:
+        """The options the drain wait of this type is computed from (dotted paths): its entry in
+        wait_seconds_by_type, and without one those of ``effective_wait``."""
+        entry = f"drain.wait_seconds_by_type.{event_type}"
+        if event_type in self.wait_seconds_by_type:
+            return (entry,)
+        return entry, *self.effective_wait_inputs()
+
     @model_validator(mode="after")
     def _lead(self, info: ValidationInfo) -> DrainConfig:
         if _rules_off(info, "drain"):
             return self
-        short = [(t, self.wait_for(t)) for t in _EVENT_KEYS[:-1] if self.latest_start_seconds < self.wait_for(t)]
+        stand_ins = _stand_ins(info)
+        short = [(t, self.wait_for(t)) for t in _EVENT_KEYS[:-1] if self.latest_start_seconds < self.wait_for(t)
+                 and not _reads_stand_in(stand_ins, "drain.latest_start_seconds", *self.wait_inputs(t))]
         if short:
             waits = ", ".join(f"{t} {w:g} s" for t, w in short)
             raise ValueError(
                 f"drain.latest_start_seconds ({self.latest_start_seconds:g}) must be at least the drain wait of "
                 f"every event type ({waits}), or a late drain cannot finish before NotBefore"
             )
-        if self.lead_time_seconds is not None and self.lead_time_seconds < self.latest_start_seconds:
+        if self.lead_time_seconds is not None and self.lead_time_seconds < self.latest_start_seconds \
+                and not _reads_stand_in(stand_ins, "drain.lead_time_seconds", "drain.latest_start_seconds"):
             raise ValueError("drain.lead_time_seconds must be at least drain.latest_start_seconds")
         return self

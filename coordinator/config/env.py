@@ -1,10 +1,13 @@
 """Environment overrides: ``COORDINATOR__SECTION__FIELD=value`` sets ``section.field``; the value is
 plain text for the field's type to convert, or YAML when it starts as a flow list, mapping or quoted string.
+A variable that looks meant as an override but is not one (single underscores, the prefix in lower case)
+is named by ``ignored_variables``, rather than silently ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
@@ -17,10 +20,13 @@ __all__ = [
     "apply_env",
     "env_overrides",
     "env_value",
+    "ignored_variables",
 ]
 
 
 ENV_PREFIX = "COORDINATOR__"
+# What the agent itself sets for the commands it runs (coordinator.actions.command): not overrides.
+_HOOK_VARIABLES = frozenset({"COORDINATOR_VM", "COORDINATOR_PHASE", "COORDINATOR_EVENT_IDS", "COORDINATOR_EVENT_TYPES"})
 
 
 def _env_path(key: str) -> tuple[str, ...]:
@@ -59,3 +65,22 @@ def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
             node = child
         node[path[-1]] = env_value(key, environ[key])
     return merged
+
+
+def ignored_variables(environ: Mapping[str, str], options: Iterable[tuple[str, ...]]) -> list[str]:
+    """One warning per variable that looks meant for this configuration but is not read: its name starts
+    with ``COORDINATOR_`` in any case, yet not with ``COORDINATOR__`` in capitals (``COORDINATOR_ZOOKEEPER_HOSTS``,
+    ``coordinator__zookeeper__hosts``). Each names the variable, and the name that would set an option
+    when one of ``options`` (paths into the configuration) matches it, underscores and case aside. The
+    variables the agent sets for its commands are not warned about."""
+    by_words = {"_".join(path): path for path in options}
+    warnings = []
+    for key in sorted(environ):
+        if key.startswith(ENV_PREFIX) or not key.upper().startswith("COORDINATOR_") or key in _HOOK_VARIABLES:
+            continue
+        words = re.sub(r"_+", "_", key[len("COORDINATOR_"):].strip("_")).lower()
+        path = by_words.get(words)
+        meant = f"; to set {'.'.join(path)}, name it {ENV_PREFIX}{'__'.join(path).upper()}" if path else ""
+        warnings.append(f"environment variable {key} is ignored: overrides are named {ENV_PREFIX}SECTION__OPTION, "
+                        f"in capitals, with two underscores between the parts{meant}")
+    return warnings

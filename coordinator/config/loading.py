@@ -72,6 +72,21 @@ def decode_config(raw: bytes, path: Path) -> str:
         ) from None
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line for a YAML syntax error: where (line and column in the file) and what. PyYAML's own text
+    spans several lines and names the text it parsed (``"<unicode string>"``), not the file."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return f"not valid YAML: {' '.join(str(exc).split())}"
+    mark = exc.problem_mark or exc.context_mark
+    problem = exc.problem or exc.context or "not valid YAML"
+    if "'\\t'" in problem:
+        problem = "a tab character: YAML indents with spaces only"
+    elif exc.context and exc.context_mark is not None and exc.context_mark is not mark:
+        problem += f" ({exc.context} on line {exc.context_mark.line + 1})"
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}not valid YAML: {problem}"
+
+
 def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
     """Read, merge environment overrides and validate. Raises ``ConfigError`` naming the field."""
     data: Any = {}
@@ -86,7 +101,7 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
         except _DuplicateKey as exc:
             raise ConfigError(f"{path}: {exc}") from None
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+            raise ConfigError(f"{path}: {_yaml_problem(exc)}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
     environ = os.environ if environ is None else environ

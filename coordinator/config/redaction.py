@@ -23,8 +23,16 @@ REDACTED = "<redacted>"
 def redacted(settings: Settings) -> dict[str, Any]:
     """The effective configuration for logging and ``check-config``: every secret (webhook header values,
     command environment values: they carry tokens) is shown as ``<redacted>``, its name kept. Secrets are
-    found by their type, so a secret field added later is masked too."""
-    return dict(to_jsonable_python(_mask_secrets(settings.model_dump())))
+    found by their type, so a secret field added later is masked too.
+
+    The drain waits are shown as the agent uses them, not as written: ``drain.wait_seconds`` is the
+    effective wait (computed from the probe's timing when the file leaves it null), and
+    ``drain.wait_seconds_by_type`` names the wait of every event type. Loaded again, the printout gives
+    the same waits."""
+    shown = settings.model_dump()
+    shown["drain"] = {**shown["drain"], "wait_seconds": settings.drain.effective_wait,
+                      "wait_seconds_by_type": settings.drain.waits()}
+    return dict(to_jsonable_python(_mask_secrets(shown)))
 
 
 def _mask_secrets(value: Any) -> Any:

@@ -149,8 +149,16 @@ class ZooKeeperTlsConfig(_Section):
 class ZooKeeperConfig(_Section):
     hosts: str = Field("127.0.0.1:2181", description="Ensemble as host:port,host:port (no chroot)")
     root: str = Field("/azure-maintenance", description="Chroot base; the cluster name is appended")
+    # 20 s: the longest session with which a Preempt (30 s of notice, 5 s drain wait) can still be approved
+    # before NotBefore after an agent is lost: the session lapses a tick late (2 s), so 20 + 2 + 5 < 30
+    # (coordinator doctor's session-timeout rule). Shorter finds a dead agent sooner but expires on a
+    # shorter pause or network cut (kazoo gives up on a silent server after two thirds of it); longer
+    # rides out longer pauses but lets a lost agent hold a Preempt's approval past its NotBefore. The
+    # reasoning is in docs/configuration.md ("The session timeout").
     session_timeout: float = Field(
-        30.0, ge=4, le=600, description="An agent silent this long loses membership and leadership"
+        20.0, ge=4, le=600, description="An agent silent this long loses membership and leadership; 20 s lets "
+        "every event type, a Preempt included, be approved early after an agent is lost (see The session "
+        "timeout above)"
     )
     operation_timeout: float = Field(5.0, gt=0, le=60, description="Bound on every ZooKeeper call")
     tick_seconds: float = Field(

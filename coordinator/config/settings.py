@@ -4,9 +4,10 @@ and the rules between fields of different sections.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from coordinator.config.actions import (
     ActionConfig,
@@ -14,7 +15,7 @@ from coordinator.config.actions import (
     CommandActionConfig,
     WebhookActionConfig,
 )
-from coordinator.config.base import _Section
+from coordinator.config.base import _reads_stand_in, _Section, _stand_ins
 from coordinator.config.drain import DrainConfig
 from coordinator.config.outputs import AppHealthConfig, HttpConfig, LoggingConfig, ProbeConfig
 from coordinator.config.policy import PolicyConfig
@@ -74,61 +75,78 @@ class Settings(_Section):
             raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
-    def _timing(self) -> Settings:
-        problems = self.cross_field_problems()
+    def _timing(self, info: ValidationInfo) -> Settings:
+        problems = self.cross_field_problems(_stand_ins(info))
         if problems:
             raise ValueError("\n  ".join(problems))  # one line each in the report
         return self
 
-    def cross_field_problems(self) -> list[str]:
-        """Every rule between fields that this configuration breaks, each message naming its fields."""
+    def cross_field_problems(self, stand_ins: Collection[str] = ()) -> list[str]:
+        """Every rule between fields that this configuration breaks, each message naming its fields. A rule
+        that reads one of ``stand_ins`` (options whose invalid value was taken out, a default standing in
+        for it) is not judged: its verdict would be about the default, not the file."""
         problems = []
+
+        def judged(*options: str) -> bool:
+            return not _reads_stand_in(stand_ins, *options)
+
         # A session must outlive a few polls, or one slow cycle costs the leader its session.
-        if self.zookeeper.session_timeout < 3 * self.imds.poll_interval:
+        if self.zookeeper.session_timeout < 3 * self.imds.poll_interval \
+                and judged("zookeeper.session_timeout", "imds.poll_interval"):
             problems.append(
                 "zookeeper.session_timeout must be at least 3 x imds.poll_interval "
                 f"({self.zookeeper.session_timeout:g} < 3 x {self.imds.poll_interval:g})"
             )
-        if self.imds.backoff_max_seconds < self.imds.poll_interval:
+        if self.imds.backoff_max_seconds < self.imds.poll_interval \
+                and judged("imds.backoff_max_seconds", "imds.poll_interval"):
             problems.append(
                 "imds.backoff_max_seconds must be at least imds.poll_interval "
                 f"({self.imds.backoff_max_seconds:g} < {self.imds.poll_interval:g})"
             )
+        # Taking a bad action out can hide a shared name, never make one up: no stand-in to fear here.
         names = [a.name for a in self.actions
                  if isinstance(a, CommandActionConfig | WebhookActionConfig | AzureLbActionConfig)]
         if len(names) != len(set(names)):
             problems.append("actions: two actions share a name: " + ", ".join(sorted(names)))
-        if self.zookeeper.operation_timeout >= self.zookeeper.session_timeout:
+        if self.zookeeper.operation_timeout >= self.zookeeper.session_timeout \
+                and judged("zookeeper.operation_timeout", "zookeeper.session_timeout"):
             problems.append("zookeeper.operation_timeout must be shorter than zookeeper.session_timeout")
         grace = self.policy.absent_peer_grace_seconds
-        longest_wait = max([self.drain.effective_wait, *self.drain.wait_seconds_by_type.values()])
-        if grace is not None and grace < longest_wait:
+        drain = self.drain
+        longest_wait = max([drain.effective_wait, *drain.wait_seconds_by_type.values()])
+        longest_inputs = [option for event_type, wait in drain.waits().items() if wait == longest_wait
+                          for option in drain.wait_inputs(event_type)]
+        if drain.effective_wait == longest_wait:
+            longest_inputs += drain.effective_wait_inputs()
+        if grace is not None and grace < longest_wait \
+                and judged("policy.absent_peer_grace_seconds", *longest_inputs):
             problems.append(
                 f"policy.absent_peer_grace_seconds ({grace:g}) must be at least the longest drain wait "
                 f"({longest_wait:g}): a VM cut off from ZooKeeper drains itself that long before its peers "
                 "stop waiting for it"
             )
-        if _same_socket(self.probe.listen, self.http.listen):
+        if _same_socket(self.probe.listen, self.http.listen) and judged("probe.listen", "http.listen"):
             problems.append(
                 f"probe.listen and http.listen must be different ports ({self.probe.listen} and "
                 f"{self.http.listen}): the health probe and the admin endpoints each need their own listener"
             )
         health = self.app_health
         idle_cycles = 3 * max(5.0, 2 * self.imds.poll_interval)  # the loop's longest quiet gap, three times
-        if health.stuck_after_seconds < idle_cycles:
+        if health.stuck_after_seconds < idle_cycles \
+                and judged("app_health.stuck_after_seconds", "imds.poll_interval"):
             problems.append(
                 f"app_health.stuck_after_seconds ({health.stuck_after_seconds:g}) must be at least three idle "
                 f"cycles of the agent's loop ({idle_cycles:g} s: 3 x max(5, 2 x imds.poll_interval)): a quiet "
                 "loop is not a stuck one"
             )
-        if health.path == self.probe.path:
+        if health.path == self.probe.path and judged("app_health.path", "probe.path"):
             problems.append(
                 f"app_health.path and probe.path must differ (both {health.path}): the admin listener serves "
                 "both, and the load balancer's drain probe must keep its own answer"
             )
         if health.listen is not None:
             for option, other in (("probe.listen", self.probe.listen), ("http.listen", self.http.listen)):
-                if _same_socket(health.listen, other):
+                if _same_socket(health.listen, other) and judged("app_health.listen", option):
                     problems.append(
                         f"app_health.listen and {option} must be different ports ({health.listen} and {other}): "
                         "the application health endpoint's own listener cannot share theirs (leave "

@@ -47,15 +47,17 @@ def _later_errors(data: dict[str, Any], exc: ValidationError, overrides: Mapping
     """The errors pydantic reports only once the first ones are fixed: a rule between fields runs only when
     every field it reads is valid. The invalid values are taken out (their fields fall back to defaults, a
     bad list item is dropped), the rules of sections that failed already are turned off, and the rest is
-    validated again, until nothing more comes up."""
+    validated again, until nothing more comes up. The defaults standing in for what was taken out are
+    named in the context (``stand_ins``), so that no rule reports a problem computed from one of them."""
     lines: list[str] = []
     rules_off: set[str] = set()
+    stand_ins: set[str] = set()
     for _ in range(4):
         data = copy.deepcopy(data)
-        if not _take_out(data, [tuple(error["loc"]) for error in exc.errors()], rules_off):
+        if not _take_out(data, [tuple(error["loc"]) for error in exc.errors()], rules_off, stand_ins):
             break
         try:
-            Settings.model_validate(data, context={"rules_off": rules_off})
+            Settings.model_validate(data, context={"rules_off": rules_off, "stand_ins": stand_ins})
             break
         except ValidationError as again:
             exc = again
@@ -63,10 +65,12 @@ def _later_errors(data: dict[str, Any], exc: ValidationError, overrides: Mapping
     return lines
 
 
-def _take_out(data: dict[str, Any], locs: list[tuple[str | int, ...]], rules_off: set[str]) -> bool:
+def _take_out(data: dict[str, Any], locs: list[tuple[str | int, ...]], rules_off: set[str],
+              stand_ins: set[str]) -> bool:
     """Remove what each error points at: the value (a missing cluster gets a stand-in), or the list item
-    it lies in. An error about a whole section that is a mapping comes from a rule between its fields: that
-    rule is turned off (added to ``rules_off``). Returns whether anything changed."""
+    it lies in; each path removed is added to ``stand_ins`` (dotted), as its default now stands in for it.
+    An error about a whole section that is a mapping comes from a rule between its fields: that rule is
+    turned off (added to ``rules_off``). Returns whether anything changed."""
     targets: set[tuple[str | int, ...]] = set()
     changed = False
     for loc in locs:
@@ -95,6 +99,7 @@ def _take_out(data: dict[str, Any], locs: list[tuple[str | int, ...]], rules_off
                 path = []
         if path:
             targets.add(tuple(path))
+            stand_ins.add(".".join(str(p) for p in path))
     # Deepest and last first, so that taking out one list item does not move another still to go.
     for target in sorted(targets, key=lambda t: [(0, p, "") if isinstance(p, int) else (1, 0, p) for p in t],
                          reverse=True):

@@ -273,7 +273,25 @@ def check_repairs(ctx: Context) -> Verdict:
         unserved = _unserved_health_path(ctx, ext_port, ext_path, (port, path))
     return repairs_verdict(enabled=bool(policy.get("enabled", False)), grace_period=policy.get("gracePeriod"),
                            repair_action=policy.get("repairAction"), health_source=source,
-                           drain_probe_source=drain_source, unserved=unserved)
+                           drain_probe_source=drain_source, unserved=unserved,
+                           app_health=_app_health_endpoints(ctx))
+
+
+def _app_health_ports(ctx: Context) -> set[int]:
+    """The ports on which the agent answers its application health path: http.listen's, and
+    app_health.listen's when set."""
+    from coordinator.httpserver import split_host_port
+
+    settings = ctx.settings
+    ports = {split_host_port(settings.http.listen)[1]}
+    if settings.app_health.listen is not None:
+        ports.add(split_host_port(settings.app_health.listen)[1])
+    return ports
+
+
+def _app_health_endpoints(ctx: Context) -> str:
+    """Where the agent answers as health for repairs, for a fix: ``port 9110 /apphealth``."""
+    return " or ".join(f"port {p} {ctx.settings.app_health.path}" for p in sorted(_app_health_ports(ctx)))
 
 
 def _unserved_health_path(ctx: Context, port: Any, path: str, probe: tuple[int, str]) -> str | None:
@@ -281,20 +299,16 @@ def _unserved_health_path(ctx: Context, port: Any, path: str, probe: tuple[int, 
     from ``_agent_probe``; the HTTP server's; the application health listener's) for a path the agent does
     not answer there as health, where the agent does answer (for the fix); None when it asks the right
     path or another program."""
-    from coordinator.httpserver import split_host_port
-
     settings = ctx.settings
     probe_port, probe_path = probe
-    app_ports = {split_host_port(settings.http.listen)[1]}
-    if settings.app_health.listen is not None:
-        app_ports.add(split_host_port(settings.app_health.listen)[1])
+    app_ports = _app_health_ports(ctx)
     if port not in app_ports | {probe_port}:
         return None  # another program's endpoint: not the agent's to judge
     if port in app_ports and path == settings.app_health.path:
         return None
     if port == probe_port and path == probe_path:
         return None  # the drain probe: judged against the grace period
-    return " or ".join(f"port {p} {settings.app_health.path}" for p in sorted(app_ports))
+    return _app_health_endpoints(ctx)
 
 
 def check_terminate(ctx: Context) -> Verdict:

@@ -16,12 +16,14 @@ timeout, digest credentials, TLS).
 
 from __future__ import annotations
 
+import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 import httpx
 
-from coordinator.config import ApprovalRule
+from coordinator.config import MINIMUM_NOTICE_SECONDS, ApprovalRule
 from coordinator.doctor.azure import (
     check_approve,
     check_azure,
@@ -35,14 +37,16 @@ from coordinator.doctor.outcome import Status, Verdict
 from coordinator.doctor.verdicts_local import clock_verdict, config_verdict, imds_verdict, proxy_verdict
 from coordinator.doctor.verdicts_probe import ProbeAnswer, members_verdict, probe_verdict
 from coordinator.doctor.verdicts_zookeeper import acl_verdict, session_verdict, zookeeper_verdict
+from coordinator.errors import ImdsUnavailable
 from coordinator.support.httpdate import parse_http_date
 
 __all__ = ["CHECKS", "Check", "Context", "ImdsSeen", "RecordingTransport"]
 
 #: Documented minimum notice of each event type (seconds). Terminate's is what a scale set configures,
 #: 5 to 15 minutes: without reading the scale set (ARM), the shortest is assumed.
-NOTICES: Mapping[str, float] = {"Freeze": 900.0, "Reboot": 900.0, "Redeploy": 600.0, "Preempt": 30.0,
-                                "Terminate": 300.0}
+NOTICES: Mapping[str, float] = MINIMUM_NOTICE_SECONDS
+
+_T = TypeVar("_T")
 
 
 def _brief(exc: BaseException) -> str:
@@ -51,9 +55,10 @@ def _brief(exc: BaseException) -> str:
 
 
 def check_config(ctx: Context) -> Verdict:
-    from coordinator.config import host_problems
+    from coordinator.config import config_warnings, host_problems
 
-    return config_verdict(*host_problems(ctx.settings, at_start=False))
+    problems, warnings = host_problems(ctx.settings, at_start=False)
+    return config_verdict(problems, warnings, config_warnings(ctx.settings, ctx.environ))
 
 
 # --- IMDS -----------------------------------------------------------------------------------------------
@@ -64,12 +69,16 @@ def check_proxy(ctx: Context) -> Verdict:
     return proxy_verdict(ctx.environ, host)
 
 
-def check_imds(ctx: Context) -> Verdict:
+def check_imds(ctx: Context, transport: httpx.BaseTransport | None = None,
+               sleep: Callable[[float], None] = time.sleep) -> Verdict:
+    """Scheduled Events, then the compute metadata for this VM's name, through the agent's IMDS client
+    (``transport`` and ``sleep``: the network and the clock, unless a test gives its own). A 429 is
+    retried as the agent retries it (``_retrying``)."""
     from coordinator.errors import CoordinatorError
     from coordinator.imds import ImdsClient
 
     settings = ctx.settings.imds
-    recorder = RecordingTransport(settings.url)
+    recorder = RecordingTransport(settings.url, transport)
     budget = ctx.remaining()
     client = ImdsClient(settings.url, api_version=settings.api_version,
                         request_timeout=min(settings.request_timeout, budget),
@@ -78,24 +87,57 @@ def check_imds(ctx: Context) -> Verdict:
     began = time.monotonic()
     with client:
         try:
-            document = client.get_document(attempts=1)
+            document = _retrying(ctx, recorder, lambda: client.get_document(attempts=1), sleep)
         except (CoordinatorError, ValueError) as exc:
             ctx.imds = ImdsSeen(False)
-            return imds_verdict(error=_brief(exc), url=settings.url, configured_name=ctx.settings.vm_name)
+            return imds_verdict(error=_brief(exc), url=settings.url, configured_name=ctx.settings.vm_name,
+                                rate_limited=_rate_limited(exc))
         seconds = time.monotonic() - began
         ctx.imds = recorder.last or ImdsSeen(True)
         imds_name: str | None = None
         compute_error: str | None = None
+        compute_rate_limited = False
         try:
-            compute = client.get_instance_compute()
+            compute = _retrying(ctx, recorder, client.get_instance_compute, sleep)
             imds_name = compute.scheduled_events_name or None
             ctx.compute_resource_id = compute.resource_id or None
         except (CoordinatorError, ValueError) as exc:
             compute_error = _brief(exc)
+            compute_rate_limited = _rate_limited(exc)
     ctx.vm = ctx.settings.vm_name or imds_name
     return imds_verdict(error=None, incarnation=document.document_incarnation, events=len(document.events),
                         seconds=seconds, configured_name=ctx.settings.vm_name, imds_name=imds_name,
-                        compute_error=compute_error, url=settings.url)
+                        compute_error=compute_error, url=settings.url, compute_rate_limited=compute_rate_limited)
+
+
+def _rate_limited(exc: BaseException) -> bool:
+    """Whether IMDS answered 429 (after the client's own attempts)."""
+    return isinstance(exc, ImdsUnavailable) and exc.outcome == "rate_limited"
+
+
+def _retrying(ctx: Context, recorder: RecordingTransport, call: Callable[[], _T],
+              sleep: Callable[[float], None]) -> _T:
+    """``call`` (one request to IMDS), asked again after a 429 as the agent's client does: after the
+    answer's ``Retry-After``, else a jittered back-off doubling from 0.5 s; each wait at most
+    ``imds.backoff_max_seconds``, ``imds.max_attempts`` attempts in all, and never past the run's deadline.
+    IMDS allows 5 requests per second per VM in all, and the agent running beside this command spends one
+    a second: a 429 here says the budget was spent at that moment, not that anything is wrong."""
+    settings = ctx.settings.imds
+    attempt = 1
+    while True:
+        try:
+            return call()
+        except ImdsUnavailable as exc:
+            if not _rate_limited(exc) or attempt >= settings.max_attempts:
+                raise
+            delay = recorder.retry_after
+            if delay is None:
+                delay = random.uniform(0.0, 0.5 * 2.0 ** (attempt - 1))
+            delay = min(delay, settings.backoff_max_seconds)
+            if delay >= ctx.remaining() - 1.0:
+                raise  # no time left to wait and ask again
+            sleep(delay)
+            attempt += 1
 
 
 def check_clock(ctx: Context) -> Verdict:
@@ -224,10 +266,27 @@ def _ask_probe(url: str, timeout: float) -> ProbeAnswer:
     return ProbeAnswer(status=response.status_code, phase=response.headers.get(PHASE_HEADER))
 
 
-def check_probe(ctx: Context) -> Verdict:
-    from coordinator.groupstatus.read import GroupStatusError
+def _configured_probe_url(ctx: Context) -> str:
+    """The probe URL an agent started with this configuration advertises."""
     from coordinator.httpserver import split_host_port
     from coordinator.runtime import advertised_probe_url
+
+    return advertised_probe_url(ctx.settings, split_host_port(ctx.settings.probe.listen))
+
+
+def _me(ctx: Context, members: Mapping[str, Mapping[str, object]], configured_url: str) -> str:
+    """This VM's member name: its name (vm_name, else IMDS's) when a member has it; else, when that name is
+    unknown (IMDS did not say), the one member that advertises the probe URL this configuration gives;
+    else "". A member wrongly taken for a peer would be probed as one and counted as one."""
+    name = (ctx.vm or "").lower()
+    if name in members or ctx.vm is not None:
+        return name
+    same = [vm for vm, info in members.items() if info.get("probe") == configured_url]
+    return same[0] if len(same) == 1 else ""
+
+
+def check_probe(ctx: Context) -> Verdict:
+    from coordinator.groupstatus.read import GroupStatusError
 
     members: dict[str, dict[str, object]] = {}
     if ctx.zookeeper is not None and ctx.cluster_exists:
@@ -235,16 +294,17 @@ def check_probe(ctx: Context) -> Verdict:
             members = _read_members(ctx)
         except GroupStatusError as exc:
             return Verdict(Status.SKIP, f"not checked: cannot read the members: {_brief(exc)}")
-    me = (ctx.vm or "").lower()
+    configured = _configured_probe_url(ctx)
+    me = _me(ctx, members, configured)
     if me in members:
         advertised = members[me].get("probe")
         url = advertised if isinstance(advertised, str) and advertised else None
     else:
-        url = advertised_probe_url(ctx.settings, split_host_port(ctx.settings.probe.listen))
+        url = configured
     peers = [str(info["probe"]) for vm, info in members.items()
              if vm != me and isinstance(info.get("probe"), str) and info["probe"]]
     answer = _ask_probe(url, ctx.remaining(2.0)) if url is not None else None
-    return probe_verdict(url=url, is_member=me in members, peer_urls=peers, answer=answer)
+    return probe_verdict(url=url, is_member=me in members, peer_urls=peers, answer=answer, configured_url=configured)
 
 
 def check_members(ctx: Context) -> Verdict:
@@ -261,7 +321,7 @@ def check_members(ctx: Context) -> Verdict:
         members = _read_members(ctx)
     except GroupStatusError as exc:
         return Verdict(Status.WARN, f"cannot read the members: {_brief(exc)}", "check the zookeeper check's advice")
-    me = (ctx.vm or "").lower()
+    me = _me(ctx, members, _configured_probe_url(ctx))
     urls = {vm: str(info["probe"]) for vm, info in members.items()
             if vm != me and isinstance(info.get("probe"), str) and info["probe"]}
     answers: dict[str, ProbeAnswer] = {}

@@ -20,6 +20,7 @@ import httpx
 
 from coordinator.config import Settings
 from coordinator.doctor.outcome import Verdict
+from coordinator.imds_retry import _retry_after
 
 if TYPE_CHECKING:
     from coordinator.groupstatus.read import GroupReader
@@ -99,17 +100,21 @@ class Check:
 
 
 class RecordingTransport(httpx.BaseTransport):
-    """The transport under the agent's IMDS client here: notes the wall clock around each request and
-    the answer's ``Date`` header. No proxy, as the client's own transport (``trust_env=False``)."""
+    """The transport under the agent's IMDS client here: notes the wall clock around each request, the
+    answer's ``Date`` header, and the ``Retry-After`` of the last answer (seconds; None when it had none,
+    in the form the agent reads). No proxy, as the client's own transport (``trust_env=False``).
+    ``inner`` replaces the network (tests)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, inner: httpx.BaseTransport | None = None) -> None:
         # IMDS speaks plain HTTP; an https URL (a front of one's own) is verified as the agent verifies it.
-        self._inner = httpx.HTTPTransport(trust_env=False, verify=httpx.URL(url).scheme != "http")
+        self._inner = inner or httpx.HTTPTransport(trust_env=False, verify=httpx.URL(url).scheme != "http")
         self.last: ImdsSeen | None = None
+        self.retry_after: float | None = None
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         sent = time.time()
         response = self._inner.handle_request(request)
+        self.retry_after = _retry_after(response)
         if request.url.path.endswith("/scheduledevents"):
             self.last = ImdsSeen(True, response.headers.get("Date"), sent, time.time())
         return response

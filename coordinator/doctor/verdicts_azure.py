@@ -107,7 +107,8 @@ def lb_probe_verdict(*, probes: Sequence[LbProbe], port: int, path: str, configu
 
 def repairs_verdict(*, enabled: bool, grace_period: str | None, repair_action: str | None,
                     health_source: str | None, drain_probe_source: bool,
-                    longest_drain: float = LONGEST_DRAIN_SECONDS, unserved: str | None = None) -> Verdict:
+                    longest_drain: float = LONGEST_DRAIN_SECONDS, unserved: str | None = None,
+                    app_health: str | None = None) -> Verdict:
     """Automatic instance repairs against the longest possible drain. A drain can last until NotBefore
     (``longest_drain``: 15 min for a Freeze or a Reboot whose early approval a peer blocks); when the
     repairs' health source is the drain probe (``drain_probe_source``: the scale set's health probe, or the
@@ -116,7 +117,10 @@ def repairs_verdict(*, enabled: bool, grace_period: str | None, repair_action: s
     middle of planned maintenance: FAIL. ``health_source`` describes the source (None: none found).
     ``unserved``: the Application Health extension asks one of the agent's own ports for a path the agent
     does not answer as health (say why): it reads 404, the VM is Unhealthy for ever, and repairs replace it
-    once the grace runs out, maintenance or not: FAIL with repairs on, WARN without."""
+    once the grace runs out, maintenance or not: FAIL with repairs on, WARN without. ``app_health``: where
+    the agent answers as health for repairs (``port 9110 /apphealth``; None: named by its options), the
+    source the fixes lead with, as docs/deployment-azure.md advises; a longer grace period comes second."""
+    endpoint = app_health or "app_health.path on http.listen"
     grace = iso_duration_seconds(grace_period) if grace_period is not None else 600.0
     details = {"enabled": enabled, "grace_period": grace_period, "grace_seconds": grace,
                "repair_action": repair_action, "health_source": health_source,
@@ -142,8 +146,8 @@ def repairs_verdict(*, enabled: bool, grace_period: str | None, repair_action: s
         return Verdict(Status.WARN, f"automatic repairs are on (grace {_minutes(grace)}, {action}) but no health "
                        "source was found (no networkProfile.healthProbe, no Application Health extension)",
                        "give the scale set a health source that a drain does not fail (the Application Health "
-                       "extension on an endpoint that stays healthy while drained), or turn automatic repairs off",
-                       details)
+                       f"extension on the agent's application health endpoint, {endpoint}), or turn automatic "
+                       "repairs off", details)
     if not drain_probe_source:
         return Verdict(Status.PASS, f"automatic repairs are on (grace {_minutes(grace)}, {action}), with health from "
                        f"{health_source}, not from the drain probe: a drain does not make the VM unhealthy",
@@ -153,9 +157,10 @@ def repairs_verdict(*, enabled: bool, grace_period: str | None, repair_action: s
     if grace < need:
         return Verdict(Status.FAIL, f"{said}: a drain can last until NotBefore ({_minutes(need)} for a Freeze or a "
                        f"Reboot), so a drained VM can be {action}d in the middle of planned maintenance",
-                       f"raise automaticRepairsPolicy.gracePeriod to {fix_grace} (az vmss update --set "
-                       f"automaticRepairsPolicy.gracePeriod={fix_grace}), or take the repairs' health source off "
-                       "the drain probe", details)
+                       "take the repairs' health source off the drain probe: point the Application Health "
+                       f"extension at the agent's application health endpoint ({endpoint}), Healthy while "
+                       "drained (docs/deployment-azure.md); else raise automaticRepairsPolicy.gracePeriod to "
+                       f"{fix_grace} (az vmss update --set automaticRepairsPolicy.gracePeriod={fix_grace})", details)
     return Verdict(Status.PASS, f"{said}, longer than the longest drain ({_minutes(need)}): a drained VM is not "
                    "repaired during maintenance", details=details)
 

@@ -21,14 +21,18 @@ __all__ = [
 ]
 
 
-def config_verdict(problems: Sequence[str], warnings: Sequence[str]) -> Verdict:
-    """What ``coordinator check-config`` would say of this machine (the file itself already loaded)."""
-    details = {"problems": list(problems), "warnings": list(warnings)}
+def config_verdict(problems: Sequence[str], warnings: Sequence[str], advice: Sequence[str] = ()) -> Verdict:
+    """What ``coordinator check-config`` would say of this machine (the file itself already loaded):
+    ``problems`` and ``warnings`` about the state file (``host_problems``), ``advice`` about the options
+    and the environment (``config_warnings``: drain waits, misnamed overrides), each of which says its fix."""
+    details = {"problems": list(problems), "warnings": list(warnings), "advice": list(advice)}
     if problems:
         return Verdict(Status.FAIL, "; ".join(problems), "fix state_file or its directory: the agent refuses to "
                        "start", details)
-    if warnings:
-        return Verdict(Status.WARN, "; ".join(warnings), "check state_file as the user the agent runs as", details)
+    if warnings or advice:
+        fixes = (["check state_file as the user the agent runs as"] if warnings else []) \
+            + (["change what each warning names (coordinator check-config lists them)"] if advice else [])
+        return Verdict(Status.WARN, "; ".join([*warnings, *advice]), "; ".join(fixes), details)
     return Verdict(Status.PASS, "valid, and usable on this machine", details=details)
 
 
@@ -89,6 +93,13 @@ def proxy_verdict(environ: Mapping[str, str], imds_host: str) -> Verdict:
     )
 
 
+#: What a 429 means and what to do, for the document and for the compute metadata alike: nothing here is
+#: misconfigured, the VM's shared budget of IMDS requests was spent when the check asked.
+_RATE_LIMITED = ("IMDS answered 429 (too many requests) to every attempt: its 5 requests per second are shared by "
+                 "every IMDS user on this VM, the running agent included")
+_RATE_LIMITED_FIX = "run coordinator doctor again; if it keeps happening, find what else on this VM polls IMDS"
+
+
 def imds_verdict(
     *,
     error: str | None,
@@ -99,11 +110,19 @@ def imds_verdict(
     imds_name: str | None = None,
     compute_error: str | None = None,
     url: str = "",
+    rate_limited: bool = False,
+    compute_rate_limited: bool = False,
 ) -> Verdict:
     """Scheduled Events read through the agent's IMDS client (``error`` set if it failed), and this VM's
-    name as the configuration and IMDS's compute metadata give it."""
+    name as the configuration and IMDS's compute metadata give it. ``rate_limited`` (the document) and
+    ``compute_rate_limited`` (the name): IMDS kept answering 429 after the check's retries. That blames
+    nothing on this VM's network or configuration, so it is a WARN to run again, not a FAIL advising a
+    route, a proxy or vm_name."""
     details: dict[str, Any] = {"url": url, "incarnation": incarnation, "events": events,
                                "seconds": round(seconds, 3), "vm_name": configured_name, "imds_name": imds_name}
+    if error is not None and rate_limited:
+        return Verdict(Status.WARN, f"Scheduled Events at {url} not read: {_RATE_LIMITED}", _RATE_LIMITED_FIX,
+                       {**details, "error": error, "rate_limited": True})
     if error is not None:
         return Verdict(Status.FAIL, f"Scheduled Events at {url} did not answer: {error}",
                        "let this VM reach IMDS directly (no proxy, no route or firewall rule in the way); the "
@@ -114,6 +133,9 @@ def imds_verdict(
         return Verdict(Status.FAIL, f"{found}, but vm_name is {configured_name!r} while IMDS names this VM "
                        f"{imds_name!r}: events name it {imds_name!r} in Resources",
                        f"set vm_name to {imds_name!r}, or remove it to use IMDS's name", details)
+    if compute_error is not None and configured_name is None and compute_rate_limited:
+        return Verdict(Status.WARN, f"{found}, but this VM's name was not read: {_RATE_LIMITED}", _RATE_LIMITED_FIX,
+                       {**details, "compute_error": compute_error, "rate_limited": True})
     if compute_error is not None and configured_name is None:
         return Verdict(Status.FAIL, f"{found}, but this VM's name could not be read: {compute_error}",
                        "set vm_name to this VM's name as Scheduled Events lists it in Resources",

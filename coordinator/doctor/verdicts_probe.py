@@ -38,11 +38,48 @@ def is_loopback(host: str) -> bool:
 
 
 def probe_verdict(
-    *, url: str | None, is_member: bool, peer_urls: Sequence[str], answer: ProbeAnswer | None
+    *, url: str | None, is_member: bool, peer_urls: Sequence[str], answer: ProbeAnswer | None,
+    configured_url: str | None = None,
 ) -> Verdict:
     """This VM's probe as its peers would reach it: ``url`` is what its member node advertises (or, when
     its agent has not joined, what it would advertise), ``peer_urls`` what the other members advertise,
-    ``answer`` what a GET of ``url`` from this VM got."""
+    ``answer`` what a GET of ``url`` from this VM got. ``configured_url`` is what the configuration given
+    to doctor would advertise: a running agent that advertises another port or path runs with another
+    configuration (or was not restarted after a change), so every check judged against this file's probe
+    (the load balancer's, the repairs') judges the wrong one: WARN at least, said beside the rest."""
+    verdict = _probe_alone(url=url, is_member=is_member, peer_urls=peer_urls, answer=answer)
+    differs = _differences(url, configured_url) if is_member and url is not None and configured_url else []
+    if not differs:
+        return verdict
+    said = (f"the running agent advertises {url}, but this configuration's probe is {configured_url} "
+            f"({' and '.join(differs)} differ): the agent runs with another configuration, or was not restarted "
+            "after it changed")
+    fix = ("run coordinator doctor with the running agent's configuration file, or restart the agent with this one "
+           "(and point the load balancer's probe at the port it serves)")
+    status = Status.FAIL if verdict.status is Status.FAIL else Status.WARN
+    return Verdict(status, f"{verdict.summary}; {said}", fix + (f"; {verdict.fix}" if verdict.fix else ""),
+                   {**verdict.details, "configured_url": configured_url})
+
+
+def _differences(advertised: str, configured: str) -> list[str]:
+    """What differs between two probe URLs that a configuration decides: the port and the path. The
+    host is left out: without probe.advertise, it is the address the agent found toward ZooKeeper."""
+    a, c = urlsplit(advertised), urlsplit(configured)
+    found = []
+    try:
+        if a.port != c.port:
+            found.append(f"port {a.port} against {c.port}")
+    except ValueError:
+        found.append("port")
+    if a.path != c.path:
+        found.append(f"path {a.path} against {c.path}")
+    return found
+
+
+def _probe_alone(
+    *, url: str | None, is_member: bool, peer_urls: Sequence[str], answer: ProbeAnswer | None
+) -> Verdict:
+    """``probe_verdict`` without the comparison with the configuration."""
     details: dict[str, Any] = {"url": url, "member": is_member}
     if url is None:
         return Verdict(Status.FAIL, "this VM's member node advertises no probe URL: peers cannot confirm it serving",

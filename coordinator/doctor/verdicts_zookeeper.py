@@ -48,6 +48,32 @@ def _world_rights(acl: Sequence[tuple[str, str, int]]) -> list[str]:
     return [name for name, bit in _WORLD_WRITES.items() if perms & bit]
 
 
+_SHOWN_PATHS = 3
+
+
+def _summarised(nodes: Mapping[str, Sequence[str]]) -> str:
+    """The nodes (path -> rights) in a few words for one line: each with its rights when they are few;
+    else grouped by rights, the first paths of each group named (shortest first: the base before what lies
+    below it) and the rest counted. A group's nodes can number in the hundreds; ``--json`` has every one in
+    the verdict's details."""
+    if len(nodes) <= _SHOWN_PATHS:
+        return "; ".join(f"{path} ({', '.join(rights)})" for path, rights in sorted(nodes.items()))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for path, rights in nodes.items():
+        groups.setdefault(tuple(rights), []).append(path)
+    ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+    parts = []
+    for rights, paths in ordered[:2]:
+        paths.sort(key=lambda path: (path.count("/"), path))
+        shown = ", ".join(paths[:_SHOWN_PATHS])
+        more = f" and {len(paths) - _SHOWN_PATHS} more" if len(paths) > _SHOWN_PATHS else ""
+        parts.append(f"{', '.join(rights)} on {shown}{more}")
+    others = sum(len(paths) for _, paths in ordered[2:])
+    if others:
+        parts.append(f"other rights on {others} more")
+    return "; ".join(parts) + " (--json lists them all)"
+
+
 def acl_verdict(
     acls: Mapping[str, Sequence[tuple[str, str, int]] | None], *, base_path: str, configured_open: bool
 ) -> Verdict:
@@ -80,8 +106,9 @@ def acl_verdict(
         if rights:
             open_nodes[path] = rights
     if open_nodes:
-        listed = "; ".join(f"{path} ({', '.join(rights)})" for path, rights in sorted(open_nodes.items()))
-        return Verdict(Status.FAIL, f"world:anyone may change the group's nodes: {listed}", fix_open, details)
+        details["open_nodes"] = {path: rights for path, rights in sorted(open_nodes.items())}
+        return Verdict(Status.FAIL, f"world:anyone may change {len(open_nodes)} of the group's nodes: "
+                       f"{_summarised(open_nodes)}", fix_open, details)
     loose = {}
     for path, acl in acls.items():
         if acl is None or path == base_path or path.startswith(base_path + "/"):
@@ -91,10 +118,10 @@ def acl_verdict(
             loose[path] = rights
     checked = sum(1 for path, acl in acls.items() if acl is not None)
     if loose:
-        listed = "; ".join(f"{path} ({', '.join(rights)})" for path, rights in sorted(loose.items()))
+        details["loose_nodes"] = {path: rights for path, rights in sorted(loose.items())}
         return Verdict(Status.WARN, f"the group's nodes are closed, but world:anyone may change the root above "
-                       f"them: {listed}", "restrict those nodes' ACL to read and create for world:anyone "
-                       "(setAcl in zkCli.sh)", details)
+                       f"them: {_summarised(loose)}", "restrict those nodes' ACL to read and create for "
+                       "world:anyone (setAcl in zkCli.sh)", details)
     return Verdict(Status.PASS, f"{checked} node(s) read: none writable by world:anyone", details=details)
 
 

@@ -12,7 +12,13 @@ from ZooKeeper's state alone and never from an acknowledgement the approver is a
 reasons are the strings the agents log and show in their ``/status`` ("vm1 has not acknowledged",
 "maintenance budget: 1 event(s) in maintenance (E1)", ...). When the approver is not the leader, the
 admission reason it reckons is replaced by the leader's: ``decide`` from the leader's perspective says why
-it does not admit the event (the budget, a lead time), or that it admits it now.
+it does not admit the event (the budget, a lead time), or that it admits it now. The deciding agent has the
+last word: the leader's own admission reason and the approver's own "at approval: ..." hold, as their
+``/status`` gives them, stand in for what is worked out here (they weigh their own probes of the peers).
+
+The status of an event is the one the agents' last documents show; an event that could have started
+(approved, or NotBefore passed) and that the fresh document of an agent that would list it no longer
+lists is gone from IMDS: shown done (status None) until the leader marks its record done.
 
 What ZooKeeper does not hold, and is therefore assumed: the event's ``EventSource`` and
 ``DurationInSeconds`` (a ``User`` rule or ``freeze_immediately_below_seconds`` cannot be applied), the
@@ -60,6 +66,7 @@ from coordinator.groupstatus.model import (
     utc,
 )
 from coordinator.groupstatus.read import AgentAnswer, GroupRead
+from coordinator.metrics import blocked_reason
 from coordinator.models import Document
 from coordinator.store.base import ClusterView, EventRecord
 
@@ -70,11 +77,18 @@ log = logging.getLogger(__name__)
 NOT_ADMITTED = "not admitted yet"
 # The reasons about the leader's admission: its cause when known (the budget, no leader, a lead time).
 _ADMISSION = ("not admitted", "maintenance budget:", "it would leave no VM serving")
+_AT_APPROVAL = "at approval:"  # the budget weighed again by the approver, right before it approves
 #: An event still not done this long after it could start (approved, or NotBefore passed), an ack standing
 #: this long after its event was done, a VM out of rotation for ``OUT_LONG``: shown as needing attention.
 STUCK_AFTER = 1800.0
 OUT_LONG = 1800.0
-_STARTS_SOON = 300.0  # a blocked event this close to NotBefore will start unapproved: said so
+# What holds a blocked event back, by the labels of ``coordinator.metrics.blocked_reason``: by design (the
+# policy, an operator's pause, the maintenance windows: it starts at NotBefore as asked, nothing to attend
+# to, as for the alert CoordinatorEventBlockedNearNotBefore), or for good (nothing clears it by itself).
+_BY_DESIGN = frozenset({"policy", "paused", "outside_window"})
+_FOR_GOOD = frozenset({"no_agent", "no_approver", "invalid_event"})
+_NEVER_ADMITTED = " even with nothing else in maintenance"  # over the budget on its own
+_UNANSWERED = ": no answer"  # a peer whose probe does not answer the approver (``coordinator.peers.judge``)
 
 
 def build_status(read: GroupRead, policy: Policy, policy_source: str) -> GroupStatus:
@@ -105,7 +119,7 @@ def build_status(read: GroupRead, policy: Policy, policy_source: str) -> GroupSt
         members=members, registered=sorted(view.known), out_of_rotation=out, absent=absent,
         events=active, done=done, attention=[],
     )
-    return status.model_copy(update={"attention": _attention(status, read)})
+    return status.model_copy(update={"attention": _attention(status, read, policy)})
 
 
 # -- members ------------------------------------------------------------------------------------------
@@ -130,6 +144,7 @@ def _report(answer: AgentAnswer) -> AgentReport:
         last_cycle=_text(body.get("last_cycle")),
         connection=_text(cluster.get("connection")) if isinstance(cluster, dict) else "unavailable",
         action_error=_text(body.get("action_error")),
+        action_fallback=_text(body.get("action_fallback")),
         stays_out=_text(body.get("stays_out")),
     )
 
@@ -176,8 +191,9 @@ def _event_from_agent(read: GroupRead, vm: str | None, key: str) -> Mapping[str,
 
 
 def _status_of(record: EventRecord, read: GroupRead, reported: Mapping[str, tuple[str, Mapping[str, Any]]],
-               approver: str | None) -> tuple[str, str | None]:
-    """(status, who reported it): the approver's report first, then any agent's, else assumed."""
+               approver: str | None) -> tuple[str | None, str | None]:
+    """(status, who reported it): the approver's report first, then any agent's; None when the event is gone
+    from IMDS, by the agent whose document shows so (``_gone_per``); else assumed."""
     own = _event_from_agent(read, approver, record.event_id)
     if own is not None and isinstance(own.get("status"), str):
         return own["status"], approver
@@ -185,9 +201,33 @@ def _status_of(record: EventRecord, read: GroupRead, reported: Mapping[str, tupl
         vm, event = reported[record.event_id]
         if isinstance(event.get("status"), str):
             return event["status"], vm
+    gone = _gone_per(record, read)
+    if gone is not None:
+        return None, gone
     if record.not_before is not None and read.read_at >= record.not_before:
         return "Started", None
     return "Scheduled", None
+
+
+def _gone_per(record: EventRecord, read: GroupRead) -> str | None:
+    """The first agent whose last document (read fresh) no longer lists the record's event although its
+    documents list the event while it is present: it names that VM, that VM published or approved it, or
+    the group shows every VM every event (some record was published by a VM it does not name). None when no
+    such agent answered. Only for an event that could have started (approved, or NotBefore passed): by then
+    every agent has read it, whereas a new event may not have reached every agent's document yet."""
+    if record.approval is None and (record.not_before is None or read.read_at < record.not_before):
+        return None
+    every = any(r.published_by not in r.resources for r in read.view.records.values())
+    showing = {*record.resources, record.published_by, *([record.approval.by] if record.approval else [])}
+    for vm, answer in sorted(read.agents.items()):
+        body = answer.body or {}
+        imds, events = body.get("imds"), body.get("events")
+        if not (every or vm in showing) or not isinstance(imds, dict) or imds.get("fresh") is not True \
+                or not isinstance(events, list):
+            continue
+        if not any(isinstance(e, dict) and str(e.get("event_id", "")).upper() == record.event_id for e in events):
+            return vm
+    return None
 
 
 def event_statuses(read: GroupRead, policy: Policy) -> list[EventStatus]:
@@ -201,7 +241,7 @@ def event_statuses(read: GroupRead, policy: Policy) -> list[EventStatus]:
     plans: dict[str, Plan] = {}
     failure: str | None = None
     try:
-        plans = _plans(read, policy, approvers, {k: s for k, (s, _) in statuses.items()})
+        plans = _plans(read, policy, approvers, {k: s for k, (s, _) in statuses.items() if s is not None})
     except Exception as exc:  # a bug in the decision function must not take the status view down
         log.warning("cannot work out blockers with the decision function: %r", exc, exc_info=True)
         failure = f"{type(exc).__name__}: {exc}"
@@ -275,15 +315,18 @@ def _event(record: EventRecord, read: GroupRead, policy: Policy, approver: str |
     key = record.event_id
     resources = list(record.resources)
     approval = record.approval
-    done = record.done_at is not None
+    # Marked done, or gone from IMDS (status None): over, although its record says so only once the leader
+    # marks it done. Started (as IMDS shows it, or assumed past NotBefore) wins over approved: once approved,
+    # an event stays approved, and what the operator needs to see is that it runs.
+    done = record.done_at is not None or status is None
     state: EventState
     reasons: list[str] = []
     if done:
         state = "done"
-    elif approval is not None:
-        state = "approved"
     elif status != "Scheduled":
         state = "started"
+    elif approval is not None:
+        state = "approved"
     else:
         reasons = _reasons(record, read, policy, approver, plans, failure)
         state = "blocked" if reasons else "approvable"
@@ -295,7 +338,7 @@ def _event(record: EventRecord, read: GroupRead, policy: Policy, approver: str |
         event_id=key,
         type=record.event_type,
         status=None if done else status,
-        status_reported_by=None if done else reported_by,
+        status_reported_by=None if record.done_at is not None else reported_by,
         resources=resources,
         published_by=record.published_by,
         published_at=utc(record.published_at),
@@ -327,7 +370,15 @@ def _reasons(record: EventRecord, read: GroupRead, policy: Policy, approver: str
         reasons = list(plan.blocked.get(key, ()))
         leader_plan = plans.get(view.leader) if view.leader is not None else None
         index = next((i for i, r in enumerate(reasons) if r.startswith(_ADMISSION)), None)
-        if index is not None and leader_plan is not None and leader_plan is not plan:
+        # The deciding agent's own reason, when its /status gives one, comes before what is worked out here:
+        # it weighs what ZooKeeper does not hold (its probes of the peers, its own IMDS reading).
+        admission = _own_reason(read, view.leader, key, _ADMISSION) if record.admitted_at is None else None
+        approving = _own_reason(read, approver, key, (_AT_APPROVAL,))
+        if admission is not None:
+            if admission not in reasons:
+                _put(reasons, index, admission)
+            reasons = [r for r in reasons if not r.startswith(_AT_APPROVAL)]  # not admitted: nothing to approve
+        elif index is not None and leader_plan is not None and leader_plan is not plan:
             # The approver reckons the leader's admissions; the leader's own plan says it for sure.
             if key in leader_plan.admit:
                 reasons[index] = f"not admitted yet (the leader {view.leader} admits it on its next cycle)"
@@ -335,6 +386,9 @@ def _reasons(record: EventRecord, read: GroupRead, policy: Policy, approver: str
                 why = [r for r in leader_plan.blocked.get(key, ()) if r.startswith(_ADMISSION)]
                 if why and why[0] not in reasons:
                     reasons[index] = why[0]
+        at = next((i for i, r in enumerate(reasons) if r.startswith(_AT_APPROVAL)), None)
+        if approving is not None and admission is None and (at is not None or not reasons):
+            _put(reasons, at, approving)
         if approver is None and not reasons:
             reasons.append("no live agent named in Resources and no leader")
     not_before = record.not_before
@@ -345,6 +399,25 @@ def _reasons(record: EventRecord, read: GroupRead, policy: Policy, approver: str
     if reasons and not_before is not None and _never_early(reasons, policy, record):
         reasons.append("waiting for NotBefore: it starts then without an approval")
     return reasons
+
+
+def _put(reasons: list[str], index: int | None, reason: str) -> None:
+    """``reason`` in place of ``reasons[index]``, or first when ``index`` is None."""
+    if index is None:
+        reasons.insert(0, reason)
+    else:
+        reasons[index] = reason
+
+
+def _own_reason(read: GroupRead, vm: str | None, key: str, prefixes: tuple[str, ...]) -> str | None:
+    """The first reason starting with one of ``prefixes`` that ``vm``'s agent gives for the event ``key`` in
+    its ``/status`` (None: it did not answer, does not list the event, or gives no such reason)."""
+    event = _event_from_agent(read, vm, key)
+    waiting = event.get("waiting_for") if event is not None else None
+    for reason in waiting if isinstance(waiting, list) else ():
+        if isinstance(reason, str) and reason.startswith(prefixes):
+            return reason
+    return None
 
 
 def _never_early(reasons: list[str], policy: Policy, record: EventRecord) -> bool:
@@ -379,7 +452,7 @@ def _loopback(url: str | None) -> bool:
     return url is None or any(host in url for host in ("//127.", "//localhost", "//[::1]"))
 
 
-def _attention(status: GroupStatus, read: GroupRead) -> list[Attention]:
+def _attention(status: GroupStatus, read: GroupRead, policy: Policy) -> list[Attention]:
     found: list[Attention] = []
     read_at = status.read_at.timestamp()
     if status.leader is None:
@@ -391,8 +464,9 @@ def _attention(status: GroupStatus, read: GroupRead) -> list[Attention]:
         agent = member.agent
         if not agent.reachable and not _loopback(agent.url):
             found.append(Attention(vm=member.vm, message=f"{member.vm}: its agent does not answer ({agent.error})"))
-        if agent.action_error:
-            found.append(Attention(vm=member.vm, message=f"{member.vm}: {agent.action_error}"))
+        for problem in (agent.action_error, agent.action_fallback):
+            if problem:
+                found.append(Attention(vm=member.vm, message=f"{member.vm}: {problem}"))
         if agent.connection not in (None, "connected"):
             found.append(Attention(vm=member.vm,
                                    message=f"{member.vm}: its ZooKeeper connection is {agent.connection}"))
@@ -405,11 +479,11 @@ def _attention(status: GroupStatus, read: GroupRead) -> list[Attention]:
             found.append(Attention(event_id=event.event_id, message=(
                 f"{event.type} {event.event_id} could start {_minutes(read_at - min(began))} ago and is not done "
                 "(the leader marks it done once IMDS no longer shows it)")))
-        elif event.state == "blocked" and not_before is not None and 0 < not_before - read_at <= _STARTS_SOON:
-            blocker = event.blockers[0].reason if event.blockers else "blocked"
-            found.append(Attention(event_id=event.event_id, message=(
-                f"{event.type} {event.event_id} starts in {_minutes(not_before - read_at)} without an approval "
-                f"unless unblocked ({blocker})")))
+        elif event.state == "blocked" and not_before is not None and not_before > read_at:
+            late = _will_not_make_it(event, status, read, policy, not_before - read_at)
+            if late is not None:
+                found.append(Attention(event_id=event.event_id, message=(
+                    f"{event.type} {event.event_id} starts in {_span(not_before - read_at)}{late}")))
         for vm in event.resources:
             if vm not in read.view.members:
                 never = "" if vm in read.view.known else " (never seen in this group)"
@@ -428,6 +502,57 @@ def _attention(status: GroupStatus, read: GroupRead) -> list[Attention]:
                     f"{ack.vm} still acknowledges {event.event_id}, done {_minutes(read_at - done_at)} ago "
                     "(its agent is still drained for it)")))
     return found
+
+
+def _will_not_make_it(event: EventStatus, status: GroupStatus, read: GroupRead, policy: Policy,
+                      left: float) -> str | None:
+    """How the blocked ``event``, ``left`` seconds before its NotBefore, cannot be approved before it (the end
+    of its attention line, after "starts in N"); None while what holds it may still clear in time. It
+    cannot when something holds it that does not clear by itself (a VM it names runs no agent, nobody can
+    approve it, its record is invalid, the budget can never admit it, a peer's probe does not answer its
+    approver, a VM it names that has not acknowledged reports a failed drain), or when the drain still
+    needs longer than ``left`` (``_drain_left``). Reasons by design (the policy, a pause, the maintenance
+    windows) never make it need attention: it then starts at NotBefore as configured."""
+    for blocker in event.blockers:
+        reason = blocker.reason
+        label = blocked_reason(reason)
+        if (label in _FOR_GOOD or reason.endswith(_NEVER_ADMITTED)
+                or (label == "peer_not_serving" and _UNANSWERED in reason)):
+            return f" without an approval unless unblocked ({reason})"
+    if status.paused is not None or any(blocked_reason(b.reason) in _BY_DESIGN for b in event.blockers):
+        return None
+    failed = {m.vm: m.agent.action_error for m in status.members if m.agent.action_error}
+    for vm in event.missing_acks:
+        if vm in failed:
+            return f" without an approval unless unblocked ({vm} has not acknowledged: {failed[vm]})"
+    needed = _drain_left(event, read, policy)
+    if needed is not None and needed[0] > left:
+        seconds, vm = needed
+        return (f", before it can be approved: {vm} needs {_span(seconds)} more to drain before it can "
+                f"acknowledge (drain.wait_seconds for a {event.type}: "
+                f"{policy.drain_wait_by_type.get(event.type, policy.drain_wait):g} s)")
+    return None
+
+
+def _drain_left(event: EventStatus, read: GroupRead, policy: Policy) -> tuple[float, str] | None:
+    """(seconds, VM): the longest a VM named by ``event`` with an agent and without an acknowledgement still
+    needs to drain, at least: its drain wait (``drain.wait_seconds`` of the event's type) counted from when
+    it went out of rotation (its ``out`` node), in full if it has not. The drain actions' own time comes on
+    top. None when every such VM has acknowledged."""
+    wait = policy.drain_wait_by_type.get(event.type, policy.drain_wait)
+    longest: tuple[float, str] | None = None
+    for vm in event.missing_acks:
+        if vm not in read.view.members:
+            continue  # runs no agent: a blocker for good, said as such
+        mark = read.view.out.get(vm)
+        needs = wait if mark is None else max(mark.since + wait - read.read_at, 0.0)
+        if longest is None or needs > longest[0]:
+            longest = (needs, vm)
+    return longest
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else _minutes(seconds)
 
 
 def _minutes(seconds: float) -> str:

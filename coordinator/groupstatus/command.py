@@ -1,8 +1,8 @@
 """``coordinator status --config FILE`` / ``--zookeeper HOSTS --cluster NAME``: the whole group, read
 from ZooKeeper (read-only) and from each member's admin ``/status``, once or live (``--watch``).
 
-Exit status: 0 once shown (and on Ctrl-C under ``--watch``), 1 when ZooKeeper cannot be reached or the
-cluster does not exist (a one-line message on stderr), 2 for bad arguments or configuration.
+Exit status: 0 once shown (and on Ctrl-C or SIGTERM under ``--watch``), 1 when ZooKeeper cannot be reached
+or the cluster does not exist (a one-line message on stderr), 2 for bad arguments or configuration.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import FrameType
 
 from rich.console import Console
 from rich.live import Live
@@ -118,15 +120,35 @@ def _wait(event: threading.Event, until: float) -> None:
         event.wait(min(left, _SIGNAL_CHECK))
 
 
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c() -> Iterator[None]:
+    """Within the block, SIGTERM (a supervisor stopping the command, ``timeout``, ``kill``) raises
+    ``KeyboardInterrupt`` as Ctrl-C does, so that --watch ends the same way: the last table left on the
+    terminal, or printed when the output is not one, and exit status 0. Python runs signal handlers on the
+    main thread only: elsewhere the block runs with SIGTERM as it was. The previous handler is restored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
 def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], interval: float, *, as_json: bool) -> int:
-    """Read and show until Ctrl-C: at once when a watched node changes, at least every ``interval``."""
+    """Read and show until Ctrl-C or SIGTERM: at once when a watched node changes, at least every ``interval``."""
     changed = threading.Event()
     reader.set_wakeup(changed.set)
     console = _console()
     last: GroupStatus | None = None
     live = Live(console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
     try:
-        with live if not as_json else contextlib.nullcontext():
+        with _sigterm_as_ctrl_c(), live if not as_json else contextlib.nullcontext():
             while True:
                 began = time.monotonic()
                 changed.clear()

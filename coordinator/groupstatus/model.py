@@ -83,7 +83,9 @@ class AgentReport(_Model):
     cycles: int | None = None
     last_cycle: str | None = Field(default=None, description="the description of its last completed cycle")
     connection: str | None = Field(default=None, description="its own ZooKeeper connection state")
-    action_error: str | None = None
+    action_error: str | None = Field(default=None, description="its last drain or recover job failed: why")
+    action_fallback: str | None = Field(
+        default=None, description="its last drain holds by a fallback (azure-lb through the probe alone): why")
     stays_out: str | None = None
 
 
@@ -141,9 +143,12 @@ class EventStatus(_Model):
     type: str
     status: str | None = Field(
         description="Scheduled or Started, as the agents' last documents show it or, when no agent reported it, "
-        "assumed from NotBefore (status_reported_by is then None); None for a done event"
+        "assumed from NotBefore (status_reported_by is then None); None for a done event, or one gone from IMDS"
     )
-    status_reported_by: str | None = Field(description="the VM whose agent reported the status")
+    status_reported_by: str | None = Field(
+        description="the VM whose agent reported the status; for an event gone from IMDS, the VM whose last "
+        "document no longer lists it"
+    )
     resources: list[str]
     published_by: str
     published_at: datetime
@@ -156,7 +161,7 @@ class EventStatus(_Model):
     done_at: datetime | None
     approver: str | None = Field(description="who approves it now (policy approver mode); None if nobody can")
     approver_as_leader: bool | None
-    state: EventState
+    state: EventState = Field(description="done once marked done, or gone from IMDS (done_at None until marked)")
     blockers: list[Blocker] = Field(description="why it is not approved yet (empty unless state is blocked)")
     approver_reports: list[str] | None = Field(
         description="what the approver's own agent reports it waits for (None: its /status did not list it)"

@@ -27,8 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--root", metavar="PATH", help="ZooKeeper root of the clusters (default: the configuration's, "
                        "else /azure-maintenance)")
     group.add_argument("--watch", nargs="?", type=float, const=DEFAULT_WATCH_INTERVAL, metavar="SECONDS",
-                       help=f"re-read and re-render until Ctrl-C: on every ZooKeeper change and at least every "
-                       f"SECONDS (default {DEFAULT_WATCH_INTERVAL:g}); with --json, one JSON object per line")
+                       help=f"re-read and re-render until Ctrl-C or SIGTERM: on every ZooKeeper change and at "
+                       f"least every SECONDS (default {DEFAULT_WATCH_INTERVAL:g}); with --json, one JSON object per "
+                       "line")
     group.add_argument("--timeout", type=float, metavar="SECONDS",
                        help="bound on connecting to ZooKeeper and on each read (default: the configuration's "
                        "zookeeper.operation_timeout, 5 s)")

@@ -190,8 +190,12 @@ def _event_panel(event: EventStatus, status: GroupStatus) -> Panel:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
-    shown = event.status or "?"
-    shown += f" (per {event.status_reported_by})" if event.status_reported_by else " (assumed: no agent reported it)"
+    if event.status is None:  # gone from IMDS, not marked done yet
+        shown = f"gone from IMDS (per {event.status_reported_by}): the leader marks it done"
+    elif event.status_reported_by:
+        shown = f"{event.status} (per {event.status_reported_by})"
+    else:
+        shown = f"{event.status} (assumed: no agent reported it)"
     grid.add_row("Status", Text(shown))
     if event.not_before is not None:
         grid.add_row("NotBefore", Text(f"{relative(event.not_before, now)} ({clock(event.not_before, now)})",
@@ -206,6 +210,8 @@ def _event_panel(event: EventStatus, status: GroupStatus) -> Panel:
         approval = event.approval
         role = "as leader" if approval.as_leader else "as first live VM in Resources"
         grid.add_row("Approval", Text(f"by {approval.by} {role} {relative(approval.at, now)}", style="green"))
+    elif event.state == "done":
+        grid.add_row("Approval", Text("none"))
     else:
         approver = event.approver or "nobody"
         role = ""

@@ -1,7 +1,8 @@
 """A real Prometheus and Alertmanager on loopback, scraping a local group: for the alerts test.
 
-``LocalAlertmanager`` runs Debian's ``prometheus-alertmanager`` with one webhook receiver and its high
-availability cluster listener disabled (it would bind every interface); ``LocalPrometheus`` runs
+``LocalAlertmanager`` runs Debian's ``prometheus-alertmanager`` with one webhook receiver (its own routing,
+or a given configuration's routes and inhibit rules, such as ``deploy/prometheus/alertmanager.yml``) and its
+high availability cluster listener disabled (it would bind every interface); ``LocalPrometheus`` runs
 ``prometheus`` with the shipped alert rules (``deploy/prometheus/alerts.yml``, or any rule files given),
 scraping the agents' admin ports every second and sending alerts to that Alertmanager. Both bind
 127.0.0.1 only, keep their data in the directory given, and only the PID started here is ever
@@ -10,6 +11,7 @@ signalled. ``docs/operations.md`` ("Alerts, end to end") runs the same by hand.
 
 from __future__ import annotations
 
+import copy
 import shutil
 import subprocess
 import time
@@ -74,23 +76,38 @@ class _Daemon:
 
 
 class LocalAlertmanager(_Daemon):
-    """Alertmanager delivering every alert to ``webhook_url`` (group_wait 0 s: at once)."""
+    """Alertmanager delivering alerts to ``webhook_url``: every alert at once (group_wait 0 s), or, given
+    ``routing`` (an Alertmanager configuration), as its routes and inhibit rules say, every receiver it
+    names sending to the webhook instead. Resolved alerts are not sent."""
 
     binary = ALERTMANAGER
     what = "Debian's prometheus-alertmanager package"
 
-    def __init__(self, directory: Path, webhook_url: str) -> None:
+    def __init__(self, directory: Path, webhook_url: str, routing: Mapping[str, Any] | None = None) -> None:
         super().__init__(directory)
         self.webhook_url = webhook_url
+        self.routing = routing
         self.config_path = directory / "alertmanager.yml"
 
     def config(self) -> dict[str, Any]:
+        webhook = {"webhook_configs": [{"url": self.webhook_url, "send_resolved": False}]}
+        if self.routing is not None:
+            config = copy.deepcopy(dict(self.routing))
+            names = sorted({str(r["name"]) for r in config.get("receivers", [])})
+            config["receivers"] = [{"name": name, **webhook} for name in names]
+            return config
         return {
             "route": {"receiver": "webhook", "group_by": ["alertname", "cluster", "vm"],
                       "group_wait": "0s", "group_interval": "1s", "repeat_interval": "1h"},
-            "receivers": [{"name": "webhook",
-                           "webhook_configs": [{"url": self.webhook_url, "send_resolved": False}]}],
+            "receivers": [{"name": "webhook", **webhook}],
         }
+
+    def alerts(self) -> list[Mapping[str, Any]]:
+        """The alerts it holds now and has not seen resolved (inhibited and silenced ones too)."""
+        answer = httpx.get(f"{self.url}/api/v2/alerts", timeout=5.0, trust_env=False)
+        answer.raise_for_status()
+        alerts: list[Mapping[str, Any]] = answer.json()
+        return alerts
 
     def _args(self) -> list[str]:
         self.config_path.write_text(yaml.safe_dump(self.config(), sort_keys=False))

@@ -5,27 +5,39 @@ The fault is the one that fires fastest with the rules as shipped: ``Coordinator
 ``for:`` (every other rule waits a minute or more), so ``deploy/prometheus/alerts.yml`` is used unchanged.
 Prometheus scrapes and evaluates every second; Alertmanager's group_wait is 0 s. Both are Debian's packages
 (``scripts/setup.sh`` installs them), started here on loopback ports; a missing one fails the test.
+
+A ZooKeeper outage runs the shipped rules with the shipped Alertmanager routing and inhibit rules
+(``deploy/prometheus/alertmanager.yml``), every duration of both (``for:``, the scrape interval,
+group_wait, group_interval, repeat_interval) divided by ``SCALE``, so that minutes take seconds with
+the same proportions: what pages, how often, and what is held back.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from coordinator.support.quiethttp import QuietThreadingHTTPServer
 from coordinator.testbed.monitoring import LocalAlertmanager, LocalPrometheus, Scraped
+from coordinator.testbed.zookeeper import LocalZooKeeper
 from tests.e2e.support import ClusterFactory, sim
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
+ALERTMANAGER = ROOT / "deploy" / "prometheus" / "alertmanager.yml"
+SCALE = 10  # the shipped durations, ten times shorter
+_DURATION = re.compile(r"\b(for|group_wait|group_interval|repeat_interval): (\d+)([smh])\b")
+_SECONDS = {"s": 1, "m": 60, "h": 3600}
 
 pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
 
@@ -69,6 +81,19 @@ def receiver() -> Iterator[Receiver]:
     running = Receiver()
     yield running
     running.stop()
+
+
+def _scaled(text: str) -> str:
+    """A shipped rule file or Alertmanager configuration with every ``for:`` and notification timing divided
+    by ``SCALE`` (written in milliseconds, which both accept)."""
+    return _DURATION.sub(lambda m: f"{m[1]}: {int(m[2]) * _SECONDS[m[3]] * 1000 // SCALE}ms", text)
+
+
+def _seconds(text: str, key: str, where: str) -> float:
+    """The ``key:`` duration that follows ``where`` in a scaled file, in seconds."""
+    match = re.search(rf"{key}: (\d+)ms", text[text.index(where):])
+    assert match is not None, f"no {key} after {where}"
+    return int(match[1]) / 1000
 
 
 def _wait(predicate: Any, timeout: float, what: str, detail: Any = lambda: "") -> None:
@@ -124,3 +149,61 @@ def test_a_failed_drain_fires_its_alert_and_alertmanager_delivers_it(
     assert "failing-drain" in json.dumps(status), status  # the agent says which action failed
     assert event["event_id"]
     print(f"alert delivered {delivered - faulted:.1f} s after the fault; test {time.monotonic() - began:.1f} s")
+
+
+def test_a_zookeeper_outage_pages_once_for_the_group_and_not_for_its_missing_leader(
+    make_cluster: ClusterFactory, zk_server_factory: Callable[[], LocalZooKeeper], receiver: Receiver,
+    tmp_path: Path,
+) -> None:
+    zk = zk_server_factory()
+    cluster = make_cluster(zk_hosts=zk.hosts)  # three VMs, one of them leading
+    rules, routing = _scaled(RULES.read_text()), _scaled(ALERTMANAGER.read_text())
+    (tmp_path / "alerts.yml").write_text(rules)
+    no_leader_for = _seconds(rules, "for", "alert: CoordinatorNoLeader")
+    group_wait = _seconds(routing, "group_wait", "route:")
+    alertmanager = LocalAlertmanager(tmp_path / "alertmanager", receiver.url, routing=yaml.safe_load(routing))
+    prometheus = LocalPrometheus(
+        tmp_path / "prometheus",
+        [Scraped(agent.admin_url.removeprefix("http://"), vm, cluster.cluster) for vm, agent in cluster.agents.items()],
+        [tmp_path / "alerts.yml"], alertmanager="", interval=f"{15000 // SCALE}ms",
+    )
+    connected = 'coordinator_zookeeper_connection_state{state="connected"} == 1'
+    leader = f'max by (cluster) (coordinator_is_leader{{cluster="{cluster.cluster}"}}) == 1'
+    try:
+        alertmanager.start()
+        prometheus.alertmanager = f"127.0.0.1:{alertmanager.port}"
+        prometheus.start()
+        _wait(lambda: len(prometheus.query(connected)) == 3 and bool(prometheus.query(leader)), 30,
+              "Prometheus to see every agent connected and a leader", lambda: prometheus.query("up"))
+
+        zk.kill()  # the whole ensemble, for every agent at once
+        _wait(lambda: any(_names(n) == {"CoordinatorZooKeeperDisconnected"} for n in receiver.notifications), 60,
+              "Alertmanager to deliver CoordinatorZooKeeperDisconnected",
+              lambda: f"prometheus alerts: {prometheus.alerts()}\nalertmanager: {alertmanager.alerts()}")
+        # Without a leader for longer than CoordinatorNoLeader waits before firing, and Alertmanager before
+        # sending: the rule as it was paged here.
+        window = int(no_leader_for + 2 * group_wait) + 2
+        no_leader = (f'max_over_time((max by (cluster) (coordinator_is_leader{{cluster="{cluster.cluster}"}}))'
+                     f'[{window}s:1s]) == 0')
+        _wait(lambda: bool(prometheus.query(no_leader)), 60, f"{window} s without a leader in Prometheus")
+
+        zk.start()
+        _wait(lambda: len(prometheus.query(connected)) == 3 and bool(prometheus.query(leader)), 90,
+              "the agents to reconnect and a leader again", lambda: prometheus.query("coordinator_is_leader"))
+        # Whatever was firing is resolved on both sides: anything to deliver about the outage has been.
+        _wait(lambda: not prometheus.alerts() and not alertmanager.alerts(), 60,
+              "every alert resolved in Prometheus and Alertmanager",
+              lambda: f"prometheus alerts: {prometheus.alerts()}\nalertmanager: {alertmanager.alerts()}")
+    finally:
+        prometheus.stop()
+        alertmanager.stop()
+
+    notifications = list(receiver.notifications)
+    assert [_names(n) for n in notifications] == [{"CoordinatorZooKeeperDisconnected"}], notifications
+    [page] = notifications
+    assert sorted(a["labels"]["vm"] for a in page["alerts"]) == ["vm0", "vm1", "vm2"]  # one page for the group
+    assert {a["labels"]["cluster"] for a in page["alerts"]} == {cluster.cluster}
+
+
+def _names(notification: dict[str, Any]) -> set[str]:
+    return {alert["labels"]["alertname"] for alert in notification.get("alerts", [])}

@@ -1,17 +1,36 @@
-"""The azure-lb action's configuration and its pure parts (the PUT body, Retry-After, token lifetime)."""
+"""The azure-lb action's configuration and its pure parts (the PUT body, Retry-After, token lifetime), and
+how a drain that falls back to the health probe reaches the agent's ``/status``."""
 
 from __future__ import annotations
 
 import email.utils
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from coordinator.actions.azure_lb import ArmError, parse_retry_after, token_lifetime, with_admin_state
+from coordinator.actions import ActionContext, ProbeAction, ProbeState, run_drain
+from coordinator.actions.azure_lb import (
+    ArmClient,
+    ArmError,
+    AzureLbAction,
+    parse_retry_after,
+    token_lifetime,
+    with_admin_state,
+)
+from coordinator.agent import Agent
 from coordinator.config import AzureLbActionConfig, load_settings
+from coordinator.decide import Policy
 from coordinator.errors import ConfigError
+from coordinator.metrics import Metrics
+from coordinator.models import Document, format_not_before, parse_document
 from coordinator.runtime import startup_summary
+from coordinator.state import StateFile
+from coordinator.store.memory import MemoryCluster, MemoryStore
+from tests.doubles import Clock, InlineExecutor
 
 POOL = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/"
         "loadBalancers/lb/backendAddressPools/web")
@@ -126,3 +145,49 @@ def test_token_lifetime_from_imds_strings_or_expires_on() -> None:
     assert token_lifetime({"expires_on": "1000600"}, now=1_000_000) == 600.0
     with pytest.raises(ValueError, match="expires_in"):
         token_lifetime({"expires_in": "0", "expires_on": "5"}, now=10)
+
+
+class _NoRole:
+    """ARM as a managed identity without a role on the pool meets it."""
+
+    def get_resource(self, resource_id: str, deadline: float, **options: Any) -> dict[str, Any]:
+        raise ArmError(f"GET {resource_id}: 403 AuthorizationFailed")
+
+
+class _Imds:
+    def __init__(self, document: Document) -> None:
+        self.document = document
+
+    def get_document(self) -> Document:
+        return self.document
+
+    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
+        raise AssertionError("nothing to approve here")
+
+
+FELL_BACK = (f"azure-lb drain fell back to the health probe alone: cannot set backend address vm0 Down through "
+             f"ARM (GET {POOL}: 403 AuthorizationFailed)")
+
+
+def test_a_drain_that_falls_back_to_the_probe_says_so_up_to_the_agents_status(tmp_path: Path) -> None:
+    clock = Clock()
+    action = AzureLbAction("azure-lb", [POOL], "vm0", cast(ArmClient, _NoRole()), clock=clock.monotonic)
+    probe = ProbeState(serving=True)
+    assert run_drain([ProbeAction(probe), action], ActionContext("vm0", ())) == (FELL_BACK,)
+    assert probe.serving is False  # the drain holds, through the probe
+
+    not_before = format_not_before(datetime.fromtimestamp(clock.wall + 60, UTC))  # too close to wait for anything
+    document = parse_document({"DocumentIncarnation": 2, "Events": [{
+        "EventId": "E1", "EventType": "Freeze", "EventStatus": "Scheduled", "Resources": ["vm0"],
+        "NotBefore": not_before}]})
+    agent = Agent(vm="vm0", imds=_Imds(document), store=MemoryStore(MemoryCluster(), clock=clock.now),
+                  actions=[ProbeAction(ProbeState()), action], policy=Policy(), metrics=Metrics(CollectorRegistry()),
+                  clock=clock, executor=InlineExecutor(),  # type: ignore[arg-type]
+                  state_file=StateFile(tmp_path / "state.json"))
+    assert agent.status()["action_fallback"] is None
+    for _ in range(3):
+        agent.cycle()
+        clock.advance(1.0)
+    status = agent.status()
+    assert status["phase"] in ("draining", "drained")
+    assert (status["action_error"], status["action_fallback"]) == (None, FELL_BACK)

@@ -227,3 +227,52 @@ def test_a_valid_file_with_one_bad_field_reports_only_that_field(tmp_path: Path)
         _settings(tmp_path, "cluster: web\ndrain:\n  wait_seconds: 10\n  probe_threshold: 0\n"
                   "policy:\n  absent_peer_grace_seconds: 10\n")
     assert str(info.value).splitlines()[1:] == ["  drain.probe_threshold: Input should be greater than or equal to 1"]
+
+
+def test_a_map_of_waits_under_wait_seconds_points_to_wait_seconds_by_type(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, "cluster: web\ndrain:\n  wait_seconds: {Reboot: 60}\n")
+    assert str(info.value).splitlines()[1:] == [
+        "  drain.wait_seconds: takes one number, the wait of every event type; a wait per type goes in "
+        "drain.wait_seconds_by_type (wait_seconds_by_type: {Reboot: 60})"]
+
+
+def test_a_tab_in_the_yaml_is_one_line_naming_the_file_and_the_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, "cluster: web\nzookeeper:\n\thosts: zk1:2181\n")
+    assert str(info.value) == (f"{tmp_path / 'agent.yaml'}: line 3, column 1: not valid YAML: a tab character: YAML "
+                               "indents with spaces only")
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, "cluster: [unclosed\n")
+    assert "\n" not in str(info.value) and "<unicode string>" not in str(info.value)
+    assert "(while parsing a flow sequence on line 1)" in str(info.value)
+
+
+@pytest.mark.parametrize("text", [
+    "probe:\n  listen: '10.0.0.4:80800'\nhttp:\n  listen: 0.0.0.0:8090\n",  # the default probe.listen's port
+    "probe:\n  listen: '10.0.0.4'\napp_health:\n  listen: 127.0.0.1:8090\n",
+])
+def test_a_bad_probe_listen_is_the_only_error_not_one_about_its_default(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, "cluster: web\n" + text)
+    [line] = str(info.value).splitlines()[1:]
+    assert line.startswith("  probe.listen: expected HOST:PORT, got '10.0.0.4")
+
+
+def test_no_rule_judges_the_default_that_stands_in_for_a_bad_drain_wait(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        _settings(tmp_path, "cluster: web\ndrain:\n  wait_seconds: forty\n  latest_start_seconds: 30\n"
+                  "policy:\n  absent_peer_grace_seconds: 20\n")
+    assert [line.split(":")[0] for line in str(info.value).splitlines()[1:]] == ["  drain.wait_seconds"]
+
+
+def test_the_printed_configuration_shows_the_wait_of_every_event_type(tmp_path: Path) -> None:
+    from coordinator.config import redacted
+
+    settings = _settings(tmp_path, "cluster: web\ndrain:\n  wait_seconds_by_type: {Reboot: 100}\n")
+    shown = redacted(settings)["drain"]
+    assert shown["wait_seconds"] == 35.0
+    assert shown["wait_seconds_by_type"] == {"Freeze": 35.0, "Reboot": 100.0, "Redeploy": 35.0, "Preempt": 5.0,
+                                             "Terminate": 35.0}
+    again = Settings.model_validate({"cluster": "web", "drain": shown})
+    assert again.drain.waits() == settings.drain.waits()

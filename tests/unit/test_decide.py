@@ -285,3 +285,12 @@ def test_a_cycle_that_could_read_neither_imds_nor_zookeeper_says_so_instead_of_n
     assert plan.describe() == "no fresh IMDS document and no ZooKeeper view: the VM stays as it is"
     assert decide(snap("vm0", doc(), None), SERVING, POLICY).describe() == "no ZooKeeper view: the VM stays as it is"
     assert decide(snap("vm0", doc(), view(("vm0",))), SERVING, POLICY).describe() == "nothing to do"
+
+
+def test_a_cycle_without_zookeeper_that_drains_the_vm_says_so_instead_of_that_it_stays_as_it_is() -> None:
+    # An event naming this VM, past its NotBefore, first seen while ZooKeeper is unreachable: it drains anyway.
+    plan = decide(snap("vm0", doc(event(["vm0"])), None), SERVING, POLICY)
+    assert plan.start_drain and plan.approve == ()
+    assert plan.describe() == f"drain for {EID}; no ZooKeeper view: drains on this VM's own evidence, approves nothing"
+    drained = decide(snap("vm0", doc(event(["vm0"])), None), DRAINED, POLICY)  # nothing changes: it stays drained
+    assert drained.describe() == "no ZooKeeper view: the VM stays as it is"

@@ -5,12 +5,24 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
-from coordinator.config import Settings
-from coordinator.doctor.checks import CHECKS, NOTICES, Check, Context, check_session
+from coordinator.config import Settings, load_settings
+from coordinator.doctor.checks import (
+    CHECKS,
+    NOTICES,
+    Check,
+    Context,
+    check_config,
+    check_imds,
+    check_members,
+    check_probe,
+    check_session,
+)
 from coordinator.doctor.command import run_checks
 from coordinator.doctor.options import CHECK_NAMES
 from coordinator.doctor.verdicts import (
@@ -286,9 +298,9 @@ def test_the_session_check_reads_approval_rules_and_waits_from_the_configuration
                                         "policy": {"approval": {"Preempt": "immediately"}}, "state_file": None})
     ctx = Context(settings=settings, config_path=tmp_path / "c.yaml", deadline=time.monotonic() + 5)
     assert check_session(ctx).status is Status.PASS  # Preempt approved at once: no drain to wait for
-    default = Settings.model_validate({"cluster": "web", "state_file": None})
-    ctx = Context(settings=default, config_path=tmp_path / "c.yaml", deadline=time.monotonic() + 5)
-    assert check_session(ctx).status is Status.WARN
+    longer = Settings.model_validate({"cluster": "web", "zookeeper": {"session_timeout": 30}, "state_file": None})
+    ctx = Context(settings=longer, config_path=tmp_path / "c.yaml", deadline=time.monotonic() + 5)
+    assert check_session(ctx).status is Status.WARN  # 30 s + a tick + the Preempt's 5 s reach its notice
 
 
 # --- probe and members ----------------------------------------------------------------------------------
@@ -403,3 +415,154 @@ def test_a_check_that_raises_fails_and_the_run_goes_on(tmp_path: Path) -> None:
     results = run_checks(_context(tmp_path, 5), checks, set(), 5)
     assert [r.verdict.status for r in results] == [Status.FAIL, Status.PASS]
     assert "RuntimeError: boom" in results[0].verdict.summary
+
+
+# --- what the shipped defaults and files say ------------------------------------------------------------
+
+ROOT = Path(__file__).parent.parent.parent
+
+
+@pytest.mark.parametrize("config", [None, "deploy/coordinator.example.yaml", "deploy/examples/probe-only.yaml"])
+def test_the_shipped_defaults_and_example_pass_the_session_check(tmp_path: Path, config: str | None) -> None:
+    settings = Settings.model_validate({"cluster": "web", "state_file": None}) if config is None \
+        else load_settings(ROOT / config, environ={})
+    verdict = check_session(Context(settings=settings, config_path=tmp_path / "c.yaml", deadline=time.monotonic() + 5))
+    assert verdict.status is Status.PASS, verdict.summary
+    assert "Preempt with 3 s to spare" in verdict.summary
+
+
+def test_the_config_check_warns_of_what_check_config_warns_of(tmp_path: Path) -> None:
+    settings = Settings.model_validate({"cluster": "web", "state_file": None,
+                                        "drain": {"wait_seconds_by_type": {"Preempt": 40}}})
+    ctx = Context(settings=settings, config_path=tmp_path / "c.yaml", deadline=time.monotonic() + 5,
+                  environ={"COORDINATOR_ZOOKEEPER_HOSTS": "zk1:2181"})
+    verdict = check_config(ctx)
+    assert verdict.status is Status.WARN
+    assert "COORDINATOR_ZOOKEEPER_HOSTS is ignored" in verdict.summary and "Preempt (40 s)" in verdict.summary
+    assert "state_file" not in verdict.fix and "coordinator check-config" in verdict.fix
+
+
+# --- IMDS's 429 -----------------------------------------------------------------------------------------
+
+DOCUMENT = {"DocumentIncarnation": 3, "Events": []}
+COMPUTE = {"name": "web_3", "resourceId": ""}
+
+
+def _imds(script: dict[str, list[httpx.Response]]) -> Callable[[httpx.Request], httpx.Response]:
+    """An IMDS answering each path from its script in turn, then 200 with its document."""
+    def answer(request: httpx.Request) -> httpx.Response:
+        path = request.url.path.rsplit("/", 1)[-1]
+        if script.get(path):
+            return script[path].pop(0)
+        return httpx.Response(200, json=DOCUMENT if path == "scheduledevents" else COMPUTE)
+    return answer
+
+
+def _imds_context(tmp_path: Path, **options: object) -> Context:
+    settings = Settings.model_validate({"cluster": "web", "state_file": None, "imds": {"url": "http://imds.test"},
+                                        **options})
+    return Context(settings=settings, config_path=tmp_path / "c.yaml", deadline=time.monotonic() + 30)
+
+
+def test_a_429_is_retried_after_its_retry_after_as_the_agent_does(tmp_path: Path) -> None:
+    too_many = httpx.Response(429, headers={"Retry-After": "2"})
+    waits: list[float] = []
+    ctx = _imds_context(tmp_path)
+    transport = httpx.MockTransport(_imds({"scheduledevents": [too_many], "compute": [too_many]}))
+    verdict = check_imds(ctx, transport, waits.append)
+    assert verdict.status is Status.PASS and "this VM is web_3" in verdict.summary
+    assert waits == [2.0, 2.0] and ctx.vm == "web_3"
+
+
+def test_a_long_retry_after_is_bounded_by_the_agents_backoff(tmp_path: Path) -> None:
+    waits: list[float] = []
+    transport = httpx.MockTransport(_imds({"compute": [httpx.Response(429, headers={"Retry-After": "120"})]}))
+    assert check_imds(_imds_context(tmp_path), transport, waits.append).status is Status.PASS
+    assert waits == [8.0]  # imds.backoff_max_seconds
+
+
+def test_a_429_that_persists_warns_to_run_again_and_blames_nothing_else(tmp_path: Path) -> None:
+    def always(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"Retry-After": "0"})
+
+    verdict = check_imds(_imds_context(tmp_path), httpx.MockTransport(always), lambda _: None)
+    assert verdict.status is Status.WARN and "429" in verdict.summary
+    assert "run coordinator doctor again" in verdict.fix and "proxy" not in verdict.fix
+    compute_only = httpx.MockTransport(_imds({"compute": [httpx.Response(429)] * 3}))
+    verdict = check_imds(_imds_context(tmp_path), compute_only, lambda _: None)
+    assert verdict.status is Status.WARN and "this VM's name was not read" in verdict.summary
+    assert "vm_name" not in verdict.fix
+
+
+def test_other_failures_are_not_retried_and_still_fail(tmp_path: Path) -> None:
+    waits: list[float] = []
+    transport = httpx.MockTransport(_imds({"compute": [httpx.Response(404)]}))
+    verdict = check_imds(_imds_context(tmp_path), transport, waits.append)
+    assert verdict.status is Status.FAIL and "set vm_name" in verdict.fix and waits == []
+
+
+def test_rate_limited_verdicts_warn_where_unreachable_ones_fail() -> None:
+    assert imds_verdict(error="HTTP 429", url="http://x", rate_limited=True).status is Status.WARN
+    verdict = imds_verdict(error=None, incarnation=1, compute_error="HTTP 429", compute_rate_limited=True)
+    assert verdict.status is Status.WARN and "set vm_name" not in verdict.fix
+
+
+# --- the ACL line ---------------------------------------------------------------------------------------
+
+
+def test_many_open_nodes_are_summarised_and_listed_in_full_for_json() -> None:
+    acls = {"/am": [WORLD_ALL], "/am/web": [WORLD_ALL], "/am/web/members": [WORLD_ALL]}
+    acls.update({f"/am/web/events/E{i:03d}-0000-0000-0000-000000000000": [WORLD_ALL] for i in range(60)})
+    verdict = acl_verdict(acls, base_path="/am/web", configured_open=True)
+    assert verdict.status is Status.FAIL and len(verdict.summary) < 300, verdict.summary
+    assert "world:anyone may change 62 of the group's nodes: write, create, delete, admin on /am/web, " \
+        "/am/web/members, /am/web/events/E000" in verdict.summary
+    assert "and 59 more (--json lists them all)" in verdict.summary
+    assert len(verdict.details["open_nodes"]) == 62
+
+
+# --- this VM among the members --------------------------------------------------------------------------
+
+
+def _member_context(tmp_path: Path, members: dict[str, dict[str, object]], vm: str | None) -> Context:
+    settings = Settings.model_validate({"cluster": "web", "state_file": None, "probe": {"listen": "127.0.0.1:8090"}})
+    ctx = Context(settings=settings, config_path=tmp_path / "c.yaml", deadline=time.monotonic() + 10, vm=vm)
+    ctx.zookeeper = object()  # type: ignore[assignment]  # never read: the members are given
+    ctx.cluster_exists = True
+    ctx.members = members
+    return ctx
+
+
+def test_this_vms_own_probe_is_no_peer_when_imds_did_not_name_it(tmp_path: Path) -> None:
+    from coordinator import __version__
+
+    members: dict[str, dict[str, object]] = {
+        "web_0": {"version": __version__, "probe": "http://127.0.0.1:8090/health"},  # this configuration's
+        "web_1": {"version": __version__, "probe": "http://127.0.0.1:1/health"},
+    }
+    verdict = check_members(_member_context(tmp_path, members, vm=None))
+    assert verdict.details["members"]["web_0"]["probe_answer"] is None  # not asked: it is this VM
+    assert "web_0 (" not in verdict.summary and "web_1 (" in verdict.summary
+    probe = check_probe(_member_context(tmp_path, members, vm=None))
+    assert probe.details["member"] is True and probe.details["url"] == "http://127.0.0.1:8090/health"
+
+
+def test_a_running_agent_advertising_another_port_than_the_configuration_is_said(tmp_path: Path) -> None:
+    members: dict[str, dict[str, object]] = {"web_0": {"probe": "http://127.0.0.1:1/health"}}
+    verdict = check_probe(_member_context(tmp_path, members, vm="web_0"))
+    assert "the running agent advertises http://127.0.0.1:1/health, but this configuration's probe is " \
+        "http://127.0.0.1:8090/health (port 1 against 8090 differ)" in verdict.summary
+    assert verdict.fix.startswith("run coordinator doctor with the running agent's configuration file")
+
+
+def test_another_probe_port_or_path_than_configured_warns_even_when_the_probe_answers() -> None:
+    verdict = probe_verdict(url="http://10.0.0.4:8091/health", is_member=True, peer_urls=[], answer=SERVING,
+                            configured_url="http://10.0.0.4:8090/health")
+    assert verdict.status is Status.WARN and "answers 200 (serving)" in verdict.summary
+    assert "port 8091 against 8090" in verdict.summary
+    same = probe_verdict(url="http://10.0.0.4:8090/health", is_member=True, peer_urls=[], answer=SERVING,
+                         configured_url="http://10.0.0.9:8090/health")  # the host is not the file's to say
+    assert same.status is Status.PASS
+    path = probe_verdict(url="http://10.0.0.4:8090/ready", is_member=True, peer_urls=[], answer=SERVING,
+                         configured_url="http://10.0.0.4:8090/health")
+    assert path.status is Status.WARN and "path /ready against /health" in path.summary

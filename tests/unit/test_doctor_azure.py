@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from coordinator.doctor.azure import scope_of
@@ -169,3 +172,35 @@ def test_spot_warns(priority: str | None, status: Status) -> None:
     assert verdict.status is status
     if status is Status.WARN:
         assert "Preempt with 30 s of notice" in verdict.summary and verdict.fix
+
+
+def test_repairs_reading_the_drain_probe_lead_with_the_application_health_endpoint() -> None:
+    verdict = repairs_verdict(enabled=True, grace_period="PT10M", repair_action="Replace",
+                              health_source="load balancer probe p", drain_probe_source=True,
+                              app_health="port 9110 /apphealth")
+    assert verdict.status is Status.FAIL
+    assert verdict.fix.startswith("take the repairs' health source off the drain probe: point the Application "
+                                  "Health extension at the agent's application health endpoint (port 9110 /apphealth)")
+    assert verdict.fix.index("/apphealth") < verdict.fix.index("gracePeriod")
+
+
+def test_the_repairs_check_names_where_this_configuration_serves_application_health(tmp_path: Path) -> None:
+    from coordinator.config import Settings
+    from coordinator.doctor.azure import AzureSeen, check_repairs
+    from coordinator.doctor.context import Context
+
+    lb = f"{SUB}/Microsoft.Network/loadBalancers/lb"
+    scale_set = {"properties": {
+        "automaticRepairsPolicy": {"enabled": True, "gracePeriod": "PT10M"},
+        "virtualMachineProfile": {"networkProfile": {"healthProbe": {"id": f"{lb}/probes/drain"}}},
+    }}
+    balancer = {"name": "lb", "properties": {"probes": [
+        {"name": "drain", "properties": {"protocol": "Http", "port": 8090, "requestPath": "/health"}}]}}
+    settings = Settings.model_validate({"cluster": "web", "state_file": None, "http": {"listen": "127.0.0.1:9200"},
+                                        "app_health": {"listen": "127.0.0.1:9111"}})
+    ctx = Context(settings=settings, config_path=tmp_path / "c.yaml", deadline=time.monotonic() + 5,
+                  azure=AzureSeen(load_balancers={lb.lower(): balancer}, scale_set=scale_set,
+                                  scale_set_id=f"{SUB}/Microsoft.Compute/virtualMachineScaleSets/web"))
+    verdict = check_repairs(ctx)
+    assert verdict.status is Status.FAIL
+    assert "application health endpoint (port 9111 /apphealth or port 9200 /apphealth)" in verdict.fix

@@ -137,6 +137,39 @@ def test_not_admitted_gives_its_true_cause_never_the_budget_when_it_has_room() -
     assert _event(leaderless, E1).blockers[0].reason == "not admitted: no leader to admit it"
 
 
+def test_the_leaders_own_reason_heads_the_blockers_over_what_the_command_works_out() -> None:
+    # vm2's agent answers the command, but the leader vm1's probe of vm2 does not: admitting E1 (vm0 and vm1)
+    # would leave no VM confirmed in rotation. Worked out from the phases alone, the leader would admit it.
+    unconfirmed = "it would leave no VM serving (not confirmed in rotation: vm2: no answer)"
+    record = _record(E1, ("vm0", "vm1"))
+    own = ["not admitted by the leader vm1 yet (the budget has room for it)", "vm0 has not acknowledged",
+           "vm1 has not acknowledged"]
+    leader = [unconfirmed, "vm0 has not acknowledged", "vm1 has not acknowledged"]
+    agents = {"vm0": _agent("vm0", "serving", [{"event_id": E1, "status": "Scheduled", "waiting_for": own}]),
+              "vm1": _agent("vm1", "serving", [{"event_id": E1, "status": "Scheduled", "waiting_for": leader}]),
+              "vm2": _agent("vm2", "serving")}
+    status = build_status(_read({E1: record}, leader="vm1", agents=agents), Policy(), "test")
+    event = _event(status, E1)
+    assert event.approver == "vm0"
+    assert [b.reason for b in event.blockers] == leader
+    assert not any("admits it on its next cycle" in b.reason for b in event.blockers)
+    assert f"Blocked by  {unconfirmed}" in _rendered(status)  # the headline of the event's panel
+
+    # The leader approves it itself (it names only vm1): worked out here it is admitted, by the leader it is not.
+    alone = _record(E2, ("vm1",), acks={"vm1": NOW - 5})
+    agents["vm1"] = _agent("vm1", "drained", [{"event_id": E2, "status": "Scheduled", "waiting_for": [unconfirmed]}])
+    event = _event(build_status(_read({E2: alone}, leader="vm1", agents=agents), Policy(), "test"), E2)
+    assert (event.approver, event.state, [b.reason for b in event.blockers]) == ("vm1", "blocked", [unconfirmed])
+
+    # Admitted before the probe stopped answering: the approver holds it at approval, by its own probes.
+    held = "at approval: " + unconfirmed
+    admitted = _record(E1, ("vm0", "vm1"), acks={"vm0": NOW - 5, "vm1": NOW - 5}, admitted=NOW - 10)
+    agents = {"vm0": _agent("vm0", "drained", [{"event_id": E1, "status": "Scheduled", "waiting_for": [held]}]),
+              "vm1": _agent("vm1", "drained"), "vm2": _agent("vm2", "serving")}
+    event = _event(build_status(_read({E1: admitted}, leader="vm1", agents=agents), Policy(), "test"), E1)
+    assert (event.state, [b.reason for b in event.blockers]) == ("blocked", [held])
+
+
 def test_a_vm_without_an_agent_blocks_and_is_named() -> None:
     record = _record(E1, ("vm0", "vm9"), acks={"vm0": NOW - 5}, admitted=NOW - 10)
     status = build_status(_read({E1: record}, absent={"vm9": NOW - 3600}), Policy(), "test")
@@ -176,6 +209,42 @@ def test_approved_started_and_done_events_have_no_blockers() -> None:
     assert (started.state, started.status, started.status_reported_by) == ("started", "Started", None)
     assert [e.event_id for e in status.done] == ["E3"]
     assert (status.done[0].state, status.done[0].approver, status.done[0].status) == ("done", None, None)
+
+
+def _fresh(vm: str, phase: str, events: list[dict[str, Any]]) -> AgentAnswer:
+    """An agent's answer whose last document was read fresh and lists ``events``."""
+    answer = _agent(vm, phase, events)
+    return AgentAnswer(answer.url, body={**(answer.body or {}), "imds": {"fresh": True, "incarnation": 3}})
+
+
+def test_an_approved_event_shows_started_once_imds_says_so_and_done_once_gone_never_scheduled_again() -> None:
+    approval = Approval(by="vm0", at=NOW - 20, as_leader=False)
+    record = _record(E1, ("vm0", "vm1"), acks={"vm0": NOW - 30, "vm1": NOW - 30}, admitted=NOW - 40,
+                     approval=approval)  # approved early: NotBefore still 4 min ahead
+    started = [{"event_id": E1, "status": "Started", "waiting_for": []}]
+    agents = {"vm0": _fresh("vm0", "drained", started), "vm1": _fresh("vm1", "drained", started),
+              "vm2": _fresh("vm2", "serving", [])}
+    status = build_status(_read({E1: record}, agents=agents), Policy(), "test")
+    event = _event(status, E1)
+    assert (event.state, event.status, event.status_reported_by) == ("started", "Started", "vm0")
+    assert "STARTED" in _rendered(status)
+
+    # Gone from the documents of the VMs it names, the leader has not marked it done yet.
+    agents = {vm: _fresh(vm, "drained" if vm != "vm2" else "serving", []) for vm in ("vm0", "vm1", "vm2")}
+    status = build_status(_read({E1: record}, agents=agents), Policy(), "test")
+    event = _event(status, E1)
+    assert (event.state, event.status, event.status_reported_by, event.done_at) == ("done", None, "vm0", None)
+    assert event.blockers == [] and event.approval is not None
+    text = _rendered(status)
+    assert "gone from IMDS (per vm0): the leader marks it done" in text and "DONE" in text
+    assert "Scheduled" not in text
+    # vm2 is not named and nothing says its documents show the events of others: its empty one proves nothing.
+    only_vm2 = {"vm2": agents["vm2"]}
+    event = _event(build_status(_read({E1: record}, agents=only_vm2), Policy(), "test"), E1)
+    assert (event.state, event.status, event.status_reported_by) == ("approved", "Scheduled", None)
+    # An event nobody approved and whose NotBefore is ahead may just not be read by every agent yet.
+    new = _record(E2, ("vm0",))
+    assert _event(build_status(_read({E2: new}, agents=agents), Policy(), "test"), E2).status == "Scheduled"
 
 
 def test_a_never_rule_waits_for_not_before() -> None:
@@ -230,6 +299,53 @@ def test_attention_lists_what_looks_stuck() -> None:
     assert "vm2 has been out of rotation for E3 for 2.0 h" in messages
     assert "vm0: its agent does not answer (no answer within 1 s)" in messages
     assert "vm1: drain failed: exit 3" in messages
+
+
+def test_a_drain_held_by_a_fallback_is_shown_with_its_cause() -> None:
+    fallback = ("azure-lb drain fell back to the health probe alone: cannot set backend address vm1 Down "
+                "through ARM (403 AuthorizationFailed)")
+    agents = {"vm0": _agent("vm0", "serving"), "vm2": _agent("vm2", "serving")}
+    agents["vm1"] = AgentAnswer("http://vm1:9110/status", body={**(_agent("vm1", "drained").body or {}),
+                                                                "action_fallback": fallback})
+    status = build_status(_read({}, agents=agents), Policy(), "t")
+    assert [m.agent.action_fallback for m in status.members] == [None, fallback, None]
+    assert [(a.vm, a.message) for a in status.attention] == [("vm1", f"vm1: {fallback}")]
+    assert json.loads(status.to_json())["members"][1]["agent"]["action_fallback"] == fallback
+    assert f"- vm1: {fallback}" in _rendered(status, width=300)
+
+
+def test_events_draining_as_they_should_need_no_attention_however_short_their_notice() -> None:
+    # A Freeze announced 5 minutes ahead, admitted at once: vm0 went out of rotation 5 s ago and acknowledges
+    # once its drain wait has passed. Blocked, as every event is while its VMs drain, and it makes it.
+    policy = Policy(drain_wait_by_type={"Preempt": 5.0})  # the configuration's default for a Preempt
+    records = {E1: _record(E1, ("vm0",), not_before=NOW + 295, admitted=NOW - 5),
+               # a Preempt's 30 s of notice, not admitted nor drained yet: its 5 s drain wait fits
+               "E3": _record("E3", ("vm1",), event_type="Preempt", not_before=NOW + 30)}
+    out = {"vm0": OutMark(since=NOW - 5, events=(E1,))}
+    agents = {"vm0": _agent("vm0", "draining"), "vm1": _agent("vm1", "serving"), "vm2": _agent("vm2", "serving")}
+    status = build_status(_read(records, agents=agents, out=out), policy, "t")
+    assert [_event(status, key).state for key in (E1, "E3")] == ["blocked", "blocked"]
+    assert status.attention == []
+    assert "Nothing needs attention yet; 2 blocked events below say what they wait for." in _rendered(status)
+
+
+def test_an_event_that_cannot_be_approved_before_its_not_before_needs_attention() -> None:
+    # The drain still needs longer than the notice left: vm1 went out 10 s ago, its drain wait is 120 s.
+    policy = Policy(drain_wait=120.0)
+    record = _record(E1, ("vm1",), not_before=NOW + 60, admitted=NOW - 10)
+    out = {"vm1": OutMark(since=NOW - 10, events=(E1,))}
+    status = build_status(_read({E1: record}, out=out), policy, "t")
+    assert [a.message for a in status.attention] == [
+        f"Freeze {E1} starts in 60 s, before it can be approved: vm1 needs 110 s more to drain before it can "
+        "acknowledge (drain.wait_seconds for a Freeze: 120 s)"]
+    # The same event while early approvals are paused: it starts at NotBefore, as the operator asked.
+    paused = PauseNode(reason="release", by="alice", at=NOW - 60)
+    assert build_status(_read({E1: record}, out=out, paused=paused), policy, "t").attention == []
+    # Held by what does not clear by itself, however far its NotBefore: a VM it names runs no agent.
+    far = _record(E2, ("vm0", "vm9"), event_type="Reboot", not_before=NOW + 900)
+    status = build_status(_read({E2: far}), Policy(), "t")
+    assert [a.message for a in status.attention if a.vm is None] == [
+        f"Reboot {E2} starts in 15 min without an approval unless unblocked (vm9 runs no agent)"]
 
 
 def test_an_unreachable_loopback_admin_is_not_called_stuck() -> None:
@@ -359,7 +475,7 @@ def test_json_has_the_documented_schema_and_absolute_times() -> None:
     assert event["acks"] == [{"vm": "vm0", "at": "2027-01-15T07:59:57Z"}]
     assert set(data["members"][0]) == {"vm", "leader", "version", "started_at", "placement", "probe", "admin", "agent"}
     assert set(data["members"][0]["agent"]) == {"reachable", "url", "error", "phase", "cycles", "last_cycle",
-                                                "connection", "action_error", "stays_out"}
+                                                "connection", "action_error", "action_fallback", "stays_out"}
     assert GroupStatus.model_validate_json(_model().to_json()) == _model()
     paused_none = json.loads(_model().model_copy(update={"paused": None}).to_json())
     assert paused_none["paused"] is None
@@ -481,6 +597,40 @@ def test_watch_renders_each_read_shows_errors_and_stops_on_ctrl_c(monkeypatch: p
     assert json.loads(lines[0])["cluster"] == "demo"
     assert json.loads(lines[1]) == {"error": "ZooKeeper gone"}
     assert len(lines) == 2
+
+
+def test_watch_stopped_by_sigterm_ends_as_ctrl_c_does(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import signal
+
+    from coordinator.groupstatus import command
+
+    monkeypatch.setattr(command, "_MIN_GAP", 0.0)
+
+    class Reader:
+        reads = 0
+
+        def set_wakeup(self, callback: object) -> None:
+            pass
+
+        def read(self) -> GroupRead:
+            self.reads += 1
+            if self.reads == 2:
+                os.kill(os.getpid(), signal.SIGTERM)  # as a supervisor stopping the command would
+            return _read({E1: _record(E1, ("vm0", "vm1"), admitted=NOW - 5)})
+
+    def unhandled(signum: int, frame: object) -> None:
+        raise AssertionError("SIGTERM reached the handler in place before --watch")
+
+    previous = signal.signal(signal.SIGTERM, unhandled)  # the default would end the test run itself
+    try:
+        assert command._watch(Reader(), lambda read: build_status(read, Policy(), "t"), 0.01,  # type: ignore[arg-type]
+                              as_json=False) == 0
+        assert signal.getsignal(signal.SIGTERM) is unhandled  # given back once the command is done
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert "vm0 has not acknowledged" in capsys.readouterr().out  # the last table, as at Ctrl-C
 
 
 def test_watch_is_for_the_group_view(capsys: pytest.CaptureFixture[str]) -> None:

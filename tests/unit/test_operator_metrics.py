@@ -118,6 +118,49 @@ def test_an_event_that_started_at_not_before_without_approval_is_counted_by_the_
     assert f"(vm=vm0 event={E})" in line.getMessage() and getattr(line, "event_id", None) == E
 
 
+def test_an_event_a_peer_approved_while_this_agent_was_cut_off_is_not_called_unapproved(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bench = three(tmp_path)
+    bench.group.schedule(E, ["vm0", "vm1"], in_s=900)
+    bench.run(60, until=lambda: E in bench.cluster.events and "vm1" in bench.cluster.events[E].acks)
+    assert not bench.group.approved(E)
+    vm1 = bench.vms["vm1"]
+    caplog.set_level(logging.INFO)
+    vm1.store.suspend()  # cut off, its session (and its ack) still alive on the ensemble
+    bench.run(30, until=lambda: bool(bench.group.approved(E)))
+    assert [vm for vm, ids, _ in bench.group.posts if E in ids] == ["vm0"]  # about 14 minutes before NotBefore
+    bench.run(3)  # vm1 reads the event Started, without a view to read its approval from
+    assert value(vm1, "coordinator_events_started_unapproved_total") == 0
+    assert any(f"(vm=vm1 event={E}); whether this group approved it is not known yet" in r.getMessage()
+               for r in caplog.records)
+    vm1.store.expire_session()  # back, on a new session
+    bench.run(3)
+    assert value(vm1, "coordinator_events_started_unapproved_total") == 0
+    assert not [r for r in caplog.records if "without this group's approval" in r.getMessage()]
+    assert any(f"(vm=vm1 event={E}): approved by vm0" in r.getMessage() for r in caplog.records)
+
+
+def test_an_event_that_started_unapproved_while_this_agent_was_cut_off_is_counted_once_the_view_is_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bench = three(tmp_path)
+    bench.group.schedule(E, ["vm0", "vmx"], in_s=60)  # vmx runs no agent: never approved early
+    bench.run(10)
+    vm0 = bench.vms["vm0"]
+    caplog.set_level(logging.INFO)
+    vm0.store.suspend()
+    bench.group.events[E].update(EventStatus="Started", NotBefore="")  # NotBefore came
+    bench.run(3)
+    assert value(vm0, "coordinator_events_started_unapproved_total") == 0  # not known yet
+    assert not [r for r in caplog.records if "without this group's approval" in r.getMessage()]
+    vm0.store.resume()
+    bench.run(3)
+    assert value(vm0, "coordinator_events_started_unapproved_total") == 1
+    [line] = [r for r in caplog.records if "without this group's approval" in r.getMessage()]
+    assert f"(vm=vm0 event={E})" in line.getMessage() and getattr(line, "event_id", None) == E
+
+
 # --- what holds approvals back, and how soon it matters -------------------------------------------------
 
 def test_blocked_events_are_counted_by_bounded_reason_and_detailed_while_present(tmp_path: Path) -> None:
@@ -181,6 +224,56 @@ def test_last_completed_cycle_is_a_unix_time(tmp_path: Path) -> None:
     bench = three(tmp_path)
     bench.run(1)
     assert value(bench.vms["vm0"], "coordinator_last_cycle_timestamp_seconds") == bench.clock.wall - 1
+
+
+def _view_lines(caplog: pytest.LogCaptureFixture, vm: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "coordinator.agent" and "cluster view" in r.getMessage() and f"vm={vm}" in r.getMessage()]
+
+
+def test_a_lost_cluster_view_is_said_once_reminded_each_minute_and_its_end_said_with_its_length(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bench = three(tmp_path)
+    bench.run(3)
+    caplog.set_level(logging.INFO)
+    vm0 = bench.vms["vm0"]
+    vm0.store.suspend()  # ZooKeeper out of reach for two and a half minutes, one cycle a second
+    bench.run(150)
+    vm0.store.resume()
+    bench.run(3)
+    why = "store connection suspended: write not attempted"  # the agent's first call of a cycle (join)
+    assert _view_lines(caplog, "vm0") == [
+        f"cluster view unavailable (vm=vm0): {why}; nothing is approved until it is back",
+        f"cluster view still unavailable after 60 s (vm=vm0): {why} (60 failed reads since the last line)",
+        f"cluster view still unavailable after 120 s (vm=vm0): {why} (60 failed reads since the last line)",
+        f"cluster view back after 150 s unavailable (vm=vm0; it was: {why})",
+    ]
+    assert _view_lines(caplog, "vm1") == []
+    assert value(vm0, "coordinator_errors_total", stage="store") == 150  # every failed read still counts
+
+
+def test_readiness_is_kept_through_a_zookeeper_outage_and_says_what_holds_now(tmp_path: Path) -> None:
+    bench = three(tmp_path)
+    bench.run(3)
+    vm0 = bench.vms["vm0"]
+    ready = vm0.agent.ready()
+    assert ready.ok and ready.detail.startswith("coordinating:"), ready
+    vm0.store.suspend()
+    bench.run(150)
+    ready = vm0.agent.ready()
+    assert ready.ok, ready  # the agent is not at fault: restarting it would not bring ZooKeeper back
+    assert "coordinating:" not in ready.detail
+    assert ready.detail == ("joined its group, but not coordinating now: no ZooKeeper view for 150 s (store "
+                            "connection suspended: write not attempted): nothing is approved until it is back"), ready
+    vm0.store.resume()
+    bench.run(1)
+    assert vm0.agent.ready().detail.startswith("coordinating:")
+    vm0.imds.failing = True
+    bench.run(5)
+    ready = vm0.agent.ready()
+    assert ready.ok and ready.detail.startswith("joined its group, but not coordinating now: no valid IMDS "
+                                                "document in the last cycle (the last one 6 s ago)"), ready
 
 
 # --- action durations -----------------------------------------------------------------------------------
