@@ -265,6 +265,7 @@ class VmSlot:
     serve_epoch: int = 0  # counts the times the VM went back to answering 200
     back_at: float | None = None  # a stopped agent is started again at this time
     down_since: float | None = None  # its agent process has been stopped since then
+    absent_since: float | None = None  # no member node of it since then (its agent down or cut off)
     # Events its agents were served Started, naming it: serial -> stamp of the first such read.
     seen_started: dict[int, int] = field(default_factory=dict)
     # Events released early before a restart lost the state file: the new agent cannot know of that.
@@ -402,10 +403,13 @@ class CoordinatorModel(RuleBasedStateMachine):
 
     def _stuck(self, vm: str, release: EarlyRelease) -> bool:
         """``vm``, named by an early release, has not answered 200 since, and still counts in the budget:
-        a VM whose agent has been gone for ``policy.recovery_grace`` no longer does (docs/safety.md S4)."""
+        a VM whose agent has been gone for ``policy.recovery_grace`` no longer does (docs/safety.md S4).
+        Gone is what the leader can see: no member node (its agent down, or running cut off from the store)
+        without a break, which the model notes after every cycle, no later than any leader can."""
         slot = self.slots[vm]
-        gone = (slot.agent is None and slot.down_since is not None
-                and self.time.now - slot.down_since >= self.policy.recovery_grace)
+        grace = self.policy.recovery_grace
+        gone = ((slot.agent is None and slot.down_since is not None and self.time.now - slot.down_since >= grace)
+                or (slot.absent_since is not None and self.time.now - slot.absent_since >= grace))
         return not slot.serving and slot.serve_epoch == release.epochs[vm] and not gone
 
     def _pick(self, serials: list[int], index: int) -> ModelEvent | None:
@@ -537,8 +541,16 @@ class CoordinatorModel(RuleBasedStateMachine):
     # -- observation hooks -------------------------------------------------------------------------------
 
     def _observe(self) -> None:
-        """Note, for each VM out of rotation, the present events that now require it to stay out."""
+        """Note, for each VM out of rotation, the present events that now require it to stay out, and since
+        when each VM has had no member node."""
         self.group.tick()
+        with self.cluster.lock:
+            members = set(self.cluster.members)
+        for slot in self.slots.values():
+            if slot.vm in members:
+                slot.absent_since = None
+            elif slot.absent_since is None:
+                slot.absent_since = self.time.now
         for event in self.group.events.values():
             for vm in event.named:
                 slot = self.slots.get(vm)
