@@ -1,6 +1,10 @@
-.PHONY: setup test demo lint chaos bench headline
+.PHONY: setup setup-demo test demo lint chaos bench headline
+# Everything the tests and the benchmarks use.
 setup:
 	bash scripts/setup.sh
+# Only what the demo needs (make demo runs it first).
+setup-demo:
+	bash scripts/setup.sh --demo
 test:
 	bash scripts/test.sh
 demo:

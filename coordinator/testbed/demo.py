@@ -28,9 +28,14 @@ DEMO_TIME_SCALE = 6.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    admin_wait = StoryConfig().admin_drain_wait
     parser.add_argument("--strategy", choices=STRATEGIES, default="coordinated",
-                        help="coordinated (this product), self-approve (each VM approves its own events once "
-                        "drained, a Freeze at once) or wait (never approve: events start at NotBefore)")
+                        help="coordinated: this product's agents; each VM drains through its health probe, "
+                        "which HAProxy checks. admin-state: the same agents, each also setting its VM's address "
+                        "Down in the load balancer's backend pool through the simulator's ARM, which then "
+                        f"drains the VM's server in HAProxy; the drain wait is {admin_wait:g} s. self-approve: "
+                        "each VM approves its own events once drained, and a Freeze at once. wait: never "
+                        "approve; events start at NotBefore")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="where logs and configuration go (default: a new temporary directory)")
     parser.add_argument("--time-scale", type=float, default=DEMO_TIME_SCALE,
@@ -40,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "are approved once drained); under --strategy wait it lasts the notices: about 12 "
                         "minutes at 6, 75 s at 60")
     parser.add_argument("--drain-wait", type=float, default=1.5,
-                        help="seconds each VM waits after failing its probe (HAProxy checks every 0.5 s)")
+                        help="seconds each VM waits after failing its probe (HAProxy checks every 0.5 s). "
+                        f"admin-state waits {admin_wait:g} s instead: HAProxy already drains the VM when ARM "
+                        "reports the write done. It keeps this wait for a drain that cannot reach ARM")
     parser.add_argument("--rate", type=float, default=20.0, help="requests per second sent through HAProxy")
     parser.add_argument("--steps", default=",".join(STEPS),
                         help=f"the story's steps, in order (default {','.join(STEPS)})")
