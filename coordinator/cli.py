@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ DEFAULT_ADMIN_URL = "http://127.0.0.1:9110"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from coordinator.config import host_problems, load_settings
+    from coordinator.config import config_warnings, environment_warnings, host_problems, load_settings
     from coordinator.errors import ConfigError
     from coordinator.logsetup import configure_logging
     from coordinator.runtime import run_agent
@@ -31,12 +32,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
     except ConfigError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
+        for warning in environment_warnings():  # a misnamed override may be what the file lacks
+            print(f"coordinator: warning: {warning}", file=sys.stderr)
         return 2
     problems, _ = host_problems(settings, at_start=True)
     if problems:
         print(f"coordinator: {args.config}: " + "; ".join(problems), file=sys.stderr)
         return 2
     configure_logging(settings.logging.level, settings.logging.format)
+    # What check-config warns about, said where the agent runs too: a misnamed override is otherwise silent.
+    for warning in [*environment_warnings(), *config_warnings(settings)]:
+        logging.getLogger("coordinator.runtime").warning("configuration: %s", warning)
     return run_agent(settings, dry_run=args.dry_run)
 
 

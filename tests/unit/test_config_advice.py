@@ -114,3 +114,17 @@ def test_check_config_names_a_misnamed_override_beside_the_error_it_may_explain(
     code, _, err = _check_config(path, capsys)
     assert code == 2 and "cluster: Field required" in err
     assert "warning: environment variable COORDINATOR_CLUSTER is ignored" in err and "COORDINATOR__CLUSTER" in err
+
+
+def test_run_names_a_misnamed_override_beside_the_error_it_may_explain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``coordinator run`` says what check-config says: a misnamed override is never silent where the agent
+    runs (a valid file with it is warned about in the agent's log at start, before the agent runs)."""
+    path = tmp_path / "agent.yaml"
+    path.write_text("state_file: null\n")
+    monkeypatch.setenv("COORDINATOR_CLUSTER", "web")
+    code = main(["run", "--config", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "cluster: Field required" in err
+    assert "warning: environment variable COORDINATOR_CLUSTER is ignored" in err and "COORDINATOR__CLUSTER" in err
