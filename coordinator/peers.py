@@ -116,17 +116,16 @@ class PeerProbes:
         self.want({vm: url for vm, url in self._urls.items() if vm in members})
 
     def confirm(self) -> dict[str, PeerSeen]:
-        """Probe now, on the caller's thread (bounded by the timeout), every target that the last answers
-        count as in rotation or that has no answer yet, and return what is seen: the agent does so right
-        before it approves, so that a peer killed since the last round is not counted as serving. A target
-        whose last answer put it out of rotation (or that gave none) is not asked again here: it already
-        counts as not serving, the safe side, and a hung VM (its kernel takes the connection, nothing
-        answers) would hold the agent's loop for the whole timeout once more, although its answer could
-        only let the budget do more. The background rounds keep asking it."""
+        """Probe again now, on the caller's thread (bounded by the timeout), every target that the last
+        answers count as in rotation, and return what is seen: the agent does so right before it approves,
+        so that a peer killed since the last round is not counted as serving. Any other target (out of
+        rotation, or not answered yet) is not asked here: it already counts as not serving, the safe side,
+        and a hung VM (its kernel takes the connection, nothing answers) would hold the agent's loop for
+        the whole timeout, although its answer could only let the budget do more. The background rounds
+        ask it, and take each answer as it comes."""
         with self._lock:
-            out = {vm for vm, seen in self._seen.items() if not seen.in_rotation}
-            ask = [vm for vm in self._targets if vm not in out]
-        self.probe_once(ask)
+            serving = [vm for vm, seen in self._seen.items() if seen.in_rotation and vm in self._targets]
+        self.probe_once(serving)
         return self.seen()
 
     def seen(self) -> dict[str, PeerSeen]:

@@ -585,8 +585,8 @@ MUTATIONS = [
     (
         'confirm-asks-only-the-peers-counted-serving',
         'coordinator/peers.py',
-        '            ask = [vm for vm in self._targets if vm not in out]\n',
-        '            ask = list(self._targets)\n',
+        '            serving = [vm for vm, seen in self._seen.items() if seen.in_rotation and vm in self._targets]\n',
+        '            serving = list(self._targets)\n',
         'tests/integration/test_peer_probes.py::test_confirm_asks_again_only_the_peers_that_count_as_serving',
     ),
     (

@@ -192,7 +192,9 @@ def test_confirm_asks_now_and_stamps_the_answer_with_the_time_it_was_asked(peer:
     probes = PeerProbes(interval=60, timeout=1.0, clock=lambda: now[0])
     try:
         probes.want({"vm1": peer.url})
-        assert probes.confirm()["vm1"] == PeerSeen(True, 100.0, "serving")
+        probes.probe_once()  # a background round: confirm asks again the peers it found in rotation
+        now[0] = 100.5
+        assert probes.confirm()["vm1"] == PeerSeen(True, 100.5, "serving")
         peer.surface.stop()
         now[0] = 101.0
         seen = probes.confirm()["vm1"]
@@ -249,7 +251,8 @@ def test_a_round_asks_every_peer_at_once() -> None:
     probes = PeerProbes(interval=60, timeout=8.0)
     try:
         probes.want({f"vm{n}": server.url(n) for n in range(199)})
-        seen = probes.confirm()
+        probes.probe_once()
+        seen = probes.seen()
         assert len(seen) == 199 and all(s.in_rotation for s in seen.values()), {
             s.detail for s in seen.values() if not s.in_rotation}
     finally:
@@ -263,7 +266,8 @@ def test_each_answer_is_stamped_with_the_time_its_own_request_was_sent() -> None
     probes = PeerProbes(interval=60, timeout=2.0, clock=lambda: float(next(ticks)))
     try:
         probes.want({"vm1": server.url(1), "vm2": server.url(2)})
-        seen = probes.confirm()
+        probes.probe_once()
+        seen = probes.seen()
         # asked at ticks 0 and 1, in the order given: each answer keeps its own request's time, not the
         # time it arrived (later ticks) nor the same time for both
         assert (seen["vm1"].at, seen["vm2"].at) == (0.0, 1.0) and seen["vm1"].in_rotation
@@ -371,8 +375,9 @@ def test_a_hung_peer_holds_back_no_other_peers_answer_in_a_round() -> None:
 
 
 def test_confirm_asks_again_only_the_peers_that_count_as_serving() -> None:
-    """Right before an approval, a peer already out of rotation (here: no answer) is not asked again: it
-    cannot make the budget stricter, and a hung one would hold the agent's loop for the whole timeout."""
+    """Right before an approval, only the peers counted in rotation are asked again: one out of rotation, or
+    not answered yet (a hung VM right after the approver began to probe), cannot make the budget stricter,
+    and a hung one would hold the agent's loop for the whole timeout."""
     asked: list[set[str]] = []
 
     def ask(urls: Mapping[str, str], timeout: float, clock: Callable[[], float] = time.monotonic,
@@ -388,9 +393,12 @@ def test_confirm_asks_again_only_the_peers_that_count_as_serving() -> None:
     probes = PeerProbes(interval=60, timeout=10.0, ask=ask)
     probes.want({"vm1": "http://vm1/health", "vm2": "http://vm2/health", "vm3": "http://vm3/health"})
     probes.probe_once()
+    probes.want({"vm1": "http://vm1/health", "vm2": "http://vm2/health", "vm3": "http://vm3/health",
+                 "vm4": "http://vm4/health"})  # a peer not answered yet: the background round asks it
     seen = probes.confirm()
     assert asked == [{"vm1", "vm2", "vm3"}, {"vm1"}]
     assert seen["vm1"].in_rotation and not seen["vm2"].in_rotation and not seen["vm3"].in_rotation
+    assert "vm4" not in seen
 
 
 def test_confirm_does_not_wait_out_a_hung_peer_on_real_sockets() -> None:
