@@ -12,7 +12,8 @@ each. An event of k VMs makes ``changes_per_event + PER_VM_CHANGES * (k - measur
 changes: the protocol records four moments per VM that the others must see (out of rotation, drained,
 ack withdrawn, back in rotation). Every agent of the group is told of every change and sends
 ``requests_per_agent_per_change`` for it; each change is one write. Sessions ping after a third of
-the session timeout without traffic: listed apart, they are not in the measured mix.
+the session timeout without traffic (``SESSION_TIMEOUT``, the product's default
+``zookeeper.session_timeout``, read from its configuration): listed apart, they are not in the measured mix.
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ASSUMED", "FleetRow", "GroupInputs", "fleet_inputs", "fleet_model"]
+from coordinator.config.services import ZooKeeperConfig
+
+__all__ = ["ASSUMED", "SESSION_TIMEOUT", "FleetRow", "GroupInputs", "fleet_inputs", "fleet_model"]
 
 FLEET_VMS = 10_000
 SIZES = (10, 100, 200)
 PER_VM_CHANGES = 4.0  # out of rotation, drained, ack withdrawn, back in rotation
-SESSION_TIMEOUT = 30.0  # the default zookeeper.session_timeout; kazoo pings after a third of it idle
+# The product's default zookeeper.session_timeout, which the model's fleet runs with: taken from the
+# configuration so that the model follows it. kazoo pings after a third of it without traffic.
+SESSION_TIMEOUT = float(ZooKeeperConfig.model_fields["session_timeout"].default)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The idle footprint of ``coordinator run``: resident memory, CPU and wake-ups of real agent processes.
 
 A small group (three agent processes by default, one ZooKeeper server, the IMDS simulator, on loopback)
-is started with the defaults a VM would run with (poll interval 1 s, ``zookeeper.session_timeout`` 30 s),
+is started with the defaults a VM would run with (poll interval 1 s, ``zookeeper.session_timeout`` the
+product's default, ``SESSION_TIMEOUT``; kept with the results, as older results were measured with 30 s),
 left until every agent serves and has settled, and then watched over an idle window beside Microsoft's
 sample Scheduled Events loop (``bench/ms_sample.py``), started in the same window against vm0's IMDS.
 Everything is read from ``/proc``: CPU seconds (utime + stime), context switches summed over the
@@ -22,10 +23,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from coordinator.config.services import ZooKeeperConfig
 from coordinator.testbed.cluster import LocalCluster
 from coordinator.testbed.zookeeper import LocalZooKeeper
 
 from .group import wait_for
+
+SESSION_TIMEOUT = float(ZooKeeperConfig.model_fields["session_timeout"].default)  # the product's default
+MEASURED_BEFORE = 30.0  # the session timeout of results that do not say theirs (the default until it changed)
 
 __all__ = ["bench_footprint", "import_floors", "proc_sample"]
 
@@ -134,7 +139,7 @@ def bench_footprint(zk: LocalZooKeeper, *, idle_seconds: float, agents: int = 3,
     vms = [f"vm{i}" for i in range(agents)]
     with tempfile.TemporaryDirectory(prefix="coordinator-bench-fp-") as tmp:
         cluster = LocalCluster(Path(tmp), vms, cluster=f"f{uuid.uuid4().hex[:8]}", zk_hosts=zk.hosts,
-                               poll_interval=1.0, session_timeout=30.0, drain_wait=0.2)
+                               poll_interval=1.0, session_timeout=SESSION_TIMEOUT, drain_wait=0.2)
         sample: subprocess.Popen[bytes] | None = None
         try:
             cluster.start()
@@ -175,9 +180,16 @@ def bench_footprint(zk: LocalZooKeeper, *, idle_seconds: float, agents: int = 3,
             "wakeups_per_s_by_thread": [round(x, 2) for x in threads],
             **{k: a[k] for k in ("rss_mib", "rss_anon_mib", "rss_file_mib", "hwm_mib", "threads")},
         }
-    return {"agents": agents, "idle_seconds": seconds, "settle_seconds": settle_seconds, "still_serving": serving,
-            "loadavg": loads, "processes": processes, "floors": import_floors(),
-            "import_stages": import_stages()}
+    return {"agents": agents, "session_timeout": SESSION_TIMEOUT, "idle_seconds": seconds,
+            "settle_seconds": settle_seconds, "still_serving": serving, "loadavg": loads, "processes": processes,
+            "floors": import_floors(), "import_stages": import_stages()}
+
+
+def session_words(measured: float) -> str:
+    """``zookeeper.session_timeout`` as a measurement was taken with, and whether that is the default now."""
+    if measured == SESSION_TIMEOUT:
+        return f"`zookeeper.session_timeout` {measured:g} s (the default)"
+    return f"`zookeeper.session_timeout` {measured:g} s (the default when measured; {SESSION_TIMEOUT:g} s now)"
 
 
 def render_footprint(entry: dict[str, Any], stamp: str) -> str:
@@ -198,10 +210,11 @@ def render_footprint(entry: dict[str, Any], stamp: str) -> str:
     floors = entry["floors"]
     return f"""## The idle footprint of `coordinator run`
 
-{entry['agents']} agent processes (`coordinator run`, poll interval 1 s, `zookeeper.session_timeout` 30 s, no
-action but the probe), one ZooKeeper server and the IMDS simulator on loopback; once every agent served, a
-settling time of {entry['settle_seconds']:.0f} s, then an idle window of {entry['idle_seconds']:.0f} s with
-Microsoft's sample loop (`bench/ms_sample.py`, against vm0's IMDS) running beside them. Read from `/proc`:
+{entry['agents']} agent processes (`coordinator run`, poll interval 1 s,
+{session_words(float(entry.get('session_timeout', MEASURED_BEFORE)))}, no action but the probe), one
+ZooKeeper server and the IMDS simulator on loopback; once every agent served, a settling time of
+{entry['settle_seconds']:.0f} s, then an idle window of {entry['idle_seconds']:.0f} s with Microsoft's
+sample loop (`bench/ms_sample.py`, against vm0's IMDS) running beside them. Read from `/proc`:
 CPU (utime + stime) over the window, voluntary context switches summed over the threads (a thread going to
 sleep: one wake-up each) over the window, memory and threads at its end. {stamp} {load_note}
 

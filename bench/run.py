@@ -22,7 +22,12 @@ Sections:
   times each;
 * ``groups``: groups of ``--groups-sizes`` agent processes (default 10, 30, 100, 200), one simulator and
   one ZooKeeper, each through a story of 30-odd events judged by the chaos oracle (``bench/groups.py``;
-  a 200-agent group takes about 20 minutes). Sizes measured before are kept.
+  a 200-agent group takes about 20 minutes). Sizes measured before are kept. With ``--groups-hung K``,
+  K agents of each group are hung (SIGSTOP) for the whole story and the peers' probe timeout is
+  ``--groups-probe-timeout`` (5 s unless given): those runs are kept apart, by size and K
+  (``results["groups"]["result"]["hung"]``), and leave the groups' table and its stamp as they were;
+* ``demo``: ``make demo``'s story ``--demo-runs`` times in a row (about 50 s each), each judged as the demo
+  judges it (``bench/demo_runs.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
 import signal
 import sys
 import tempfile
@@ -46,11 +52,12 @@ from prometheus_client import CollectorRegistry
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.demo_runs import bench_demo_runs, render_demo_runs  # noqa: E402
 from bench.detection import bench_detection  # noqa: E402
-from bench.fleet import FleetRow, fleet_inputs, fleet_model  # noqa: E402
-from bench.footprint import bench_footprint, render_footprint  # noqa: E402
+from bench.fleet import SESSION_TIMEOUT, FleetRow, fleet_inputs, fleet_model  # noqa: E402
+from bench.footprint import MEASURED_BEFORE, bench_footprint, render_footprint  # noqa: E402
 from bench.group import bench_group, percentiles  # noqa: E402
-from bench.groups import GroupConfig, config_summary, render_groups, run_group  # noqa: E402
+from bench.groups import HUNG_PROBE_TIMEOUT, GroupConfig, config_summary, hung_key, render_groups, run_group  # noqa: E402
 from bench.headline import bench_headline, render_headline  # noqa: E402
 from bench.scale import bench_scale  # noqa: E402
 from bench.zk_ceiling import bench_ceiling, passes  # noqa: E402
@@ -126,7 +133,7 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
 # -- results and the document ---------------------------------------------------------------------------
 
 RESULTS = ROOT / "bench" / "results.json"
-SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline", "ceiling", "groups")
+SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline", "ceiling", "groups", "demo")
 
 
 def _machine() -> str:
@@ -193,6 +200,8 @@ this is the cost of a cycle woken by a reading that brings nothing new. {_stamp(
         parts.append(_render_scale(results["scale"]))
     if "groups" in results:
         parts.append(render_groups(results["groups"]))
+    if "demo" in results:
+        parts.append(render_demo_runs(results["demo"], _stamp(results["demo"])))
     return "\n".join(parts)
 
 
@@ -228,9 +237,10 @@ Measured inputs are read from `results["groups"]["result"]["sizes"]["N"]` (`requ
 agent's view aims at) and 12 changes per event of two VMs (the writes per event counted in the group
 section: four per event, four per VM), each VM more in an event adding 4. Every agent of a group is told
 of every change (each is one write). The busiest hour: every VM of the fleet in maintenance once, in events
-of two VMs, and again in Freezes of 10 VMs. Sessions ping after 10 s without traffic (the default 30 s
-session timeout): listed apart, as pings are not in the measured mix. Ceiling: {where}.{today} Not measured:
-a fleet of this size.
+of two VMs, and again in Freezes of 10 VMs. Sessions ping after a third of the session timeout without
+traffic, {SESSION_TIMEOUT / 3:.1f} s with the product's default of {SESSION_TIMEOUT:g} s (the model's
+`SESSION_TIMEOUT`; modelled, not measured): listed apart, as pings are not in the measured mix.
+Ceiling: {where}.{today} Not measured: a fleet of this size.
 
 {_FLEET_HEAD}
 {chr(10).join(lines)}
@@ -270,6 +280,18 @@ def _fleet_line(row: FleetRow) -> str:
             f"{i.requests_per_agent_per_change:.1f} | {row.changes_per_event:.0f} | {row.groups} | "
             f"{row.events_per_s_group:.4f} | {row.requests_per_s_group:.1f} | {row.requests_per_s_fleet:.0f} | "
             f"{row.pings_per_s_fleet:.0f} | {fraction} | {target} | {10 * row.requests_per_s_fleet:.0f} |")
+
+
+def _ceiling_sessions(r: dict[str, Any]) -> str:
+    """The session timeout the ceiling's sessions had (results that do not say: 30 s, the default then);
+    pings are not in the mix, so the ceiling does not rest on it."""
+    if "session_timeout" not in r:
+        return (f"sessions of {MEASURED_BEFORE:g} s, the product's default when measured ({SESSION_TIMEOUT:g} s "
+                "now; pings are not in the mix)")
+    measured = float(r["session_timeout"])
+    if measured == SESSION_TIMEOUT:
+        return f"sessions of {measured:g} s, the product's default"
+    return f"sessions of {measured:g} s (the product's default is {SESSION_TIMEOUT:g} s; pings are not in the mix)"
 
 
 def _render_ceiling(entry: dict[str, Any]) -> str:
@@ -319,10 +341,10 @@ def _render_ceiling(entry: dict[str, Any]) -> str:
 A three-node ZooKeeper ensemble on loopback (`LocalEnsemble`, ZooKeeper's defaults, each JVM
 `-Xmx256m -XX:+UseSerialGC`), {r['groups']} groups of {r['group_size']} VMs laid out as the product lays them
 out ({r['events_per_group']} event records per group, with `acks`, `admitted` and `approval`), driven by
-{driven}. Warm-up {r['warmup_seconds']:.0f} s, then steps of {r['step_seconds']:.0f} s. Latency: from
-{latency}. The ceiling is the highest offered rate of a step whose p99 is at most {r['p99_limit_ms']:.0f} ms and
-whose achieved rate (answers received within the step / its length) is within {100 * r['tolerance']:.0f} % of the
-offered rate: {said}.{stopped} {_stamp(entry)}
+{driven}; {_ceiling_sessions(r)}. Warm-up {r['warmup_seconds']:.0f} s, then steps of
+{r['step_seconds']:.0f} s. Latency: from {latency}. The ceiling is the highest offered rate of a step
+whose p99 is at most {r['p99_limit_ms']:.0f} ms and whose achieved rate (answers received within the step
+/ its length) is within {100 * r['tolerance']:.0f} % of the offered rate: {said}.{stopped} {_stamp(entry)}
 
 CPU per process over each step (`/proc/PID/stat`), in cores; 'others' is the busy CPU of the whole machine
 (`/proc/stat`) minus the servers and the generator; CPU per answer is those cores divided by the achieved rate.
@@ -500,6 +522,17 @@ request; with 10 and 30 agent processes on 2 cores they queue behind each other.
 """
 
 
+def groups_config(args: argparse.Namespace) -> GroupConfig:
+    """The groups section's configuration from the command line: with ``--groups-hung`` K > 0, K hung
+    agents and the peers' probe timeout ``--groups-probe-timeout``, 5 s unless given (long enough that
+    waiting out a hung peer's probe shows in an approval's time)."""
+    timeout = args.groups_probe_timeout
+    if timeout is None and args.groups_hung > 0:
+        timeout = HUNG_PROBE_TIMEOUT
+    return GroupConfig(freezes=args.groups_freezes, idle_seconds=args.groups_idle, start_batch=args.groups_batch,
+                       hung=args.groups_hung, peer_probe_timeout=timeout)
+
+
 def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -541,6 +574,12 @@ def main() -> int:
     parser.add_argument("--groups-batch", type=int, default=20, help="agents the groups section starts at once")
     parser.add_argument("--groups-keep", type=Path, help="keep each group's files (logs, verdict) under this directory")
     parser.add_argument("--groups-note", default="", help="a note printed with the sizes measured in this run")
+    parser.add_argument("--groups-hung", type=int, default=0,
+                        help="agents of each group hung (SIGSTOP) for the whole story, on VMs no event names")
+    parser.add_argument("--groups-probe-timeout", type=float,
+                        help="the agents' policy.peer_probe_timeout_seconds (default: 5 with --groups-hung, "
+                             "else the product's default)")
+    parser.add_argument("--demo-runs", type=int, default=10, help="runs of the demo section (about 50 s each)")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     if args.quick:
@@ -550,7 +589,7 @@ def main() -> int:
             args.groups_sizes, args.groups_idle = "10", 10.0
     repeat = 200 if args.quick else 2000
     sections = args.only or list(SECTIONS)
-    command = " ".join(["bench/run.py", *sys.argv[1:]])
+    command = shlex.join(["bench/run.py", *sys.argv[1:]])  # quoted as typed: the stamp can be run again as is
     results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     stamp = {"date": f"{datetime.now(UTC):%Y-%m-%d}", "command": f".venv/bin/python {command}",
              "machine": _machine()}
@@ -615,18 +654,29 @@ def main() -> int:
         finally:
             zk.stop()
     if "groups" in sections:
-        group_config = GroupConfig(freezes=args.groups_freezes, idle_seconds=args.groups_idle,
-                                   start_batch=args.groups_batch)
+        group_config = groups_config(args)
         entry = results.setdefault("groups", {"result": {"sizes": {}}})
-        entry.update({**stamp, "config": config_summary(group_config)})
+        if not group_config.hung:
+            entry.update({**stamp, "config": config_summary(group_config)})
         for n in (int(x) for x in args.groups_sizes.split(",") if x):
-            print(f"bench: a group of {n} agents through the story ...", flush=True)
+            hung = f", {group_config.hung} of them hung" if group_config.hung else ""
+            print(f"bench: a group of {n} agents{hung} through the story ...", flush=True)
             with tempfile.TemporaryDirectory(prefix=f"coordinator-bench-groups-{n}-") as tmp:
-                workdir = args.groups_keep / f"group-{n}" if args.groups_keep else Path(tmp)
+                name = f"group-{n}" + (f"-hung-{group_config.hung}" if group_config.hung else "")
+                workdir = args.groups_keep / name if args.groups_keep else Path(tmp)
                 workdir.mkdir(parents=True, exist_ok=True)
                 figures = run_group(n, group_config, workdir=workdir)
-            entry["result"]["sizes"][str(n)] = {**stamp, "note": args.groups_note, **figures}
+            measured = {**stamp, "note": args.groups_note, **figures}
+            if group_config.hung:
+                entry["result"].setdefault("hung", {})[hung_key(n, group_config.hung)] = {
+                    **measured, "config": config_summary(group_config)}
+            else:
+                entry["result"]["sizes"][str(n)] = measured
             save()
+    if "demo" in sections:
+        print(f"bench: the demo's story, {args.demo_runs} times in a row ...", flush=True)
+        results["demo"] = {**stamp, **bench_demo_runs(args.demo_runs)}
+        save()
     print(f"bench: wrote {RESULTS.relative_to(ROOT)} and {args.output}")
     return 0
 

@@ -321,7 +321,7 @@ public final class ZkLoad {
     }
 
     void connect(int count) throws Exception {
-        int timeoutMs = 30_000;  // the product's default zookeeper.session_timeout
+        int timeoutMs = 30_000;  // as bench/zk_ceiling.py's SESSION_TIMEOUT (the default when the ceiling was measured)
         for (int i = 0; i < count; i++) {
             Session s = new Session(i / groupSize, "vm" + (i % groupSize));
             s.zk = new ZooKeeper(hosts, timeoutMs, s);

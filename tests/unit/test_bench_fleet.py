@@ -13,9 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.fleet import ASSUMED, GroupInputs, fleet_inputs, fleet_model  # noqa: E402
+from bench.fleet import ASSUMED, SESSION_TIMEOUT, GroupInputs, fleet_inputs, fleet_model  # noqa: E402
 from bench.run import render  # noqa: E402
 from bench.zk_ceiling import Histogram, ceiling_of, mix_ratio  # noqa: E402
+from coordinator.config.services import ZooKeeperConfig  # noqa: E402
 
 
 def test_busiest_hour_of_groups_of_100() -> None:
@@ -26,8 +27,15 @@ def test_busiest_hour_of_groups_of_100() -> None:
     assert row.events_per_s_group == pytest.approx(50 / 3600)
     assert row.requests_per_s_group == pytest.approx(50 / 3600 * 12 * (100 * 2 + 1))
     assert row.requests_per_s_fleet == pytest.approx(100 * row.requests_per_s_group)
-    assert row.pings_per_s_fleet == pytest.approx(10_000 / 10)
+    assert row.pings_per_s_fleet == pytest.approx(10_000 / (20 / 3))  # a ping a third of 20 s apart, per VM
     assert row.fraction_of_ceiling == pytest.approx(row.requests_per_s_fleet / 10_000.0)
+
+
+def test_the_model_pings_at_the_products_default_session_timeout() -> None:
+    """The fleet runs the product's default ``zookeeper.session_timeout`` (20 s); another may be given."""
+    assert SESSION_TIMEOUT == ZooKeeperConfig.model_fields["session_timeout"].default == 20.0
+    (row,) = fleet_model(None, [GroupInputs(100, 2.0, 12.0)], event_vms=(2,), session_timeout=30.0)
+    assert row.pings_per_s_fleet == pytest.approx(10_000 / 10)
 
 
 def test_a_freeze_on_ten_vms_adds_four_changes_per_vm() -> None:
@@ -90,4 +98,4 @@ def test_the_report_says_the_ceiling_and_the_fraction() -> None:
         "mix_ratio": {"reads": 0.97, "writes": 0.03}, "steps": [step], "stopped": "", "ceiling": 1000.0}}
     text = render({"ceiling": ceiling})
     assert "**1000 requests/s**" in text and "200 kazoo sessions in 4 worker processes" in text
-    assert "| 2 | 100 | assumed | 2.0 | 12 | 100 | 0.0139 | 33.5 | 3350 | 1000 | 335 % | not met | 33500 |" in text
+    assert "| 2 | 100 | assumed | 2.0 | 12 | 100 | 0.0139 | 33.5 | 3350 | 1500 | 335 % | not met | 33500 |" in text
