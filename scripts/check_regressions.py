@@ -524,7 +524,9 @@ MUTATIONS = [
         'coordinator/decide/approval.py',
         '        if left > 0:\n',
         '        if False:\n',
-        f'{FOUND}::test_an_event_appearing_after_the_absent_grace_waits_for_its_cut_off_vms_to_drain',
+        # The model's replay of this break no longer reaches it: the approver now also marks the absent VMs
+        # out first, a cycle later. The pure table below holds their marks already and still catches it.
+        'tests/unit/test_policy.py::test_an_event_naming_vms_absent_past_the_grace_waits_for_them_to_drain_on_their_own',
     ),
     (
         'a-cut-down-view-never-admits',
