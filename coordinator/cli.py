@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator import __version__
 
 if TYPE_CHECKING:
+    from coordinator.config import Settings
     from coordinator.control import GroupAddress
 
 __all__ = ["main"]
@@ -20,20 +21,30 @@ __all__ = ["main"]
 DEFAULT_ADMIN_URL = "http://127.0.0.1:9110"
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from coordinator.config import config_warnings, environment_warnings, host_problems, load_settings
+def _load(path: Path | None) -> Settings | None:
+    """The settings of ``path``; None once the error is said on stderr, with the misnamed overrides (a
+    misnamed override may be what the file lacks)."""
+    from coordinator.config import environment_warnings, load_settings
     from coordinator.errors import ConfigError
+
+    try:
+        return load_settings(path)
+    except ConfigError as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        for warning in environment_warnings():
+            print(f"coordinator: warning: {warning}", file=sys.stderr)
+        return None
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from coordinator.config import config_warnings, environment_warnings, host_problems
     from coordinator.logsetup import configure_logging
     from coordinator.runtime import run_agent
     from coordinator.support.memory import limit_malloc_arenas
 
     limit_malloc_arenas()
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as exc:
-        print(f"coordinator: {exc}", file=sys.stderr)
-        for warning in environment_warnings():  # a misnamed override may be what the file lacks
-            print(f"coordinator: warning: {warning}", file=sys.stderr)
+    settings = _load(args.config)
+    if settings is None:
         return 2
     problems, _ = host_problems(settings, at_start=True)
     if problems:
@@ -47,15 +58,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from coordinator.config import config_warnings, environment_warnings, host_problems, load_settings, redacted
-    from coordinator.errors import ConfigError
+    from coordinator.config import config_warnings, host_problems, redacted
 
-    try:
-        settings = load_settings(args.config)
-    except ConfigError as exc:
-        print(f"coordinator: {exc}", file=sys.stderr)
-        for warning in environment_warnings():  # a misnamed override may be what the file lacks
-            print(f"coordinator: warning: {warning}", file=sys.stderr)
+    settings = _load(args.config)
+    if settings is None:
         return 2
     problems, warnings = host_problems(settings, at_start=False)
     if problems:
