@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from coordinator.config import ApprovalRule
 from coordinator.decide.budget import _admissions, _Budget, _over_budget, _unit
+from coordinator.decide.drain import _mark_naming
 from coordinator.decide.events import _approvable, _Event, _record, _waited_for, choose_approver
 from coordinator.maintenance_windows import in_windows
 from coordinator.models import EventType
@@ -98,10 +99,9 @@ def _unmarked(key: str, vms: Sequence[str], cluster: ClusterView) -> dict[str, t
     it with: those it names already, and ``key``."""
     found: dict[str, tuple[str, ...]] = {}
     for vm in vms:
-        mark = cluster.out.get(vm)
-        earlier = tuple(mark.events) if mark is not None else ()
-        if key not in {e.upper() for e in earlier}:
-            found[vm] = (*earlier, key)
+        events = _mark_naming(cluster.out.get(vm), (key,))
+        if events is not None:
+            found[vm] = events
     return found
 
 

@@ -57,17 +57,12 @@ def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, 
                                          and not _deleted(keys, cluster))}
 
 
-def _over_record(key: str, cluster: ClusterView) -> bool:
-    """Whether the event ``key`` is over as the group's records say: its record is marked done."""
-    record = cluster.records.get(key)
-    return record is not None and record.done_at is not None
-
-
 def _deleted(keys: list[str], cluster: ClusterView) -> bool:
     """Whether a VM out for ``keys`` (and without an agent) was deleted: every event it is out for is a
-    Terminate that is over."""
-    return bool(keys) and all(_over_record(key, cluster) and cluster.records[key].event_type == EventType.TERMINATE
-                              for key in keys)
+    Terminate that is over (its record marked done)."""
+    records = [cluster.records.get(key) for key in keys]
+    return bool(records) and all(r is not None and r.done_at is not None and r.event_type == EventType.TERMINATE
+                                 for r in records)
 
 
 def _unconfirmed(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, str]:

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from coordinator.config import ApprovalRule
 from coordinator.decide.events import _approvable, _Event
 from coordinator.snapshot import LocalState, Phase, Policy, Snapshot, is_gone, session_lapses_after
-from coordinator.store.base import ClusterView, ConnectionState
+from coordinator.store.base import ClusterView, ConnectionState, OutMark
 
-__all__ = ["_acks", "_acks_outstanding", "_acks_released_by", "_drains", "_holding", "_local", "_out_mark"]
+__all__ = ["_acks", "_acks_outstanding", "_acks_released_by", "_drains", "_holding", "_local", "_mark_naming",
+           "_out_mark"]
 
 
 def _drains(ev: _Event, snap: Snapshot, local: LocalState, policy: Policy) -> bool:
@@ -151,8 +152,14 @@ def _out_mark(
         return None, mine_out is not None
     # Events accumulate until the VM is back in rotation: a VM back from a reboot is still out for the
     # event that took it out, whatever its restarted agent holds now.
-    earlier = tuple(mine_out.events) if mine_out is not None else ()
-    out_for = {e.upper() for e in earlier}
-    if mine_out is None or not set(holding) <= out_for:
-        return earlier + tuple(e for e in holding if e not in out_for), False
-    return None, False
+    return _mark_naming(mine_out, holding), False
+
+
+def _mark_naming(mark: OutMark | None, keys: Sequence[str]) -> tuple[str, ...] | None:
+    """The events to write an ``/out`` node with so that it names ``keys`` (event keys) too: those it names
+    already first, then the others; None when it exists and names them all already."""
+    earlier = tuple(mark.events) if mark is not None else ()
+    named = {e.upper() for e in earlier}
+    if mark is not None and set(keys) <= named:
+        return None
+    return earlier + tuple(key for key in keys if key not in named)
