@@ -14,8 +14,8 @@ from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.snapshot import Policy, Snapshot, rule_for
 from coordinator.store.base import ClusterView, EventRecord
 
-__all__ = ["_Event", "_approvable", "_every_event_shown", "_from_store", "_in_own_documents", "_parse",
-           "_parse_events", "_record", "_waited_for", "choose_approver"]
+__all__ = ["_Event", "_approvable", "_from_store", "_in_own_documents", "_parse", "_parse_events", "_record",
+           "_waited_for", "choose_approver", "shows_every_event"]
 
 
 def choose_approver(
@@ -124,7 +124,7 @@ def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[st
     this VM's documents listing it, and only if they would not list it while it is present
     (``_in_own_documents``)."""
     found: dict[str, _Event] = {}
-    every_event = _every_event_shown(cluster)
+    every_event = shows_every_event(cluster)
     for key, record in cluster.records.items():
         sighting = snap.seen.get(key)
         if record.done_at is not None or sighting is None or sighting.listed:
@@ -143,7 +143,7 @@ def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[st
     return found
 
 
-def _every_event_shown(cluster: ClusterView) -> bool:
+def shows_every_event(cluster: ClusterView) -> bool:
     """Whether the group's IMDS shows every VM every event of the group, as Azure does for availability sets
     and most scale sets: some record was published by a VM it does not name, and only a document can have
     shown the event to that VM. Unknown (no such record yet, or a group whose IMDS shows each VM only the
@@ -153,7 +153,7 @@ def _every_event_shown(cluster: ClusterView) -> bool:
 
 def _in_own_documents(record: EventRecord, snap: Snapshot, every_event_shown: bool) -> bool:
     """Whether this VM's own documents list the record's event for as long as it is present: it names this
-    VM, or the group shows every VM every event (``_every_event_shown``). Then those documents alone say
+    VM, or the group shows every VM every event (``shows_every_event``). Then those documents alone say
     whether the event is there, whatever this VM saw of it before (a restarted process, sightings dropped
     while ZooKeeper was unreadable): a leader closes its record once they miss it (``_over``), and never
     admits it from its record alone (``_from_store``)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coordinator.decide.events import _Event, _every_event_shown, _in_own_documents
+from coordinator.decide.events import _Event, _in_own_documents, shows_every_event
 from coordinator.snapshot import Policy, Snapshot, is_gone
 from coordinator.store.base import ClusterView, EventRecord
 
@@ -18,7 +18,7 @@ def _closing(
     """The leader's changes to records on a fresh document: (records to reopen, records to mark done)."""
     reopen: list[str] = []
     mark_done: list[str] = []
-    every_event = _every_event_shown(cluster)
+    every_event = shows_every_event(cluster)
     for key, record in cluster.records.items():
         if key in by_key:
             if record.done_at is not None:

@@ -47,6 +47,7 @@ from coordinator.decide import (
     Snapshot,
     choose_approver,
     decide,
+    shows_every_event,
 )
 from coordinator.groupstatus.model import (
     Absent,
@@ -217,7 +218,7 @@ def _gone_per(record: EventRecord, read: GroupRead) -> str | None:
     every agent has read it, whereas a new event may not have reached every agent's document yet."""
     if record.approval is None and (record.not_before is None or read.read_at < record.not_before):
         return None
-    every = any(r.published_by not in r.resources for r in read.view.records.values())
+    every = shows_every_event(read.view)
     showing = {*record.resources, record.published_by, *([record.approval.by] if record.approval else [])}
     for vm, answer in sorted(read.agents.items()):
         body = answer.body or {}
