@@ -46,7 +46,7 @@ def bench_demo_runs(runs: int, workdir: Path | None = None) -> dict[str, Any]:
             "failed": outcome.failed,
             "story_seconds": round(outcome.story_real_seconds or 0.0, 1),
             "wall_seconds": round(time.monotonic() - started, 1),
-            "waited": [f"{e.event_type} {e.event_id}: {e.waited_for or 'no agent recorded why'}"
+            "waited": [f"{e.event_type} {e.event_id}: {e.held_by}"
                        for e in outcome.events if e.start_reason == "not_before"],
         })
         print(f"bench: demo run {n}: {'ok' if ok else 'FAILED'}", flush=True)

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
               f"started after {e['to_start'] or float('nan'):5.0f} ({e['start_reason']}, {approved}); "
               f"reclaimed {e['reclaimed']:5.0f}; failed requests {e['failed']}{short}")
         if e["start_reason"] == "not_before" and args.strategy == "coordinated":
-            print(f"           waited for its NotBefore: {e['waited_for'] or 'no agent recorded why'}")
+            print(f"           waited for its NotBefore: {e['held_by']}")
     print()
     print(report(summarize([view]), steps))
     ok, said = verdict(outcome, config)
@@ -103,6 +103,6 @@ def verdict(outcome: StoryOutcome, config: StoryConfig) -> tuple[bool, str]:
     missed = [e for e in drainable if e.missed]
     if missed:
         text += " Started at NotBefore although the policy allowed an early start: " + "; ".join(
-            f"{e.event_type} {e.event_id} ({e.waited_for or 'no agent recorded why'})" for e in missed) + "."
+            f"{e.event_type} {e.event_id} ({e.held_by})" for e in missed) + "."
     ok = lost == 0 and not missed
     return ok, ("demo: OK: " if ok else "demo: FAILED: ") + text.removeprefix("demo: ")

@@ -98,15 +98,22 @@ class EventOutcome:
     drained_t: float | None = None  # every named VM out of HAProxy's rotation (wall clock), if before the start
     drained_by: list[str] = field(default_factory=list)  # the HAProxy status that took each one out
     # Why it was not approved yet, as its approver (or, with none, the leader) last said in ``/status``
-    # while it was Scheduled: "vmN: reason; reason".
-    waited_for: str | None = None
+    # while it was Scheduled: who said it, and its reasons.
+    waited_by: str | None = None
+    waited_for: list[str] = field(default_factory=list)
+
+    @property
+    def held_by(self) -> str:
+        """What held it back, as last said: "vmN: reason; reason", or that no agent said."""
+        return f"{self.waited_by}: {'; '.join(self.waited_for)}" if self.waited_by else "no agent recorded why"
 
     @property
     def missed(self) -> bool:
         """Started at its NotBefore although the policy allowed an early start: not approved, and the
-        last reason recorded for it was not the policy's own (``policy: ... never approved early``)."""
-        return self.start_reason == "not_before" and not (self.waited_for or "").split(": ", 1)[-1].startswith(
-            "policy:")
+        last reasons recorded for it did not begin with the policy's own (``policy: ... never approved
+        early``)."""
+        policy = bool(self.waited_for) and self.waited_for[0].startswith("policy:")
+        return self.start_reason == "not_before" and not policy
 
     @property
     def notice(self) -> float:
@@ -137,7 +144,8 @@ class EventOutcome:
 
     def view(self) -> dict[str, Any]:
         return {**asdict(self), "notice": self.notice, "to_start": self.to_start, "reclaimed": self.reclaimed,
-                "to_drained": self.to_drained, "to_start_real": self.to_start_real, "missed": self.missed}
+                "to_drained": self.to_drained, "to_start_real": self.to_start_real, "held_by": self.held_by,
+                "missed": self.missed}
 
 
 @dataclass
@@ -380,7 +388,7 @@ def _note_waits(cluster: LocalCluster, by_id: Mapping[str, EventOutcome]) -> Non
                 if event.get("event_id") == eid and event.get("status") == "Scheduled" and event.get("waiting_for")}
         for vm in [next((vm for vm, e in said.items() if e.get("approver") == vm), None), leader]:
             if vm is not None and vm in said:
-                outcome.waited_for = f"{vm}: {'; '.join(said[vm]['waiting_for'])}"
+                outcome.waited_by, outcome.waited_for = vm, [str(r) for r in said[vm]["waiting_for"]]
                 break
 
 

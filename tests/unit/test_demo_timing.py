@@ -33,16 +33,16 @@ def _outcome(*events: EventOutcome) -> StoryOutcome:
     return outcome
 
 
-def _event(eid: str, start_reason: str, waited_for: str | None = None) -> EventOutcome:
+def _event(eid: str, start_reason: str, waited_by: str | None = None, *reasons: str) -> EventOutcome:
     return EventOutcome("reboot", "Reboot", eid, ["vm2"], 0.0, 0.0, 900.0, started_t=10.0, started_sim_t=60.0,
-                        start_reason=start_reason, waited_for=waited_for)
+                        start_reason=start_reason, waited_by=waited_by, waited_for=list(reasons))
 
 
 def test_the_demo_fails_on_an_event_the_policy_let_start_early_that_waited_for_its_not_before() -> None:
     config = StoryConfig()
     ok, text = verdict(_outcome(_event("E1", "approved")), config)
     assert ok and text.startswith("demo: OK")
-    held = _event("E2", "not_before", "vm1: maintenance budget: 1 event(s) in maintenance (E0)")
+    held = _event("E2", "not_before", "vm1", "maintenance budget: 1 event(s) in maintenance (E0)")
     ok, text = verdict(_outcome(_event("E1", "approved"), held), config)
     assert not ok and "E2 (vm1: maintenance budget: 1 event(s) in maintenance (E0))" in text
     ok, text = verdict(_outcome(_event("E3", "not_before")), config)
@@ -50,6 +50,6 @@ def test_the_demo_fails_on_an_event_the_policy_let_start_early_that_waited_for_i
 
 
 def test_an_event_the_policy_never_approves_early_may_wait_for_its_not_before() -> None:
-    never = _event("E4", "not_before", "vm2: policy: Redeploy events are never approved early")
+    never = _event("E4", "not_before", "vm2", "policy: Redeploy events are never approved early")
     assert not never.missed
     assert verdict(_outcome(never), StoryConfig())[0]
