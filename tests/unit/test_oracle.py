@@ -7,7 +7,9 @@ the recorders do.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -616,9 +618,6 @@ def test_a_kept_record_reads_back_and_is_judged_the_same() -> None:
 
 
 def test_kept_runs_are_judged_again_by_the_oracle_as_it_is_now(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     clean, broken = Run(), Run()
     drained_freeze(clean)
     drained_freeze(broken, ack_vm1=None)  # S1: vm1 never acked
@@ -643,17 +642,35 @@ def test_kept_runs_are_judged_again_by_the_oracle_as_it_is_now(tmp_path: Path) -
 
 
 def test_runs_judged_again_are_written_beside_their_verdicts_and_counted_by_the_summary(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from coordinator.testbed.chaos.ledger import Ledger, code_identity
+    from coordinator.testbed.chaos.ledger import code_identity
 
     clean, broken = Run(), Run()
     drained_freeze(clean)
     drained_freeze(broken, ack_vm1=None)  # S1 by the oracle as it is now; "no violation" when it ran
+    results, done = rejudge_kept_runs(tmp_path, (clean, broken))
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    assert done.returncode == 1, done.stderr  # seed 2 has a violation now
+    assert done.stdout.splitlines()[-1] == f"wrote 2 re-judged verdict(s) into {results}"
+    body = json.loads(results.read_text())
+    assert [r["verdict"]["ok"] for r in body["results"]] == [True, True]  # as written when they ran
+    assert [r["rejudged"]["ok"] for r in body["results"]] == [True, False]
+    assert body["rejudged_by"]["digest"] == code_identity()["digest"]
+    assert body["rejudged_by"]["runs"] == 2 and body["code"]["digest"] == "measured"
+    out = subprocess.run([sys.executable, str(scripts / "chaos_summary.py"), str(results)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "judged the 2 runs again from their kept observations" in out
+    assert "| violations | S1: 1 |" in out
+
+
+def rejudge_kept_runs(tmp_path: Path, runs: Sequence[Run]) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """Keep ``runs`` as a long run keeps them (seeds 1, 2, ...: each run's observations, and a results file
+    whose verdicts all said "no violation" when they ran), then run ``scripts/chaos_rejudge.py --write`` on
+    them: the results file and what the script did."""
+    from coordinator.testbed.chaos.ledger import Ledger
+
     ledger = Ledger({"vms": list(VMS)}, {"digest": "measured", "commit": "c0ffee1"})
     part = ledger.start_part(ledger.code)
-    for seed, run in ((1, clean), (2, broken)):
+    for seed, run in enumerate(runs, start=1):
         directory = tmp_path / "runs" / f"seed-{seed}"
         directory.mkdir(parents=True)
         run.verdict()
@@ -666,14 +683,4 @@ def test_runs_judged_again_are_written_beside_their_verdicts_and_counted_by_the_
     scripts = Path(__file__).resolve().parents[2] / "scripts"
     done = subprocess.run([sys.executable, str(scripts / "chaos_rejudge.py"), str(tmp_path / "runs"), "--write",
                            str(results)], capture_output=True, text=True)
-    assert done.returncode == 1, done.stderr  # seed 2 has a violation now
-    assert done.stdout.splitlines()[-1] == f"wrote 2 re-judged verdict(s) into {results}"
-    body = json.loads(results.read_text())
-    assert [r["verdict"]["ok"] for r in body["results"]] == [True, True]  # as written when they ran
-    assert [r["rejudged"]["ok"] for r in body["results"]] == [True, False]
-    assert body["rejudged_by"]["digest"] == code_identity()["digest"]
-    assert body["rejudged_by"]["runs"] == 2 and body["code"]["digest"] == "measured"
-    out = subprocess.run([sys.executable, str(scripts / "chaos_summary.py"), str(results)], capture_output=True,
-                         text=True, check=True).stdout
-    assert "judged the 2 runs again from their kept observations" in out
-    assert "| violations | S1: 1 |" in out
+    return results, done

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from coordinator.testbed.oracle import OracleSettings, Verdict, dump, load
-from tests.unit.test_oracle import DOWN, DRAIN, E1, E2, T0, UP, VMS, Run
+from tests.unit.test_oracle import DOWN, DRAIN, E1, E2, T0, UP, VMS, Run, rejudge_kept_runs
 
 PIDS = {"vm0": 100, "vm1": 101, "vm2": 102}
 OWNERS = {"vm0": 0xA, "vm1": 0xB, "vm2": 0xC}
@@ -272,28 +272,13 @@ def test_the_settings_the_judgement_reads_survive_a_kept_record_and_an_older_one
 
 
 def test_the_rejudge_and_summary_scripts_count_liveness_misses(tmp_path: Path) -> None:
-    from coordinator.testbed.chaos.ledger import Ledger
-
     missed = group()
     missed.event(E1, ("vm0", "vm1"), 2.0, started=25.0, reason="not_before", removed=28.0)
     explained = group()
     explained.event(E1, ("vm0", "vm1"), 2.0, started=9.0, reason="not_before", removed=12.0)
     explained.harness(4.0, "zk_link_cut", "vm1")
     explained.harness(6.5, "zk_link_heal", "vm1")
-    ledger = Ledger({"vms": list(VMS)}, {"digest": "measured", "commit": "c0ffee1"})
-    part = ledger.start_part(ledger.code)
-    for seed, run in ((1, missed), (2, explained)):
-        directory = tmp_path / "runs" / f"seed-{seed}"
-        directory.mkdir(parents=True)
-        run.verdict()
-        (directory / "observations.json").write_text(dump(run.obs))
-        (directory / "verdict.txt").write_text("no violation\n")
-        ledger.add({"seed": seed, "wall_seconds": 50.0, "faults": {}, "tick_time_ms": 500, "error": None,
-                    "verdict": {"ok": True, "stats": {"requests": 10}, "violations": []}}, part, 50.0 * seed)
-    results = tmp_path / "results.json"
-    ledger.write(results)
-    done = subprocess.run([sys.executable, str(SCRIPTS / "chaos_rejudge.py"), str(tmp_path / "runs"), "--write",
-                           str(results)], capture_output=True, text=True)
+    results, done = rejudge_kept_runs(tmp_path, (missed, explained))
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert lines[1].startswith("    liveness: L1: Freeze")
