@@ -22,6 +22,7 @@ from coordinator.testbed.oracle import OracleSettings, Verdict, dump, load
 from tests.unit.test_oracle import DOWN, DRAIN, E1, E2, T0, UP, VMS, Run, rejudge_kept_runs
 
 PIDS = {"vm0": 100, "vm1": 101, "vm2": 102}
+E3 = "33333333-3333-3333-3333-333333333333"
 OWNERS = {"vm0": 0xA, "vm1": 0xB, "vm2": 0xC}
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -184,6 +185,93 @@ def test_a_vm_not_back_in_rotation_after_an_event_holds_the_budget_for_it() -> N
     verdict = run.verdict()
     assert verdict.ok, verdict.render(T0)
     assert liveness(verdict)["held_by"] == {"the budget": 1}
+
+
+def agent_down(run: Run, vm: str, stopped: float, end: float, *, killed: bool = False, member_gone: float,
+               serving_until: float | None = None) -> None:
+    """``vm``'s agent stopped at ``stopped`` (SIGTERM, or SIGKILL) and not started again: its probe answers
+    200 until ``serving_until`` (just after the agent went, unless a drain took it out before), nothing
+    after; HAProxy marks it DOWN; its member node goes at ``member_gone``."""
+    serving_until = stopped + 0.1 if serving_until is None else serving_until
+    run.obs.processes = [p for p in run.obs.processes if p.vm != vm]
+    run.obs.probes = [s for s in run.obs.probes if s.vm != vm]
+    run.obs.servers = [s for s in run.obs.servers if s.server != vm]
+    run.obs.nodes = [n for n in run.obs.nodes if not (n.kind == "member" and n.vm == vm)]
+    run.process(vm, PIDS[vm], 0.0, exited=stopped + 0.05, rc=-9 if killed else 0)
+    run.harness(stopped, "sigkill" if killed else "sigterm", vm, PIDS[vm])
+    run.node("member", 0.5, vm=vm, owner=OWNERS[vm], gone=member_gone)
+    run.probe(vm, 0, serving_until, 200)
+    if serving_until < stopped:  # drained by its agent: 503 until the agent went
+        run.probe(vm, serving_until, stopped + 0.1, 503)
+    run.probe(vm, max(serving_until, stopped + 0.1), end, None)
+    run.servers(0, serving_until + 0.4, {vm: UP})
+    run.servers(serving_until + 0.4, end, {vm: DOWN})
+
+
+def early_freeze(run: Run, event_id: str, vm: str, created: float, approved: float) -> None:
+    """A Freeze of ``vm`` alone, admitted at once, acknowledged and approved by ``vm`` at ``approved``."""
+    run.event(event_id, (vm,), created, started=approved, removed=approved + 3.0)
+    run.node("admitted", created + 0.5, event_id=event_id, gone=approved + 4.5)
+    run.node("ack", approved - 0.4, vm=vm, event_id=event_id, owner=OWNERS[vm], gone=approved + 4.0)
+    run.approval(approved, vm, event_id)
+
+
+def test_a_finished_event_naming_a_vm_whose_agent_is_down_without_an_ack_holds_no_budget_slot() -> None:
+    # vm2's agent stopped (SIGTERM) at 1 s without draining: no ack, no /out node, out of rotation for the
+    # rest of the run. E1 names it, waits for its NotBefore (its VM runs no agent) and is over at 13 s:
+    # vm2 out of rotation is down, not in maintenance for E1 (L4), so E2 is allowable from its creation
+    # and its approval 3 s later is in time, as the agents' budget (``_out_vms``) has it.
+    run = group(40.0, out={"vm0": (19.0, 27.0)})
+    agent_down(run, "vm2", 1.0, 40.0, member_gone=2.0)
+    run.event(E1, ("vm2",), 2.0, started=10.0, reason="not_before", removed=13.0)
+    early_freeze(run, E2, "vm0", created=18.0, approved=21.0)
+    verdict = run.verdict()
+    assert verdict.ok, verdict.render(T0)
+    judged = liveness(verdict)
+    assert judged["outcomes"] == {"allowable": 1, "approved in time": 1, "never allowable": 1}
+    assert judged["held_by"] == {"the agent of vm2 not running": 1}
+    second = next(e for e in judged["events"] if e["event"] == E2)
+    assert second["allowable_from"] == 18.0 and second["outcome"] == "approved in time"
+    assert judged["misses"] == []
+
+
+def test_a_vm_drained_by_its_agent_for_an_event_and_then_stopped_still_holds_the_budget_for_it() -> None:
+    # vm2 went out of rotation by its agent's own drain for E1 (admitted, live, 503 from 3 s), and its agent
+    # was stopped at 5 s before it acknowledged: its /out node (not recorded here) still names E1, so the
+    # agents' budget counts E1 while vm2 is out: E2 is held, not allowable.
+    run = group(40.0)
+    agent_down(run, "vm2", 5.0, 40.0, member_gone=6.0, serving_until=3.0)
+    run.event(E1, ("vm2",), 2.0, started=10.0, reason="not_before", removed=13.0)
+    run.node("admitted", 2.5, event_id=E1, gone=14.0)
+    run.event(E2, ("vm0",), 18.0, started=30.0, reason="not_before", removed=33.0)
+    verdict = run.verdict()
+    assert verdict.ok, verdict.render(T0)
+    judged = liveness(verdict)
+    second = next(e for e in judged["events"] if e["event"] == E2)
+    assert second["outcome"] == "never allowable" and second["why"] == "the budget"
+    assert judged["misses"] == []
+
+
+def test_a_vm_that_acknowledged_and_was_killed_holds_the_budget_for_the_recovery_grace_only() -> None:
+    # vm2 drained for E1 and acknowledged it, then its agent was killed at 5 s (its session lapsed at 14 s).
+    # E1 is over at 8 s; vm2, out of rotation for it, holds E1's slot while the agents' budget still counts
+    # it (``policy.recovery_grace_seconds``, 600 s by default, from its member node gone): E2 is held. Past
+    # the grace it counts no more (``decide.budget._out_vms``): E3 is allowable and approved in time.
+    run = group(640.0, out={"vm0": (621.0, 628.0)})
+    agent_down(run, "vm2", 5.0, 640.0, killed=True, member_gone=14.0, serving_until=2.0)
+    run.event(E1, ("vm2",), 1.0, started=4.0, removed=8.0)
+    run.node("admitted", 1.5, event_id=E1, gone=9.0)
+    run.node("ack", 3.9, vm="vm2", event_id=E1, owner=OWNERS["vm2"], gone=14.0)
+    run.approval(4.0, "vm2", E1)
+    run.event(E2, ("vm0",), 20.0, started=40.0, reason="not_before", removed=43.0)
+    early_freeze(run, E3, "vm0", created=620.0, approved=623.0)
+    verdict = run.verdict()
+    assert verdict.ok, verdict.render(T0)
+    judged = liveness(verdict)
+    by_event = {e["event"]: e for e in judged["events"]}
+    assert by_event[E2]["outcome"] == "never allowable" and by_event[E2]["why"] == "the budget"
+    assert by_event[E3]["outcome"] == "approved in time" and by_event[E3]["allowable_from"] == 620.0
+    assert judged["misses"] == []
 
 
 def test_keep_one_serving_and_an_operators_pause_hold_an_event_without_a_miss() -> None:

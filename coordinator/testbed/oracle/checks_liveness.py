@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.testbed.oracle.context import Context, SimEvent, pause_windows
+from coordinator.testbed.oracle.context import Context, SimEvent, pause_windows, recovery_grace
 from coordinator.testbed.oracle.faults import Fault, Leaders, faults, on_path
 from coordinator.testbed.oracle.report import Violation, timeline
 
@@ -122,6 +122,11 @@ class _World:
             if n.kind == "member" and n.vm:
                 self.members.setdefault(n.vm.lower(), []).append((n.ctime, n.gone_seen or _INF))
         self.pauses = [(n.ctime, n.gone_seen or _INF) for n in nodes if n.kind == "pause"]
+        self.out_nodes: dict[str, list[Span]] = {}  # a VM's own /out node (recorded by the chaos runs only)
+        for n in nodes:
+            if n.kind == "out" and n.vm:
+                self.out_nodes.setdefault(n.vm.lower(), []).append((n.ctime, n.gone_seen or _INF))
+        self.grace = recovery_grace(self.settings)
         self.runs: dict[str, list[Span]] = {}
         for p in ctx.obs.processes:
             self.runs.setdefault(p.vm.lower(), []).append((p.started, p.exited if p.exited is not None else _INF))
@@ -196,8 +201,11 @@ class _World:
         for vm in other.resources:
             if vm not in self.rot or self.rot[vm][i] or (own and vm in ev.resources):
                 continue
+            # Out of rotation since ``other`` held the budget: drained for it, until it serves again (S4);
+            # not a VM down for no event, nor one whose agent is gone past the recovery grace (L4).
             out_from = self.at(self.out_since[vm][i])
-            if any(start <= t and end > out_from for start, end, _, _ in self.holding[other.event_id]):
+            if (any(start <= t and end > out_from for start, end, _, _ in self.holding[other.event_id])
+                    and not self._gone_past_grace(vm, t) and not self._down(vm, other, out_from, t)):
                 return f"{vm} not back in rotation since"
             # Gone out by its agent's own decision (running, a member, not stopped) while ``other`` names
             # it: drained for it (admitted, or forced before its NotBefore, which the simulator's log does
@@ -205,6 +213,24 @@ class _World:
             if vm not in ev.resources and other.present(t) and self.live(vm, out_from) and self.live(vm, t):
                 return f"{vm} out of rotation while it names it"
         return None
+
+    def _gone_past_grace(self, vm: str, t: float) -> bool:
+        """Whether ``vm``'s agent has been gone (no member node) for ``recovery_grace`` at ``t``: the agents'
+        budget no longer counts it out of rotation for anything (``decide.budget._out_vms``). Gone since its
+        last member node was seen gone; never seen a member before ``t``: not known gone."""
+        spans = self.members.get(vm, [])
+        ended = [b for a, b in spans if b <= t]
+        return bool(ended) and not _within(spans, t) and t - max(ended) >= self.grace
+
+    def _down(self, vm: str, other: SimEvent, out_from: float, t: float) -> bool:
+        """Whether ``vm``, out of rotation since ``out_from``, is down rather than in maintenance for
+        ``other`` at ``t`` (L4): its agent is not running, it went out of rotation without its agent's
+        doing (not live then: stopped without draining), it never acknowledged ``other`` and has no ``/out``
+        node. The agents' budget counts a VM out only by its ``/out`` node or its acks, and a VM stopped
+        without draining has neither. One drained by its agent and then killed keeps the old rule."""
+        return (not _within(self.runs.get(vm, []), t) and not self.live(vm, out_from)
+                and not any(by == vm for _, _, _, by in self.holding[other.event_id])
+                and not any(a <= t and b > out_from for a, b in self.out_nodes.get(vm, [])))
 
     def why_not(self, ev: SimEvent, i: int, t: float) -> tuple[str, str, Fault | None] | None:
         """Why ``ev`` is not allowable at ``t``: (``never``, ``hold`` or ``fault``, the reason, the fault

@@ -5,6 +5,7 @@ approvals) from the simulator's log; ``approvals`` lists the approval POSTs it r
 ``clean_reads`` when each VM was served a well-formed Scheduled Events document. ``Context`` is built
 once per run: the events, each VM's probe samples and each server's HAProxy samples as time-sorted
 ``Series``. ``pause_windows`` says when each agent process was stopped (SIGSTOP until SIGCONT or its end).
+``recovery_grace`` is the agents' grace for a VM whose agent is gone, as the run's settings give it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.testbed.oracle.records import Observations, ProbeSample, ServerSample
+from coordinator.config import PolicyConfig
+from coordinator.testbed.oracle.records import Observations, OracleSettings, ProbeSample, ServerSample
 
-__all__ = ["EARLY_RESULTS", "Context", "Series", "SimEvent", "approvals", "clean_reads", "pause_windows", "sim_events"]
+__all__ = ["EARLY_RESULTS", "Context", "Series", "SimEvent", "approvals", "clean_reads", "pause_windows",
+           "recovery_grace", "sim_events"]
 
 EARLY_RESULTS = ("approved", "already_approved")
 _SCHEDULED_EVENTS = "/metadata/scheduledevents"
+
+
+def recovery_grace(settings: OracleSettings) -> float:
+    """How long a VM whose agent is gone (no member node) still counts out of rotation for the agents'
+    budget (``policy.recovery_grace_seconds``, ``decide.budget._out_vms``): the settings' own
+    ``recovery_grace_seconds`` when they carry one (a run that configured another), else the agents'
+    default (a record kept without it was made with the default)."""
+    grace = getattr(settings, "recovery_grace_seconds", None)
+    if grace is None:
+        return float(PolicyConfig.model_fields["recovery_grace_seconds"].default)
+    return float(grace)
 
 
 # -- ground truth from the simulator's log --------------------------------------------------------------
