@@ -267,14 +267,40 @@ class SimControl:
 
     def add_azure_fault(self, target: str, kind: str = "status", *, status: int | None = None,
                         retry_after: int | None = None, count: int | None = 1,
-                        methods: Sequence[str] = ("GET", "PUT")) -> dict[str, Any]:
-        """A fault on the token endpoint (``target="token"``) or on ARM (``"arm"``)."""
+                        methods: Sequence[str] = ("GET", "PUT"), seconds: float | None = None,
+                        delay_seconds: float | None = None, end: str | None = None) -> dict[str, Any]:
+        """A fault on the token endpoint (``target="token"``) or on ARM (``"arm"``): ``kind`` ``status``,
+        ``unreachable``, ``concurrent_write``, ``lost_answer`` (``delay_seconds``), ``status_after_apply``
+        (``status``), ``slow_operation`` (``seconds``) or ``operation_end`` (``end``)."""
         body: dict[str, Any] = {"target": target, "kind": kind, "count": count, "methods": list(methods)}
-        if status is not None:
-            body["status"] = status
-        if retry_after is not None:
-            body["retry_after"] = retry_after
+        optional = {"status": status, "retry_after": retry_after, "seconds": seconds, "delay_seconds": delay_seconds,
+                    "end": end}
+        body.update({name: value for name, value in optional.items() if value is not None})
         return self._call("POST", "/arm/faults", json=body)
+
+    def azure_faults(self) -> list[dict[str, Any]]:
+        """The faults queued on the token endpoint and ARM, in the order they will be used."""
+        faults: list[dict[str, Any]] = self._call("GET", "/arm/faults")["faults"]
+        return faults
+
+    def clear_azure_faults(self) -> int:
+        cleared: int = self._call("DELETE", "/arm/faults")["cleared"]
+        return cleared
+
+    def arm_settings(self, **settings: Any) -> dict[str, Any]:
+        """Change ARM's settings (``conflict_while_updating``, ``async_seconds``, ``retry_after``); returns
+        them all (none given: only reads them)."""
+        if not settings:
+            return self._call("GET", "/arm/settings")
+        return self._call("POST", "/arm/settings", json=settings)
+
+    def set_throttling(self, enabled: bool = True, **limits: Any) -> dict[str, Any]:
+        """ARM's token buckets on (``read_capacity``, ``read_refill``, ``write_capacity``, ``write_refill``;
+        the documented values by default) or off."""
+        return self._call("POST", "/arm/throttling", json={"enabled": enabled, **limits})
+
+    def throttling(self) -> dict[str, Any]:
+        return self._call("GET", "/arm/throttling")
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._http.request(method, path, **kwargs)

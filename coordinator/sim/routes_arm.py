@@ -50,5 +50,5 @@ class _ArmHandler(_Handler):
         except Exception:
             log.exception("bug in the ARM simulator for %s %s", method, self.path)
             answer = ArmAnswer(500, {"error": {"code": "InternalServerError", "message": "simulator bug"}})
-        log.debug("arm %s %s -> %s", method, split.path, answer.status)
+        log.debug("arm %s %s -> %s", method, split.path, "dropped" if answer.drop else answer.status)
         self._send_answer(answer)

@@ -139,7 +139,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, data: object, extra: Mapping[str, str] | None = None) -> int:
         return self._send(status, json.dumps(data, separators=(",", ":")).encode(), extra=extra)
 
-    def _send_answer(self, answer: ArmAnswer) -> int:
+    def _send_answer(self, answer: ArmAnswer) -> int | None:
+        """Send the Azure model's ``answer``; None when nothing was sent: ``drop`` (the connection is closed
+        without an answer) or a ``delay`` cut short by the server stopping."""
+        if answer.drop:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return None
+        if answer.delay > 0 and self.server.owner.stopping.wait(answer.delay):
+            self.close_connection = True
+            return None
         if answer.body is None:
             return self._send(answer.status, extra=answer.headers)
         return self._send_json(answer.status, answer.body, extra=answer.headers)

@@ -15,6 +15,7 @@ from coordinator.sim.group import SimulatedGroup
 from coordinator.sim.lb_haproxy import HAProxyDataPlane
 from coordinator.sim.routes_common import _Handler
 from coordinator.sim.schema import (
+    ArmSettingsRequest,
     AzureFaultRequest,
     FaultRequest,
     IdentityRequest,
@@ -31,6 +32,7 @@ from coordinator.sim.schema import (
     ScaleSetRequest,
     ScheduleRequest,
     SkipIncarnationRequest,
+    ThrottlingRequest,
     VmResourceRequest,
     parse,
 )
@@ -157,10 +159,20 @@ def _azure_route(
             return lambda q, b: (200, {"resources": azure.resources()})
         case "GET", ["arm", "calls"]:
             return lambda q, b: (200, {**azure.calls(), "data_plane": plane.view() if plane else None})
+        case "GET", ["arm", "faults"]:
+            return lambda q, b: (200, {"faults": azure.faults()})
         case "POST", ["arm", "faults"]:
             return lambda q, b: (201, azure.add_fault(**_fields(AzureFaultRequest, b)))
         case "DELETE", ["arm", "faults"]:
             return lambda q, b: (200, {"cleared": azure.clear_faults()})
+        case "GET", ["arm", "settings"]:
+            return lambda q, b: (200, azure.configure())
+        case "POST", ["arm", "settings"]:
+            return lambda q, b: (200, azure.configure(**_fields(ArmSettingsRequest, b)))
+        case "GET", ["arm", "throttling"]:
+            return lambda q, b: (200, azure.throttling())
+        case "POST", ["arm", "throttling"]:
+            return lambda q, b: (200, azure.set_throttling(**_body(ThrottlingRequest, b).model_dump()))
         case "POST", ["identities", "expire-tokens"]:
             return lambda q, b: (200, {"expired": azure.expire_tokens()})
     return None

@@ -45,6 +45,7 @@ from coordinator.sim.errors import InvalidRequest
 __all__ = [
     "TIMELINE_ACTIONS",
     "ApproveRequest",
+    "ArmSettingsRequest",
     "AzureFaultRequest",
     "CancelRequest",
     "FaultRequest",
@@ -64,6 +65,7 @@ __all__ = [
     "ScheduleRequest",
     "Seconds",
     "SkipIncarnationRequest",
+    "ThrottlingRequest",
     "TimelineImpact",
     "TimelineStep",
     "VmResourceRequest",
@@ -309,15 +311,39 @@ _GET_PUT: list[Literal["GET", "PUT"]] = ["GET", "PUT"]
 
 
 class AzureFaultRequest(Request):
-    """``POST /arm/faults``: a status answer (``retry_after`` adds ``Retry-After``) on the token endpoint or
-    on ARM, or ``concurrent_write`` (another writer changes the pool just before the next PUT)."""
+    """``POST /arm/faults``: a fault on the token endpoint or on ARM (``AzureModel.add_fault``, which checks
+    which fields a kind takes): ``status`` (``retry_after`` adds ``Retry-After``), ``unreachable``,
+    ``concurrent_write``, and for an applied PUT ``lost_answer`` (``delay_seconds``), ``status_after_apply``,
+    ``slow_operation`` (``seconds``) and ``operation_end`` (``end``)."""
 
     target: Literal["token", "arm"]
-    kind: Literal["status", "concurrent_write"] = "status"
+    kind: Literal["status", "unreachable", "concurrent_write", "lost_answer", "status_after_apply", "slow_operation",
+                  "operation_end"] = "status"
     status: Annotated[StrictInt, Field(ge=400, le=599)] | None = None
     retry_after: Annotated[StrictInt, Field(ge=0, le=3600)] | None = None
     count: Annotated[StrictInt, Field(ge=1)] | None = 1
     methods: list[Literal["GET", "PUT"]] = Field(default_factory=lambda: _GET_PUT.copy())
+    seconds: Seconds | None = None
+    delay_seconds: _PositiveSeconds | None = None
+    end: Literal["Failed", "Canceled"] | None = None
+
+
+class ArmSettingsRequest(Request):
+    """``POST /arm/settings``: ARM's settings (``AzureModel.configure``); those not given stay."""
+
+    conflict_while_updating: StrictBool | None = None
+    async_seconds: Seconds | None = None
+    retry_after: Annotated[StrictInt, Field(ge=0, le=3600)] | None = None
+
+
+class ThrottlingRequest(Request):
+    """``POST /arm/throttling``: ARM's token buckets per subscription (``AzureModel.set_throttling``)."""
+
+    enabled: StrictBool = True
+    read_capacity: Annotated[StrictInt, Field(ge=1)] = 250
+    read_refill: _PositiveSeconds = 25.0
+    write_capacity: Annotated[StrictInt, Field(ge=1)] = 200
+    write_refill: _PositiveSeconds = 10.0
 
 
 class FaultRequest(Request):

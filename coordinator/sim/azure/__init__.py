@@ -16,9 +16,10 @@ Azure Resource Manager (ARM) load balancer backend address pools. A small, hones
   ``adminState``), an ``etag`` that changes on every write and a ``provisioningState``. A PUT replaces the
   addresses (read-only fields sent back are ignored), is checked against ``If-Match``, and completes
   asynchronously: the answer carries ``Azure-AsyncOperation``, whose status reads ``InProgress`` until
-  ``async_seconds`` have passed since the PUT, then ``Succeeded``. The pool's new content is what GET
-  answers from the PUT on (``provisioningState`` ``Updating`` until the operation succeeds); its *effective*
-  admin states, the data plane, change only when the operation succeeds.
+  ``async_seconds`` have passed since the PUT, then ``Succeeded`` (unless a fault says otherwise). The
+  pool's new content is what GET answers from the PUT on (``provisioningState`` ``Updating`` until the
+  operation succeeds); its *effective* admin states, the data plane, change only when the operation
+  succeeds.
 * **Load balancers, scale sets and VMs, read only** (what ``coordinator doctor`` reads): a load balancer
   with its health probes (``LoadBalancer`` and ``Probe`` of loadBalancer.json, its ``backendAddressPools``
   the pools above under its id), a virtual machine scale set (``VirtualMachineScaleSet`` of
@@ -31,16 +32,28 @@ Azure Resource Manager (ARM) load balancer backend address pools. A small, hones
   client asks), or at once for a control-API write. Every change is handed to ``on_effective`` (an
   ``EffectiveChange``), outside the model's lock, one at a time and in the order the changes happened:
   what a load balancer's data plane would apply (``coordinator.sim.lb_haproxy`` applies it to HAProxy).
-* **Faults**: queued status answers (429 with ``Retry-After``, 500...) on the token endpoint or on ARM, and
-  ``concurrent_write``: another writer changes the pool just before the next PUT, whose ``If-Match`` then
-  fails with 412.
+* **Permissions**: ``GET {scope}/providers/Microsoft.Authorization/permissions`` (a resource group, or a
+  resource in it) lists the caller's own permissions from its roles (``Permission`` of
+  authorization-RoleDefinitionsCalls.json).
+* **Faults** (``add_fault``, each for the next ``count`` requests): status answers (429 with
+  ``Retry-After``, 500...) on the token endpoint or on ARM; ``unreachable`` (the connection closed without
+  an answer); ``concurrent_write``: another writer changes the pool just before the next PUT, whose
+  ``If-Match`` then fails with 412; and ARM at its worst, for PUTs that are applied: ``lost_answer`` (no
+  answer, or one after ``delay_seconds``), ``status_after_apply`` (500, 502, 503, 504), ``slow_operation``
+  (the operation takes ``seconds``) and ``operation_end`` (it ends ``Failed`` or ``Canceled``: nothing
+  changes in the data plane, the pool is ``Failed``).
+* **Settings** (``configure``): ``conflict_while_updating`` (a PUT while an operation of the pool's load
+  balancer is in progress is 409 ``AnotherOperationInProgress``), ``async_seconds``, ``retry_after``; and
+  **throttling** (``set_throttling``): ARM's token buckets per subscription, reads and writes apart, off
+  by default.
 
 Time is real (wall clock) seconds: tokens expire, and operations complete, in the client's time.
 
 Layout: ``answers`` (answers, errors, api-versions and resource ids), ``records`` (pools, operations,
-resources, identities, tokens, faults, and the state the model's parts share), ``faults``, ``identity``
-(identities, roles and the token endpoint), ``pools`` (pools, operations and the data plane),
-``resources`` (load balancers, scale sets and VMs) and ``model`` (``AzureModel``, ARM's entry point).
+resources, identities, tokens, faults, throttling's buckets, and the state the model's parts share),
+``faults``, ``throttle`` (ARM's token buckets), ``identity`` (identities, roles, permissions and the token
+endpoint), ``pools`` (pools, operations and the data plane), ``resources`` (load balancers, scale sets and
+VMs) and ``model`` (``AzureModel``, ARM's entry point).
 """
 
 from __future__ import annotations
@@ -49,6 +62,7 @@ from coordinator.sim.azure.answers import (
     ADMIN_STATES,
     ARM_API_VERSIONS,
     ARM_RESOURCES,
+    AUTHORIZATION_API_VERSIONS,
     COMPUTE_API_VERSIONS,
     IDENTITY_API_VERSIONS,
     LB_ID,
@@ -65,20 +79,26 @@ from coordinator.sim.azure.answers import (
 from coordinator.sim.azure.answers import _arm_error as _arm_error
 from coordinator.sim.azure.answers import _new_etag as _new_etag
 from coordinator.sim.azure.answers import _resource_kind as _resource_kind
+from coordinator.sim.azure.faults import FAULT_KINDS, OPERATION_ENDS
+from coordinator.sim.azure.identity import ROLE_ACTIONS
 from coordinator.sim.azure.model import AzureModel
 
 __all__ = [
     "ADMIN_STATES",
     "ARM_API_VERSIONS",
     "ARM_RESOURCES",
+    "AUTHORIZATION_API_VERSIONS",
     "COMPUTE_API_VERSIONS",
+    "FAULT_KINDS",
     "IDENTITY_API_VERSIONS",
     "LB_ID",
+    "OPERATION_ENDS",
     "POOL_ID",
     "PRIORITIES",
     "PROBE_PROTOCOLS",
     "REPAIR_ACTIONS",
     "ROLES",
+    "ROLE_ACTIONS",
     "SCALE_SET_ID",
     "VM_ID",
     "ArmAnswer",

@@ -1,6 +1,7 @@
 """What the simulated ARM and token endpoint answer with: ``ArmAnswer``, ``EffectiveChange`` (a change of
 the data plane), ARM's error body, etags, the api-versions served, and the resource ids ARM knows
-(``POOL_ID``, ``LB_ID``, ``SCALE_SET_ID``, ``VM_ID``, which kind of read-only resource a path names)."""
+(``POOL_ID``, ``LB_ID``, ``SCALE_SET_ID``, ``VM_ID``, which kind of read-only resource a path names, the
+scope of a ``Microsoft.Authorization/permissions`` list)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ __all__ = [
     "ADMIN_STATES",
     "ARM_API_VERSIONS",
     "ARM_RESOURCES",
+    "AUTHORIZATION_API_VERSIONS",
     "COMPUTE_API_VERSIONS",
     "IDENTITY_API_VERSIONS",
     "LB_ID",
@@ -25,11 +27,14 @@ __all__ = [
     "VM_ID",
     "_OPERATION",
     "_PROBE",
+    "_SERVER_ERRORS",
     "ArmAnswer",
     "EffectiveChange",
     "_arm_error",
+    "_dropped",
     "_duration_seconds",
     "_new_etag",
+    "_permissions_scope",
     "_resource_kind",
 ]
 
@@ -38,6 +43,8 @@ IDENTITY_API_VERSIONS = ("2018-02-01", "2019-08-01")
 ARM_API_VERSIONS = ("2023-09-01", "2023-11-01", "2024-01-01", "2024-03-01", "2024-05-01")
 #: api-versions of Microsoft.Compute the simulated ARM accepts (``scheduledEventsPolicy`` is in all).
 COMPUTE_API_VERSIONS = ("2024-03-01", "2024-07-01", "2024-11-01")
+#: api-versions of Microsoft.Authorization (``permissions``) the simulated ARM accepts.
+AUTHORIZATION_API_VERSIONS = ("2015-07-01", "2022-04-01")
 ADMIN_STATES = ("None", "Up", "Down")
 ROLES = ("network-contributor", "reader", "none")
 ARM_RESOURCES = frozenset({"https://management.azure.com/", "https://management.azure.com",
@@ -68,6 +75,13 @@ VM_ID = re.compile(
     r"virtualMachines/(?P<name>[^/]+)$",
     re.IGNORECASE,
 )
+# Permissions_ListForResourceGroup and Permissions_ListForResource (authorization-RoleDefinitionsCalls.json,
+# 2022-04-01): a resource group, or a resource in it, then /providers/Microsoft.Authorization/permissions.
+_PERMISSIONS = re.compile(
+    r"^(?P<scope>/subscriptions/[^/]+/resourceGroups/[^/]+(?:/providers/[^/]+(?:/[^/]+/[^/]+)+)?)/"
+    r"providers/Microsoft\.Authorization/permissions$",
+    re.IGNORECASE,
+)
 _DURATION = re.compile(r"^PT(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)S)?$")
 PROBE_PROTOCOLS = ("Http", "Https", "Tcp")
 PRIORITIES = ("Regular", "Low", "Spot")
@@ -83,13 +97,22 @@ _POOL_READ_ONLY = ("backendIPConfigurations", "loadBalancingRules", "outboundRul
 _ADDRESS_READ_ONLY = ("networkInterfaceIPConfiguration", "inboundNatRulesPortMapping")
 
 
+#: ARM's error codes of the server errors it may answer (``status`` and ``status_after_apply`` faults).
+_SERVER_ERRORS = {500: "InternalServerError", 502: "BadGateway", 503: "ServiceUnavailable", 504: "GatewayTimeout"}
+
+
 @dataclass(frozen=True)
 class ArmAnswer:
-    """An HTTP answer: status, JSON body (None: empty) and headers."""
+    """An HTTP answer: status, JSON body (None: empty) and headers.
+
+    ``drop``: no answer at all, the server closes the connection (``status`` is then what was not sent, or 0);
+    ``delay``: the answer is sent only after that many seconds."""
 
     status: int
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    drop: bool = False
+    delay: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +134,11 @@ def _arm_error(status: int, code: str, message: str, headers: dict[str, str] | N
     return ArmAnswer(status, {"error": {"code": code, "message": message}}, headers or {})
 
 
+def _dropped() -> ArmAnswer:
+    """No answer: the connection is closed before anything is sent (an endpoint that cannot be reached)."""
+    return ArmAnswer(0, drop=True)
+
+
 def _new_etag() -> str:
     return f'W/"{uuid.uuid4()}"'
 
@@ -126,6 +154,14 @@ def _resource_kind(path: str) -> str | None:
     if VM_ID.match(path):
         return "vm"
     return None
+
+
+def _permissions_scope(path: str) -> str | None:
+    """The scope whose permissions ``path`` lists (``.../providers/Microsoft.Authorization/permissions``), or
+    None. An empty parent resource path, as the SDKs send it (``Microsoft.Network//loadBalancers``), is one
+    slash."""
+    match = _PERMISSIONS.match(re.sub("/{2,}", "/", path))
+    return match["scope"] if match else None
 
 
 def _duration_seconds(value: str) -> float | None:

@@ -1,42 +1,59 @@
-"""Faults of the Azure model: status answers queued on the token endpoint or on ARM, and
-``concurrent_write`` (another writer changes a pool just before the next PUT)."""
+"""Faults of the Azure model, queued for the token endpoint or ARM and each used up by the next ``count``
+requests it applies to:
+
+* ``status``: a status answer (429 with ``Retry-After``, 500...), on the token endpoint or ARM;
+* ``unreachable``: the connection is closed without an answer, before the request does anything;
+* ``concurrent_write``: another writer changes a pool just before the next PUT (whose ``If-Match`` fails);
+* ``lost_answer``: the next PUT is applied, then no answer reaches the client (or only after ``seconds``);
+* ``status_after_apply``: the next PUT is applied, then answered 500, 502, 503 or 504;
+* ``slow_operation``: the operation of the next PUT takes ``seconds``;
+* ``operation_end``: the operation of the next PUT ends ``Failed`` or ``Canceled``.
+
+The last four are used up only by a PUT that is applied (one refused with 412, 409 or 429 leaves them)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.sim.azure.answers import ArmAnswer, _arm_error
+from coordinator.sim.azure.answers import _SERVER_ERRORS, ArmAnswer, _arm_error
 from coordinator.sim.azure.records import _AzureState, _Fault
 from coordinator.sim.errors import InvalidRequest
 
-__all__ = ["_FaultsMixin"]
+__all__ = ["FAULT_KINDS", "OPERATION_ENDS", "_FaultsMixin"]
+
+FAULT_KINDS = ("status", "unreachable", "concurrent_write", "lost_answer", "status_after_apply", "slow_operation",
+               "operation_end")
+#: How an ``operation_end`` fault ends an operation (Azure's terminal states besides Succeeded).
+OPERATION_ENDS = ("Failed", "Canceled")
+_TOKEN_KINDS = ("status", "unreachable")
+_PUT_KINDS = ("concurrent_write", "lost_answer", "status_after_apply", "slow_operation", "operation_end")
+_MAX_DELAY = 3600.0
 
 
 class _FaultsMixin(_AzureState):
     """Queue, take and answer faults; part of ``AzureModel``."""
 
     def add_fault(self, target: str, kind: str = "status", *, status: int | None = None,
-                  retry_after: int | None = None, count: int | None = 1,
-                  methods: Sequence[str] = ("GET", "PUT")) -> dict[str, Any]:
-        if target not in ("token", "arm"):
-            raise InvalidRequest("target must be token or arm")
-        if kind not in ("status", "concurrent_write"):
-            raise InvalidRequest("kind must be status or concurrent_write")
-        if kind == "status" and (status is None or not 400 <= status <= 599):
-            raise InvalidRequest("a status fault needs a status between 400 and 599")
-        if kind == "concurrent_write" and target != "arm":
-            raise InvalidRequest("concurrent_write applies to arm")
-        if count is not None and count < 1:
-            raise InvalidRequest("count must be >= 1 or null")
-        if retry_after is not None and retry_after < 0:
-            raise InvalidRequest("retry_after must be >= 0")
-        # Another writer matters only to a write: a concurrent_write waits for the next PUT.
-        verbs = ("PUT",) if kind == "concurrent_write" else tuple(m.upper() for m in methods)
-        fault = _Fault(target, kind, status, retry_after, count, verbs)
+                  retry_after: int | None = None, count: int | None = 1, methods: Sequence[str] = ("GET", "PUT"),
+                  seconds: float | None = None, delay_seconds: float | None = None,
+                  end: str | None = None) -> dict[str, Any]:
+        """Queue a fault (see the module's docstring) for the next ``count`` requests (None: every one) of
+        ``methods`` (a PUT-only kind takes PUTs whatever ``methods`` says)."""
+        _check_fault(target, kind, status, retry_after, count, seconds, delay_seconds, end)
+        # Another writer, a lost answer, a slow or failed operation matter only to a write: they wait for a PUT.
+        verbs = ("PUT",) if kind in _PUT_KINDS else tuple(m.upper() for m in methods)
+        fault = _Fault(target, kind, status, retry_after, count, verbs,
+                       seconds if kind == "slow_operation" else delay_seconds, end)
         with self._lock:
             self._faults.append(fault)
         return self._fault_view(fault)
+
+    def faults(self) -> list[dict[str, Any]]:
+        """The faults queued, in the order they will be used."""
+        with self._lock:
+            return [self._fault_view(f) for f in self._faults]
 
     def clear_faults(self) -> int:
         with self._lock:
@@ -44,9 +61,10 @@ class _FaultsMixin(_AzureState):
             self._faults.clear()
             return cleared
 
-    def _take_fault(self, target: str, method: str) -> _Fault | None:
+    def _take_fault(self, target: str, method: str, kinds: Sequence[str]) -> _Fault | None:
+        """The first queued fault of ``kinds`` for ``target`` and ``method``, one of its ``count`` used up."""
         for fault in self._faults:
-            if fault.target == target and method in fault.methods:
+            if fault.target == target and fault.kind in kinds and method in fault.methods:
                 if fault.remaining is not None:
                     fault.remaining -= 1
                     if fault.remaining <= 0:
@@ -61,11 +79,53 @@ class _FaultsMixin(_AzureState):
         if token:
             return ArmAnswer(fault.status, {"error": "simulated_fault",
                                             "error_description": f"Simulated fault {fault.status}"}, headers)
-        code = "TooManyRequests" if fault.status == 429 else "InternalServerError" if fault.status >= 500 \
-            else "SimulatedFault"
+        code = "TooManyRequests" if fault.status == 429 else _SERVER_ERRORS.get(fault.status, "InternalServerError") \
+            if fault.status >= 500 else "SimulatedFault"
         return _arm_error(fault.status, code, f"Simulated fault {fault.status}", headers)
 
     @staticmethod
     def _fault_view(fault: _Fault) -> dict[str, Any]:
-        return {"target": fault.target, "kind": fault.kind, "status": fault.status, "retry_after": fault.retry_after,
-                "count": fault.remaining, "methods": list(fault.methods)}
+        view: dict[str, Any] = {"target": fault.target, "kind": fault.kind, "status": fault.status,
+                                "retry_after": fault.retry_after, "count": fault.remaining,
+                                "methods": list(fault.methods)}
+        if fault.kind == "slow_operation":
+            view["seconds"] = fault.seconds
+        elif fault.kind == "lost_answer":
+            view["delay_seconds"] = fault.seconds
+        elif fault.kind == "operation_end":
+            view["end"] = fault.end
+        return view
+
+
+def _check_fault(target: str, kind: str, status: int | None, retry_after: int | None, count: int | None,
+                 seconds: float | None, delay_seconds: float | None, end: str | None) -> None:
+    """Raise ``InvalidRequest`` naming the field at fault if these do not make a fault."""
+    if target not in ("token", "arm"):
+        raise InvalidRequest("target must be token or arm")
+    if kind not in FAULT_KINDS:
+        raise InvalidRequest(f"kind must be one of {', '.join(FAULT_KINDS)}")
+    if target == "token" and kind not in _TOKEN_KINDS:
+        raise InvalidRequest(f"kind {kind} applies to arm; the token endpoint takes {' or '.join(_TOKEN_KINDS)}")
+    if kind == "status" and (status is None or not 400 <= status <= 599):
+        raise InvalidRequest("status: a status fault needs a status between 400 and 599")
+    if kind == "status_after_apply" and status not in _SERVER_ERRORS:
+        raise InvalidRequest(f"status: a status_after_apply fault needs a status among "
+                             f"{', '.join(map(str, _SERVER_ERRORS))}")
+    with_status = ("status", "status_after_apply")
+    if kind not in with_status and (status is not None or retry_after is not None):
+        raise InvalidRequest(f"status and retry_after are only for status and status_after_apply faults, not {kind}")
+    if count is not None and count < 1:
+        raise InvalidRequest("count must be >= 1 or null")
+    if retry_after is not None and retry_after < 0:
+        raise InvalidRequest("retry_after must be >= 0")
+    if kind == "slow_operation":
+        if seconds is None or not math.isfinite(seconds) or seconds < 0:
+            raise InvalidRequest("seconds: a slow_operation fault needs seconds, a finite number >= 0")
+    elif seconds is not None:
+        raise InvalidRequest(f"seconds is only for slow_operation faults, not {kind}")
+    if delay_seconds is not None and (kind != "lost_answer" or not 0 < delay_seconds <= _MAX_DELAY):
+        raise InvalidRequest(f"delay_seconds is only for lost_answer faults, from 0 (excluded) to {_MAX_DELAY:g}")
+    if kind == "operation_end" and end not in OPERATION_ENDS:
+        raise InvalidRequest(f"end: an operation_end fault needs end, one of {', '.join(OPERATION_ENDS)}")
+    if kind != "operation_end" and end is not None:
+        raise InvalidRequest(f"end is only for operation_end faults, not {kind}")

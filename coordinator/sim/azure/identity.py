@@ -1,5 +1,6 @@
 """Managed identities, their roles and tokens: the IMDS token endpoint
-(``GET /metadata/identity/oauth2/token``) and the authorization of an identity's ARM requests."""
+(``GET /metadata/identity/oauth2/token``), the authorization of an identity's ARM requests, and the
+permissions ARM lists for the caller (``.../providers/Microsoft.Authorization/permissions``)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,23 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.sim.azure.answers import ARM_RESOURCES, IDENTITY_API_VERSIONS, ROLES, ArmAnswer, _arm_error
+from coordinator.sim.azure.answers import (
+    ARM_RESOURCES,
+    IDENTITY_API_VERSIONS,
+    ROLES,
+    ArmAnswer,
+    _arm_error,
+    _dropped,
+)
 from coordinator.sim.azure.faults import _FaultsMixin
 from coordinator.sim.azure.records import _Identity, _Token
 from coordinator.sim.errors import InvalidRequest
 
-__all__ = ["_IdentityMixin"]
+__all__ = ["ROLE_ACTIONS", "_IdentityMixin"]
+
+#: The actions each role allows, as ``Microsoft.Authorization/permissions`` lists them (``none``: nothing).
+ROLE_ACTIONS = {"network-contributor": ("Microsoft.Network/*", "Microsoft.Authorization/*/read"),
+                "reader": ("*/read",)}
 
 
 class _IdentityMixin(_FaultsMixin):
@@ -59,10 +71,12 @@ class _IdentityMixin(_FaultsMixin):
         with self._lock:
             answer = self._token(vm, method, query, metadata_header)
             self._calls["token"] += 1
-            self._statuses[f"token {answer.status}"] += 1
+            self._statuses[f"token {'dropped' if answer.drop else answer.status}"] += 1
             return answer
 
     def _token(self, vm: str, method: str, query: dict[str, str], metadata_header: bool) -> ArmAnswer:
+        if self._take_fault("token", "GET", ("unreachable",)) is not None:
+            return _dropped()
         if not metadata_header:
             return ArmAnswer(400, {"error": "invalid_request",
                                    "error_description": "Required metadata header not specified"})
@@ -82,8 +96,8 @@ class _IdentityMixin(_FaultsMixin):
             return ArmAnswer(400, {"error": "invalid_resource",
                                    "error_description": f"AADSTS500011: The resource principal named {resource} "
                                    "was not found in the tenant (the simulator issues tokens for ARM only)"})
-        fault = self._take_fault("token", "GET")
-        if fault is not None and fault.status is not None:
+        fault = self._take_fault("token", "GET", ("status",))
+        if fault is not None:
             return self._fault_answer(fault, token=True)
         client_id = query.get("client_id") or query.get("object_id")
         msi_res_id = query.get("msi_res_id") or query.get("mi_res_id")
@@ -118,8 +132,20 @@ class _IdentityMixin(_FaultsMixin):
         # No system identity: IMDS uses the only user-assigned one, and refuses to choose among several.
         return mine[0] if len(mine) == 1 else None
 
+    def _permissions(self, method: str, identity: _Identity) -> ArmAnswer:
+        """``PermissionGetResult`` (authorization-RoleDefinitionsCalls.json, 2022-04-01): one ``Permission`` per
+        role the caller holds (its roles hold over every scope); no role is needed to list one's own."""
+        if method != "GET":
+            return _arm_error(405, "MethodNotAllowed", f"Permissions are listed by GET, not {method}.")
+        value = [{"actions": list(ROLE_ACTIONS[role]), "notActions": [], "dataActions": [], "notDataActions": []}
+                 for role in sorted(self._held(identity)) if role in ROLE_ACTIONS]
+        return ArmAnswer(200, {"value": value})
+
+    def _held(self, identity: _Identity) -> frozenset[str]:
+        return self._roles.get(identity.principal.lower(), frozenset({"network-contributor"}))
+
     def _may(self, identity: _Identity, action: str) -> bool:
-        roles = self._roles.get(identity.principal.lower(), frozenset({"network-contributor"}))
+        roles = self._held(identity)
         return ("reader" in roles and action.endswith("/read")) or \
             ("network-contributor" in roles and action.startswith("Microsoft.Network/"))
 

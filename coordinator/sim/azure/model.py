@@ -1,5 +1,5 @@
 """``AzureModel``: the simulated managed identity and Azure Resource Manager, assembled from its parts
-(faults, identities and tokens, pools, read-only resources), with ARM's entry point (``arm``)."""
+(faults, identities and tokens, pools, read-only resources, throttling), with ARM's entry point (``arm``)."""
 
 from __future__ import annotations
 
@@ -13,26 +13,33 @@ from typing import Any
 from coordinator.sim.azure.answers import (
     _OPERATION,
     ARM_API_VERSIONS,
+    AUTHORIZATION_API_VERSIONS,
     COMPUTE_API_VERSIONS,
     POOL_ID,
     ArmAnswer,
     EffectiveChange,
     _arm_error,
+    _dropped,
     _new_etag,
+    _permissions_scope,
     _resource_kind,
 )
 from coordinator.sim.azure.faults import _FaultsMixin
 from coordinator.sim.azure.identity import _IdentityMixin
 from coordinator.sim.azure.pools import _PoolsMixin
-from coordinator.sim.azure.records import _Fault, _Identity, _Operation, _Pool, _Resource, _Token
+from coordinator.sim.azure.records import _Bucket, _Fault, _Identity, _Limits, _Operation, _Pool, _Resource, _Token
 from coordinator.sim.azure.resources import _ResourcesMixin
+from coordinator.sim.azure.throttle import _ThrottleMixin
 from coordinator.sim.errors import InvalidRequest
 
 __all__ = ["AzureModel"]
 
 
-class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _FaultsMixin):
-    """Identities, tokens, backend pools and asynchronous operations; thread-safe. See ``coordinator.sim.azure``."""
+class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _FaultsMixin):
+    """Identities, tokens, backend pools and asynchronous operations; thread-safe. See ``coordinator.sim.azure``.
+
+    ``conflict_while_updating``: a PUT to a pool while an operation on it (or on another pool of its load
+    balancer) is in progress is refused 409 ``AnotherOperationInProgress`` (see ``configure``)."""
 
     def __init__(
         self,
@@ -44,6 +51,7 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _FaultsMixin):
         retry_after: int = 1,
         clock: Callable[[], float] = time.time,
         on_effective: Callable[[EffectiveChange], None] | None = None,
+        conflict_while_updating: bool = False,
     ) -> None:
         if token_lifetime <= 0:
             raise InvalidRequest("token_lifetime must be > 0")
@@ -55,6 +63,9 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _FaultsMixin):
         self.token_lifetime = float(token_lifetime)
         self.async_seconds = float(async_seconds)
         self.retry_after = retry_after
+        self.conflict_while_updating = bool(conflict_while_updating)
+        self._limits: _Limits | None = None
+        self._buckets: dict[tuple[str, str], _Bucket] = {}
         self._identities: list[_Identity] = []
         if system_identity:
             self._identities += [_Identity(vm, str(uuid.uuid4()), None, str(uuid.uuid4()), frozenset({vm}))
@@ -72,8 +83,28 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _FaultsMixin):
         # Held while handing changes over: one deliverer at a time keeps them in the order they happened.
         self._deliver_lock = threading.Lock()
 
+    def configure(self, *, conflict_while_updating: bool | None = None, async_seconds: float | None = None,
+                  retry_after: int | None = None) -> dict[str, Any]:
+        """Change ARM's settings (those not given stay); returns them all."""
+        if conflict_while_updating is not None and not isinstance(conflict_while_updating, bool):
+            raise InvalidRequest("conflict_while_updating must be true or false")
+        if async_seconds is not None and not async_seconds >= 0:
+            raise InvalidRequest("async_seconds must be >= 0")
+        if retry_after is not None and retry_after < 0:
+            raise InvalidRequest("retry_after must be >= 0")
+        with self._lock:
+            if conflict_while_updating is not None:
+                self.conflict_while_updating = conflict_while_updating
+            if async_seconds is not None:
+                self.async_seconds = float(async_seconds)
+            if retry_after is not None:
+                self.retry_after = retry_after
+            return {"conflict_while_updating": self.conflict_while_updating, "async_seconds": self.async_seconds,
+                    "retry_after": self.retry_after}
+
     def calls(self) -> dict[str, Any]:
-        """Requests served, by kind (token, pool_get, pool_put, operation_get, other), and by status."""
+        """Requests served, by kind (token, pool_get, pool_put, operation_get, resource_get, permissions_get,
+        other), and by status (``dropped``: the connection was closed without an answer)."""
         with self._lock:
             return {"calls": dict(self._calls), "statuses": dict(self._statuses),
                     "total_arm": sum(n for k, n in self._calls.items() if k != "token")}
@@ -85,22 +116,23 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _FaultsMixin):
         """ARM's answer to one request; ``headers`` with lower-case names; ``base_url`` for the operation URL."""
         with self._lock:
             self._settle()
-            pool_match = POOL_ID.match(path)
-            kind = ("pool_get" if method == "GET" else "pool_put" if method == "PUT" else "other") if pool_match \
-                else "operation_get" if _OPERATION.match(path) and method == "GET" \
-                else "resource_get" if _resource_kind(path) is not None and method == "GET" else "other"
+            kind = _request_kind(method, path)
             self._calls[kind] += 1
-            answer = self._arm(method, path, query, headers, body, base_url)
-            self._statuses[f"{kind} {answer.status}"] += 1
+            answer = self._with_ratelimit(self._arm(method, path, query, headers, body, base_url), method, path)
+            self._statuses[f"{kind} {'dropped' if answer.drop else answer.status}"] += 1
         # Before the answer goes out: a client told "Succeeded" finds the data plane already changed.
         self._deliver()
         return answer
 
     def _arm(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], body: bytes,
              base_url: str) -> ArmAnswer:
+        if self._take_fault("arm", method, ("unreachable",)) is not None:
+            return _dropped()
         version = query.get("api-version")
         resource_kind = _resource_kind(path)
-        versions = COMPUTE_API_VERSIONS if resource_kind in ("scale_set", "vm") else ARM_API_VERSIONS
+        permissions = _permissions_scope(path) is not None
+        versions = AUTHORIZATION_API_VERSIONS if permissions else \
+            COMPUTE_API_VERSIONS if resource_kind in ("scale_set", "vm") else ARM_API_VERSIONS
         if version is None:
             return _arm_error(400, "MissingApiVersionParameter",
                               "The api-version query parameter (?api-version=) is required for all requests.")
@@ -124,12 +156,17 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _FaultsMixin):
                               "The access token expiry UTC time is earlier than current UTC time.",
                               {"WWW-Authenticate": 'Bearer error="invalid_token", error_description='
                                '"The access token expiry UTC time is earlier than current UTC time"'})
-        fault = self._take_fault("arm", method)
-        if fault is not None and fault.status is not None:
+        throttled = self._throttle(method, path, token.identity.object_id)
+        if throttled is not None:
+            return throttled
+        fault = self._take_fault("arm", method, ("status", "concurrent_write"))
+        if fault is not None and fault.kind == "status":
             return self._fault_answer(fault, token=False)
         operation = _OPERATION.match(path)
         if operation is not None and method == "GET":
             return self._operation(operation.group("op"))
+        if permissions:
+            return self._permissions(method, token.identity)
         if resource_kind is not None:
             return self._read_resource(method, path, resource_kind, token.identity)
         pool_match = POOL_ID.match(path)
@@ -151,3 +188,16 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _FaultsMixin):
             pool.etag = _new_etag()
             pool.writes += 1
         return self._put(pool, headers, body, base_url)
+
+
+def _request_kind(method: str, path: str) -> str:
+    """What ``calls()`` counts a request as."""
+    if POOL_ID.match(path):
+        return "pool_get" if method == "GET" else "pool_put" if method == "PUT" else "other"
+    if method != "GET":
+        return "other"
+    if _OPERATION.match(path):
+        return "operation_get"
+    if _resource_kind(path) is not None:
+        return "resource_get"
+    return "permissions_get" if _permissions_scope(path) is not None else "other"

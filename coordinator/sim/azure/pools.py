@@ -1,8 +1,11 @@
-"""Backend address pools: their control (create, another writer's write), ARM's GET and asynchronous PUT,
-the operations a PUT starts, and the data plane (effective admin states handed to ``on_effective``)."""
+"""Backend address pools: their control (create, another writer's write), ARM's GET and asynchronous PUT
+(with the faults that hit an applied PUT, and 409 ``AnotherOperationInProgress``), the operations a PUT
+starts (ending Succeeded, Failed or Canceled), and the data plane (effective admin states handed to
+``on_effective``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import uuid
@@ -10,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from coordinator.sim.azure.answers import ADMIN_STATES, POOL_ID, ArmAnswer, EffectiveChange, _arm_error, _new_etag
-from coordinator.sim.azure.records import _Address, _AzureState, _Operation, _Pool
+from coordinator.sim.azure.faults import _FaultsMixin
+from coordinator.sim.azure.records import _Address, _Operation, _Pool
 from coordinator.sim.errors import InvalidRequest
 
 __all__ = ["_PoolsMixin"]
@@ -19,8 +23,13 @@ __all__ = ["_PoolsMixin"]
 log = logging.getLogger("coordinator.sim.azure")
 
 
-class _PoolsMixin(_AzureState):
-    """Pools, operations and the data plane; part of ``AzureModel``."""
+# What an operation that did not succeed answers in its ``error`` (the operation status's CloudError shape).
+_ENDS = {"Failed": ("InternalServerError", "The operation on the backend address pool failed (simulated)."),
+         "Canceled": ("Canceled", "Operation was canceled.")}
+
+
+class _PoolsMixin(_FaultsMixin):
+    """Pools, operations and the data plane; part of ``AzureModel`` (an applied PUT takes its faults)."""
 
     def add_pool(
         self, pool_id: str, addresses: Sequence[dict[str, Any]], location: str = "westeurope"
@@ -87,21 +96,48 @@ class _PoolsMixin(_AzureState):
         if problem is not None:
             return _arm_error(400, "InvalidRequestFormat", problem)
         assert addresses is not None
+        busy = self._busy(pool) if self.conflict_while_updating else None
+        if busy is not None:
+            return _arm_error(409, "AnotherOperationInProgress", "Another operation on this or dependent resource is "
+                              "in progress. To retrieve status of the operation use uri: "
+                              f"{self._operation_url(busy, base_url)}.", {"Retry-After": str(self.retry_after)})
+        # Applied from here on: the faults that wait for an applied PUT are used up.
+        slow = self._take_fault("arm", "PUT", ("slow_operation",))
+        end = self._take_fault("arm", "PUT", ("operation_end",))
         pool.addresses = addresses
         pool.etag = _new_etag()
         pool.writes += 1
         pool.provisioning = "Updating"
-        operation_id = str(uuid.uuid4())
-        match = POOL_ID.match(pool.id)
-        assert match is not None
-        self._operations[operation_id] = _Operation(operation_id, pool.id, self._clock() + self.async_seconds,
-                                                    False, {a.name: a.admin_state for a in addresses})
-        operation_url = (f"{base_url}/subscriptions/{match.group('sub')}/providers/Microsoft.Network/locations/"
-                         f"{pool.location}/operations/{operation_id}?api-version=2023-09-01")
+        now = self._clock()
+        due = now + (slow.seconds if slow is not None and slow.seconds is not None else self.async_seconds)
+        # A pool's operations end in the order they were accepted: one is never done before an earlier one.
+        due = max([due] + [o.due for o in self._operations.values() if o.pool_id == pool.id and not o.done])
+        operation = _Operation(str(uuid.uuid4()), pool.id, due, False, {a.name: a.admin_state for a in addresses},
+                               end.end if end is not None and end.end is not None else "Succeeded")
+        self._operations[operation.id] = operation
         self._settle()
-        resource = self._pool_resource(pool)
-        return ArmAnswer(200, resource, {"Azure-AsyncOperation": operation_url,
-                                         "Retry-After": str(self.retry_after)})
+        headers = {"Azure-AsyncOperation": self._operation_url(operation, base_url),
+                   "Retry-After": str(self.retry_after)}
+        answer = ArmAnswer(200, self._pool_resource(pool), headers)
+        after = self._take_fault("arm", "PUT", ("lost_answer", "status_after_apply"))
+        if after is None:
+            return answer
+        if after.kind == "lost_answer":
+            return dataclasses.replace(answer, drop=after.seconds is None, delay=after.seconds or 0.0)
+        return self._fault_answer(after, token=False)
+
+    def _busy(self, pool: _Pool) -> _Operation | None:
+        """An operation still in progress on ``pool`` or on another pool of its load balancer."""
+        lb = pool.id.lower().rsplit("/backendaddresspools/", 1)[0] + "/"
+        return next((o for o in self._operations.values() if not o.done and o.pool_id.lower().startswith(lb)), None)
+
+    def _operation_url(self, operation: _Operation, base_url: str) -> str:
+        match = POOL_ID.match(operation.pool_id)
+        pool = self._pools.get(operation.pool_id.lower())
+        assert match is not None
+        location = pool.location if pool is not None else "westeurope"
+        return (f"{base_url}/subscriptions/{match.group('sub')}/providers/Microsoft.Network/locations/{location}/"
+                f"operations/{operation.id}?api-version=2023-09-01")
 
     def _addresses_of(self, data: Any, pool: _Pool) -> tuple[list[_Address] | None, str | None]:
         if not isinstance(data, dict):
@@ -140,12 +176,16 @@ class _PoolsMixin(_AzureState):
         if not operation.done:
             self._statuses["operation InProgress"] += 1
             return ArmAnswer(200, {"status": "InProgress"}, {"Retry-After": str(self.retry_after)})
-        self._statuses["operation Succeeded"] += 1
+        self._statuses[f"operation {operation.outcome}"] += 1
+        if operation.outcome in _ENDS:
+            code, message = _ENDS[operation.outcome]
+            return ArmAnswer(200, {"status": operation.outcome, "error": {"code": code, "message": message}})
         return ArmAnswer(200, {"status": "Succeeded"})
 
     def _settle(self) -> None:
-        """Complete every operation that is due, in the order they were accepted: their admin states
-        become effective (the data plane), and a pool with no operation left is Succeeded again."""
+        """End every operation that is due, in the order they were accepted: the admin states of one that
+        succeeds become effective (the data plane); one that fails or is canceled changes nothing there. A
+        pool with no operation left is Succeeded again, or Failed if the last one to end did not succeed."""
         now = self._clock()
         for operation in self._operations.values():
             if operation.done or operation.due > now:
@@ -154,11 +194,13 @@ class _PoolsMixin(_AzureState):
             pool = self._pools.get(operation.pool_id.lower())
             if pool is None:
                 continue
-            for address in pool.addresses:
-                if address.name in operation.states:
-                    self._make_effective(pool, address, operation.states[address.name])
+            if operation.outcome == "Succeeded":
+                for address in pool.addresses:
+                    if address.name in operation.states:
+                        self._make_effective(pool, address, operation.states[address.name])
             if not any(not o.done for o in self._operations.values() if o.pool_id == operation.pool_id):
-                pool.provisioning = "Succeeded"
+                # The network specification's ProvisioningState has no Canceled: a canceled update is Failed.
+                pool.provisioning = "Succeeded" if operation.outcome == "Succeeded" else "Failed"
 
     def _make_effective(self, pool: _Pool, address: _Address, state: str) -> None:
         """Set ``address``'s effective state (the lock is held), queueing the change if it is one."""

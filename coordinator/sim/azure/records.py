@@ -1,5 +1,6 @@
 """The records of the Azure model (backend addresses and pools, asynchronous operations, read-only
-resources, identities, tokens, queued faults) and ``_AzureState``, the state ``AzureModel``'s parts share."""
+resources, identities, tokens, queued faults, throttling's limits and token buckets) and ``_AzureState``,
+the state ``AzureModel``'s parts share."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 from coordinator.sim.azure.answers import EffectiveChange, _new_etag
 from coordinator.sim.errors import InvalidRequest
 
-__all__ = ["_Address", "_AzureState", "_Fault", "_Identity", "_Operation", "_Pool", "_Resource", "_Token"]
+__all__ = ["_Address", "_AzureState", "_Bucket", "_Fault", "_Identity", "_Limits", "_Operation", "_Pool", "_Resource",
+           "_Token"]
 
 
 @dataclass
@@ -38,9 +40,10 @@ class _Pool:
 class _Operation:
     id: str
     pool_id: str
-    due: float  # when it succeeds
+    due: float  # when it ends
     done: bool
-    states: dict[str, str]  # the admin states this operation makes effective
+    states: dict[str, str]  # the admin states this operation makes effective (if it succeeds)
+    outcome: str = "Succeeded"  # how it ends: Succeeded, Failed or Canceled
 
 
 @dataclass
@@ -73,11 +76,29 @@ class _Token:
 @dataclass
 class _Fault:
     target: str  # "token" or "arm"
-    kind: str  # "status" or "concurrent_write"
+    kind: str  # one of faults.FAULT_KINDS
     status: int | None
     retry_after: int | None
     remaining: int | None
     methods: tuple[str, ...]
+    seconds: float | None = None  # slow_operation: how long; lost_answer: the delay (None: no answer at all)
+    end: str | None = None  # operation_end: Failed or Canceled
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """ARM's token buckets: how many requests a full bucket holds, and how many tokens come back a second."""
+
+    read_capacity: int = 250
+    read_refill: float = 25.0
+    write_capacity: int = 200
+    write_refill: float = 10.0
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float  # when ``tokens`` was last brought up to date
 
 
 class _AzureState:
@@ -90,6 +111,9 @@ class _AzureState:
     token_lifetime: float
     async_seconds: float
     retry_after: int
+    conflict_while_updating: bool
+    _limits: _Limits | None  # None: no throttling
+    _buckets: dict[tuple[str, str], _Bucket]  # by (subscription, "reads" or "writes")
     _identities: list[_Identity]
     _roles: dict[str, frozenset[str]]
     _resources: dict[str, _Resource]
