@@ -598,6 +598,41 @@ MUTATIONS = [
         '            if False:\n',
         'test_a_vm_released_without_its_ack_counts_in_the_budget_until_it_is_back',
     ),
+    (
+        'azure-lb-updating-read-back-is-not-done',
+        'coordinator/actions/azure_lb.py',
+        '                if provisioning == _SUCCEEDED:\n',
+        '                if provisioning in (_SUCCEEDED, "Updating"):\n',
+        'tests/unit/test_azure_lb_confirm.py::test_a_write_whose_answer_was_lost_is_done_only_once_arm_says_succeeded',
+    ),
+    (
+        'azure-lb-failed-read-back-is-written-again',
+        'coordinator/actions/azure_lb.py',
+        '                if provisioning == _SUCCEEDED:\n',
+        '                if provisioning in (_SUCCEEDED, *_ENDED_BADLY):\n',
+        'tests/unit/test_azure_lb_confirm.py::test_a_recovery_after_a_failed_write_writes_again_instead_of_taking_the_read_as_done',
+    ),
+    (
+        'azure-lb-write-without-operation-url-is-confirmed',
+        'coordinator/actions/azure_lb.py',
+        '            location = response.headers.get("Location")\n',
+        '            return\n',
+        'tests/unit/test_azure_lb_confirm.py::test_a_write_answered_without_an_operation_url_is_confirmed_by_polling',
+    ),
+    (
+        'arm-operation-failed-or-canceled-is-an-error',
+        'coordinator/azure_arm.py',
+        '            if status in ("Failed", "Canceled"):\n',
+        '            if False:\n',
+        'tests/unit/test_azure_lb_confirm.py::test_an_operation_that_fails_is_a_fallback_for_a_drain_and_an_error_for_a_recovery',
+    ),
+    (
+        'arm-retry-after-is-remembered-across-attempts',
+        'coordinator/azure_arm.py',
+        '            self._check_hold(method, url)\n',
+        '            pass\n',
+        'tests/unit/test_azure_lb_confirm.py::test_a_retry_after_past_the_deadline_holds_every_request_back_until_arms_time',
+    ),
 ]
 
 
