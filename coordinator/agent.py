@@ -187,7 +187,9 @@ class Agent:
         self._status_lock = threading.Lock()
         self._last_purge = float("-inf")
         self._fallbacks: tuple[str, ...] = ()  # what the last job that ended held by (``run_drain``)
-        self._action: dict[str, str | None] = {"action_error": None, "action_fallback": None}  # for /status
+        # For /status; ``action_error_outside_vm``: the error lies outside this VM (``ActionError.outside_vm``).
+        self._action: dict[str, str | bool | None] = {"action_error": None, "action_fallback": None,
+                                                      "action_error_outside_vm": False}
         # A quiet group costs one cycle per idle_cycle, not one per reading (``coordinator.quiet``).
         self._woken_by_other = True
         self._quiet = QuietCycles(self._idle_cycle)
@@ -458,7 +460,8 @@ class Agent:
             local = replace(local, drain_started=max(local.drain_started, self._drain_began))
         error = job.error  # shown until the next job ends, with the fallbacks a job that succeeded holds by
         self._action = {"action_error": None if error is None else f"{job.kind} failed: {error}",
-                        "action_fallback": ("; ".join(self._fallbacks) or None) if error is None else None}
+                        "action_fallback": ("; ".join(self._fallbacks) or None) if error is None else None,
+                        "action_error_outside_vm": bool(getattr(error, "outside_vm", False))}
         if error is not None:
             self._metrics.errors.labels("action").inc()
             log.error("%s failed (vm=%s): %s%s", job.kind, self.vm, error,

@@ -19,6 +19,12 @@ fix nothing). *Unhealthy* only for the agent's own failures that a restart or a 
   ``recover_failing_after`` seconds (it stays out of rotation: a local service that does not come back,
   a hook that keeps failing).
 
+A recovery that keeps failing only because of a service outside this VM (the action's error says so:
+``ActionError.outside_vm``, as Azure Resource Manager's for the ``azure-lb`` action: a missing role, ARM
+unreachable or throttling) stays *Healthy*, its reason saying that the recovery is failing outside this VM
+and is retried: a repair would reimage or replace a VM whose only fault is elsewhere, and fix nothing.
+Failures inside and outside the VM are timed apart: a failure of the other kind starts the count anew.
+
 ``decide`` is the whole decision, a pure function; ``AppHealth`` samples a running agent for it.
 """
 
@@ -54,14 +60,16 @@ class Observed:
 
     ``running``: the agent's loop exists (False while the process learns this VM's name from IMDS);
     ``since_cycle``: seconds since the loop last completed a cycle (since it started, before the first);
-    ``phase``: this VM's phase; ``recover_failing_for``: seconds the recovery has kept failing, None
-    while it is not failing; ``error``: the last action failure, if any."""
+    ``phase``: this VM's phase; ``recover_failing_for``: seconds the recovery has kept failing (of the
+    same kind, inside or outside this VM), None while it is not failing; ``error``: the last action
+    failure, if any; ``outside_vm``: that failure lies outside this VM (``ActionError.outside_vm``)."""
 
     running: bool
     since_cycle: float = 0.0
     phase: str = "unknown"
     recover_failing_for: float | None = None
     error: str | None = None
+    outside_vm: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,15 +83,18 @@ class Verdict:
 
 
 def decide(observed: Observed, *, stuck_after: float, recover_failing_after: float | None) -> Verdict:
-    """The health state to report for ``observed``. Never Unhealthy for a drain, for ZooKeeper or for
-    IMDS: only for a stuck loop and, unless ``recover_failing_after`` is None, a recovery that has kept
-    failing that long."""
+    """The health state to report for ``observed``. Never Unhealthy for a drain, for ZooKeeper, for IMDS
+    or for a failure outside this VM: only for a stuck loop and, unless ``recover_failing_after`` is None,
+    a recovery that has kept failing that long for a reason inside this VM."""
     if not observed.running:
         return Verdict(State.HEALTHY, "starting: learning this VM's name from IMDS")
     if observed.since_cycle >= stuck_after:
         return Verdict(State.UNHEALTHY, f"agent stuck: its loop has completed no cycle for "
                                         f"{observed.since_cycle:.0f} s (bound {stuck_after:g} s)")
     failing = observed.recover_failing_for
+    if failing is not None and observed.outside_vm:
+        return Verdict(State.HEALTHY, f"recovery failing outside this VM for {failing:.0f} s (a repair would not fix "
+                                      f"it), retried: {observed.error or 'no detail'}")
     if failing is not None and recover_failing_after is not None and failing >= recover_failing_after:
         return Verdict(State.UNHEALTHY, f"recovery failing for {failing:.0f} s (bound {recover_failing_after:g} "
                                         f"s) after its events are gone: {observed.error or 'no detail'}")
@@ -127,6 +138,7 @@ class AppHealth:
         self._clock = clock
         self._lock = threading.Lock()
         self._failing_since: float | None = None
+        self._failing_outside = False  # whether the failures timed since then lie outside this VM
         self._last: State | None = None
 
     def verdict(self) -> Verdict:
@@ -152,10 +164,12 @@ class AppHealth:
         phase = str(status.get("phase", "unknown"))
         error = status.get("action_error")
         error = str(error) if error is not None else None
+        outside = status.get("action_error_outside_vm") is True
         if phase == "recovering" and error is not None and error.startswith("recover failed"):
-            if self._failing_since is None:
-                self._failing_since = now
+            if self._failing_since is None or outside is not self._failing_outside:
+                self._failing_since, self._failing_outside = now, outside
         else:
             self._failing_since = None
         failing = now - self._failing_since if self._failing_since is not None else None
-        return Observed(running=True, since_cycle=since, phase=phase, recover_failing_for=failing, error=error)
+        return Observed(running=True, since_cycle=since, phase=phase, recover_failing_for=failing, error=error,
+                        outside_vm=outside)

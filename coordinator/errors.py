@@ -110,4 +110,11 @@ class DuplicateMember(StoreError):
 
 
 class ActionError(CoordinatorError):
-    """A drain or recover action failed or timed out."""
+    """A drain or recover action failed or timed out.
+
+    ``outside_vm``: the failure lies outside this VM, in a remote service the action depends on (Azure
+    Resource Manager for the ``azure-lb`` action): repairing, restarting or reimaging the VM would not fix
+    it. The application health signal (``coordinator.apphealth``) never reports a recovery failing for
+    such a reason as Unhealthy. False here; a subclass for such failures sets it True."""
+
+    outside_vm: bool = False

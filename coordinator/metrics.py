@@ -21,6 +21,8 @@ from coordinator.models import EventStatus, EventType
 from coordinator.store.base import ConnectionState
 
 __all__ = [
+    "ACTION_OUTCOMES",
+    "ADMIN_STATE_CAUSES",
     "APPROVAL_OUTCOMES",
     "APPROVAL_REASONS",
     "BLOCKED_REASONS",
@@ -40,6 +42,13 @@ _KNOWN_STATUSES = frozenset(s.value for s in EventStatus)
 ERROR_STAGES = ("imds", "store", "action", "state", "bug")
 #: Every value of the ``outcome`` label of ``coordinator_approvals_total``.
 APPROVAL_OUTCOMES = ("posted", "refused", "fenced", "failed", "unknown")
+#: Every value of the ``outcome`` label of ``coordinator_action_duration_seconds`` (``fallback``: the action
+#: held by a fallback, not the way it is configured; ``coordinator.actions.base``); jobs end ``ok`` or ``failed``.
+ACTION_OUTCOMES = ("ok", "fallback", "failed")
+#: Every value of the ``cause`` label of ``coordinator_admin_state_failures_total``: why the ``azure-lb``
+#: action could not use ARM (``coordinator.azure_arm``'s ``ArmError.cause``); any other is ``other``.
+ADMIN_STATE_CAUSES = ("token", "forbidden", "not_found", "throttled", "unreachable", "server_error", "conflict",
+                      "operation_failed", "not_confirmed", "bad_answer", "other")
 
 #: Why this group approved an event: its rule was after-drain (every VM acknowledged) or immediately.
 APPROVAL_REASONS = ("after_drain", "immediately")
@@ -312,6 +321,12 @@ class Metrics:
             "coordinator_errors_total", "Errors by stage (imds, store, action, state, bug)", ["stage"],
             registry=registry,
         )
+        self.admin_state_failures = Counter(
+            "coordinator_admin_state_failures_total",
+            "Times the azure-lb action could not set this VM's load balancer admin state through ARM, by cause: "
+            "each drain that fell back to the health probe alone, and each failed recovery",
+            ["cause"], registry=registry,
+        )
         self.event_detail = EventCollector()
         registry.register(self.event_detail)
         self.http_closed = HttpCounters()
@@ -377,6 +392,17 @@ class Metrics:
 
     def imds_request_time(self, method: str, seconds: float) -> None:
         self.imds_latency.labels(method).observe(seconds)
+
+    def admin_state_expected(self) -> None:
+        """An ``azure-lb`` action is configured: export every cause of
+        ``coordinator_admin_state_failures_total`` from 0, so that ``increase()`` sees the first failure."""
+        for cause in ADMIN_STATE_CAUSES:
+            self.admin_state_failures.labels(cause)
+
+    def admin_state_failed(self, cause: str) -> None:
+        """The ``on_failure`` of the ``azure-lb`` action: a drain fell back, or a recovery failed, for
+        ``cause`` (folded into ``other`` when it is not one of ``ADMIN_STATE_CAUSES``)."""
+        self.admin_state_failures.labels(cause if cause in ADMIN_STATE_CAUSES else "other").inc()
 
     def action_done(self, phase: str, action: str, outcome: str, seconds: float) -> None:
         self.action_seconds.labels(phase, action, outcome).observe(max(seconds, 0.0))

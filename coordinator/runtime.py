@@ -66,9 +66,11 @@ def _learn_identity(imds: ImdsClient, stop: threading.Event, retry: float) -> tu
     return None
 
 
-def build_actions(settings: Settings) -> list[Action]:
+def build_actions(settings: Settings, *,
+                  on_admin_state_failure: Callable[[str], None] | None = None) -> list[Action]:
     """The configured actions after the health probe, in order. Each kind's module is loaded only when the
-    configuration names one: an agent with the probe alone never imports the others."""
+    configuration names one: an agent with the probe alone never imports the others. ``on_admin_state_failure``
+    is each ``azure-lb`` action's ``on_failure`` (the agent's metrics)."""
     actions: list[Action] = []
     for item in settings.actions:
         if isinstance(item, HAProxyActionConfig):
@@ -89,7 +91,7 @@ def build_actions(settings: Settings) -> list[Action]:
             actions.append(WebhookAction(item.name, url=item.url, on=set(item.phases), body_template=item.body,
                                          headers=item.headers, timeout=item.timeout_seconds, retries=item.retries))
         elif isinstance(item, AzureLbActionConfig):
-            actions.append(build_azure_lb(item, settings))
+            actions.append(build_azure_lb(item, settings, on_failure=on_admin_state_failure))
         else:
             from coordinator.actions.connections import ConnectionsDrainedWait
 
@@ -97,8 +99,10 @@ def build_actions(settings: Settings) -> list[Action]:
     return actions
 
 
-def build_azure_lb(item: AzureLbActionConfig, settings: Settings) -> Action:
-    """The azure-lb action of ``item``; its fallback wait defaults to the probe-based drain wait of ``settings``."""
+def build_azure_lb(item: AzureLbActionConfig, settings: Settings, *,
+                   on_failure: Callable[[str], None] | None = None) -> Action:
+    """The azure-lb action of ``item``; its fallback wait defaults to the probe-based drain wait of ``settings``.
+    ``on_failure`` is called with the cause of each drain that fell back and each failed recovery."""
     from coordinator.actions.azure_lb import ArmClient, AzureLbAction, ManagedIdentity
     from coordinator.actions.connections import probe_wait_seconds
 
@@ -109,7 +113,7 @@ def build_azure_lb(item: AzureLbActionConfig, settings: Settings) -> Action:
     identity = ManagedIdentity(item.imds_url, client_id=item.client_id, timeout=item.timeout_seconds)
     client = ArmClient(item.arm_url, identity, api_version=item.api_version, timeout=item.timeout_seconds)
     return AzureLbAction(item.name, item.backend_pools, item.backend_address, client,
-                         deadline=item.deadline_seconds, fallback_wait=fallback)
+                         deadline=item.deadline_seconds, fallback_wait=fallback, on_failure=on_failure)
 
 
 def _action_summary(item: object) -> str:
@@ -355,7 +359,10 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         peers.start()
         log.info("peers reach this VM's probe at %s; the budget counts a peer as serving only while "
                  "its probe says so", probe_url)
-    actions: list[Action] = [ProbeAction(probe), *build_actions(settings)]
+    if any(isinstance(item, AzureLbActionConfig) for item in settings.actions):
+        metrics.admin_state_expected()
+    actions: list[Action] = [ProbeAction(probe),
+                             *build_actions(settings, on_admin_state_failure=metrics.admin_state_failed)]
     adapters_imds: Imds = imds
     if dry_run:
         from coordinator.dryrun import DryRunImds, DryRunStore

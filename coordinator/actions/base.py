@@ -9,7 +9,9 @@ through the health probe alone) returns one line saying so and why: the job goes
 and ``run_drain`` returns these lines, which the agent shows in ``/status`` (``action_fallback``).
 
 ``run_drain`` and ``run_recover`` report how long each action and the whole job took, and how they
-ended, to an optional ``ActionTimings`` (the agent's metrics).
+ended, to an optional ``ActionTimings`` (the agent's metrics): an action that returned a fallback is
+reported with outcome ``fallback``, not ``ok``, so that a drain holding by a fallback shows in the
+metrics; its job still ends ``ok``.
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ class Action(Protocol):
 
 
 class ActionTimings(Protocol):
-    """Where a job reports its durations. ``phase`` is "drain" or "recover", ``outcome`` "ok" or "failed"."""
+    """Where a job reports its durations. ``phase`` is "drain" or "recover". ``outcome`` of an action is
+    "ok", "fallback" (it returned a fallback: it held, but not the way it is configured) or "failed"; of a
+    job, "ok" (every action returned, by a fallback or not) or "failed"."""
 
     def action_done(self, phase: str, action: str, outcome: str, seconds: float) -> None: ...
 
@@ -111,10 +115,12 @@ def _run(
                     "action %s %s raised unexpectedly (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids
                 )
                 raise ActionError(f"{action.name} {verb} failed: {exc!r}") from exc
+            fell_back = isinstance(said, str) and bool(said)
             if timings is not None:
-                timings.action_done(verb, action.name, "ok", clock() - started)
-            log.info("%s %s done (vm=%s events=%s)", action.name, verb, ctx.vm, ctx.event_ids)
-            if isinstance(said, str) and said:
+                timings.action_done(verb, action.name, "fallback" if fell_back else "ok", clock() - started)
+            log.info("%s %s done%s (vm=%s events=%s)", action.name, verb, " by a fallback" if fell_back else "",
+                     ctx.vm, ctx.event_ids)
+            if fell_back:
                 fallbacks.append(said)
         outcome = "ok"
     finally:

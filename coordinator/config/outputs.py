@@ -65,7 +65,7 @@ class AppHealthConfig(_Section):
     )
     recover_failing_after_seconds: float | None = Field(
         1800.0, gt=0, description="Unhealthy once the VM's recovery, after its events are gone, has kept "
-        "failing this long; null: never for that. Never Unhealthy while drained, nor for ZooKeeper or IMDS"
+        "failing this long; null: never for that. Never Unhealthy while drained, nor for ZooKeeper, IMDS or ARM"
     )
 
     @field_validator("listen")

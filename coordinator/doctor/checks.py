@@ -6,7 +6,7 @@ to its pure verdict in ``coordinator.doctor.verdicts`` (``verdicts_local``, ``ve
 ``Context`` (both defined in ``coordinator.doctor.context``, importable from here too). Checks that depend
 on an earlier one (the clock on IMDS's answer, the ACL and the members on the ZooKeeper session) read what
 it left in the context, and are skipped with the reason when it failed. The ARM-based checks are in
-``coordinator.doctor.azure``.
+``coordinator.doctor.azure``, and the ``azure-lb`` action's own in ``coordinator.doctor.azure_lb``.
 
 Nothing here writes: IMDS is only read (no approval is ever sent), and ZooKeeper is read through the
 group reader of ``coordinator status`` (``coordinator.groupstatus.read``), whose kazoo client refuses
@@ -32,6 +32,7 @@ from coordinator.doctor.azure import (
     check_terminate,
 )
 from coordinator.doctor.azure import check_probe as check_lb_probe
+from coordinator.doctor.azure_lb import check_admin_state
 from coordinator.doctor.context import Check, Context, ImdsSeen, RecordingTransport
 from coordinator.doctor.outcome import Status, Verdict
 from coordinator.doctor.verdicts_local import clock_verdict, config_verdict, imds_verdict, proxy_verdict
@@ -352,4 +353,5 @@ CHECKS: tuple[Check, ...] = (
     Check("azure-terminate", "scale-set terminate notifications", check_terminate),
     Check("azure-approve", "scheduledEventsPolicy automatic approvals", check_approve),
     Check("azure-spot", "Spot priority", check_spot),
+    Check("azure-lb", "the azure-lb action's identity, pools and right to write them", check_admin_state),
 )

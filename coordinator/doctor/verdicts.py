@@ -9,12 +9,14 @@ This module gathers them under one name: ``Status``, ``Verdict`` and the exit st
 ``coordinator.doctor.outcome``; the verdicts of this machine alone (configuration, proxy, IMDS, clock) in
 ``coordinator.doctor.verdicts_local``, of ZooKeeper (connection, ACLs, session timeout) in
 ``coordinator.doctor.verdicts_zookeeper``, of the probe and the members in
-``coordinator.doctor.verdicts_probe``, and of what ARM describes in ``coordinator.doctor.verdicts_azure``.
+``coordinator.doctor.verdicts_probe``, of what ARM describes in ``coordinator.doctor.verdicts_azure``, and of
+the ``azure-lb`` action's identity, pools and permissions in ``coordinator.doctor.verdicts_admin_state``.
 """
 
 from __future__ import annotations
 
 from coordinator.doctor.outcome import Status, Verdict, exit_status, worst
+from coordinator.doctor.verdicts_admin_state import POOL_WRITE, PermissionsRead, PoolRead, admin_state_verdict, granted
 from coordinator.doctor.verdicts_azure import (
     LONGEST_DRAIN_SECONDS,
     LbProbe,
@@ -41,15 +43,20 @@ __all__ = [
     "CLOCK_FAIL_SECONDS",
     "CLOCK_WARN_SECONDS",
     "LONGEST_DRAIN_SECONDS",
+    "POOL_WRITE",
     "LbProbe",
+    "PermissionsRead",
+    "PoolRead",
     "ProbeAnswer",
     "Status",
     "Verdict",
     "acl_verdict",
+    "admin_state_verdict",
     "auto_approve_verdict",
     "clock_verdict",
     "config_verdict",
     "exit_status",
+    "granted",
     "imds_verdict",
     "iso_duration_seconds",
     "lb_probe_verdict",

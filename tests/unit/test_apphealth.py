@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +15,20 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from coordinator.actions import ActionContext, ProbeAction
 from coordinator.actions.probe import ProbeState
+from coordinator.agent import Agent
 from coordinator.apphealth import AppHealth, Observed, State, Verdict, body, decide, reason_header
 from coordinator.config import load_settings
-from coordinator.errors import ConfigError
+from coordinator.decide import Policy
+from coordinator.errors import ActionError, ConfigError
 from coordinator.httpserver import APP_HEALTH_REASON_HEADER, HttpSurface, ListenError
+from coordinator.metrics import Metrics
+from coordinator.models import Document, format_not_before, parse_document
+from coordinator.state import StateFile
+from coordinator.store.memory import MemoryCluster, MemoryStore
+from tests.doubles import Clock as AgentClock
+from tests.doubles import InlineExecutor
 
 STUCK = 600.0
 FAILING = 1800.0
@@ -226,3 +237,128 @@ def test_its_own_listener_failing_is_named() -> None:
         assert info.value.which == "app_health" and info.value.address == taken
     finally:
         blocker.stop()
+
+
+# --- a recovery failing outside this VM (ARM for the azure-lb action) -------------------------------------
+
+OUTSIDE: list[tuple[Observed, float | None, State, str]] = [
+    # Past the bound, but the failure is outside this VM: a repair would fix nothing.
+    (Observed(running=True, phase="recovering", recover_failing_for=10 * FAILING, outside_vm=True,
+              error="recover failed: azure-lb: 403 AuthorizationFailed"), FAILING, H, "outside this VM"),
+    (Observed(running=True, phase="recovering", recover_failing_for=1, outside_vm=True,
+              error="recover failed: azure-lb: ARM unreachable"), FAILING, H, "retried"),
+    # A stuck loop is the agent's own fault, whatever its last action error.
+    (Observed(running=True, since_cycle=STUCK, phase="recovering", recover_failing_for=10 * FAILING, outside_vm=True,
+              error="recover failed: x"), FAILING, U, "stuck"),
+]
+
+
+@pytest.mark.parametrize(("observed", "failing_after", "state", "word"), OUTSIDE)
+def test_decide_outside_this_vm(observed: Observed, failing_after: float | None, state: State, word: str) -> None:
+    verdict = decide(observed, stuck_after=STUCK, recover_failing_after=failing_after)
+    assert verdict.state is state, verdict
+    assert word in verdict.reason
+
+
+class OutsideAgent(FakeAgent):
+    def __init__(self) -> None:
+        super().__init__()
+        self.outside = False
+
+    def status(self) -> dict[str, Any]:
+        return {**super().status(), "action_error_outside_vm": self.outside}
+
+
+def test_a_recovery_failing_outside_this_vm_stays_healthy_and_the_kinds_are_timed_apart() -> None:
+    agent, clock = OutsideAgent(), Clock()
+    health = AppHealth(lambda: agent, stuck_after=STUCK, recover_failing_after=60, clock=clock)
+    agent.phase, agent.error, agent.outside = "recovering", "recover failed: azure-lb: 403 AuthorizationFailed", True
+    assert health.verdict().state is H
+    clock.now += 3600
+    verdict = health.verdict()
+    assert verdict.state is H, verdict
+    assert "recovery failing outside this VM for 3600 s" in verdict.reason and "retried" in verdict.reason
+    # A failure inside this VM now (a hook): its own streak starts from zero, not from an hour ago.
+    agent.error, agent.outside = "recover failed: hook exited 1", False
+    assert health.verdict().state is H
+    clock.now += 59
+    assert health.verdict().state is H
+    clock.now += 1
+    assert health.verdict().state is U
+
+
+class _ArmDown(ActionError):
+    outside_vm = True
+
+
+class _Recovery:
+    """An action whose drain works and whose recovery fails with ``error``."""
+
+    name = "lb"
+
+    def __init__(self, error: ActionError) -> None:
+        self.error = error
+
+    def drain(self, ctx: ActionContext) -> None:
+        return None
+
+    def recover(self, ctx: ActionContext) -> None:
+        raise self.error
+
+
+class _Imds:
+    def __init__(self, document: Document) -> None:
+        self.document = document
+
+    def get_document(self) -> Document:
+        return self.document
+
+    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
+        pass
+
+
+def _recovering_agent(tmp_path: Path, error: ActionError) -> tuple[Agent, AgentClock]:
+    """A real agent, drained for an event that then leaves IMDS, whose recovery fails with ``error``."""
+    clock = AgentClock()
+    not_before = format_not_before(datetime.fromtimestamp(clock.wall + 600, UTC))
+    imds = _Imds(parse_document({"DocumentIncarnation": 2, "Events": [{
+        "EventId": "E1", "EventType": "Freeze", "EventStatus": "Scheduled", "Resources": ["vm0"],
+        "NotBefore": not_before}]}))
+    agent = Agent(vm="vm0", imds=imds, store=MemoryStore(MemoryCluster(), clock=clock.now),
+                  actions=[ProbeAction(ProbeState()), _Recovery(error)], policy=Policy(),
+                  metrics=Metrics(CollectorRegistry()), clock=clock, executor=InlineExecutor(),  # type: ignore[arg-type]
+                  state_file=StateFile(tmp_path / "state.json"))
+    for _ in range(200):
+        agent.cycle()
+        clock.advance(5.0)
+        if agent.status()["phase"] == "drained":
+            break
+    assert agent.status()["phase"] == "drained"
+    imds.document = parse_document({"DocumentIncarnation": 3, "Events": []})
+    for _ in range(200):
+        agent.cycle()
+        clock.advance(5.0)
+        status = agent.status()
+        if status["phase"] == "recovering" and status["action_error"]:
+            return agent, clock
+    raise AssertionError(f"the agent never failed to recover: {agent.status()}")
+
+
+@pytest.mark.parametrize(("error", "outside", "state"), [
+    (_ArmDown("azure-lb: backend address vm0 may still be Down: 403 AuthorizationFailed"), True, H),
+    (ActionError("hook exited 1"), False, U),
+])
+def test_the_agent_hands_apphealth_whether_its_failing_recovery_lies_outside_this_vm(
+    tmp_path: Path, error: ActionError, outside: bool, state: State,
+) -> None:
+    agent, clock = _recovering_agent(tmp_path, error)
+    assert agent.status()["action_error_outside_vm"] is outside
+    health = AppHealth(lambda: agent, stuck_after=STUCK, recover_failing_after=60, clock=clock.monotonic)
+    assert health.verdict().state is H  # the first sample of a failing recovery
+    for _ in range(15):  # retried, failing, for 75 s
+        clock.advance(5.0)
+        agent.cycle()
+    assert agent.status()["phase"] == "recovering" and agent.status()["action_error"].startswith("recover failed")
+    verdict = health.verdict()
+    assert verdict.state is state, verdict
+    assert ("outside this VM" in verdict.reason) is outside

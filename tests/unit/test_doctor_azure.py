@@ -1,10 +1,13 @@
-"""The pure verdicts of ``coordinator doctor``'s ARM checks, and how a resource id is scoped."""
+"""The pure verdicts of ``coordinator doctor``'s ARM checks, and how a resource id is scoped; the ``azure-lb``
+check against IMDS and ARM as ``httpx.MockTransport`` handlers."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from coordinator.doctor.azure import scope_of
@@ -204,3 +207,244 @@ def test_the_repairs_check_names_where_this_configuration_serves_application_hea
     verdict = check_repairs(ctx)
     assert verdict.status is Status.FAIL
     assert "application health endpoint (port 9111 /apphealth or port 9200 /apphealth)" in verdict.fix
+
+
+# --- the azure-lb check: the action's identity, its pools, and its right to write them --------------------
+
+LB_ID = f"{SUB}/Microsoft.Network/loadBalancers/web-lb"
+POOL_ID = f"{LB_ID}/backendAddressPools/web"
+ARM = "https://arm.test"
+WRITE = "Microsoft.Network/loadBalancers/backendAddressPools/write"
+NETWORK_CONTRIBUTOR = {"actions": ["Microsoft.Authorization/*/read", "Microsoft.Network/*",
+                                   "Microsoft.Resources/deployments/*"], "notActions": []}
+
+
+def _pool(*addresses: tuple[str, str | None]) -> dict[str, object]:
+    return {"id": POOL_ID, "name": "web", "etag": 'W/"1"', "properties": {"loadBalancerBackendAddresses": [
+        {"name": name, "properties": {"ipAddress": ip, "adminState": "None"} if ip else {}}
+        for name, ip in addresses]}}
+
+
+class FakeAzure:
+    """IMDS's token endpoint and ARM, as ``httpx.MockTransport`` handlers: what each answers can be changed."""
+
+    def __init__(self) -> None:
+        self.token: httpx.Response = httpx.Response(200, json={"access_token": "t0k3n", "expires_in": "3600"})
+        self.pool: httpx.Response | Exception = httpx.Response(200, json=_pool(("vm0", "10.0.0.4"), ("vm1", None)))
+        self.permissions: httpx.Response = httpx.Response(200, json={"value": [NETWORK_CONTRIBUTOR]})
+        self.asked: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.asked.append(f"{request.method} {request.url.host}{request.url.path}")
+        if request.url.host == "imds.test":
+            assert request.headers["Metadata"] == "true"
+            return self.token
+        assert request.method == "GET" and request.headers["Authorization"] == "Bearer t0k3n"
+        if request.url.path.endswith("/providers/Microsoft.Authorization/permissions"):
+            assert request.url.params["api-version"] == "2022-04-01"
+            assert request.url.path == f"{LB_ID}/providers/Microsoft.Authorization/permissions"
+            return self.permissions
+        assert request.url.path == POOL_ID
+        if isinstance(self.pool, Exception):
+            raise self.pool
+        return self.pool
+
+
+def _arm_error(status: int, code: str) -> httpx.Response:
+    return httpx.Response(status, json={"error": {"code": code, "message": f"{code} for the test"}})
+
+
+class FakeTime:
+    """The clock the ARM client waits on: ``sleep`` moves it (a retried request costs no real time)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _lb_context(tmp_path: Path, actions: list[dict[str, object]] | None = None) -> Any:
+    from coordinator.config import Settings
+    from coordinator.doctor.context import Context
+
+    if actions is None:
+        actions = [{"type": "azure-lb", "backend_pools": [POOL_ID], "backend_address": "vm0",
+                    "imds_url": "http://imds.test", "arm_url": ARM}]
+    settings = Settings.model_validate({"cluster": "web", "state_file": None, "actions": actions})
+    return Context(settings=settings, config_path=tmp_path / "c.yaml", deadline=time.monotonic() + 30)
+
+
+def _admin_state(tmp_path: Path, azure: FakeAzure, actions: list[dict[str, object]] | None = None) -> Verdict:
+    from coordinator.doctor.azure_lb import check_admin_state
+
+    fake = FakeTime()
+    return check_admin_state(_lb_context(tmp_path, actions), httpx.MockTransport(azure), clock=fake.clock,
+                             sleep=fake.sleep)
+
+
+def test_the_azure_lb_check_is_skipped_without_an_azure_lb_action(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    verdict = _admin_state(tmp_path, azure, actions=[])
+    assert verdict.status is Status.SKIP and "no azure-lb action" in verdict.summary
+    assert azure.asked == []
+
+
+def test_an_identity_that_may_read_and_write_the_pool_passes(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    verdict = _admin_state(tmp_path, azure)
+    assert verdict.status is Status.PASS, verdict
+    assert verdict.summary == (f"azure-lb: the system-assigned identity got a token, read vm0 in pool(s) web-lb/web "
+                               f"(admin state None), and may write them ({WRITE} granted)")
+    assert azure.asked == ["GET imds.test/metadata/identity/oauth2/token", f"GET arm.test{POOL_ID}",
+                           f"GET arm.test{LB_ID}/providers/Microsoft.Authorization/permissions"]
+    assert verdict.details["permissions"] == [{"load_balancer": LB_ID, "write": True, "error": None}]
+
+
+def test_no_token_names_the_identity_and_imds(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    azure.token = httpx.Response(400, json={"error": "invalid_request", "error_description": "Identity not found"})
+    verdict = _admin_state(tmp_path, azure, actions=[{
+        "type": "azure-lb", "backend_pools": [POOL_ID], "backend_address": "vm0", "imds_url": "http://imds.test",
+        "arm_url": ARM, "client_id": "11111111-2222-3333-4444-555555555555"}])
+    assert verdict.status is Status.FAIL
+    assert "no token for user-assigned identity 11111111-2222-3333-4444-555555555555 from IMDS at " \
+           "http://imds.test" in verdict.summary and "Identity not found" in verdict.summary
+    assert "az vm identity assign" in verdict.fix and "client_id" in verdict.fix
+    assert [a for a in azure.asked if "arm.test" in a] == []
+
+
+def test_arm_unreachable_names_the_arm_url(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    azure.pool = httpx.ConnectError("connection refused")
+    verdict = _admin_state(tmp_path, azure)
+    assert verdict.status is Status.FAIL
+    assert f"ARM at {ARM} cannot be reached from this VM" in verdict.summary
+    assert f"open outbound HTTPS from this VM to {ARM}" in verdict.fix and "AzureResourceManager" in verdict.fix
+    assert not any("permissions" in a for a in azure.asked)  # nothing more to learn from an unreachable ARM
+
+
+def test_a_403_on_the_pool_names_the_missing_role_and_the_command(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    azure.pool = _arm_error(403, "AuthorizationFailed")
+    verdict = _admin_state(tmp_path, azure)
+    assert verdict.status is Status.FAIL
+    assert ("the system-assigned identity may not read pool web-lb/web (403 AuthorizationFailed): the identity "
+            "lacks a role that may read/write the pool") in verdict.summary
+    assert verdict.fix.startswith(f"give it Network Contributor on the load balancer {LB_ID}: az role assignment "
+                                  "create --assignee-object-id PRINCIPAL_ID --assignee-principal-type "
+                                  f"ServicePrincipal --role \"Network Contributor\" --scope {LB_ID}")
+
+
+def test_a_pool_that_does_not_exist_fails(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    azure.pool = _arm_error(404, "NotFound")
+    verdict = _admin_state(tmp_path, azure)
+    assert verdict.status is Status.FAIL and "pool web-lb/web not found (404 NotFound)" in verdict.summary
+    assert "az network lb address-pool list -g rg --lb-name web-lb" in verdict.fix
+
+
+def test_an_address_missing_from_the_pool_fails_listing_the_addresses(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    azure.pool = httpx.Response(200, json=_pool(("web_1", "10.0.0.5"), ("web_2", "10.0.0.6")))
+    verdict = _admin_state(tmp_path, azure)
+    assert verdict.status is Status.FAIL
+    assert ("backend address vm0 is not in pool web-lb/web (its addresses: web_1 (10.0.0.5), web_2 (10.0.0.6))"
+            in verdict.summary)
+    assert "backend_address" in verdict.fix
+
+
+def test_an_address_found_by_its_ip_address_passes(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    verdict = _admin_state(tmp_path, azure, actions=[{
+        "type": "azure-lb", "backend_pools": [POOL_ID], "backend_address": "10.0.0.4", "imds_url": "http://imds.test",
+        "arm_url": ARM}])
+    assert verdict.status is Status.PASS, verdict
+
+
+def test_a_reader_may_read_the_pool_but_not_write_it(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    azure.permissions = httpx.Response(200, json={"value": [{"actions": ["*/read"], "notActions": []}]})
+    verdict = _admin_state(tmp_path, azure)
+    assert verdict.status is Status.FAIL
+    assert (f"the system-assigned identity may not write the pools of load balancer web-lb: {WRITE} is not granted "
+            "there (granted: */read)") in verdict.summary
+    assert "Network Contributor" in verdict.fix and f"--scope {LB_ID}" in verdict.fix
+
+
+def test_permissions_that_cannot_be_read_warn_that_the_write_is_not_verified(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    azure.permissions = _arm_error(403, "AuthorizationFailed")
+    verdict = _admin_state(tmp_path, azure)
+    assert verdict.status is Status.WARN and "was not verified" in verdict.summary
+    assert "Microsoft.Authorization/permissions/read" in verdict.fix
+
+
+@pytest.mark.parametrize(("permissions", "write"), [
+    ([{"actions": ["*"], "notActions": []}], True),
+    ([{"actions": ["Microsoft.Network/*"], "notActions": []}], True),
+    ([{"actions": ["microsoft.network/loadbalancers/backendaddresspools/write"]}], True),  # ARM ignores case
+    ([{"actions": ["Microsoft.Network/loadBalancers/*/write"], "notActions": []}], True),
+    ([{"actions": ["Microsoft.Network/*"], "notActions": ["Microsoft.Network/loadBalancers/*"]}], False),
+    ([{"actions": ["Microsoft.Network/*"], "notActions": ["*/write"]}], False),
+    # notActions take away from their own entry only: another role may still grant it.
+    ([{"actions": ["*"], "notActions": ["Microsoft.Network/*"]}, {"actions": [WRITE], "notActions": []}], True),
+    ([{"actions": ["Microsoft.Network/loadBalancers/read"], "notActions": []}], False),
+    ([{"actions": ["Microsoft.Network/loadBalancers/backendAddressPools/writeX"]}], False),
+    ([], False),
+])
+def test_the_write_is_granted_as_arm_matches_actions(permissions: list[dict[str, list[str]]], write: bool) -> None:
+    from coordinator.doctor.verdicts import granted
+
+    entries = [(p.get("actions", []), p.get("notActions", [])) for p in permissions]
+    assert granted(entries, WRITE) is write
+
+
+def test_every_page_of_permissions_is_read_on_arms_own_host(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    pages = [httpx.Response(200, json={"value": [{"actions": ["*/read"], "notActions": []}],
+                                       "nextLink": f"{ARM}{LB_ID}/providers/Microsoft.Authorization/permissions"
+                                                   "?api-version=2022-04-01&$skiptoken=2"}),
+             httpx.Response(200, json={"value": [{"actions": [WRITE], "notActions": []}],
+                                       "nextLink": "https://elsewhere.test/steal"})]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/permissions"):
+            azure.asked.append(str(request.url))
+            return pages.pop(0)
+        return azure(request)
+
+    from coordinator.doctor.azure_lb import check_admin_state
+
+    fake = FakeTime()
+    verdict = check_admin_state(_lb_context(tmp_path), httpx.MockTransport(answer), clock=fake.clock, sleep=fake.sleep)
+    assert verdict.status is Status.PASS, verdict
+    assert pages == [] and not any("elsewhere" in a for a in azure.asked)
+
+
+def test_several_azure_lb_actions_are_each_checked(tmp_path: Path) -> None:
+    azure = FakeAzure()
+    other_pool = f"{SUB}/Microsoft.Network/loadBalancers/other-lb/backendAddressPools/web"
+    calls: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if request.url.path == other_pool:
+            return _arm_error(403, "AuthorizationFailed")
+        return azure(request)
+
+    from coordinator.doctor.azure_lb import check_admin_state
+
+    base = {"type": "azure-lb", "backend_address": "vm0", "imds_url": "http://imds.test", "arm_url": ARM}
+    fake = FakeTime()
+    verdict = check_admin_state(
+        _lb_context(tmp_path, [{**base, "name": "front", "backend_pools": [POOL_ID]},
+                               {**base, "name": "back", "backend_pools": [other_pool]}]),
+        httpx.MockTransport(answer), clock=fake.clock, sleep=fake.sleep)
+    assert verdict.status is Status.FAIL
+    assert verdict.summary.startswith("front: the system-assigned identity got a token")
+    assert "; back: the system-assigned identity may not read pool other-lb/web (403" in verdict.summary
+    assert "--scope " + other_pool.rsplit("/backendAddressPools", 1)[0] in verdict.fix
