@@ -7,8 +7,11 @@ import itertools
 import pytest
 
 from coordinator.testbed.chaos.planning import (
+    ARM_FAULT_SECONDS,
+    ARM_FAULTS,
     LINK_FAULTS,
     ChaosConfig,
+    describe_arm_fault,
     granted_session_ms,
     plan,
     session_lapse_seconds,
@@ -105,3 +108,47 @@ def test_link_faults_are_described_in_the_plan() -> None:
     assert any(t.startswith("one-way loss (agent to ZooKeeper)") for t in texts)
     assert any(t.startswith("one-way loss (ZooKeeper to agent)") for t in texts)
     assert any(t.startswith("delay ") and " ms each way on the ZooKeeper link of " in t for t in texts)
+
+
+# -- ARM faults (--admin-state) ---------------------------------------------------------------------------------
+
+
+def arm_steps(seed: int, config: ChaosConfig) -> list:  # type: ignore[type-arg]
+    return [s for s in plan(seed, config) if s.kind == "arm_fault"]
+
+
+def test_arm_faults_only_with_admin_state() -> None:
+    assert not any(arm_steps(seed, ChaosConfig()) for seed in SEEDS)
+    config = ChaosConfig(admin_state=True)
+    assert all(arm_steps(seed, config) for seed in SEEDS)
+    assert [s.describe() for s in plan(7, config)] == [s.describe() for s in plan(7, config)]
+
+
+def test_every_arm_fault_carries_a_body_of_the_list_one_at_a_time_within_the_window() -> None:
+    drawn = []
+    for duration in (18.0, 30.0):
+        config = ChaosConfig(duration=duration, admin_state=True)
+        for seed in SEEDS:
+            steps = arm_steps(seed, config)
+            for step in steps:
+                assert 0 < step.at < duration
+                assert ARM_FAULT_SECONDS[0] <= step.seconds <= ARM_FAULT_SECONDS[1]
+                assert step.params["body"] in ARM_FAULTS and step.target == step.params["body"]["target"]
+                drawn.append(step.params["body"])
+            for before, after in itertools.pairwise(steps):
+                assert before.at + before.seconds < after.at, (seed, before, after)
+    assert all(body in drawn for body in ARM_FAULTS)  # each body of the list is drawn by some seed
+    body = arm_steps(1, ChaosConfig(admin_state=True))[0].params["body"]
+    assert all(body is not listed for listed in ARM_FAULTS)  # a copy: the step's body is the step's own
+
+
+def test_arm_faults_are_described_in_the_plan() -> None:
+    assert describe_arm_fault({"target": "arm", "kind": "status", "status": 503, "count": None,
+                               "methods": ["PUT"]}) == "on arm: status 503 (every request, PUT)"
+    assert describe_arm_fault({"target": "arm", "kind": "status", "status": 429, "retry_after": 1, "count": 3}) == (
+        "on arm: status 429 Retry-After 1 (3 request(s))")
+    # A kind the simulator learns later, with fields of its own, reads as well.
+    assert describe_arm_fault({"target": "arm", "kind": "slow_operation", "seconds": 4, "count": 1}) == (
+        "on arm: slow_operation seconds=4 (1 request(s))")
+    texts = [s.describe() for seed in SEEDS for s in arm_steps(seed, ChaosConfig(admin_state=True))]
+    assert all(t.startswith("ARM fault on ") and t.endswith(", then cleared") for t in texts)

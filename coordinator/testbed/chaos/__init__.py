@@ -1,6 +1,6 @@
 """Seeded chaos on real processes, judged by an independent oracle (``coordinator.testbed.oracle``).
 
-``python -m coordinator.testbed.chaos --seed N [--runs K] [--duration S] [--json out.json]``
+``python -m coordinator.testbed.chaos --seed N [--runs K] [--duration S] [--json out.json] [--admin-state]``
 
 One run starts, on loopback: a three-server ZooKeeper ensemble (its tickTime drawn from the seed), the
 IMDS simulator under a time scale (so that Azure's 15-minute notices last about 20 s), one agent per VM,
@@ -13,6 +13,10 @@ and hands what was recorded to the oracle. The plan (what happens, to whom, when
 fully determined by the seed and printed first; real timing varies from run to run (process start-up,
 scheduling on a busy machine), and so do the targets that are resolved when a fault fires ("the
 leader", "a drained VM"): same seed, same plan, not the same interleaving.
+
+With ``--admin-state`` the agents drain through the load balancer's admin state too (the simulator's ARM,
+its effective states applied to HAProxy): the run samples every VM's effective admin state, and the plan
+adds faults of the simulated ARM (``planning.ARM_FAULTS``).
 
 Every process a run starts is stopped by its PID when the run ends, whatever happens. Exit status: 1 if
 any run found a violation, 2 if a run could not be carried out (a component would not start), else 0.

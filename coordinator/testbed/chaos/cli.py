@@ -1,5 +1,5 @@
 """The command line: ``python -m coordinator.testbed.chaos --seed N [--runs K] [--duration S] [--json out.json
-[--resume]]``.
+[--resume]] [--admin-state]``.
 
 ``main`` checks that the real components are there (java with ZooKeeper's jars, HAProxy), plays the
 runs one seed after the other, keeps the logs of a run that found something, writes every run's plan,
@@ -70,6 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vms", type=int, default=4, help="VMs, each with an agent (at least 3; default: 4)")
     parser.add_argument("--json", type=Path, help="write every run's plan, statistics and violations here")
     parser.add_argument("--workdir", type=Path, help="keep every run's logs under this directory")
+    parser.add_argument("--admin-state", action="store_true",
+                        help="the agents drain through the load balancer's admin state too (the simulated ARM, "
+                             "applied to HAProxy); the run samples every VM's effective admin state and the plan "
+                             "adds ARM faults")
     parser.add_argument("--resume", action="store_true",
                         help="go on with the runs in --json FILE: play only the seeds it does not hold (refused "
                              "if it was made by other code or with another configuration)")
@@ -82,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.resume and args.json is None:
         parser.error("--resume needs --json FILE (the file to go on with)")
-    config = ChaosConfig(vms=tuple(f"vm{i}" for i in range(args.vms)), duration=args.duration)
+    config = ChaosConfig(vms=tuple(f"vm{i}" for i in range(args.vms)), duration=args.duration,
+                         admin_state=args.admin_state)
     settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()}
     code = code_identity()
     try:

@@ -2,12 +2,13 @@
 
 ``FaultSteps`` plays each ``Step`` of the plan on a thread of its own at its time: it schedules and
 cancels events in the IMDS simulator, kills an agent (a VM, the leader now, or a drained VM now) and
-restarts it, pauses one with SIGSTOP, takes ZooKeeper servers down and back, adds IMDS faults, and cuts,
-delays or makes lossy one way the link between one agent and ZooKeeper (its proxy; IMDS stays reachable).
+restarts it, pauses one with SIGSTOP, takes ZooKeeper servers down and back, adds IMDS faults, cuts,
+delays or makes lossy one way the link between one agent and ZooKeeper (its proxy; IMDS stays reachable),
+and (with ``admin_state``) queues a fault on the simulated ARM, its body as the plan has it.
 A VM a kill or pause holds is left alone by the other kills and pauses and by the supervisor; a link
 fault holds the links (one at a time) but not the agent, which may still be killed or paused behind it.
-Each fault is healed at the end of its own window; at the end of the run's fault window everything is
-healed, and the run waits until every event is gone and every VM is back.
+Each fault is healed (an ARM fault cleared) at the end of its own window; at the end of the run's fault
+window everything is healed, and the run waits until every event is gone and every VM is back.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import threading
 import time
 
 from coordinator.testbed.chaos.observers import ZooKeeperRecorder
-from coordinator.testbed.chaos.planning import LINK_FAULTS, Step
+from coordinator.testbed.chaos.planning import LINK_FAULTS, Step, describe_arm_fault
 from coordinator.testbed.chaos.processes import RunProcesses
 from coordinator.testbed.chaos.state import Abort
 
@@ -66,6 +67,8 @@ class FaultSteps(RunProcesses):
                 self._imds(step)
             elif step.kind in LINK_FAULTS:
                 self._link_fault(step)
+            elif step.kind == "arm_fault":
+                self._arm_fault(step)
             elif step.kind == "cancel":
                 label = f"extra-{step.at:.1f}"
                 self._schedule(Step(step.at, "event", label=label, params=step.params))
@@ -296,6 +299,43 @@ class FaultSteps(RunProcesses):
         finally:
             self._link_lock.release()
 
+    def _arm_fault(self, step: Step) -> None:
+        """Queue ``step.params["body"]`` on the simulated ARM (``POST /arm/faults``, the body as the plan has
+        it), leave it for ``step.seconds``, then clear every ARM fault (``DELETE /arm/faults``), whether or
+        not it was met. Recorded as ``arm_fault`` and ``arm_fault_heal`` for the oracle."""
+        sim = self._cluster().sim
+        assert sim is not None
+        body = step.params["body"]
+        target = str(body.get("target", "arm"))
+        what = describe_arm_fault(body)
+        with self._arm_lock:
+            response = self._arm_http.post(f"{sim.url}/arm/faults", json=body)
+            if response.is_error:
+                self.say(f"fault refused by the simulator ({response.status_code} {response.text[:200]}): "
+                         f"{step.describe()}")
+                self.record("skipped", target, detail=f"{step.describe()}: {response.status_code}")
+                self.count("arm_fault", skipped=True)
+                return
+            self.record("arm_fault", target, detail=f"{what} for {step.seconds:.1f}s")
+            kind = f"arm_{body.get('kind', 'status')}" + (f"_{body['status']}" if body.get("status") else "")
+            self.count(kind)
+            with self._lock:
+                self.arm_faults.append({"at": round(self.clock.rel(), 2), "seconds": round(step.seconds, 2),
+                                        "body": dict(body)})
+            self.say(f"fault: ARM {what} for {step.seconds:.1f}s")
+            try:
+                self._stopping.wait(step.seconds)
+            finally:
+                self._clear_arm_faults("at the end of its window")
+
+    def _clear_arm_faults(self, why: str) -> None:
+        sim = self._cluster().sim
+        assert sim is not None
+        response = self._arm_http.delete(f"{sim.url}/arm/faults")
+        cleared = response.json().get("cleared") if response.status_code == 200 else None
+        self.record("arm_fault_heal", "arm", detail=f"{why}; {cleared} still queued, cleared")
+        self.say(f"heal: ARM faults cleared {why} ({cleared} still queued)")
+
     # -- healing ---------------------------------------------------------------------------------------------
 
     def _heal_and_settle(self) -> float | None:
@@ -303,6 +343,9 @@ class FaultSteps(RunProcesses):
         sim = cluster.sim
         assert sim is not None
         sim.clear_faults()
+        if self.config.admin_state:
+            with self._arm_lock:
+                self._clear_arm_faults("at the end of the fault window")
         for vm, link in self.links.items():
             if link.state.describe() != "whole":
                 link.heal()

@@ -7,6 +7,11 @@ events scheduled then cancelled, one VM's network link to ZooKeeper cut, delayed
 direction while IMDS stays reachable), each one a ``Step``. Targets such as "the leader", "a drained VM"
 or "a VM an event names" are named in the plan and resolved only when the step fires.
 
+With ``admin_state`` (the agents drain through the load balancer's admin state too), the plan adds faults
+of the simulated ARM: each an ``arm_fault`` step carrying the body of one ``POST /arm/faults`` of the
+simulator's control API, drawn from ``ARM_FAULTS`` (the one list of them), queued for its window and then
+cleared, one at a time. Without it the plan is the one it always was for the seed.
+
 The ensemble's tickTime is drawn from the seed too (``tick_time_ms``): at 2000 or 3000 ms ZooKeeper
 grants the agents a session longer than the 4 s they ask for (at least 2 x tickTime), and expires
 sessions only on tick boundaries; the link cuts meant to outlast a session are sized for what the
@@ -21,12 +26,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = [
+    "ARM_FAULTS",
+    "ARM_FAULT_SECONDS",
     "IMDS_FAULTS",
     "LINK_DELAYS_MS",
     "LINK_FAULTS",
     "WRONG_TYPE_FIELDS",
     "ChaosConfig",
     "Step",
+    "describe_arm_fault",
     "granted_session_ms",
     "plan",
     "session_lapse_seconds",
@@ -37,6 +45,20 @@ IMDS_FAULTS = ("status", "delay", "malformed", "wrong_type", "drop", "refuse", "
 WRONG_TYPE_FIELDS = ("DocumentIncarnation", "Events", "EventId", "Resources", "NotBefore", "DurationInSeconds")
 LINK_FAULTS = ("zk_link_cut", "zk_link_delay", "zk_link_oneway")
 LINK_DELAYS_MS = (100, 300, 800, 1500)  # each way: the last two make a round trip near or past kazoo's read timeout
+# The ARM faults an ``--admin-state`` plan draws from: each the body of one ``POST /arm/faults`` of the simulator's
+# control API (``coordinator/sim/azure/faults.py``), queued when its step fires and cleared (``DELETE
+# /arm/faults``) at the end of the step's window, whether or not it was met. A ``count`` answers that many
+# requests; ``None`` every request of the window. New kinds of the simulator are added here, and nowhere else.
+ARM_FAULTS: tuple[dict[str, Any], ...] = (
+    {"target": "arm", "kind": "status", "status": 429, "retry_after": 1, "count": 3},  # throttled, briefly
+    {"target": "arm", "kind": "status", "status": 429, "retry_after": 2, "count": None},  # throttled, the window
+    {"target": "arm", "kind": "status", "status": 500, "count": 2},
+    {"target": "arm", "kind": "status", "status": 503, "count": None},  # ARM unavailable for the window
+    {"target": "arm", "kind": "status", "status": 503, "count": None, "methods": ["PUT"]},  # reads work, writes fail
+    {"target": "arm", "kind": "concurrent_write", "count": 3},  # another writer before each of the next PUTs (412)
+    {"target": "token", "kind": "status", "status": 500, "count": 2},  # the managed identity's token endpoint
+)
+ARM_FAULT_SECONDS = (1.5, 8.0)  # an ARM fault's window: the longest outlasts the azure-lb action's back-off
 
 
 @dataclass(frozen=True)
@@ -58,6 +80,9 @@ class ChaosConfig:
     tick_choices_ms: tuple[int, ...] = (500, 2000, 3000)
     max_session_timeout_ms: int = 60_000  # the servers' maxSessionTimeout (at least 2 x the largest tick)
     link_faults: bool = True  # each agent reaches ZooKeeper through a proxy of its own, and the plan cuts it
+    # The agents drain through the load balancer's admin state too (``LocalCluster(admin_state=...)``): the run
+    # samples every VM's effective admin state, and the plan adds ARM faults (``ARM_FAULTS``).
+    admin_state: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,6 +121,8 @@ class Step:
             return f"IMDS fault {p['fault']} on {where} {what}"
         if self.kind == "cancel":
             return f"schedule {p['event_type']} on {','.join(p['resources'])}, cancel it after {self.seconds:.1f}s"
+        if self.kind == "arm_fault":
+            return f"ARM fault {describe_arm_fault(p['body'])} for {self.seconds:.1f}s, then cleared"
         if self.kind in LINK_FAULTS:
             who = {"named": "a VM an event names"}.get(self.target, self.target)
             who = f"{who} (else {self.fallback})" if self.fallback else who
@@ -162,6 +189,9 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
     if config.link_faults:
         kinds += ["link_cut_long", "link_oneway", "link_cut_short", "link_delay"]
         extra += ["link_cut_short", "link_oneway", "link_delay"]
+    if config.admin_state:
+        kinds += ["arm", "arm"]
+        extra += ["arm", "arm"]
     rng.shuffle(kinds)
     tick = tick_time_ms(seed, config)
     lapse = session_lapse_seconds(config, tick)
@@ -169,6 +199,7 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
     t = rng.uniform(1.5, 3.0) * k
     zk_free = 0.0
     link_free = 0.0
+    arm_free = 0.0
     busy: dict[str, float] = {}
     while t < config.duration:
         kind = kinds.pop(0) if kinds else rng.choice(extra)
@@ -187,6 +218,16 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
                 link_free = link_step.at + link_step.seconds + 1.0
                 if past_session:
                     zk_free = max(zk_free, link_step.at + float(link_step.params["lapse"]) + 0.5)
+            t += rng.uniform(1.2, 3.0) * k
+            continue
+        if kind == "arm":
+            # One ARM fault at a time: clearing one clears every fault queued on ARM.
+            body = dict(ARM_FAULTS[rng.randrange(len(ARM_FAULTS))])
+            arm_step = Step(max(t, arm_free), "arm_fault", str(body["target"]), rng.uniform(*ARM_FAULT_SECONDS),
+                            params={"body": body})
+            if arm_step.at < config.duration:
+                steps.append(arm_step)
+                arm_free = arm_step.at + arm_step.seconds + 0.5
             t += rng.uniform(1.2, 3.0) * k
             continue
         fallback = rng.choice(vms)
@@ -220,6 +261,22 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
         steps.append(step)
         t += rng.uniform(1.2, 3.0) * k
     return sorted(steps, key=lambda s: s.at)
+
+
+def describe_arm_fault(body: dict[str, Any]) -> str:
+    """One ARM fault's body in a few words: ``on arm: status 503 Retry-After 2 (every request, PUT)``."""
+    what = [str(body.get("kind", "status"))]
+    if body.get("status") is not None:
+        what.append(str(body["status"]))
+    if body.get("retry_after") is not None:
+        what.append(f"Retry-After {body['retry_after']}")
+    others = {k: v for k, v in body.items() if k not in ("target", "kind", "status", "retry_after", "count", "methods")}
+    what.extend(f"{k}={v}" for k, v in sorted(others.items()))
+    count = body.get("count", 1)
+    scope = "every request" if count is None else f"{count} request(s)"
+    if body.get("methods"):
+        scope += ", " + "/".join(body["methods"])
+    return f"on {body.get('target', 'arm')}: {' '.join(what)} ({scope})"
 
 
 def _link_fault(rng: random.Random, kind: str, at: float, vms: Sequence[str], lapse: float,

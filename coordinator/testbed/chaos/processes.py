@@ -3,11 +3,12 @@
 ``RunProcesses`` starts the ZooKeeper ensemble (unless the run shares one), one link proxy per agent
 between that agent and the ensemble (with link faults; ``coordinator.testbed.netproxy``), and the group:
 the IMDS simulator, HAProxy, and an app server and an agent per VM, each agent's connect string naming
-its own proxies. It builds the samplers (every agent's probe,
-HAProxy's server states, the agents' ``/status``, the simulator's log), records every agent process
-started and how it ended, and brings a VM whose agent or app server died back as a rebooted VM would
-come back. At the end it stops the agents, reads the simulator's and the agents' logs, and stops every
-process it started, by PID.
+its own proxies; with ``admin_state`` the agents drain through the load balancer's admin state too
+(``AdminStateDrain``). It builds the samplers (every agent's probe, HAProxy's server states, every VM's
+effective admin state with ``admin_state``, the agents' ``/status``, the simulator's log), records every
+agent process started and how it ended, and brings a VM whose agent or app server died back as a
+rebooted VM would come back. At the end it stops the agents, reads the simulator's and the agents' logs,
+and stops every process it started, by PID.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from typing import Any
 
 import httpx
 
+from coordinator.sim.client import SimControl
 from coordinator.testbed.chaos.observers import Sampler
 from coordinator.testbed.chaos.result import read_agent_log
 from coordinator.testbed.chaos.state import Abort, RunState
-from coordinator.testbed.cluster import LocalCluster
+from coordinator.testbed.cluster import AdminStateDrain, LocalCluster
 from coordinator.testbed.netproxy import ZooKeeperLink
 from coordinator.testbed.oracle import LogLine, ProbeSample, ProcessRecord, ServerSample, StatusSample
+from coordinator.testbed.oracle.records import AdminStateSample
 
 __all__ = ["RunProcesses"]
 
@@ -61,7 +64,9 @@ class RunProcesses(RunState):
                 per_vm[vm] = {"zookeeper": {"hosts": link.hosts}}
             self.say("each agent reaches ZooKeeper through a link proxy of its own: "
                      + ", ".join(f"{vm} {link.hosts}" for vm, link in self.links.items()))
-        self.say("starting the IMDS simulator, HAProxy, app servers and agents")
+        self.admin_setup = AdminStateDrain() if config.admin_state else None
+        self.say("starting the IMDS simulator, HAProxy, app servers and agents"
+                 + (" (draining through the load balancer's admin state too)" if self.admin_setup else ""))
         self.cluster = LocalCluster(
             self.workdir / "group", config.vms, cluster=self.cluster_name, drain_wait=config.drain_wait,
             poll_interval=config.poll_interval, session_timeout=config.session_timeout,
@@ -71,7 +76,7 @@ class RunProcesses(RunState):
             # only once its session has certainly lapsed (granted timeout plus a tick).
             extra_config={"drain": {"latest_start_seconds": config.latest_start}, "logging": {"format": "json"},
                           "zookeeper": {"tick_seconds": self.tick_ms / 1000.0}},
-            per_vm_config=per_vm,
+            per_vm_config=per_vm, admin_state=self.admin_setup,
         )
         before = time.time()
         try:
@@ -88,6 +93,8 @@ class RunProcesses(RunState):
         cluster = self._cluster()
         samplers = [Sampler(f"probe-{vm}", 0.1, self._probe_sampler(vm)) for vm in self.config.vms]
         samplers.append(Sampler("haproxy", 0.2, self._sample_haproxy))
+        if self.config.admin_state:
+            samplers.append(Sampler("admin-state", 0.15, self._admin_state_sampler()))
         samplers.append(Sampler("status", 1.0, self._sample_statuses))
         samplers.append(Sampler("supervisor", 0.1, self._supervise))
         assert cluster.sim is not None
@@ -123,6 +130,25 @@ class RunProcesses(RunState):
                                 int(row.get("srv_uweight", "1"))) for row in rows if "srv_name" in row]
         with self._lock:
             self.servers.extend(samples)
+
+    def _admin_state_sampler(self) -> Callable[[], None]:
+        """Every VM's *effective* admin state (the data plane, not what ARM was last told) from ``GET
+        /arm/pools`` of the simulator's control API, on a client of its own (short timeout, no other caller
+        waiting behind it)."""
+        cluster = self._cluster()
+        assert cluster.sim is not None and self.admin_setup is not None
+        control = SimControl(cluster.sim.url, timeout=1.0)
+        self._closers.append(control.close)
+        pool_id = self.admin_setup.pool_id
+
+        def sample() -> None:
+            t = time.time()
+            pool = control.pools().get(pool_id, {})
+            samples = [AdminStateSample(t, vm, str(state)) for vm, state in (pool.get("effective") or {}).items()]
+            with self._lock:
+                self.admin_states.extend(samples)
+
+        return sample
 
     def _sample_statuses(self) -> None:
         cluster = self._cluster()
@@ -279,6 +305,10 @@ class RunProcesses(RunState):
 
     def _stop_everything(self) -> None:
         self._status_client.close()
+        self._arm_http.close()
+        for close in self._closers:
+            with contextlib.suppress(Exception):
+                close()
         if self.cluster is not None:
             with contextlib.suppress(Exception):
                 self.cluster.stop()

@@ -1,8 +1,9 @@
 """What a chaos run hands back, and the agents' logs it reads for the oracle.
 
 ``RunResult`` is one run's outcome: its plan, the ensemble's tickTime and the session timeout it grants
-the agents, the faults carried out (and skipped) by kind, each link fault with its target, the oracle's
-verdict (or why the run could not be done), and its JSON form.
+the agents, whether they drained through the load balancer's admin state, the faults carried out (and
+skipped) by kind, each link fault with its target, each ARM fault with its body, the oracle's verdict (or
+why the run could not be done), and its JSON form.
 ``read_agent_log`` reads an agent's log into the oracle's ``LogLine``s, with
 ``short_paths`` trimming the absolute paths that tracebacks name.
 """
@@ -37,6 +38,8 @@ class RunResult:
     faults: dict[str, int] = field(default_factory=dict)
     faults_skipped: dict[str, int] = field(default_factory=dict)
     link_faults: list[dict[str, Any]] = field(default_factory=list)
+    admin_state: bool = False  # the agents drained through the load balancer's admin state too
+    arm_faults: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -52,6 +55,8 @@ class RunResult:
             "faults": dict(sorted(self.faults.items())),
             "faults_skipped": dict(sorted(self.faults_skipped.items())),
             "link_faults": self.link_faults,
+            "admin_state": self.admin_state,
+            "arm_faults": self.arm_faults,
             "error": self.error,
             "verdict": self.verdict.to_json(self.origin) if self.verdict is not None else None,
         }

@@ -35,7 +35,9 @@ class ChaosRun(FaultSteps):
     def execute(self) -> RunResult:
         started = time.monotonic()
         self._say(f"[seed {self.seed}] plan: ZooKeeper tickTime {self.tick_ms} ms (agents ask a "
-                  f"{self.config.session_timeout:g} s session, the servers grant {self.session_granted_ms} ms)")
+                  f"{self.config.session_timeout:g} s session, the servers grant {self.session_granted_ms} ms)"
+                  + ("; the agents drain through the load balancer's admin state too" if self.config.admin_state
+                     else ""))
         for step in self.steps:
             self._say(f"[seed {self.seed}] plan t={step.at:5.1f}s {step.describe()}")
         verdict: Verdict | None = None
@@ -87,13 +89,15 @@ class ChaosRun(FaultSteps):
                                         recovery_bound_seconds=self.config.recovery_bound,
                                         poll_interval_seconds=self.config.poll_interval,
                                         imds_backoff_seconds=max(2.0, self.config.poll_interval),
-                                        session_lapse_seconds=(self.session_granted_ms + self.tick_ms) / 1000.0),
+                                        session_lapse_seconds=(self.session_granted_ms + self.tick_ms) / 1000.0,
+                                        arm_deadline_seconds=self._arm_deadline()),
                 started_at=self.clock.origin, ended_at=time.time(), healed_at=healed_at,
                 sim_log=sim_log, nodes=zk_recorder.sightings() if zk_recorder else [],
                 probes=sorted(self.probes, key=lambda s: s.t), servers=self.servers,
                 requests=sorted(load.samples, key=lambda s: s.t) if load else [],
                 harness=sorted(self.harness, key=lambda r: r.t), processes=list(self.processes.values()),
                 statuses=self.statuses, agent_logs=logs, zk_blind=zk_recorder.blind() if zk_recorder else [],
+                admin_states=sorted(self.admin_states, key=lambda s: s.t),
             )
             verdict = check(observations)
             with contextlib.suppress(OSError):
@@ -104,7 +108,17 @@ class ChaosRun(FaultSteps):
         return RunResult(self.seed, self.steps, self.clock.origin, time.monotonic() - started, verdict, error,
                          self.workdir, tick_time_ms=self.tick_ms, session_granted_ms=self.session_granted_ms,
                          faults=dict(self.faults), faults_skipped=dict(self.faults_skipped),
-                         link_faults=list(self.link_faults))
+                         link_faults=list(self.link_faults), admin_state=self.config.admin_state,
+                         arm_faults=list(self.arm_faults))
+
+    def _arm_deadline(self) -> float:
+        """The agents' azure-lb action deadline as the group configured it (the oracle's default without one)."""
+        cluster = self.cluster
+        if cluster is not None and self.config.admin_state:
+            for action in cluster.agent_config(self.config.vms[0], 0, 0).get("actions", []):
+                if action.get("type") == "azure-lb" and action.get("deadline_seconds") is not None:
+                    return float(action["deadline_seconds"])
+        return float(OracleSettings.arm_deadline_seconds)
 
 
 def run_chaos(seed: int, config: ChaosConfig = _DEFAULT_CONFIG, *, workdir: Path | None = None,

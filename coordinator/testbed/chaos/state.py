@@ -3,7 +3,8 @@
 ``RunState`` holds a run's seed, configuration and plan, its ZooKeeper ensemble and (once started) its
 group, the locks and the set of VMs a fault step holds, and every record the oracle will judge: what the
 harness did, the agent processes started and how they ended, the probe, HAProxy and ``/status``
-samples. It says and records what happens, waits for a condition, and tells whether every VM is back.
+samples, and (with ``admin_state``) every VM's effective admin state in the simulated load balancer and
+the ARM faults queued. It says and records what happens, waits for a condition, and tells whether every VM is back.
 The ensemble's tickTime comes from the seed (``planning.tick_time_ms``) unless the run is given an
 ensemble, whose own tick then counts. With link faults, each agent reaches ZooKeeper through a
 ``ZooKeeperLink`` of its own (``links``), started with the group.
@@ -22,9 +23,10 @@ from typing import Any
 import httpx
 
 from coordinator.testbed.chaos.planning import ChaosConfig, granted_session_ms, plan, tick_time_ms
-from coordinator.testbed.cluster import LocalCluster
+from coordinator.testbed.cluster import AdminStateDrain, LocalCluster
 from coordinator.testbed.netproxy import ZooKeeperLink
 from coordinator.testbed.oracle import HarnessRecord, ProbeSample, ProcessRecord, ServerSample, StatusSample
+from coordinator.testbed.oracle.records import AdminStateSample
 from coordinator.testbed.zookeeper import LocalEnsemble
 
 __all__ = ["Abort", "Clock", "RunState"]
@@ -65,6 +67,11 @@ class RunState:
         self.faults: dict[str, int] = {}  # fault steps carried out, by kind
         self.faults_skipped: dict[str, int] = {}
         self.link_faults: list[dict[str, Any]] = []  # each link fault carried out: whom, how, how long
+        self.arm_faults: list[dict[str, Any]] = []  # each ARM fault queued: when, how long, its body
+        self._arm_lock = threading.Lock()  # one ARM fault at a time (clearing one clears them all)
+        self._arm_http = httpx.Client(timeout=2.0, trust_env=False)
+        self.admin_setup: AdminStateDrain | None = None  # with admin_state, set when the group is built
+        self._closers: list[Callable[[], None]] = []  # clients the samplers opened, closed at the end
         self.cluster_name = f"chaos-{seed}-{uuid.uuid4().hex[:6]}"
         self.cluster: LocalCluster | None = None
         self.clock = Clock()
@@ -79,6 +86,7 @@ class RunState:
         self.probes: list[ProbeSample] = []
         self.servers: list[ServerSample] = []
         self.statuses: list[StatusSample] = []
+        self.admin_states: list[AdminStateSample] = []
         self._labels: dict[str, str] = {}  # story label -> event id
         self._sim_seq = 0
         self._sim_entries: list[dict[str, Any]] = []
@@ -129,4 +137,8 @@ class RunState:
             for sample in self.probes[-80:]:
                 probes[sample.vm] = sample.code
             servers = {s.server: s.up for s in self.servers[-4 * len(self.config.vms):]}
-        return all(probes.get(vm) == 200 and servers.get(vm) for vm in self.config.vms)
+            admin = {s.vm: s.state for s in self.admin_states[-4 * len(self.config.vms):]}
+        back = [vm for vm in self.config.vms if probes.get(vm) == 200 and servers.get(vm)]
+        if self.config.admin_state:  # and back in the load balancer: its effective admin state None again
+            back = [vm for vm in back if admin.get(vm) == "None"]
+        return len(back) == len(self.config.vms)

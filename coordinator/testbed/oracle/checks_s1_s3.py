@@ -2,10 +2,15 @@
 approval from an agent that was paused or whose ZooKeeper session had lapsed.
 
 * ``s1``: an approval of event E received while a VM of E's Resources that runs an agent had no ack
-  node created before it, or had answered its probe 200 less than the drain wait before it.
+  node created before it, or had answered its probe 200 less than the drain wait before it. In a run
+  whose agents drain through the load balancer's admin state (``Observations.admin_states``), the VM
+  must be out of the load balancer at the approval: effective admin state ``Down`` across it takes it
+  out whatever its probe says; otherwise (``None``, or not seen Down) it is still routed to if its
+  probe passed as above, if its admin state was ``Up``, or if HAProxy had it UP on both sides of the
+  approval.
 * ``s2``: a VM answered 200 while an event it had drained for was still present; and, once every fault
-  is healed and no event is left, every VM serves and is UP in HAProxy (in a run with HAProxy) within the
-  recovery bound.
+  is healed and no event is left, every VM serves and is UP in HAProxy (in a run with HAProxy), and has
+  its effective admin state back to ``None`` (in a run with admin state), within the recovery bound.
 * ``s3``: an approval received from a VM whose agent process was stopped at that moment, or whose
   session had lapsed and had not been re-established.
 """
@@ -55,14 +60,7 @@ def s1(ctx: Context) -> list[Violation]:
                 # statistics count such approvals (``approval_posts_while_zk_blind``).
                 if not acks and not zk_blind_at(ctx.obs, t):
                     problems.append(f"{vm} had not acknowledged it (no ack node created before the approval)")
-                last_ok = None
-                for sample in reversed(ctx.probe(vm).between(t - wait - 5, t)):
-                    if sample.code == 200:
-                        last_ok = sample
-                        break
-                if last_ok is not None and t - last_ok.t < wait - tol:
-                    problems.append(f"{vm}'s probe still answered 200 {t - last_ok.t:.2f} s before the approval "
-                                    f"(drain wait {wait:g} s)")
+                problems.extend(_still_routed(ctx, vm, t, wait, tol))
                 for problem in problems:
                     found.append(Violation(
                         "S1", t,
@@ -71,6 +69,37 @@ def s1(ctx: Context) -> list[Violation]:
                                   [event.event_id]),
                     ))
     return found
+
+
+def _still_routed(ctx: Context, vm: str, t: float, wait: float, tol: float) -> list[str]:
+    """Why the load balancer may still have sent ``vm`` new flows at the approval at ``t``: its probe passed
+    less than the drain wait before (the probe's lag); with admin-state samples, unless it was ``Down``
+    across the approval, also an admin state ``Up`` or HAProxy UP on both sides of it."""
+    admin = bool(ctx.admin)
+    state = ctx.admin_state(vm, t) if admin else None
+    if state == "Down":
+        return []  # out of the load balancer whatever the probe says
+    said = f" (its effective admin state {state})" if state else " (its effective admin state not seen Down)"
+    problems = []
+    last_ok = None
+    for sample in reversed(ctx.probe(vm).between(t - wait - 5, t)):
+        if sample.code == 200:
+            last_ok = sample
+            break
+    if last_ok is not None and t - last_ok.t < wait - tol:
+        problems.append(f"{vm}'s probe still answered 200 {t - last_ok.t:.2f} s before the approval "
+                        f"(drain wait {wait:g} s)" + (said if admin else ""))
+    if not admin:
+        return problems
+    if state == "Up":
+        problems.append(f"{vm} was still routed to by the load balancer: effective admin state Up (whatever "
+                        "its probe says) across the approval")
+    server = ctx.servers.get(vm, Series(()))
+    before, after = server.before(t), server.after(t)
+    if (before is not None and after is not None and after.t - before.t <= ctx.settings.server_sample_gap_seconds
+            and before.up and after.up):
+        problems.append(f"{vm} was still UP in HAProxy on both sides of the approval{said}")
+    return problems
 
 
 # -- S2 ---------------------------------------------------------------------------------------------------
@@ -133,6 +162,10 @@ def _s2_recovery(ctx: Context, healed: float) -> list[Violation]:
         if ctx.servers:  # a run with HAProxy (a group without one is judged by its probes alone)
             checks.append(("UP in HAProxy", ctx.servers.get(vm, Series(())).between(healed, ctx.obs.ended_at),
                            lambda s: s.up))
+        if ctx.admin:  # a run draining through admin state: every address back to None
+            checks.append(("back to admin state None in the load balancer",
+                           ctx.admin.get(vm, Series(())).between(healed, ctx.obs.ended_at),
+                           lambda s: s.state == "None"))
         for what, samples, good in checks:
             if not samples:
                 found.append(Violation("S2", healed, f"{vm}: no sample after every fault was healed to show it "

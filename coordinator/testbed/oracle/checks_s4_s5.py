@@ -4,7 +4,9 @@
   node, which starts the early drains) while no VM outside the event's Resources was UP in HAProxy
   (``keep_one_serving``, the default); with ``max_events_in_maintenance: 1``, an early approval of an
   event while another event approved early is still present with a VM out of rotation (events of one
-  budget unit, ``OracleSettings.budget_units``, count as one).
+  budget unit, ``OracleSettings.budget_units``, count as one). In a run whose agents drain through the
+  load balancer's admin state, a VM counts as in rotation (UP) only if its effective admin state is not
+  ``Down`` either.
 * ``s5``: an agent process that exited without being killed, a traceback in an agent log (or printed by
   one of its threads), an agent that did not stop cleanly when asked, or one whose completed cycles did
   not move for longer than the stall limit while it ran and was not paused.
@@ -28,20 +30,37 @@ def _out_of_rotation(ctx: Context, vm: str, t: float) -> bool:
     sample = ctx.probe(vm).before(t)
     if sample is not None and sample.code != 200:
         return True
+    if ctx.admin_down(vm, t):  # the load balancer sends it nothing new, whatever its probe and HAProxy say
+        return True
     server = ctx.servers.get(vm)
     server_sample = server.before(t) if server is not None else None
     return server_sample is not None and not server_sample.up
 
 
-def _samples_around(ctx: Context, t: float) -> tuple[dict[str, ServerSample], dict[str, ServerSample]] | None:
-    """HAProxy's samples on both sides of ``t``, if they are close enough to say what it did between."""
+Around = list[tuple[float, dict[str, ServerSample]]]
+
+
+def _samples_around(ctx: Context, t: float) -> Around | None:
+    """HAProxy's samples on both sides of ``t``, each with its time, if they are close enough to say what it
+    did between."""
     around = ctx.servers_around(t)
     if len(around) < 2:
         return None
     (before_t, before), (after_t, after) = around
     if after_t - before_t > ctx.settings.server_sample_gap_seconds:
         return None
-    return (before, after) if before and after else None
+    return around if before and after else None
+
+
+def _in_rotation(ctx: Context, name: str, sample: ServerSample, at: float) -> bool:
+    """UP in HAProxy at ``at``, and (in a run with admin state) not Down in the load balancer then."""
+    return sample.up and not ctx.admin_down(name, at)
+
+
+def _labels(ctx: Context, around: Around) -> str:
+    at, sample = around[0]
+    return ", ".join(f"{n} {s.label}" + (" admin Down" if ctx.admin_down(n, at) else "")
+                     for n, s in sorted(sample.items()))
 
 
 def _admissions(ctx: Context) -> list[Violation]:
@@ -55,15 +74,20 @@ def _admissions(ctx: Context) -> list[Violation]:
         around = _samples_around(ctx, node.ctime)
         if around is None:
             continue
-        if any(s.up and name not in event.resources for sample in around for name, s in sample.items()):
+        if any(_in_rotation(ctx, name, s, at) and name not in event.resources
+               for at, sample in around for name, s in sample.items()):
             continue
         found.append(Violation(
             "S4", node.ctime,
             f"admission of {event.event_type} {event.event_id} ({','.join(event.resources)}) while no VM outside "
-            f"its Resources was UP in HAProxy ({', '.join(f'{n} {s.label}' for n, s in sorted(around[0].items()))})",
+            f"its Resources was UP in HAProxy{_admin_said(ctx)} ({_labels(ctx, around)})",
             timeline(ctx, node.ctime - 5, node.ctime + 2, set(ctx.servers), [event.event_id]),
         ))
     return found
+
+
+def _admin_said(ctx: Context) -> str:
+    return " and not Down in the load balancer" if ctx.admin else ""
 
 
 def s4(ctx: Context) -> list[Violation]:
@@ -75,11 +99,12 @@ def s4(ctx: Context) -> list[Violation]:
             continue
         # Keep one serving: the HAProxy samples on both sides of the approval show no server UP.
         around = _samples_around(ctx, t)
-        if around is not None and not any(s.up for sample in around for s in sample.values()):
+        if around is not None and not any(_in_rotation(ctx, name, s, at) for at, sample in around
+                                          for name, s in sample.items()):
             found.append(Violation(
                 "S4", t,
-                f"approval of {','.join(early)} by {approval['vm']} while no VM was UP in HAProxy "
-                f"({', '.join(f'{n} {s.label}' for n, s in sorted(around[0].items()))})",
+                f"approval of {','.join(early)} by {approval['vm']} while no VM was UP in HAProxy{_admin_said(ctx)} "
+                f"({_labels(ctx, around)})",
                 timeline(ctx, t - 5, t + 2, set(ctx.servers), early),
             ))
         # The events budget: two events approved early, both present with a VM out of rotation.

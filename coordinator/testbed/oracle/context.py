@@ -3,8 +3,9 @@
 ``sim_events`` rebuilds every event's lifecycle (created, Started and why, removed and why, early
 approvals) from the simulator's log; ``approvals`` lists the approval POSTs it received and
 ``clean_reads`` when each VM was served a well-formed Scheduled Events document. ``Context`` is built
-once per run: the events, each VM's probe samples and each server's HAProxy samples as time-sorted
-``Series``. ``pause_windows`` says when each agent process was stopped (SIGSTOP until SIGCONT or its end).
+once per run: the events, each VM's probe samples, each server's HAProxy samples and each VM's effective
+admin state in the load balancer (a run draining through admin state) as time-sorted ``Series``.
+``pause_windows`` says when each agent process was stopped (SIGSTOP until SIGCONT or its end).
 ``recovery_grace`` is the agents' grace for a VM whose agent is gone, as the run's settings give it.
 """
 
@@ -17,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.config import PolicyConfig
-from coordinator.testbed.oracle.records import Observations, OracleSettings, ProbeSample, ServerSample
+from coordinator.testbed.oracle.records import (
+    AdminStateSample,
+    Observations,
+    OracleSettings,
+    ProbeSample,
+    ServerSample,
+)
 
 __all__ = ["EARLY_RESULTS", "Context", "Series", "SimEvent", "approvals", "clean_reads", "pause_windows",
            "recovery_grace", "sim_events"]
@@ -176,6 +183,11 @@ class Context:
         self.servers = {name: Series(samples) for name, samples in by_server.items()}
         self.server_times = sorted({s.t for s in obs.servers})
         self.pid_vm = {p.pid: p.vm.lower() for p in obs.processes}
+        by_address: dict[str, list[AdminStateSample]] = defaultdict(list)
+        for admin_sample in obs.admin_states:
+            by_address[admin_sample.vm.lower()].append(admin_sample)
+        # Empty unless the run's agents drained through the load balancer's admin state.
+        self.admin = {vm: Series(samples) for vm, samples in by_address.items()}
 
     def probe(self, vm: str) -> Series:
         return self.probes.get(vm, Series(()))
@@ -188,6 +200,35 @@ class Context:
             if sample is not None and sample.t == t:
                 out[name] = sample
         return out
+
+    def admin_around(self, vm: str, t: float) -> list[AdminStateSample]:
+        """``vm``'s effective admin state next to ``t``: the last sample at or before it, then the first
+        after it when there is one less than ``server_sample_gap_seconds`` later ([] when the run has no
+        sample before ``t``, or the one before is older than that gap)."""
+        series = self.admin.get(vm)
+        if series is None:
+            return []
+        before = series.before(t)
+        gap = self.settings.server_sample_gap_seconds
+        if before is None or t - before.t > gap:
+            return []
+        index = bisect.bisect_right(series.times, t)
+        after = series.items[index] if index < len(series.items) else None
+        return [before] if after is None or after.t - before.t > gap else [before, after]
+
+    def admin_state(self, vm: str, t: float) -> str | None:
+        """``vm``'s effective admin state across ``t`` when the samples on both sides of it agree (or the last
+        one, at the end of the run); None when unknown: no admin-state samples, too far apart, or a change
+        between them."""
+        around = self.admin_around(vm, t)
+        states = {sample.state for sample in around}
+        return states.pop() if len(states) == 1 else None
+
+    def admin_down(self, vm: str, t: float) -> bool:
+        """Whether the load balancer had ``vm`` Down across ``t`` (no new flows, whatever its probe says).
+        Unknown counts as not Down: the judgement then rests on the probe and HAProxy, as without admin
+        state."""
+        return self.admin_state(vm, t) == "Down"
 
     def servers_around(self, t: float) -> list[tuple[float, dict[str, ServerSample]]]:
         """HAProxy's samples next to ``t``, each with its time: the last at or before it, then the first

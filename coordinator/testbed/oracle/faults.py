@@ -4,7 +4,9 @@ long its effects may last. The liveness judgement (``checks_liveness``) names th
 ``faults(ctx)`` lists every ``Fault``: an agent killed (by the harness, or by an impact of an event:
 either way its ZooKeeper session outlives the process), an agent stopped (SIGSTOP), a ZooKeeper server
 down (quorum lost while another is down too), a ZooKeeper link of one agent cut, lossy one way or
-delayed, and each IMDS fault the simulator served to a VM. Each has the window it was on (``start`` to
+delayed, each IMDS fault the simulator served to a VM, and each fault queued on the simulated ARM (or its
+token endpoint), from the harness's ``arm_fault`` to its ``arm_fault_heal``: on every event's path, since
+any drain through the load balancer's admin state may meet it. Each has the window it was on (``start`` to
 ``end``) and ``settle``: the latest its effects may still hold an approval back, by an explicit
 allowance per kind (``allowance``). ``Leaders`` says which VM led the group at a time, from the leader
 node's owner and the member nodes.
@@ -19,7 +21,9 @@ from dataclasses import dataclass
 from coordinator.testbed.oracle.context import Context, pause_windows
 from coordinator.testbed.oracle.records import OracleSettings
 
-__all__ = ["Fault", "Leaders", "allowance", "faults", "on_path"]
+__all__ = ["ARM_FAULT", "Fault", "Leaders", "allowance", "faults", "on_path"]
+
+ARM_FAULT = "ARM fault"
 
 _LINK = {"zk_link_cut": "ZooKeeper link cut", "zk_link_oneway": "ZooKeeper link one-way loss",
          "zk_link_delay": "ZooKeeper link delayed"}
@@ -42,6 +46,11 @@ class Fault:
         """A ZooKeeper server fault: on every event's path."""
         return self.kind.startswith("ZooKeeper server") or self.kind == "ZooKeeper quorum lost"
 
+    @property
+    def on_every_path(self) -> bool:
+        """On the path of every event: ZooKeeper itself, or ARM (every drain through admin state uses it)."""
+        return self.on_zookeeper or self.kind == ARM_FAULT
+
     def describe(self, origin: float) -> str:
         what = f"{self.kind} on {self.target}" + (f" ({self.detail})" if self.detail else "")
         return (f"{what} from t={self.start - origin:.2f}s to t={self.end - origin:.2f}s, its effects until "
@@ -57,6 +66,9 @@ def allowance(kind: str, settings: OracleSettings) -> float:
       ZooKeeper leader, which gives every session a fresh timeout: a killed agent's session (its
       ``/leader``, its acks) may outlive it by a whole session from then.
     * IMDS: a failed read is retried after the agents' backoff.
+    * ARM: a drain that met the fault retries until its deadline (then falls back to the probe alone),
+      sleeping a Retry-After or a doubling back-off between tries: once the fault is cleared, its next
+      try, the write's asynchronous operation and the drain are all within that deadline.
     """
     cycles = 2 * settings.poll_interval_seconds + settings.peer_probe_timeout_seconds
     if kind.startswith("ZooKeeper server") or kind == "ZooKeeper quorum lost":
@@ -65,6 +77,8 @@ def allowance(kind: str, settings: OracleSettings) -> float:
         return _RECONNECT_SECONDS + cycles
     if kind == "IMDS fault":
         return settings.imds_backoff_seconds + cycles
+    if kind == ARM_FAULT:
+        return settings.arm_deadline_seconds + cycles
     return cycles
 
 
@@ -154,9 +168,28 @@ def _imds(ctx: Context) -> list[Fault]:
     return found
 
 
+def _arm(ctx: Context) -> list[Fault]:
+    """Each fault the harness queued on the simulated ARM or its token endpoint (``arm_fault``), until it
+    cleared them (``arm_fault_heal``; the run's end if it never did). One at a time: a clearing ends every
+    fault queued before it."""
+    found = []
+    open_faults: list[tuple[float, str, str]] = []
+    for record in sorted(ctx.obs.harness, key=lambda r: r.t):
+        if record.kind == "arm_fault":
+            open_faults.append((record.t, record.target or "arm", record.detail))
+        elif record.kind == "arm_fault_heal":
+            for start, target, detail in open_faults:
+                found.append(Fault(ARM_FAULT, target, start, record.t,
+                                   record.t + allowance(ARM_FAULT, ctx.settings), detail))
+            open_faults = []
+    for start, target, detail in open_faults:
+        found.append(Fault(ARM_FAULT, target, start, ctx.obs.ended_at, ctx.obs.ended_at, detail))
+    return found
+
+
 def faults(ctx: Context) -> list[Fault]:
     """Every fault of the run, by start."""
-    return sorted([*_kills(ctx), *_pauses(ctx), *_zookeeper(ctx), *_links(ctx), *_imds(ctx)],
+    return sorted([*_kills(ctx), *_pauses(ctx), *_zookeeper(ctx), *_links(ctx), *_imds(ctx), *_arm(ctx)],
                   key=lambda f: (f.start, f.kind, f.target))
 
 
@@ -190,5 +223,7 @@ class Leaders:
 
 def on_path(fault: Fault, vms: Iterable[str], leaders: Leaders) -> bool:
     """Whether ``fault`` hit the path of an approval that needs ``vms``: one of them, the VM that led
-    the group while it lasted (the leader admits, and closes records), or ZooKeeper itself."""
-    return fault.on_zookeeper or fault.target in set(vms) or fault.target in leaders.during(fault.start, fault.end)
+    the group while it lasted (the leader admits, and closes records), ZooKeeper itself, or ARM (any drain
+    through admin state)."""
+    return (fault.on_every_path or fault.target in set(vms)
+            or fault.target in leaders.during(fault.start, fault.end))

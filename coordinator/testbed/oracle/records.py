@@ -1,7 +1,8 @@
 """What the oracle reads: the record of one run as seen from outside the agents, and its JSON form.
 
 ``Observations`` holds the run's settings (``OracleSettings``) and one list per source: probe samples,
-HAProxy server states, ZooKeeper node sightings, the load's requests, the harness's own log, the agent
+HAProxy server states, the simulated load balancer's effective admin states (a run whose agents drain
+through admin state), ZooKeeper node sightings, the load's requests, the harness's own log, the agent
 processes, ``/status`` samples and agent log lines. ``dump`` writes a record as JSON (a failing run's
 record is kept) and ``load`` reads it back, so a kept run can be judged again.
 """
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = [
+    "AdminStateSample",
     "HarnessRecord",
     "LogLine",
     "NodeSighting",
@@ -70,6 +72,24 @@ class ServerSample:
 
 
 @dataclass(frozen=True)
+class AdminStateSample:
+    """One backend address's *effective* admin state in the simulated load balancer at ``t`` (``GET
+    /arm/pools`` of the simulator's control API: what its data plane applies, not what ARM was last told).
+
+    ``vm`` is the address's name (the testbed names each address after its VM). ``state``: ``None`` (the
+    probe decides), ``Down`` (no new flows whatever the probe says) or ``Up`` (new flows whatever the probe
+    says)."""
+
+    t: float
+    vm: str
+    state: str
+
+    @property
+    def down(self) -> bool:
+        return self.state == "Down"
+
+
+@dataclass(frozen=True)
 class NodeSighting:
     """One ZooKeeper node (one creation of it) as the observer saw it.
 
@@ -108,8 +128,9 @@ class HarnessRecord:
 
     Kinds the oracle reads: ``sigstop``, ``sigcont``, ``sigkill`` and ``sigterm`` (``pid`` of the agent
     of ``target``), ``session_expired`` (the harness expired the ZooKeeper session of ``target``'s
-    agent). Every other kind (``zk_down``, ``zk_up``, ``imds_fault``, ``schedule``, ``cancel``,
-    ``restart``, ``heal``, ...) only appears in timelines.
+    agent), ``arm_fault`` and ``arm_fault_heal`` (a fault queued on the simulated ARM or its token
+    endpoint, ``target`` ``arm`` or ``token``, then cleared). Every other kind (``zk_down``, ``zk_up``,
+    ``imds_fault``, ``schedule``, ``cancel``, ``restart``, ``heal``, ...) only appears in timelines.
     """
 
     t: float
@@ -189,6 +210,10 @@ class OracleSettings:
     # The longest a server takes to expire the session of an agent it no longer hears from: the granted
     # timeout plus a tick (the chaos runs pass theirs; the default is their worst, 6 s granted at a 3 s tick).
     session_lapse_seconds: float = 9.0
+    # The azure-lb action's deadline (its ``deadline_seconds``): all the ARM work of one drain or recovery,
+    # retries included, ends within it (then the drain falls back to the probe); how long an ARM fault may
+    # still hold a drain once it was cleared.
+    arm_deadline_seconds: float = 10.0
     # Added to every liveness bound: sampling (probes 100 ms, HAProxy 200 ms), HAProxy's two good checks
     # before UP against the agents' return wait, the drain actions themselves.
     liveness_slack_seconds: float = 2.0
@@ -233,6 +258,9 @@ class Observations:
     # Wall-clock intervals in which the ZooKeeper recorder read nothing (servers down, no quorum): a node
     # that lived only within one was never seen.
     zk_blind: list[tuple[float, float]] = field(default_factory=list)
+    # The load balancer's effective admin state of every VM, about every 150 ms; empty in a run whose agents
+    # do not drain through admin state (and in a record kept before these samples existed).
+    admin_states: list[AdminStateSample] = field(default_factory=list)
 
 
 def dump(observations: Observations) -> str:
@@ -252,6 +280,7 @@ def load(text: str) -> Observations:
     kinds: dict[str, type[Any]] = {
         "nodes": NodeSighting, "probes": ProbeSample, "servers": ServerSample, "requests": RequestSample,
         "harness": HarnessRecord, "processes": ProcessRecord, "statuses": StatusSample, "agent_logs": LogLine,
+        "admin_states": AdminStateSample,
     }
     lists: dict[str, Any] = {name: [kind(**item) for item in body.pop(name, [])] for name, kind in kinds.items()}
     return Observations(settings=OracleSettings(**settings), started_at=body["started_at"], ended_at=body["ended_at"],

@@ -3,8 +3,8 @@
 ``Verdict`` holds every ``Violation`` (the invariant, when, a one-line summary and a timeline) and the
 run's statistics, and renders them as text or JSON with times relative to the run's start.
 ``timeline`` gathers what happened around a violation to the VMs and events it concerns (simulator log,
-ZooKeeper nodes, probe and HAProxy changes, the harness's actions, processes, failed load, agent log
-lines), sorted by time.
+ZooKeeper nodes, probe, HAProxy and load balancer admin state changes, the harness's actions, processes,
+failed load, agent log lines), sorted by time.
 """
 
 from __future__ import annotations
@@ -134,6 +134,11 @@ def timeline(ctx: Context, lo: float, hi: float, vms: Iterable[str], events: Ite
             if server_sample.label != label:
                 out.append(TimelineEntry(server_sample.t, "haproxy", f"{vm} {server_sample.label}"))
                 label = server_sample.label
+        state = ""
+        for admin_sample in ctx.admin.get(vm, Series(())).between(lo, hi):
+            if admin_sample.state != state:
+                out.append(TimelineEntry(admin_sample.t, "lb", f"{vm} admin state {admin_sample.state}"))
+                state = admin_sample.state
     for record in obs.harness:
         if lo <= record.t <= hi:
             pid = f" pid {record.pid}" if record.pid else ""
