@@ -52,6 +52,7 @@ from prometheus_client import CollectorRegistry
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.arm_writers import bench_arm_writers, render_arm_writers  # noqa: E402
 from bench.demo_runs import bench_demo_runs, render_demo_runs  # noqa: E402
 from bench.detection import bench_detection  # noqa: E402
 from bench.fleet import SESSION_TIMEOUT, FleetRow, fleet_inputs, fleet_model  # noqa: E402
@@ -133,7 +134,8 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
 # -- results and the document ---------------------------------------------------------------------------
 
 RESULTS = ROOT / "bench" / "results.json"
-SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline", "ceiling", "groups", "demo")
+SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline", "ceiling", "groups", "demo",
+            "arm")
 
 
 def _machine() -> str:
@@ -202,6 +204,8 @@ this is the cost of a cycle woken by a reading that brings nothing new. {_stamp(
         parts.append(render_groups(results["groups"]))
     if "demo" in results:
         parts.append(render_demo_runs(results["demo"], _stamp(results["demo"])))
+    if "arm" in results:
+        parts.append(render_arm_writers(results["arm"], _stamp(results["arm"])))
     return "\n".join(parts)
 
 
@@ -676,6 +680,10 @@ def main() -> int:
     if "demo" in sections:
         print(f"bench: the demo's story, {args.demo_runs} times in a row ...", flush=True)
         results["demo"] = {**stamp, **bench_demo_runs(args.demo_runs)}
+        save()
+    if "arm" in sections:
+        with tempfile.TemporaryDirectory(prefix="coordinator-bench-arm-") as work:
+            results["arm"] = {**stamp, **bench_arm_writers(Path(work))}
         save()
     print(f"bench: wrote {RESULTS.relative_to(ROOT)} and {args.output}")
     return 0
