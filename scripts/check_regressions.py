@@ -633,6 +633,13 @@ MUTATIONS = [
         '            pass\n',
         'tests/unit/test_azure_lb_confirm.py::test_a_retry_after_past_the_deadline_holds_every_request_back_until_arms_time',
     ),
+    (
+        'apphealth-a-recovery-failing-outside-the-vm-is-no-repair',
+        'coordinator/apphealth.py',
+        '    if failing is not None and observed.outside_vm:\n',
+        '    if False:\n',
+        'tests/unit/test_apphealth.py::test_a_recovery_failing_outside_this_vm_stays_healthy_and_the_kinds_are_timed_apart',
+    ),
 ]
 
 
