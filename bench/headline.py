@@ -107,19 +107,27 @@ reclaimed is NotBefore minus the start, summed over the story. Medians, with (mi
 
 def _late_notes(runs: list[dict[str, Any]], config: dict[str, Any]) -> list[str]:
     """For this product's strategies: the events that started at NotBefore although their notice left time
-    to drain (those are the ones the policy should have approved early), per step, in how many runs."""
+    to drain (those are the ones the policy should have approved early), per step, in how many runs, and
+    what held them as the agents recorded it (``EventOutcome.held_by``)."""
     notes = []
     for strategy in AGENT_STRATEGIES:
         mine = [r for r in runs if r["strategy"] == strategy]
         late: dict[str, int] = {}
+        held: dict[str, list[str]] = {}
         for r in mine:
-            for step in sorted({e["step"] for e in r["events"] if e["start_reason"] == "not_before"
-                                and r["drained_before_start"].get(e["event_id"])}):
+            waited = [e for e in r["events"] if e["start_reason"] == "not_before"
+                      and r["drained_before_start"].get(e["event_id"])]
+            for step in sorted({e["step"] for e in waited}):
                 late[step] = late.get(step, 0) + 1
+            for e in waited:
+                why = e.get("held_by") or "nothing recorded"
+                if why not in held.setdefault(e["step"], []):
+                    held[e["step"]].append(why)
         if late:
             notes.append(f"`{strategy}`: events that started at NotBefore though their notice left time to "
-                         f"drain: " + ", ".join(f"{step} in {n} of {len(mine)} runs" for step, n in late.items())
-                         + ".")
+                         f"drain: " + "; ".join(f"{step} in {n} of {len(mine)} runs (held by: "
+                                                f"{' / '.join(held.get(step, [])) or 'nothing recorded'})"
+                                                for step, n in late.items()) + ".")
     return notes
 
 

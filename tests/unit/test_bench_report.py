@@ -43,3 +43,18 @@ def test_detection_targets_depend_on_the_group_size() -> None:
 def test_most_requests_in_any_one_second_window() -> None:
     assert _max_in_window([0.0, 0.5, 0.99, 1.0, 1.2, 3.0]) == 4  # 0.5, 0.99, 1.0 and 1.2 are within 1 s
     assert _max_in_window([]) == 0
+
+
+def test_the_headline_says_what_held_each_event_that_waited_for_its_notbefore() -> None:
+    from bench.headline import _late_notes
+
+    def run(held_by: str | None) -> dict[str, Any]:
+        events = [{"event_id": "E1", "step": "Freeze", "start_reason": "approved", "held_by": None},
+                  {"event_id": "E2", "step": "Redeploy", "start_reason": "not_before", "held_by": held_by}]
+        return {"strategy": "coordinated", "events": events, "drained_before_start": {"E1": True, "E2": True}}
+
+    notes = _late_notes([run("vm2 (approver): maintenance budget: 1 event(s) in maintenance"), run(None)], {})
+    assert notes == ["`coordinated`: events that started at NotBefore though their notice left time to drain: "
+                     "Redeploy in 2 of 2 runs (held by: vm2 (approver): maintenance budget: 1 event(s) in "
+                     "maintenance / nothing recorded)."]
+    assert _late_notes([run(None) | {"events": run(None)["events"][:1]}], {}) == []
