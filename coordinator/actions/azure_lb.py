@@ -217,7 +217,7 @@ class AzureLbAction:
             if rest > 0:
                 self._sleep(rest)
             return (f"{self.name} drain fell back to the health probe alone: cannot set backend address "
-                    f"{self.address} Down through ARM ({exc})")
+                    f"{self.address} Down through ARM ({exc.cause}: {exc})")
         return None
 
     def recover(self, ctx: ActionContext) -> None:

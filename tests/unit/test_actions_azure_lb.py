@@ -151,7 +151,7 @@ class _NoRole:
     """ARM as a managed identity without a role on the pool meets it."""
 
     def get_resource(self, resource_id: str, deadline: float, **options: Any) -> dict[str, Any]:
-        raise ArmError(f"GET {resource_id}: 403 AuthorizationFailed")
+        raise ArmError(f"GET {resource_id}: 403 AuthorizationFailed", cause="forbidden")
 
 
 class _Imds:
@@ -166,7 +166,7 @@ class _Imds:
 
 
 FELL_BACK = (f"azure-lb drain fell back to the health probe alone: cannot set backend address vm0 Down through "
-             f"ARM (GET {POOL}: 403 AuthorizationFailed)")
+             f"ARM (forbidden: GET {POOL}: 403 AuthorizationFailed)")
 
 
 def test_a_drain_that_falls_back_to_the_probe_says_so_up_to_the_agents_status(tmp_path: Path) -> None:
