@@ -83,6 +83,7 @@ from coordinator.testbed.oracle import (
     check,
     dump,
 )
+from coordinator.testbed.oracle.history import GROUP_KINDS, from_txn_log
 from coordinator.testbed.zookeeper import LocalZooKeeper
 
 __all__ = ["HUNG_PROBE_TIMEOUT", "GroupConfig", "Step", "agent_extra_config", "build_story", "choose_hung", "hung_key",
@@ -1178,6 +1179,10 @@ class GroupRun:
             harness=sorted(self.harness, key=lambda r: r.t), processes=list(self.processes.values()),
             statuses=self.statuses, agent_logs=logs,
         )
+        # The node history from ZooKeeper's transaction log (the recorder's polls lag under load and miss
+        # short-lived acks), the recorder's first sightings kept: what is judged is what is kept.
+        observations = from_txn_log(observations, self.zk.data_dir, chroot=f"{ZK_ROOT}/{self.cluster.cluster}",
+                                    kinds=GROUP_KINDS)
         verdict = check(observations)
         if not verdict.ok or self.config.hung:
             # Kept beside the verdict (with --groups-keep) so that the run can be judged again, by

@@ -14,6 +14,11 @@ Before the last line, the liveness judgement over every run (events allowable, a
 misses by cause) and the load's failed requests as the oracle counts them now (the runs' statistics,
 `oracle/stats.py`).
 
+Where the run kept its ZooKeeper data (`DIR/zookeeper`, or `zookeeper/` beside a group benchmark's
+`group-N/`), the node history is taken from ZooKeeper's transaction log, the observer's first sightings
+kept (`coordinator.testbed.oracle.history`); `--observer-only` judges by the observer's sightings alone.
+A record written already from the log is judged as it is.
+
 With `--write FILE` (the file `make chaos` wrote), each run of FILE whose directory was judged gets the
 new verdict beside the one written when it ran (`rejudged`), and the file says which oracle judged them
 again (`rejudged_by`: the package's digest and commit now, and how many runs); `scripts/chaos_summary.py`
@@ -31,7 +36,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coordinator.testbed.chaos.ledger import code_identity
-from coordinator.testbed.oracle import check, load
+from coordinator.testbed.oracle import Observations, check, load
+from coordinator.testbed.oracle.history import TXN_LOG, from_txn_log
+from coordinator.testbed.zookeeper.txnlog import server_logs
 
 
 def _runs(paths: Sequence[Path]) -> list[Path]:
@@ -52,6 +59,32 @@ def _runs(paths: Sequence[Path]) -> list[Path]:
 def _seed_of(run: Path) -> int | None:
     number = re.fullmatch(r"seed-(\d+)", run.name)
     return int(number.group(1)) if number else None
+
+
+def _zookeeper_of(run: Path) -> Path | None:
+    """The ZooKeeper data a kept run has: its own ``zookeeper/`` (a chaos run's ensemble), or the one beside
+    it (a group benchmark's ``group-N/`` next to its server's)."""
+    for candidate in (run / "zookeeper", run.parent / "zookeeper"):
+        if server_logs(candidate):
+            return candidate
+    return None
+
+
+def _with_log(run: Path, observations: Observations, observer_only: bool) -> tuple[Observations, str]:
+    """The observations to judge, and where their nodes come from in a few words (nothing: from the
+    observer's sightings, no log kept or ``--observer-only``)."""
+    if observations.nodes_from == TXN_LOG:
+        return observations, "nodes from the txn log (as recorded)"
+    data = None if observer_only else _zookeeper_of(run)
+    if data is None:
+        return observations, ""
+    merged = from_txn_log(observations, data)
+    if merged.nodes_from != TXN_LOG:
+        why = merged.nodes_from if merged is not observations else "the log holds none of its nodes"
+        return merged, f"nodes from the observer ({data}: {why})"
+    counts = merged.nodes_from_counts
+    return merged, (f"nodes from the txn log of {data}: {counts.get('log', 0)} node(s), {counts.get('unseen', 0)} "
+                    f"the observer never saw, {counts.get('seen_gone_late', 0)} it saw go over 1 s late")
 
 
 def _write(path: Path, verdicts: dict[int, dict[str, object]]) -> int:
@@ -76,6 +109,8 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="chaos_rejudge", description=__doc__.strip().splitlines()[0])
     parser.add_argument("paths", nargs="+", type=Path, help="run directories, or directories of them")
     parser.add_argument("--write", type=Path, metavar="FILE", help="the results file to add the verdicts to")
+    parser.add_argument("--observer-only", action="store_true",
+                        help="judge by the observer's node sightings even where ZooKeeper's transaction log was kept")
     args = parser.parse_args(argv)
     write: Path | None = args.write
     runs = _runs(args.paths)
@@ -90,7 +125,8 @@ def main(argv: Sequence[str]) -> int:
     misses: Counter[str] = Counter()
     for run in runs:
         try:
-            observations = load((run / "observations.json").read_text())
+            observations, nodes_from = _with_log(run, load((run / "observations.json").read_text()),
+                                                 args.observer_only)
             verdict = check(observations)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"{run.name}: cannot judge: {type(exc).__name__}: {exc}")
@@ -112,6 +148,8 @@ def main(argv: Sequence[str]) -> int:
         changed += differs
         violations += not verdict.ok
         print(f"{run.name}: then {then!r}; now {now}{'  <- changed' if differs else ''}")
+        if nodes_from:
+            print(f"    {nodes_from}")
         for violation in verdict.violations:
             print(f"    {violation.invariant}: {violation.summary}")
     causes = ", ".join(f"{cause} {n}" for cause, n in sorted(misses.items(), key=lambda kv: (-kv[1], kv[0])))

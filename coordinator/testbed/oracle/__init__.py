@@ -7,7 +7,9 @@ the agents during a run (``Observations``):
   lifecycle (created, Started, removed, with its Resources), impacts and the signals they sent, faults
   served, and every request (to know which documents a VM was served);
 * ZooKeeper nodes as an observer with its own session saw them: creation time (the server's ctime),
-  owner session, when they were first seen and when they were first found gone;
+  owner session, when they were first seen and when they were first found gone; or, where the run kept
+  ZooKeeper's transaction log, as the log records them (``history.from_txn_log``: created and deleted at
+  the server's times, every node, the observer's first sightings kept);
 * probe samples of every agent (about every 100 ms), HAProxy server states (``show servers state``),
   and the load sent through HAProxy (time, status, the server that answered);
 * the harness's own log of what it did (signals, restarts, ZooKeeper servers down, simulator faults),
@@ -44,7 +46,8 @@ is a record seen open (its admission or approval node) past the L2 bound after i
 that a fault explains (``faults``) are counted by cause in the statistics, with the times from allowable
 to approved.
 
-The package's parts: ``records`` (the observations and their JSON form), ``context`` (the ground truth
+The package's parts: ``records`` (the observations and their JSON form), ``history`` (the node history
+from ZooKeeper's transaction log, in place of the observer's sightings), ``context`` (the ground truth
 from the simulator's log and indexes over the samples), ``checks_s1_s3`` and ``checks_s4_s5`` (the
 rules), ``faults`` (what the harness injected, and for how long its effects last), ``checks_liveness``
 (L1, L2), ``stats`` (the run's statistics) and ``report`` (the verdict, its violations and their
@@ -103,4 +106,7 @@ def check(observations: Observations) -> Verdict:
     violations.sort(key=lambda v: (v.t, v.invariant))
     stats = statistics(ctx)
     stats["liveness"] = judged.stats(ctx)
+    stats["nodes_from"] = observations.nodes_from
+    if observations.nodes_from_counts:
+        stats["nodes_from_log"] = dict(observations.nodes_from_counts)
     return Verdict(tuple(violations), stats)

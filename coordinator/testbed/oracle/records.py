@@ -2,8 +2,9 @@
 
 ``Observations`` holds the run's settings (``OracleSettings``) and one list per source: probe samples,
 HAProxy server states, the simulated load balancer's effective admin states (a run whose agents drain
-through admin state), ZooKeeper node sightings, the load's requests, the harness's own log, the agent
-processes, ``/status`` samples and agent log lines. ``dump`` writes a record as JSON (a failing run's
+through admin state), ZooKeeper node sightings (the observer's, or ZooKeeper's transaction log's:
+``history``), the load's requests, the harness's own log, the agent processes, ``/status`` samples and
+agent log lines. ``dump`` writes a record as JSON (a failing run's
 record is kept) and ``load`` reads it back, so a kept run can be judged again.
 """
 
@@ -91,11 +92,14 @@ class AdminStateSample:
 
 @dataclass(frozen=True)
 class NodeSighting:
-    """One ZooKeeper node (one creation of it) as the observer saw it.
+    """One ZooKeeper node (one creation of it) as the observer saw it, or as ZooKeeper's transaction log
+    records it (``Observations.nodes_from``, ``history.from_txn_log``).
 
     ``kind``: member, leader, ack, approval, admitted, out, record (an event's record ``/events/{id}``) or
-    pause (an operator's pause of early approvals). ``gone_seen`` is the first poll that no longer found it
-    (None: still there when the record ended).
+    pause (an operator's pause of early approvals). ``ctime`` is the server's creation time. ``gone_seen``
+    is the first poll that no longer found it, or from the log its deletion's server time (None: still there
+    when the record ended). ``first_seen``: the observer's first sighting (None: a node known from the log
+    only, which the observer never saw).
     """
 
     kind: str
@@ -103,7 +107,7 @@ class NodeSighting:
     vm: str | None
     ctime: float
     owner: int
-    first_seen: float
+    first_seen: float | None
     gone_seen: float | None = None
 
 
@@ -261,6 +265,10 @@ class Observations:
     # The load balancer's effective admin state of every VM, about every 150 ms; empty in a run whose agents
     # do not drain through admin state (and in a record kept before these samples existed).
     admin_states: list[AdminStateSample] = field(default_factory=list)
+    # Where ``nodes`` come from: "observer" (its polls), or "txn log" (ZooKeeper's transaction log, the
+    # observer's first sightings kept: ``history.from_txn_log``), with the counts of that merge.
+    nodes_from: str = "observer"
+    nodes_from_counts: dict[str, int] = field(default_factory=dict)
 
 
 def dump(observations: Observations) -> str:
@@ -285,4 +293,6 @@ def load(text: str) -> Observations:
     lists: dict[str, Any] = {name: [kind(**item) for item in body.pop(name, [])] for name, kind in kinds.items()}
     return Observations(settings=OracleSettings(**settings), started_at=body["started_at"], ended_at=body["ended_at"],
                         healed_at=body.get("healed_at"), sim_log=body.get("sim_log", []),
-                        zk_blind=[(float(a), float(b)) for a, b in body.get("zk_blind", [])], **lists)
+                        zk_blind=[(float(a), float(b)) for a, b in body.get("zk_blind", [])],
+                        nodes_from=body.get("nodes_from", "observer"),
+                        nodes_from_counts=dict(body.get("nodes_from_counts") or {}), **lists)

@@ -14,8 +14,9 @@ Debian's ``zookeeper.jar`` manifest pulls in most of its dependencies, but not `
 those are put on the class path explicitly. Install with ``apt-get install zookeeper``.
 
 The modules: ``config`` (class path, TLS, peers, ``zoo.cfg``), ``admin`` (four-letter words, ``cons``),
-``server`` (``LocalZooKeeper``, one server process) and ``ensemble`` (``LocalEnsemble``). Import the
-names from here.
+``server`` (``LocalZooKeeper``, one server process) and ``ensemble`` (``LocalEnsemble``); import their
+names from here. ``txnlog`` reads the servers' transaction logs (which nodes existed when, at the
+servers' own times; pure Python): import it as ``coordinator.testbed.zookeeper.txnlog``.
 """
 
 from __future__ import annotations
