@@ -25,11 +25,19 @@ from coordinator.testbed.processes import free_port, stop_process
 from coordinator.testbed.waiting import wait_until
 from coordinator.testbed.zookeeper import LocalZooKeeper
 
-__all__ = ["AdminStateDrain", "AgentProcess", "LocalCluster"]
+__all__ = ["HAPROXY_CHECK_FALL", "HAPROXY_CHECK_INTERVAL_SECONDS", "PROBE_LAG_SECONDS", "AdminStateDrain",
+           "AgentProcess", "LocalCluster"]
 
 #: The load balancer pool the testbed's simulated ARM serves when agents drain through admin state.
 STORY_POOL = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-story/providers/"
               "Microsoft.Network/loadBalancers/lb-story/backendAddressPools/pool-app")
+
+#: HAProxy's health check of each server, the testbed's load balancer probe: every ``inter`` (given to
+#: ``LocalHAProxy`` here), a server taken out after ``fall`` failed checks (its configuration's ``fall 2``).
+HAPROXY_CHECK_INTERVAL_SECONDS = 0.5
+HAPROXY_CHECK_FALL = 2
+#: The probe's lag: how long HAProxy may still send new requests to a VM whose probe failed.
+PROBE_LAG_SECONDS = HAPROXY_CHECK_INTERVAL_SECONDS * HAPROXY_CHECK_FALL
 
 
 def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -42,13 +50,19 @@ class AdminStateDrain:
     """Agents drain through the load balancer's admin state too: the simulator serves ARM with one pool
     holding every VM's address (named after the VM), each agent gets an ``azure-lb`` action beside its
     probe, and with HAProxy the simulator applies every effective admin state to it (``--lb-haproxy``).
+    Whether the agents also drain HAProxy themselves is ``LocalCluster(haproxy_action=...)``: without it,
+    the admin state (and, when ARM fails, the probe) is the only drain HAProxy sees.
 
     ``arm_async_seconds``: how long the simulated ARM takes to complete a write; ``fallback_wait``: how
-    long a drain that could not reach ARM lasts at least (the probe's lag, which it then relies on)."""
+    long a drain that could not reach ARM lasts at least (the probe's lag, which it then relies on: with
+    HAProxy, at least ``PROBE_LAG_SECONDS``); ``timeout_seconds`` and ``deadline_seconds``: the ``azure-lb``
+    action's per-request timeout and its deadline for one drain or recovery."""
 
     pool_id: str = STORY_POOL
     arm_async_seconds: float = 0.5
     fallback_wait: float = 1.5
+    timeout_seconds: float = 2.0
+    deadline_seconds: float = 10.0
 
 
 @dataclass
@@ -124,6 +138,9 @@ class LocalCluster:
         self._haproxy_action = haproxy_action
         self._with_agents = with_agents
         self._admin_state = admin_state
+        if admin_state is not None and with_haproxy and admin_state.fallback_wait < PROBE_LAG_SECONDS:
+            raise ValueError(f"AdminStateDrain.fallback_wait ({admin_state.fallback_wait:g} s) must cover HAProxy's "
+                             f"probe lag ({PROBE_LAG_SECONDS:g} s): a drain that falls back to the probe waits it out")
         self.arm_url = ""  # the simulated ARM's base URL, served with admin_state
         self.haproxy: LocalHAProxy | None = None
         self.apps: dict[str, subprocess.Popen[bytes]] = {}
@@ -208,8 +225,9 @@ class LocalCluster:
         self.sim.add_pool(setup.pool_id, [{"name": vm, "ip_address": "127.0.0.1"} for vm in self.vms])
         for vm in self.vms:
             action = {"type": "azure-lb", "backend_pools": [setup.pool_id], "backend_address": vm,
-                      "arm_url": self.arm_url, "imds_url": self.imds_urls[vm], "timeout_seconds": 2,
-                      "deadline_seconds": 10, "fallback_wait_seconds": setup.fallback_wait}
+                      "arm_url": self.arm_url, "imds_url": self.imds_urls[vm],
+                      "timeout_seconds": setup.timeout_seconds, "deadline_seconds": setup.deadline_seconds,
+                      "fallback_wait_seconds": setup.fallback_wait}
             self._per_vm.setdefault(vm, {}).setdefault("actions", []).append(action)
 
     def pool_effective(self) -> dict[str, str]:
@@ -228,7 +246,8 @@ class LocalCluster:
             self.app_ports[vm] = free_port()
             self.start_app(vm)
             targets[vm] = BackendTarget(self.app_ports[vm], check_port=self._ports[vm][0])
-        self.haproxy = LocalHAProxy(self.haproxy_socket.parent, targets, server_timeout="5s")
+        self.haproxy = LocalHAProxy(self.haproxy_socket.parent, targets, server_timeout="5s",
+                                    check_interval=f"{HAPROXY_CHECK_INTERVAL_SECONDS * 1000:g}ms")
         self.haproxy.start()
         for vm in self.vms if self._haproxy_action else ():
             action = {"type": "haproxy", "runtime": str(self.haproxy.socket_path), "backend": self.haproxy.backend,
@@ -250,7 +269,12 @@ class LocalCluster:
 
     def agent_config(self, vm: str, probe_port: int, admin_port: int) -> dict[str, Any]:
         """The configuration written for ``vm``'s agent; ``extra_config`` and then ``per_vm_config[vm]``
-        sections are merged in."""
+        sections are merged in. With HAProxy, the agent is told its probe's lag (``PROBE_LAG_SECONDS``, as
+        ``drain.probe_interval_seconds`` x ``drain.probe_threshold``), which its warnings weigh waits against."""
+        drain: dict[str, Any] = {"wait_seconds": self._drain_wait}
+        if self._with_haproxy:
+            # The same lag as HAProxy's 0.5 s x 2, told as one probe of 1 s (the agents take 1 s at least).
+            drain.update(probe_interval_seconds=PROBE_LAG_SECONDS, probe_threshold=1)
         config: dict[str, Any] = {
             "cluster": self.cluster,
             "vm_name": vm,
@@ -262,7 +286,7 @@ class LocalCluster:
             "zookeeper": {"hosts": self.zk_hosts, "session_timeout": self._session_timeout,
                           "operation_timeout": 2},
             "policy": {"approver": self._approver},
-            "drain": {"wait_seconds": self._drain_wait},
+            "drain": drain,
             "probe": {"listen": f"127.0.0.1:{probe_port}", "path": "/health"},
             "http": {"listen": f"127.0.0.1:{admin_port}"},
             "state_file": str(self.workdir / f"state-{vm}.json"),

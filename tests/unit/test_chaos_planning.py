@@ -1,22 +1,52 @@
-"""The chaos plan's link faults and tickTime, drawn from the seed alone (``coordinator.testbed.chaos.planning``)."""
+"""The chaos plan's link faults, tickTime and ARM faults, drawn from the seed alone
+(``coordinator.testbed.chaos.planning``); the plans without ``--admin-state`` as they always were; and the
+group of an ``--admin-state`` run: its agents drain without an HAProxy action of their own, know HAProxy's
+probe lag, and the harness plays ARM faults and stretches as the plan says."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from coordinator.config import Settings
+from coordinator.config.actions import AzureLbActionConfig
+from coordinator.config.advice import drain_warnings
+from coordinator.sim.azure.model import AzureModel
+from coordinator.sim.schema import ArmSettingsRequest, AzureFaultRequest, ThrottlingRequest
+from coordinator.testbed.chaos import processes
+from coordinator.testbed.chaos.faults import FaultSteps, arm_fault_count_kind
 from coordinator.testbed.chaos.planning import (
     ARM_FAULT_SECONDS,
     ARM_FAULTS,
+    ARM_STRETCH_SECONDS,
+    ARM_STRETCHES,
     LINK_FAULTS,
     ChaosConfig,
+    Step,
+    arm_linger_seconds,
     describe_arm_fault,
+    describe_arm_stretch,
     granted_session_ms,
     plan,
     session_lapse_seconds,
     tick_time_ms,
 )
+from coordinator.testbed.chaos.state import Abort
+from coordinator.testbed.cluster import (
+    HAPROXY_CHECK_FALL,
+    HAPROXY_CHECK_INTERVAL_SECONDS,
+    PROBE_LAG_SECONDS,
+    AdminStateDrain,
+    LocalCluster,
+)
+from coordinator.testbed.haproxy import LocalHAProxy
 
 SEEDS = range(1, 61)
 
@@ -152,3 +182,261 @@ def test_arm_faults_are_described_in_the_plan() -> None:
         "on arm: slow_operation seconds=4 (1 request(s))")
     texts = [s.describe() for seed in SEEDS for s in arm_steps(seed, ChaosConfig(admin_state=True))]
     assert all(t.startswith("ARM fault on ") and t.endswith(", then cleared") for t in texts)
+
+
+# -- ARM at its worst in the plan (--admin-state) ----------------------------------------------------------------
+
+# The plans without --admin-state, seeds 1-200, as they were before any ARM fault was planned: a digest of every
+# step (time, kind, target, seconds, params, fallback, label) of the default run, a shorter one, one without
+# link faults.
+PLAIN_PLAN_DIGESTS = {
+    ChaosConfig(): "3d1fa324dea2953afa7d5ba5345db1f91398eba6c2524143153a5b42fa5cd022",
+    ChaosConfig(duration=18.0): "5962af5a778494675f8b536f425410a75d5312fbaa767a15e631e7543a5e070c",
+    ChaosConfig(link_faults=False): "aa2b1dde6ec10b13810b86036c2702493d429f1eefc201ec219a22a1b569beef",
+}
+
+
+def plan_digest(config: ChaosConfig, seeds: range = range(1, 201)) -> str:
+    digest = hashlib.sha256()
+    for seed in seeds:
+        for s in plan(seed, config):
+            digest.update(json.dumps([seed, round(s.at, 9), s.kind, s.target, round(s.seconds, 9), s.params,
+                                      s.fallback, s.label], sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("config", list(PLAIN_PLAN_DIGESTS))
+def test_plans_without_admin_state_are_the_ones_they_always_were(config: ChaosConfig) -> None:
+    assert plan_digest(config) == PLAIN_PLAN_DIGESTS[config]
+
+
+def test_the_admin_state_plan_is_the_plain_one_and_arm_items_on_a_timeline_of_their_own() -> None:
+    for config in PLAIN_PLAN_DIGESTS:
+        admin_state = replace(config, admin_state=True)
+        for seed in SEEDS:
+            steps = plan(seed, admin_state)
+            rest = [s for s in steps if s.kind not in ("arm_fault", "arm_stretch")]
+            assert [(s.at, s.describe(), s.params) for s in rest] == [
+                (s.at, s.describe(), s.params) for s in plan(seed, config)]
+            assert len(rest) < len(steps)
+
+
+def hostile_key(body: dict) -> tuple:  # type: ignore[type-arg]
+    return (body["target"], body["kind"], body.get("status"), body.get("end"), "delay_seconds" in body)
+
+
+def test_arm_faults_hold_every_kind_of_arm_at_its_worst() -> None:
+    keys = {hostile_key(body) for body in ARM_FAULTS}
+    assert {("arm", "lost_answer", None, None, False), ("arm", "lost_answer", None, None, True),
+            ("arm", "status_after_apply", 502, None, False), ("arm", "status_after_apply", 504, None, False),
+            ("arm", "slow_operation", None, None, False), ("arm", "operation_end", None, "Failed", False),
+            ("arm", "operation_end", None, "Canceled", False), ("arm", "unreachable", None, None, False),
+            ("token", "unreachable", None, None, False)} <= keys
+    assert len({json.dumps(body, sort_keys=True) for body in ARM_FAULTS}) == len(ARM_FAULTS)  # no body twice
+
+
+def test_the_hostile_faults_outlast_what_the_agents_give_arm() -> None:
+    setup = AdminStateDrain()
+    late = [b for b in ARM_FAULTS if b["kind"] == "lost_answer" and "delay_seconds" in b]
+    assert late and all(b["delay_seconds"] > setup.timeout_seconds for b in late)  # a timeout after the fact
+    slow = [b for b in ARM_FAULTS if b["kind"] == "slow_operation"]
+    assert slow and all(b["seconds"] > setup.deadline_seconds for b in slow)  # the drain gives up, then it applies
+    assert all(arm_linger_seconds(b) == b["seconds"] for b in slow)
+    assert all(arm_linger_seconds(b) == 0.0 for b in ARM_FAULTS if b["kind"] != "slow_operation")
+
+
+def test_every_arm_fault_and_stretch_is_one_the_simulator_takes() -> None:
+    azure = AzureModel(["vm0"])
+    for body in ARM_FAULTS:
+        fields = AzureFaultRequest.model_validate(body).model_dump(exclude_unset=True)
+        azure.add_fault(**fields)
+    assert len(azure.faults()) == len(ARM_FAULTS)
+    assert {s["name"] for s in ARM_STRETCHES} == {"conflict_while_updating", "throttling"}
+    for stretch in ARM_STRETCHES:
+        if stretch["path"] == "/arm/settings":
+            assert azure.configure(**ArmSettingsRequest.model_validate(stretch["on"]).model_dump(exclude_none=True))[
+                "conflict_while_updating"] is True
+            assert azure.configure(**ArmSettingsRequest.model_validate(stretch["off"]).model_dump(exclude_none=True))[
+                "conflict_while_updating"] is False
+        else:
+            assert stretch["path"] == "/arm/throttling"
+            on = azure.set_throttling(**ThrottlingRequest.model_validate(stretch["on"]).model_dump())
+            assert on["enabled"] and on["write_capacity"] == 1 and on["read_capacity"] == 4
+            assert not azure.set_throttling(**ThrottlingRequest.model_validate(stretch["off"]).model_dump())["enabled"]
+
+
+def test_arm_stretches_and_faults_one_at_a_time_a_slow_operation_holding_arm_until_it_is_over() -> None:
+    stretches, windows = [], []
+    for duration in (18.0, 30.0):
+        config = ChaosConfig(duration=duration, admin_state=True)
+        for seed in SEEDS:
+            steps = [s for s in plan(seed, config) if s.kind in ("arm_fault", "arm_stretch")]
+            if duration == 30.0:  # the first two fit in a default run: a fault and a stretch
+                assert {s.kind for s in steps[:2]} == {"arm_fault", "arm_stretch"}, seed
+            assert any(s.kind == "arm_fault" for s in steps), seed
+            for step in steps:
+                assert 0 < step.at < duration and step.target in ("arm", "token")
+                if step.kind == "arm_stretch":
+                    assert ARM_STRETCH_SECONDS[0] <= step.seconds <= ARM_STRETCH_SECONDS[1]
+                    assert step.params["stretch"] in ARM_STRETCHES and step.target == "arm"
+                    stretches.append(step.params["stretch"]["name"])
+                    assert step.describe().endswith(", then undone")
+                else:
+                    assert step.params.get("expire_tokens", False) == (step.target == "token")
+                windows.append(step)
+            for before, after in itertools.pairwise(steps):
+                linger = arm_linger_seconds(before.params["body"]) if before.kind == "arm_fault" else 0.0
+                assert before.at + before.seconds + linger < after.at, (seed, before, after)
+    assert set(stretches) == {s["name"] for s in ARM_STRETCHES}
+    assert any(s.params.get("body", {}).get("kind") == "slow_operation" for s in windows)
+
+
+def test_arm_stretches_and_token_expiry_are_described_in_the_plan() -> None:
+    throttling = next(s for s in ARM_STRETCHES if s["name"] == "throttling")
+    assert describe_arm_stretch(throttling) == ("throttling on (POST /arm/throttling write_capacity=1 write_refill=0.2 "
+                                                "read_capacity=4 read_refill=1.0)")
+    texts = [s.describe() for seed in SEEDS for s in plan(seed, ChaosConfig(admin_state=True))]
+    assert any(t.startswith("ARM conflict_while_updating on (POST /arm/settings") for t in texts)
+    assert any(t.startswith("ARM fault on token: unreachable (3 request(s)) (then every token expired) for ")
+               for t in texts)
+    assert describe_arm_fault({"target": "arm", "kind": "operation_end", "end": "Canceled", "count": 1}) == (
+        "on arm: operation_end end=Canceled (1 request(s))")
+    assert arm_fault_count_kind({"target": "arm", "kind": "operation_end", "end": "Canceled"}) == (
+        "arm_operation_end_Canceled")
+    assert arm_fault_count_kind({"target": "token", "kind": "unreachable", "count": 3}) == "token_unreachable"
+    assert arm_fault_count_kind({"target": "arm", "kind": "status_after_apply", "status": 504}) == (
+        "arm_status_after_apply_504")
+
+
+# -- the group of an --admin-state run ------------------------------------------------------------------------
+
+
+class _Ensemble:
+    tick_time_ms = 2000
+    hosts = "127.0.0.1:2181"
+
+
+def test_admin_state_runs_drain_without_an_haproxy_action_of_their_own(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[dict] = []  # type: ignore[type-arg]
+
+    class Cluster:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            built.append(kwargs)
+
+        def start(self) -> None:
+            raise RuntimeError("not here")
+
+    monkeypatch.setattr(processes, "LocalCluster", Cluster)
+    for admin_state in (False, True):
+        run = processes.RunProcesses(1, ChaosConfig(admin_state=admin_state, link_faults=False), tmp_path,
+                                     lambda _: None, ensemble=_Ensemble())  # type: ignore[arg-type]
+        with pytest.raises(Abort):
+            run._start()
+        assert built[-1]["haproxy_action"] is not admin_state
+        assert (built[-1]["admin_state"] is not None) is admin_state
+
+
+def test_the_agents_are_told_haproxys_probe_lag_and_the_fallback_covers_it(tmp_path: Path) -> None:
+    assert f"inter {HAPROXY_CHECK_INTERVAL_SECONDS * 1000:g}ms fall {HAPROXY_CHECK_FALL} " in LocalHAProxy(
+        tmp_path, {}, check_interval=f"{HAPROXY_CHECK_INTERVAL_SECONDS * 1000:g}ms").render()
+
+    class Sim:
+        def add_pool(self, pool_id: str, addresses: list) -> None:  # type: ignore[type-arg]
+            pass
+
+    setup = AdminStateDrain()
+    cluster = LocalCluster(tmp_path, ["vm0"], zk_hosts="127.0.0.1:2181", drain_wait=ChaosConfig().drain_wait,
+                           with_haproxy=True, haproxy_action=False, admin_state=setup)
+    cluster.imds_urls, cluster.arm_url, cluster.sim = {"vm0": "http://127.0.0.1:1"}, "http://127.0.0.1:2", Sim()  # type: ignore[assignment]
+    cluster._attach_admin_state(setup)
+    settings = Settings.model_validate(cluster.agent_config("vm0", 1, 2))
+    drain = settings.drain
+    assert drain.probe_interval_seconds * drain.probe_threshold == PROBE_LAG_SECONDS
+    assert drain_warnings(settings) == []  # the fallback wait covers the lag, and the warning knows it
+    assert [a.type for a in settings.actions] == ["azure-lb"]
+    (action,) = settings.actions
+    assert isinstance(action, AzureLbActionConfig)
+    assert (action.timeout_seconds, action.deadline_seconds) == (setup.timeout_seconds, setup.deadline_seconds)
+    with pytest.raises(ValueError, match="probe lag"):
+        LocalCluster(tmp_path, ["vm0"], with_haproxy=True, admin_state=AdminStateDrain(fallback_wait=0.5))
+    LocalCluster(tmp_path, ["vm0"], admin_state=AdminStateDrain(fallback_wait=0.5))  # no HAProxy, no lag
+    plain = LocalCluster(tmp_path, ["vm0"], zk_hosts="127.0.0.1:2181")
+    plain.imds_urls = {"vm0": "http://127.0.0.1:1"}
+    assert "probe_interval_seconds" not in plain.agent_config("vm0", 1, 2)["drain"]  # no load balancer to match
+
+
+class _Answer:
+    def __init__(self, body: dict) -> None:  # type: ignore[type-arg]
+        self.status_code, self._body, self.text, self.is_error = 200, body, "", False
+
+    def json(self) -> dict:  # type: ignore[type-arg]
+        return self._body
+
+
+class _Control:
+    """The simulator's control API as the harness's ARM client sees it: every call kept, every answer 200."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, object]] = []
+        self.answers = [{"pool_get 200": 1}, {"pool_get 200": 1, "token dropped": 3, "pool_put 200": 2}]
+
+    def get(self, url: str) -> _Answer:  # GET /arm/calls: what ARM answered so far, more each time
+        return _Answer({"statuses": self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]})
+
+    def post(self, url: str, json: object = None) -> _Answer:
+        self.calls.append(("POST", url.removeprefix("http://sim"), json))
+        return _Answer({"expired": 4} if url.endswith("expire-tokens") else {})
+
+    def delete(self, url: str) -> _Answer:
+        self.calls.append(("DELETE", url.removeprefix("http://sim"), None))
+        return _Answer({"cleared": 1})
+
+    def close(self) -> None:
+        pass
+
+
+def playing(tmp_path: Path) -> tuple[FaultSteps, _Control]:
+    run = FaultSteps(1, ChaosConfig(admin_state=True, link_faults=False), tmp_path, lambda _: None,
+                     ensemble=_Ensemble())  # type: ignore[arg-type]
+    control = _Control()
+    run._arm_http = control  # type: ignore[assignment]
+    run.cluster = SimpleNamespace(sim=SimpleNamespace(url="http://sim"))  # type: ignore[assignment]
+    return run, control
+
+
+def test_the_harness_plays_an_arm_stretch_and_undoes_it_recorded_as_an_arm_fault(tmp_path: Path) -> None:
+    run, control = playing(tmp_path)
+    throttling = next(s for s in ARM_STRETCHES if s["name"] == "throttling")
+    run._arm_stretch(Step(1.0, "arm_stretch", "arm", 0.0, params={"stretch": throttling}))
+    assert control.calls == [("POST", "/arm/throttling", throttling["on"]),
+                             ("POST", "/arm/throttling", {"enabled": False})]
+    assert [(r.kind, r.target) for r in run.harness] == [("arm_fault", "arm"), ("arm_fault_heal", "arm")]
+    assert run.harness[0].detail.startswith("throttling on (POST /arm/throttling write_capacity=1")
+    assert run.harness[1].detail == ("throttling undone at the end of its window; ARM answered meanwhile: "
+                                     "pool_put 200 x2, token dropped x3")
+    assert run.faults == {"arm_throttling": 1}
+    assert run.arm_faults[0]["stretch"] == "throttling" and run.arm_faults[0]["on"] == throttling["on"]
+
+
+def test_the_harness_expires_tokens_before_a_token_fault_and_holds_arm_while_a_slow_operation_lasts(
+        tmp_path: Path) -> None:
+    run, control = playing(tmp_path)
+    token = {"target": "token", "kind": "unreachable", "count": 3}
+    run._arm_fault(Step(1.0, "arm_fault", "token", 0.0, params={"body": token, "expire_tokens": True}))
+    # The fault first, then every token expired: each agent's next token request meets it.
+    assert control.calls == [("POST", "/arm/faults", token), ("POST", "/identities/expire-tokens", None),
+                             ("DELETE", "/arm/faults", None)]
+    assert "then every token expired (4)" in run.harness[0].detail
+    assert run.faults == {"token_unreachable": 1} and run.arm_faults[0]["tokens_expired"] == 4
+    # What ARM answered while it was queued: whether an agent met it.
+    assert run.arm_faults[0]["answered"] == {"token dropped": 3, "pool_put 200": 2}
+    assert run.harness[1].detail.endswith("ARM answered meanwhile: pool_put 200 x2, token dropped x3")
+    slow = {"target": "arm", "kind": "slow_operation", "seconds": 0.2, "count": 1}
+    began = time.monotonic()
+    run._arm_fault(Step(2.0, "arm_fault", "arm", 0.0, params={"body": slow}))
+    assert time.monotonic() - began >= 0.2  # the heal is recorded once the slowed operation is over
+    heals = [r for r in run.harness if r.kind == "arm_fault_heal"]
+    assert len(heals) == 2 and "the operations it slowed are over 0.2s later" in heals[-1].detail
+    assert heals[-1].t - run.harness[-2].t >= 0.2
+    assert run.arm_faults[-1]["linger_seconds"] == 0.2

@@ -11,7 +11,7 @@ import json
 
 from coordinator.testbed.oracle import check, dump, load
 from coordinator.testbed.oracle.records import AdminStateSample
-from tests.unit.test_oracle import DRAIN, E1, E2, T0, UP, VMS, Run, drained_freeze, invariants
+from tests.unit.test_oracle import DOWN, DRAIN, E1, E2, T0, UP, VMS, Run, drained_freeze, invariants
 from tests.unit.test_oracle_liveness import group, liveness
 
 
@@ -89,6 +89,27 @@ def test_s1_flags_a_vm_up_in_haproxy_or_forced_up_across_the_approval_in_an_admi
     assert any("vm1 was still UP in HAProxy on both sides of the approval (its effective admin state None)" in s
                for s in summaries), summaries
     assert any("vm0 was still routed to by the load balancer: effective admin state Up" in s for s in summaries)
+
+
+def test_s1_reads_a_drain_that_fell_back_to_the_probe_with_haproxy_drained_only_by_its_check() -> None:
+    """The agents of an --admin-state run have no HAProxy action: when ARM fails, the admin state stays None
+    and HAProxy takes the VM out only when its check of the probe fails (DOWN, not DRAIN). Out by then: clean;
+    approved while the check still had it UP: routed to, whatever the probe said."""
+    run = Run()
+    drained_freeze(run)  # vm0 and vm1 fail their probes from 3 s
+    run.obs.servers = []
+    run.servers(0, 4.0, {"vm0": UP, "vm1": UP, "vm2": UP})
+    run.servers(4.0, 16.5, {"vm0": DOWN, "vm1": DOWN, "vm2": UP})  # the check's lag: 1 s
+    run.servers(16.5, 60, {"vm0": UP, "vm1": UP, "vm2": UP})
+    admin(run, 0, 60, dict.fromkeys(VMS, "None"))  # ARM never took the writes
+    verdict = run.verdict()
+    assert verdict.ok, verdict.render(T0)
+    run.obs.servers = [s for s in run.obs.servers if not (s.server == "vm1" and T0 + 4.0 <= s.t <= T0 + 8)]
+    run.servers(4.0, 8.0, {"vm1": UP})  # the check had not taken vm1 out at the approval
+    verdict = run.verdict()
+    assert invariants(verdict) == ["S1"]
+    assert verdict.violations[0].summary.endswith(
+        "vm1 was still UP in HAProxy on both sides of the approval (its effective admin state None)")
 
 
 # -- S4 ---------------------------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ fully determined by the seed and printed first; real timing varies from run to r
 scheduling on a busy machine), and so do the targets that are resolved when a fault fires ("the
 leader", "a drained VM"): same seed, same plan, not the same interleaving.
 
-With ``--admin-state`` the agents drain through the load balancer's admin state too (the simulator's ARM,
-its effective states applied to HAProxy): the run samples every VM's effective admin state, and the plan
-adds faults of the simulated ARM (``planning.ARM_FAULTS``).
+With ``--admin-state`` the agents drain through the load balancer's admin state (the simulator's ARM, its
+effective states applied to HAProxy) and their probe, without an HAProxy action of their own: the run
+samples every VM's effective admin state, and the plan adds faults of the simulated ARM
+(``planning.ARM_FAULTS``) and stretches of it behaving worse (``planning.ARM_STRETCHES``).
 
 Every process a run starts is stopped by its PID when the run ends, whatever happens. Exit status: 1 if
 any run found a violation, 2 if a run could not be carried out (a component would not start), else 0.

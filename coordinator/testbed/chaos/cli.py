@@ -71,9 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every run's plan, statistics and violations here")
     parser.add_argument("--workdir", type=Path, help="keep every run's logs under this directory")
     parser.add_argument("--admin-state", action="store_true",
-                        help="the agents drain through the load balancer's admin state too (the simulated ARM, "
-                             "applied to HAProxy); the run samples every VM's effective admin state and the plan "
-                             "adds ARM faults")
+                        help="the agents drain through the load balancer's admin state (the simulated ARM, "
+                             "applied to HAProxy) and their probe, without an HAProxy action of their own; the run "
+                             "samples every VM's effective admin state and the plan adds ARM faults and stretches")
     parser.add_argument("--resume", action="store_true",
                         help="go on with the runs in --json FILE: play only the seeds it does not hold (refused "
                              "if it was made by other code or with another configuration)")

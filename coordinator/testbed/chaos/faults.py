@@ -4,7 +4,12 @@
 cancels events in the IMDS simulator, kills an agent (a VM, the leader now, or a drained VM now) and
 restarts it, pauses one with SIGSTOP, takes ZooKeeper servers down and back, adds IMDS faults, cuts,
 delays or makes lossy one way the link between one agent and ZooKeeper (its proxy; IMDS stays reachable),
-and (with ``admin_state``) queues a fault on the simulated ARM, its body as the plan has it.
+and (with ``admin_state``) queues a fault on the simulated ARM, its body as the plan has it (a fault on the
+token endpoint followed by expiring every token issued so far), or turns a stretch of ARM behaving worse on and
+off (409 while a write is in progress, small throttling buckets). Each ARM fault or stretch is recorded as
+``arm_fault`` when it begins and ``arm_fault_heal`` once it and its effects are over (a slow operation's
+after its ``seconds``), the way the oracle reads ARM faults, with what ARM answered meanwhile (``GET
+/arm/calls``: whether any agent met it).
 A VM a kill or pause holds is left alone by the other kills and pauses and by the supervisor; a link
 fault holds the links (one at a time) but not the agent, which may still be killed or paused behind it.
 Each fault is healed (an ARM fault cleared) at the end of its own window; at the end of the run's fault
@@ -18,13 +23,34 @@ import signal
 import subprocess
 import threading
 import time
+from typing import Any
+
+import httpx
 
 from coordinator.testbed.chaos.observers import ZooKeeperRecorder
-from coordinator.testbed.chaos.planning import LINK_FAULTS, Step, describe_arm_fault
+from coordinator.testbed.chaos.planning import (
+    ARM_STRETCHES,
+    LINK_FAULTS,
+    Step,
+    arm_linger_seconds,
+    describe_arm_fault,
+    describe_arm_stretch,
+)
 from coordinator.testbed.chaos.processes import RunProcesses
 from coordinator.testbed.chaos.state import Abort
 
-__all__ = ["FaultSteps"]
+__all__ = ["FaultSteps", "arm_fault_count_kind"]
+
+
+def arm_fault_count_kind(body: dict[str, Any]) -> str:
+    """The name an ARM fault is counted under in a run's result: where, what, and its status or end
+    (``arm_status_503``, ``token_unreachable``, ``arm_operation_end_Canceled``)."""
+    where = "token" if body.get("target") == "token" else "arm"
+    kind = f"{where}_{body.get('kind', 'status')}"
+    for extra in ("status", "end"):
+        if body.get(extra) is not None:
+            kind += f"_{body[extra]}"
+    return kind
 
 
 class FaultSteps(RunProcesses):
@@ -69,6 +95,8 @@ class FaultSteps(RunProcesses):
                 self._link_fault(step)
             elif step.kind == "arm_fault":
                 self._arm_fault(step)
+            elif step.kind == "arm_stretch":
+                self._arm_stretch(step)
             elif step.kind == "cancel":
                 label = f"extra-{step.at:.1f}"
                 self._schedule(Step(step.at, "event", label=label, params=step.params))
@@ -301,14 +329,18 @@ class FaultSteps(RunProcesses):
 
     def _arm_fault(self, step: Step) -> None:
         """Queue ``step.params["body"]`` on the simulated ARM (``POST /arm/faults``, the body as the plan has
-        it), leave it for ``step.seconds``, then clear every ARM fault (``DELETE /arm/faults``), whether or
-        not it was met. Recorded as ``arm_fault`` and ``arm_fault_heal`` for the oracle."""
+        it; then expiring every token issued so far when the step says ``expire_tokens``), leave it for
+        ``step.seconds``, then clear every ARM fault (``DELETE /arm/faults``), whether or not it was met.
+        Recorded as ``arm_fault`` and ``arm_fault_heal`` for the oracle: the heal once its effects are over
+        (``arm_linger_seconds`` after the clearing), with what ARM answered since the fault was queued."""
         sim = self._cluster().sim
         assert sim is not None
         body = step.params["body"]
         target = str(body.get("target", "arm"))
         what = describe_arm_fault(body)
+        linger = arm_linger_seconds(body)
         with self._arm_lock:
+            before = self._arm_answers()
             response = self._arm_http.post(f"{sim.url}/arm/faults", json=body)
             if response.is_error:
                 self.say(f"fault refused by the simulator ({response.status_code} {response.text[:200]}): "
@@ -316,25 +348,112 @@ class FaultSteps(RunProcesses):
                 self.record("skipped", target, detail=f"{step.describe()}: {response.status_code}")
                 self.count("arm_fault", skipped=True)
                 return
-            self.record("arm_fault", target, detail=f"{what} for {step.seconds:.1f}s")
-            kind = f"arm_{body.get('kind', 'status')}" + (f"_{body['status']}" if body.get("status") else "")
-            self.count(kind)
+            expired = None
+            if step.params.get("expire_tokens"):
+                # The agents cache their tokens: expired once the fault is queued, the next ARM request of each
+                # needs a new one, and meets the fault.
+                answer = self._arm_http.post(f"{sim.url}/identities/expire-tokens")
+                expired = answer.json().get("expired") if answer.status_code == 200 else None
+            detail = what + (f", then every token expired ({expired})" if expired is not None else "")
+            self.record("arm_fault", target, detail=f"{detail} for {step.seconds:.1f}s")
+            self.count(arm_fault_count_kind(body))
+            entry: dict[str, Any] = {"at": round(self.clock.rel(), 2), "seconds": round(step.seconds, 2),
+                                     "body": dict(body)}
+            if expired is not None:
+                entry["tokens_expired"] = expired
+            if linger:
+                entry["linger_seconds"] = linger
             with self._lock:
-                self.arm_faults.append({"at": round(self.clock.rel(), 2), "seconds": round(step.seconds, 2),
-                                        "body": dict(body)})
+                self.arm_faults.append(entry)
+            self.say(f"fault: ARM {detail} for {step.seconds:.1f}s")
+            try:
+                self._stopping.wait(step.seconds)
+            finally:
+                if not linger:
+                    self._clear_arm_faults("at the end of its window", answered=self._answered_since(before, entry))
+                else:
+                    cleared = self._clear_arm_faults("at the end of its window", record=False)
+                    # An operation it slowed goes on, and later writes of the pool end behind it: ARM is not
+                    # itself again until it is over.
+                    self._stopping.wait(linger)
+                    answered = self._answered_since(before, entry)
+                    self.record("arm_fault_heal", "arm", detail=f"cleared at the end of its window ({cleared} "
+                                f"still queued); the operations it slowed are over {linger:g}s later; {answered}")
+                    self.say(f"heal: the ARM operations slowed by {what} are over ({answered})")
+
+    def _arm_stretch(self, step: Step) -> None:
+        """Turn a stretch of ARM behaving worse on (``POST`` of the stretch's ``on`` to its ``path``), leave it
+        for ``step.seconds``, then undo it (its ``off``). Recorded as ``arm_fault`` and ``arm_fault_heal``,
+        like an ARM fault."""
+        sim = self._cluster().sim
+        assert sim is not None
+        stretch = step.params["stretch"]
+        what = describe_arm_stretch(stretch)
+        with self._arm_lock:
+            before = self._arm_answers()
+            response = self._arm_http.post(f"{sim.url}{stretch['path']}", json=stretch["on"])
+            if response.is_error:
+                self.say(f"stretch refused by the simulator ({response.status_code} {response.text[:200]}): "
+                         f"{step.describe()}")
+                self.record("skipped", "arm", detail=f"{step.describe()}: {response.status_code}")
+                self.count(f"arm_{stretch['name']}", skipped=True)
+                return
+            self.record("arm_fault", "arm", detail=f"{what} for {step.seconds:.1f}s")
+            self.count(f"arm_{stretch['name']}")
+            entry = {"at": round(self.clock.rel(), 2), "seconds": round(step.seconds, 2), "stretch": stretch["name"],
+                     "on": dict(stretch["on"])}
+            with self._lock:
+                self.arm_faults.append(entry)
             self.say(f"fault: ARM {what} for {step.seconds:.1f}s")
             try:
                 self._stopping.wait(step.seconds)
             finally:
-                self._clear_arm_faults("at the end of its window")
+                answered = self._answered_since(before, entry)
+                self._undo_arm_stretch(stretch, "at the end of its window", answered=answered)
 
-    def _clear_arm_faults(self, why: str) -> None:
+    def _undo_arm_stretch(self, stretch: dict[str, Any], why: str, *, record: bool = True, answered: str = "") -> None:
+        sim = self._cluster().sim
+        assert sim is not None
+        response = self._arm_http.post(f"{sim.url}{stretch['path']}", json=stretch["off"])
+        done = "undone" if response.status_code == 200 else f"NOT undone ({response.status_code})"
+        if record:
+            self.record("arm_fault_heal", "arm", detail=f"{stretch['name']} {done} {why}" + (f"; {answered}"
+                                                                                               if answered else ""))
+        self.say(f"heal: ARM {stretch['name']} {done} {why}" + (f" ({answered})" if answered else ""))
+        if response.status_code != 200:
+            self._errors.append(f"ARM {stretch['name']} could not be undone: {response.status_code}")
+
+    def _clear_arm_faults(self, why: str, *, record: bool = True, answered: str = "") -> int | None:
         sim = self._cluster().sim
         assert sim is not None
         response = self._arm_http.delete(f"{sim.url}/arm/faults")
-        cleared = response.json().get("cleared") if response.status_code == 200 else None
-        self.record("arm_fault_heal", "arm", detail=f"{why}; {cleared} still queued, cleared")
-        self.say(f"heal: ARM faults cleared {why} ({cleared} still queued)")
+        cleared: int | None = response.json().get("cleared") if response.status_code == 200 else None
+        if record:
+            self.record("arm_fault_heal", "arm", detail=f"{why}; {cleared} still queued, cleared"
+                        + (f"; {answered}" if answered else ""))
+        self.say(f"heal: ARM faults cleared {why} ({cleared} still queued" + (f"; {answered})" if answered else ")"))
+        return cleared
+
+    def _arm_answers(self) -> dict[str, int]:
+        """How many answers of each kind and status the simulated ARM and its token endpoint gave so far (``GET
+        /arm/calls``: ``pool_put 502``, ``token dropped``, ``operation Failed``...); {} if it cannot tell."""
+        sim = self._cluster().sim
+        assert sim is not None
+        try:
+            response = self._arm_http.get(f"{sim.url}/arm/calls")
+            statuses = response.json().get("statuses") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return {}
+        return {str(k): int(v) for k, v in (statuses or {}).items()}
+
+    def _answered_since(self, before: dict[str, int], entry: dict[str, Any]) -> str:
+        """What ARM answered since ``before`` (whoever asked: the agents met the fault or stretch if any of it
+        shows), kept in the run's ``arm_faults`` entry and said in a few words for the heal record."""
+        now = self._arm_answers()
+        answered = {k: n - before.get(k, 0) for k, n in sorted(now.items()) if n - before.get(k, 0) > 0}
+        with self._lock:
+            entry["answered"] = answered
+        return "ARM answered meanwhile: " + (", ".join(f"{k} x{n}" for k, n in answered.items()) or "nothing")
 
     # -- healing ---------------------------------------------------------------------------------------------
 
@@ -346,6 +465,8 @@ class FaultSteps(RunProcesses):
         if self.config.admin_state:
             with self._arm_lock:
                 self._clear_arm_faults("at the end of the fault window")
+                for stretch in ARM_STRETCHES:  # each undone at the end of its own window already: a safeguard
+                    self._undo_arm_stretch(stretch, "at the end of the fault window", record=False)
         for vm, link in self.links.items():
             if link.state.describe() != "whole":
                 link.heal()

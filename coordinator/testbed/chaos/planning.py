@@ -7,10 +7,15 @@ events scheduled then cancelled, one VM's network link to ZooKeeper cut, delayed
 direction while IMDS stays reachable), each one a ``Step``. Targets such as "the leader", "a drained VM"
 or "a VM an event names" are named in the plan and resolved only when the step fires.
 
-With ``admin_state`` (the agents drain through the load balancer's admin state too), the plan adds faults
-of the simulated ARM: each an ``arm_fault`` step carrying the body of one ``POST /arm/faults`` of the
-simulator's control API, drawn from ``ARM_FAULTS`` (the one list of them), queued for its window and then
-cleared, one at a time. Without it the plan is the one it always was for the seed.
+With ``admin_state`` (the agents drain through the load balancer's admin state, not their own HAProxy
+action), the plan adds faults of the simulated ARM, one at a time, on a timeline of their own drawn from a
+stream of their own (the rest of the plan is the plan without admin state): each an ``arm_fault`` step
+carrying the body of one ``POST /arm/faults`` of the simulator's control API, drawn from ``ARM_FAULTS``
+(the one list of them: statuses, throttling, another writer, answers lost or late after the write applied,
+5xx after applying, operations slower than the agents' deadline or ending Failed or Canceled, ARM or the
+token endpoint unreachable), queued for its window and then cleared; or an ``arm_stretch`` step, a stretch
+of ARM behaving worse (``ARM_STRETCHES``: 409 while a write is in progress, small throttling buckets),
+turned on for its window and then undone. Without it the plan is the one it always was for the seed.
 
 The ensemble's tickTime is drawn from the seed too (``tick_time_ms``): at 2000 or 3000 ms ZooKeeper
 grants the agents a session longer than the 4 s they ask for (at least 2 x tickTime), and expires
@@ -28,13 +33,17 @@ from typing import Any
 __all__ = [
     "ARM_FAULTS",
     "ARM_FAULT_SECONDS",
+    "ARM_STRETCHES",
+    "ARM_STRETCH_SECONDS",
     "IMDS_FAULTS",
     "LINK_DELAYS_MS",
     "LINK_FAULTS",
     "WRONG_TYPE_FIELDS",
     "ChaosConfig",
     "Step",
+    "arm_linger_seconds",
     "describe_arm_fault",
+    "describe_arm_stretch",
     "granted_session_ms",
     "plan",
     "session_lapse_seconds",
@@ -48,7 +57,11 @@ LINK_DELAYS_MS = (100, 300, 800, 1500)  # each way: the last two make a round tr
 # The ARM faults an ``--admin-state`` plan draws from: each the body of one ``POST /arm/faults`` of the simulator's
 # control API (``coordinator/sim/azure/faults.py``), queued when its step fires and cleared (``DELETE
 # /arm/faults``) at the end of the step's window, whether or not it was met. A ``count`` answers that many
-# requests; ``None`` every request of the window. New kinds of the simulator are added here, and nowhere else.
+# requests; ``None`` every request of the window (the kinds that hit a write wait for a PUT that applies).
+# The testbed's agents give ARM 2 s per request and 10 s per drain or recovery (``AdminStateDrain``): a late
+# answer comes after the first, a slow operation ends after the second. Once a fault on the token endpoint is
+# queued, every token issued so far is expired, so that the next ARM request of every agent needs a new one.
+# New kinds of the simulator are added here, and nowhere else.
 ARM_FAULTS: tuple[dict[str, Any], ...] = (
     {"target": "arm", "kind": "status", "status": 429, "retry_after": 1, "count": 3},  # throttled, briefly
     {"target": "arm", "kind": "status", "status": 429, "retry_after": 2, "count": None},  # throttled, the window
@@ -57,8 +70,31 @@ ARM_FAULTS: tuple[dict[str, Any], ...] = (
     {"target": "arm", "kind": "status", "status": 503, "count": None, "methods": ["PUT"]},  # reads work, writes fail
     {"target": "arm", "kind": "concurrent_write", "count": 3},  # another writer before each of the next PUTs (412)
     {"target": "token", "kind": "status", "status": 500, "count": 2},  # the managed identity's token endpoint
+    # ARM at its worst: the write applies, and the client cannot tell from the answer.
+    {"target": "arm", "kind": "lost_answer", "count": 2},  # the connection closed without an answer
+    {"target": "arm", "kind": "lost_answer", "delay_seconds": 4, "count": 1},  # answered after the client's 2 s
+    {"target": "arm", "kind": "status_after_apply", "status": 502, "count": 2},
+    {"target": "arm", "kind": "status_after_apply", "status": 504, "count": None},
+    {"target": "arm", "kind": "slow_operation", "seconds": 12, "count": 1},  # past the action's 10 s deadline
+    {"target": "arm", "kind": "operation_end", "end": "Failed", "count": 1},  # not applied, the pool left Failed
+    {"target": "arm", "kind": "operation_end", "end": "Canceled", "count": 1},
+    {"target": "arm", "kind": "unreachable", "count": None},  # every connection closed unanswered, the window
+    {"target": "token", "kind": "unreachable", "count": 3},
 )
 ARM_FAULT_SECONDS = (1.5, 8.0)  # an ARM fault's window: the longest outlasts the azure-lb action's back-off
+# Stretches of ARM behaving worse, each a plan item of its own (``arm_stretch``): ``on`` is posted to the control
+# API's ``path`` when the stretch begins, ``off`` (the simulator's default) when it ends.
+ARM_STRETCHES: tuple[dict[str, Any], ...] = (
+    # 409 AnotherOperationInProgress to a PUT while another write of the load balancer is in progress.
+    {"name": "conflict_while_updating", "path": "/arm/settings", "on": {"conflict_while_updating": True},
+     "off": {"conflict_while_updating": False}},
+    # Per-subscription token buckets small enough for a group of four to empty with one event's drains
+    # (buckets of 3 writes refilled 1/s and 20 reads refilled 5/s never did): 429 with Retry-After.
+    {"name": "throttling", "path": "/arm/throttling",
+     "on": {"write_capacity": 1, "write_refill": 0.2, "read_capacity": 4, "read_refill": 1.0},
+     "off": {"enabled": False}},
+)
+ARM_STRETCH_SECONDS = (3.0, 10.0)  # a stretch's window: the longest outlasts the azure-lb action's deadline
 
 
 @dataclass(frozen=True)
@@ -80,8 +116,9 @@ class ChaosConfig:
     tick_choices_ms: tuple[int, ...] = (500, 2000, 3000)
     max_session_timeout_ms: int = 60_000  # the servers' maxSessionTimeout (at least 2 x the largest tick)
     link_faults: bool = True  # each agent reaches ZooKeeper through a proxy of its own, and the plan cuts it
-    # The agents drain through the load balancer's admin state too (``LocalCluster(admin_state=...)``): the run
-    # samples every VM's effective admin state, and the plan adds ARM faults (``ARM_FAULTS``).
+    # The agents drain through the load balancer's admin state and their probe, without an HAProxy action
+    # (``LocalCluster(admin_state=..., haproxy_action=False)``): the run samples every VM's effective admin state,
+    # and the plan adds ARM faults (``ARM_FAULTS``) and stretches (``ARM_STRETCHES``).
     admin_state: bool = False
 
 
@@ -122,7 +159,10 @@ class Step:
         if self.kind == "cancel":
             return f"schedule {p['event_type']} on {','.join(p['resources'])}, cancel it after {self.seconds:.1f}s"
         if self.kind == "arm_fault":
-            return f"ARM fault {describe_arm_fault(p['body'])} for {self.seconds:.1f}s, then cleared"
+            expired = " (then every token expired)" if p.get("expire_tokens") else ""
+            return f"ARM fault {describe_arm_fault(p['body'])}{expired} for {self.seconds:.1f}s, then cleared"
+        if self.kind == "arm_stretch":
+            return f"ARM {describe_arm_stretch(p['stretch'])} for {self.seconds:.1f}s, then undone"
         if self.kind in LINK_FAULTS:
             who = {"named": "a VM an event names"}.get(self.target, self.target)
             who = f"{who} (else {self.fallback})" if self.fallback else who
@@ -189,9 +229,6 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
     if config.link_faults:
         kinds += ["link_cut_long", "link_oneway", "link_cut_short", "link_delay"]
         extra += ["link_cut_short", "link_oneway", "link_delay"]
-    if config.admin_state:
-        kinds += ["arm", "arm"]
-        extra += ["arm", "arm"]
     rng.shuffle(kinds)
     tick = tick_time_ms(seed, config)
     lapse = session_lapse_seconds(config, tick)
@@ -199,7 +236,6 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
     t = rng.uniform(1.5, 3.0) * k
     zk_free = 0.0
     link_free = 0.0
-    arm_free = 0.0
     busy: dict[str, float] = {}
     while t < config.duration:
         kind = kinds.pop(0) if kinds else rng.choice(extra)
@@ -218,16 +254,6 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
                 link_free = link_step.at + link_step.seconds + 1.0
                 if past_session:
                     zk_free = max(zk_free, link_step.at + float(link_step.params["lapse"]) + 0.5)
-            t += rng.uniform(1.2, 3.0) * k
-            continue
-        if kind == "arm":
-            # One ARM fault at a time: clearing one clears every fault queued on ARM.
-            body = dict(ARM_FAULTS[rng.randrange(len(ARM_FAULTS))])
-            arm_step = Step(max(t, arm_free), "arm_fault", str(body["target"]), rng.uniform(*ARM_FAULT_SECONDS),
-                            params={"body": body})
-            if arm_step.at < config.duration:
-                steps.append(arm_step)
-                arm_free = arm_step.at + arm_step.seconds + 0.5
             t += rng.uniform(1.2, 3.0) * k
             continue
         fallback = rng.choice(vms)
@@ -260,7 +286,51 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
                         params={"event_type": rng.choice(["Freeze", "Redeploy"]), "resources": [vm]})
         steps.append(step)
         t += rng.uniform(1.2, 3.0) * k
+    if config.admin_state:
+        steps += _arm_items(seed, config)
     return sorted(steps, key=lambda s: s.at)
+
+
+def _arm_items(seed: int, config: ChaosConfig) -> list[Step]:
+    """The ARM faults and stretches of an ``--admin-state`` plan, on a timeline of their own drawn from a stream
+    of its own: the rest of the plan is the plan without admin state. One at a time (clearing one fault clears
+    every fault queued on ARM; a fault whose effects outlast its clearing, a slow operation, holds ARM until
+    they are over), 1-5 s apart; the first two are a fault and a stretch in a drawn order, the third a fault."""
+    rng = random.Random(f"arm:{seed}")
+    k = config.duration / 30.0
+    kinds = ["arm", "arm_stretch"]
+    rng.shuffle(kinds)
+    kinds.append("arm")
+    steps: list[Step] = []
+    t = rng.uniform(1.5, 4.0) * k
+    while t < config.duration:
+        kind = kinds.pop(0) if kinds else rng.choice(["arm", "arm", "arm_stretch"])
+        linger = 0.0
+        if kind == "arm":
+            body = dict(ARM_FAULTS[rng.randrange(len(ARM_FAULTS))])
+            params: dict[str, Any] = {"body": body}
+            if body["target"] == "token":
+                params["expire_tokens"] = True
+            step = Step(t, "arm_fault", str(body["target"]), rng.uniform(*ARM_FAULT_SECONDS), params=params)
+            linger = arm_linger_seconds(body)
+        else:
+            stretch = dict(ARM_STRETCHES[rng.randrange(len(ARM_STRETCHES))])
+            step = Step(t, "arm_stretch", "arm", rng.uniform(*ARM_STRETCH_SECONDS), params={"stretch": stretch})
+        steps.append(step)
+        t = step.at + step.seconds + linger + rng.uniform(1.0, 5.0) * k
+    return steps
+
+
+def arm_linger_seconds(body: dict[str, Any]) -> float:
+    """How long the effects of the ARM fault ``body`` may outlast its clearing: a slow operation accepted in
+    its window goes on (and a later write of the pool ends behind it) for its ``seconds``; nothing else."""
+    return float(body.get("seconds") or 0.0) if body.get("kind") == "slow_operation" else 0.0
+
+
+def describe_arm_stretch(stretch: dict[str, Any]) -> str:
+    """One stretch in a few words: ``throttling on (POST /arm/throttling write_capacity=3 ...)``."""
+    fields = " ".join(f"{k}={v}" for k, v in stretch["on"].items())
+    return f"{stretch['name']} on (POST {stretch['path']} {fields})"
 
 
 def describe_arm_fault(body: dict[str, Any]) -> str:

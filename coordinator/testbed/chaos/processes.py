@@ -3,12 +3,14 @@
 ``RunProcesses`` starts the ZooKeeper ensemble (unless the run shares one), one link proxy per agent
 between that agent and the ensemble (with link faults; ``coordinator.testbed.netproxy``), and the group:
 the IMDS simulator, HAProxy, and an app server and an agent per VM, each agent's connect string naming
-its own proxies; with ``admin_state`` the agents drain through the load balancer's admin state too
-(``AdminStateDrain``). It builds the samplers (every agent's probe, HAProxy's server states, every VM's
-effective admin state with ``admin_state``, the agents' ``/status``, the simulator's log), records every
-agent process started and how it ended, and brings a VM whose agent or app server died back as a
-rebooted VM would come back. At the end it stops the agents, reads the simulator's and the agents' logs,
-and stops every process it started, by PID.
+its own proxies; with ``admin_state`` the agents drain through the load balancer's admin state
+(``AdminStateDrain``) and their probe, without an ``haproxy`` action of their own: HAProxy is drained only
+by the admin state the simulator applies to it and by its health check of each probe. It builds the
+samplers (every agent's probe, HAProxy's server states, every VM's effective admin state with
+``admin_state``, the agents' ``/status``, the simulator's log), records every agent process started and
+how it ended, and brings a VM whose agent or app server died back as a rebooted VM would come back. At
+the end it stops the agents, reads the simulator's and the agents' logs, and stops every process it
+started, by PID.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ class RunProcesses(RunState):
                      + ", ".join(f"{vm} {link.hosts}" for vm, link in self.links.items()))
         self.admin_setup = AdminStateDrain() if config.admin_state else None
         self.say("starting the IMDS simulator, HAProxy, app servers and agents"
-                 + (" (draining through the load balancer's admin state too)" if self.admin_setup else ""))
+                 + (" (draining through the load balancer's admin state and the probe, no HAProxy action)"
+                    if self.admin_setup else ""))
         self.cluster = LocalCluster(
             self.workdir / "group", config.vms, cluster=self.cluster_name, drain_wait=config.drain_wait,
             poll_interval=config.poll_interval, session_timeout=config.session_timeout,
@@ -76,7 +79,9 @@ class RunProcesses(RunState):
             # only once its session has certainly lapsed (granted timeout plus a tick).
             extra_config={"drain": {"latest_start_seconds": config.latest_start}, "logging": {"format": "json"},
                           "zookeeper": {"tick_seconds": self.tick_ms / 1000.0}},
-            per_vm_config=per_vm, admin_state=self.admin_setup,
+            # With admin state, the agents drain through it and the probe only: HAProxy is what the simulated
+            # load balancer applies to it and what its health check sees, so an ARM failure shows as traffic.
+            per_vm_config=per_vm, admin_state=self.admin_setup, haproxy_action=self.admin_setup is None,
         )
         before = time.time()
         try:

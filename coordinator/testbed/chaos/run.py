@@ -21,6 +21,7 @@ from coordinator.testbed.chaos.planning import ChaosConfig
 from coordinator.testbed.chaos.result import RunResult
 from coordinator.testbed.chaos.state import Abort, Clock
 from coordinator.testbed.oracle import LogLine, Observations, OracleSettings, Verdict, check, dump
+from coordinator.testbed.oracle.history import KINDS, from_txn_log
 from coordinator.testbed.zookeeper import LocalEnsemble
 
 __all__ = ["ZK_ROOT", "ChaosRun", "run_chaos"]
@@ -36,8 +37,8 @@ class ChaosRun(FaultSteps):
         started = time.monotonic()
         self._say(f"[seed {self.seed}] plan: ZooKeeper tickTime {self.tick_ms} ms (agents ask a "
                   f"{self.config.session_timeout:g} s session, the servers grant {self.session_granted_ms} ms)"
-                  + ("; the agents drain through the load balancer's admin state too" if self.config.admin_state
-                     else ""))
+                  + ("; the agents drain through the load balancer's admin state and their probe"
+                     if self.config.admin_state else ""))
         for step in self.steps:
             self._say(f"[seed {self.seed}] plan t={step.at:5.1f}s {step.describe()}")
         verdict: Verdict | None = None
@@ -99,6 +100,9 @@ class ChaosRun(FaultSteps):
                 statuses=self.statuses, agent_logs=logs, zk_blind=zk_recorder.blind() if zk_recorder else [],
                 admin_states=sorted(self.admin_states, key=lambda s: s.t),
             )
+            # Node history from the ensemble's transaction logs (the recorder's first sightings kept).
+            observations = from_txn_log(observations, self.ensemble.data_dir,
+                                        chroot=f"{ZK_ROOT}/{self.cluster_name}", kinds=KINDS)
             verdict = check(observations)
             with contextlib.suppress(OSError):
                 (self.workdir / "observations.json").write_text(dump(observations))
