@@ -248,7 +248,7 @@ class ManagedIdentity:
                 why = f"IMDS answered {response.status_code} {error_excerpt(response)}"
             if self._clock() + wait >= deadline:
                 raise ArmError(f"no token from IMDS for {who} before the deadline: {why}", cause="token")
-            log.debug("managed identity: %s; retrying in %.1f s", why, wait)
+            log.info("managed identity: %s; retrying in %.1f s", why, wait)
             self._sleep(wait)
             backoff = min(backoff * 2, _MAX_BACKOFF)
 
