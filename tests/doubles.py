@@ -1,19 +1,22 @@
 """Test doubles an agent is built with when a test drives its cycles by hand: a clock the test moves,
-and an executor that runs each drain or recover job at once, on the loop's thread; and the member info of
-agent processes other than the test's own (``member_identity``)."""
+and an executor that runs each drain or recover job at once, on the loop's thread; an IMDS that always
+answers one document (``StaticImds``); a monotonic clock moved only by sleeping (``SleepClock``, for
+clients that retry); and the member info of agent processes other than the test's own
+(``member_identity``)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pytest
 
+from coordinator.models import Document
 from coordinator.support.hostos import agent_identity, process_start
 
-__all__ = ["Clock", "InlineExecutor", "InlineJob", "gone_process", "member_identity"]
+__all__ = ["Clock", "InlineExecutor", "InlineJob", "SleepClock", "StaticImds", "gone_process", "member_identity"]
 
 
 def gone_process() -> tuple[int, str | None]:
@@ -78,3 +81,41 @@ class InlineExecutor:
             error = exc
         self.current = InlineJob(kind, error)
         return self.current
+
+
+class SleepClock:
+    """A monotonic clock that only moves when something sleeps (or the test advances it); every sleep is
+    recorded. Call it for the time; pass ``sleep`` where the code under test sleeps."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class StaticImds:
+    """IMDS as an agent reads it, always answering ``document``; an approval raises unless the test
+    allows it (``approvals`` then lists each one's event ids)."""
+
+    def __init__(self, document: Document, *, approvals_allowed: bool = False) -> None:
+        self.document = document
+        self.approvals_allowed = approvals_allowed
+        self.approvals: list[tuple[str, ...]] = []
+
+    def get_document(self) -> Document:
+        return self.document
+
+    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
+        if not self.approvals_allowed:
+            raise AssertionError(f"nothing to approve here: {list(event_ids)}")
+        self.approvals.append(tuple(event_ids))

@@ -4,7 +4,6 @@ how a drain that falls back to the health probe reaches the agent's ``/status``.
 from __future__ import annotations
 
 import email.utils
-from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -26,11 +25,11 @@ from coordinator.config import AzureLbActionConfig, load_settings
 from coordinator.decide import Policy
 from coordinator.errors import ConfigError
 from coordinator.metrics import Metrics
-from coordinator.models import Document, format_not_before, parse_document
+from coordinator.models import format_not_before, parse_document
 from coordinator.runtime import startup_summary
 from coordinator.state import StateFile
 from coordinator.store.memory import MemoryCluster, MemoryStore
-from tests.doubles import Clock, InlineExecutor
+from tests.doubles import Clock, InlineExecutor, StaticImds
 
 POOL = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/"
         "loadBalancers/lb/backendAddressPools/web")
@@ -154,17 +153,6 @@ class _NoRole:
         raise ArmError(f"GET {resource_id}: 403 AuthorizationFailed", cause="forbidden")
 
 
-class _Imds:
-    def __init__(self, document: Document) -> None:
-        self.document = document
-
-    def get_document(self) -> Document:
-        return self.document
-
-    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
-        raise AssertionError("nothing to approve here")
-
-
 FELL_BACK = (f"azure-lb drain fell back to the health probe alone: cannot set backend address vm0 Down through "
              f"ARM (forbidden: GET {POOL}: 403 AuthorizationFailed)")
 
@@ -180,7 +168,7 @@ def test_a_drain_that_falls_back_to_the_probe_says_so_up_to_the_agents_status(tm
     document = parse_document({"DocumentIncarnation": 2, "Events": [{
         "EventId": "E1", "EventType": "Freeze", "EventStatus": "Scheduled", "Resources": ["vm0"],
         "NotBefore": not_before}]})
-    agent = Agent(vm="vm0", imds=_Imds(document), store=MemoryStore(MemoryCluster(), clock=clock.now),
+    agent = Agent(vm="vm0", imds=StaticImds(document), store=MemoryStore(MemoryCluster(), clock=clock.now),
                   actions=[ProbeAction(ProbeState()), action], policy=Policy(), metrics=Metrics(CollectorRegistry()),
                   clock=clock, executor=InlineExecutor(),  # type: ignore[arg-type]
                   state_file=StateFile(tmp_path / "state.json"))

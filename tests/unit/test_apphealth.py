@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,11 @@ from coordinator.decide import Policy
 from coordinator.errors import ActionError, ConfigError
 from coordinator.httpserver import APP_HEALTH_REASON_HEADER, HttpSurface, ListenError
 from coordinator.metrics import Metrics
-from coordinator.models import Document, format_not_before, parse_document
+from coordinator.models import format_not_before, parse_document
 from coordinator.state import StateFile
 from coordinator.store.memory import MemoryCluster, MemoryStore
 from tests.doubles import Clock as AgentClock
-from tests.doubles import InlineExecutor
+from tests.doubles import InlineExecutor, StaticImds
 
 STUCK = 600.0
 FAILING = 1800.0
@@ -306,22 +305,11 @@ class _Recovery:
         raise self.error
 
 
-class _Imds:
-    def __init__(self, document: Document) -> None:
-        self.document = document
-
-    def get_document(self) -> Document:
-        return self.document
-
-    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
-        pass
-
-
 def _recovering_agent(tmp_path: Path, error: ActionError) -> tuple[Agent, AgentClock]:
     """A real agent, drained for an event that then leaves IMDS, whose recovery fails with ``error``."""
     clock = AgentClock()
     not_before = format_not_before(datetime.fromtimestamp(clock.wall + 600, UTC))
-    imds = _Imds(parse_document({"DocumentIncarnation": 2, "Events": [{
+    imds = StaticImds(parse_document({"DocumentIncarnation": 2, "Events": [{
         "EventId": "E1", "EventType": "Freeze", "EventStatus": "Scheduled", "Resources": ["vm0"],
         "NotBefore": not_before}]}))
     agent = Agent(vm="vm0", imds=imds, store=MemoryStore(MemoryCluster(), clock=clock.now),

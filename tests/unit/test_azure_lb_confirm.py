@@ -21,31 +21,13 @@ import pytest
 from coordinator.actions import ActionContext
 from coordinator.actions.azure_lb import ArmClient, ArmError, AzureLbAction, ManagedIdentity
 from coordinator.azure_arm import ARM_CAUSES
+from tests.doubles import SleepClock
 
 ARM = "https://arm.test"
 POOL = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/"
         "loadBalancers/lb/backendAddressPools/web")
 OPS = "/subscriptions/00000000-0000-0000-0000-000000000001/providers/Microsoft.Network/locations/x/operations/"
 CTX = ActionContext("vm0", ())
-
-
-class FakeClock:
-    """Monotonic time moved only by ``sleep`` (and ``advance``)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        assert seconds >= 0
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
@@ -65,7 +47,7 @@ def _error(status: int, code: str, headers: dict[str, str] | None = None) -> htt
 class FakeArm:
     """One pool, its writes' operations and its data plane, on ``clock``; scripted faults per request kind."""
 
-    clock: FakeClock
+    clock: SleepClock
     async_seconds: float = 3.0
     outcome: str = "Succeeded"  # of the next operations
     put_answer: str = "async"  # async (Azure-AsyncOperation), location (Location only), none (neither)
@@ -181,7 +163,7 @@ class FakeImds:
 
 @dataclass
 class Rig:
-    clock: FakeClock
+    clock: SleepClock
     arm: FakeArm
     imds: FakeImds
     client: ArmClient
@@ -190,7 +172,7 @@ class Rig:
 
 
 def rig(*, deadline: float = 60.0, fallback_wait: float = 0.0, **arm_options: Any) -> Rig:
-    clock = FakeClock()
+    clock = SleepClock()
     arm = FakeArm(clock, **arm_options)
     imds = FakeImds()
     identity = ManagedIdentity("http://imds.test", clock=clock, sleep=clock.sleep,

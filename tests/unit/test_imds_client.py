@@ -16,6 +16,7 @@ import pytest
 from coordinator.errors import ImdsBadRequest, ImdsUnavailable, MalformedDocument
 from coordinator.imds import OUTCOMES, ImdsClient, InstanceCompute, parse_instance_compute
 from coordinator.models import parse_document
+from tests.doubles import SleepClock
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "imds-scenarios"
 
@@ -60,25 +61,6 @@ AVAILABILITY_SET_COMPUTE: dict[str, Any] = {
 Step = Callable[[httpx.Request], httpx.Response]
 
 
-class FakeClock:
-    """A monotonic clock that only moves when something sleeps; every sleep is recorded."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        assert seconds >= 0
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 class MaxJitter(random.Random):
     """Full jitter that always picks the top of the range, so back-off delays are exact."""
 
@@ -89,7 +71,7 @@ class MaxJitter(random.Random):
 class FakeImds:
     """MockTransport handler: plays scripted steps in order, then ``default``; records each request."""
 
-    def __init__(self, clock: FakeClock, default: Step | None = None) -> None:
+    def __init__(self, clock: SleepClock, default: Step | None = None) -> None:
         self.clock = clock
         self.script: list[Step] = []
         self.default: Step = default or reply()
@@ -125,12 +107,12 @@ def fail(exc_type: type[httpx.RequestError]) -> Step:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> SleepClock:
+    return SleepClock()
 
 
 @pytest.fixture
-def imds(clock: FakeClock) -> FakeImds:
+def imds(clock: SleepClock) -> FakeImds:
     return FakeImds(clock)
 
 
@@ -141,7 +123,7 @@ def outcomes() -> list[tuple[str, str]]:
 
 @pytest.fixture
 def make_client(
-    clock: FakeClock, imds: FakeImds, outcomes: list[tuple[str, str]]
+    clock: SleepClock, imds: FakeImds, outcomes: list[tuple[str, str]]
 ) -> Iterator[Callable[..., ImdsClient]]:
     clients: list[ImdsClient] = []
 
@@ -284,7 +266,7 @@ def test_transient_failure_is_retried_then_succeeds(
     outcome: str,
     make_client: Callable[..., ImdsClient],
     imds: FakeImds,
-    clock: FakeClock,
+    clock: SleepClock,
     outcomes: list[tuple[str, str]],
 ) -> None:
     imds.then(first, reply())
@@ -299,7 +281,7 @@ def test_transient_failure_is_retried_then_succeeds(
 
 
 def test_backoff_is_exponential_and_capped(
-    make_client: Callable[..., ImdsClient], imds: FakeImds, clock: FakeClock
+    make_client: Callable[..., ImdsClient], imds: FakeImds, clock: SleepClock
 ) -> None:
     imds.default = reply(500, body="")
     client = make_client(max_attempts=6, backoff_base=0.5, backoff_max=3.0)
@@ -311,7 +293,7 @@ def test_backoff_is_exponential_and_capped(
 
 
 def test_backoff_is_full_jitter(
-    make_client: Callable[..., ImdsClient], imds: FakeImds, clock: FakeClock
+    make_client: Callable[..., ImdsClient], imds: FakeImds, clock: SleepClock
 ) -> None:
     imds.default = reply(500, body="")
     client = make_client(max_attempts=6, backoff_base=0.5, backoff_max=3.0, rng=random.Random(7))
@@ -341,7 +323,7 @@ def test_retry_after_is_honoured(
     expected_sleep: float,
     make_client: Callable[..., ImdsClient],
     imds: FakeImds,
-    clock: FakeClock,
+    clock: SleepClock,
 ) -> None:
     imds.then(reply(status, body="", headers={"Retry-After": retry_after}), reply())
     client = make_client()
@@ -367,7 +349,7 @@ def test_gives_up_after_max_attempts(
     outcome: str,
     make_client: Callable[..., ImdsClient],
     imds: FakeImds,
-    clock: FakeClock,
+    clock: SleepClock,
     outcomes: list[tuple[str, str]],
 ) -> None:
     imds.default = step
@@ -410,7 +392,7 @@ def test_a_failed_call_does_not_poison_the_next(
 def test_bad_request_is_not_retried_and_cools_down(
     make_client: Callable[..., ImdsClient],
     imds: FakeImds,
-    clock: FakeClock,
+    clock: SleepClock,
     outcomes: list[tuple[str, str]],
 ) -> None:
     imds.default = reply(400, body="Bad request. Required metadata header not specified")
@@ -459,7 +441,7 @@ def test_bad_request_is_not_retried_and_cools_down(
     assert clock.sleeps == []
 
 
-def test_cooldown_is_capped(make_client: Callable[..., ImdsClient], imds: FakeImds, clock: FakeClock) -> None:
+def test_cooldown_is_capped(make_client: Callable[..., ImdsClient], imds: FakeImds, clock: SleepClock) -> None:
     imds.default = reply(400, body="")
     client = make_client(bad_request_cooldown=5.0, bad_request_cooldown_max=300.0)
     with pytest.raises(ImdsBadRequest):
@@ -536,7 +518,7 @@ def test_malformed_document_is_raised_not_retried(
     body: str,
     make_client: Callable[..., ImdsClient],
     imds: FakeImds,
-    clock: FakeClock,
+    clock: SleepClock,
     outcomes: list[tuple[str, str]],
 ) -> None:
     imds.default = reply(200, body=body)
@@ -653,7 +635,7 @@ def _assert_at_most_per_second(times: list[float], limit: int) -> None:
 
 
 def test_rate_limit_in_a_tight_loop(
-    make_client: Callable[..., ImdsClient], imds: FakeImds, clock: FakeClock
+    make_client: Callable[..., ImdsClient], imds: FakeImds, clock: SleepClock
 ) -> None:
     client = make_client()
 
@@ -689,7 +671,7 @@ def test_rate_limit_counts_retries_and_every_operation(
 def test_rate_limit_is_shared_by_threads(imds: FakeImds) -> None:
     # The clock stands still and sleeping only records, so each thread's wait is exactly what the
     # limiter reserved for it: 20 concurrent requests need 5 slots at each of +0 s, +1 s, +2 s, +3 s.
-    frozen = FakeClock()
+    frozen = SleepClock()
     waits: list[float] = []
     client = ImdsClient(transport=httpx.MockTransport(imds), clock=frozen, sleep=waits.append)
     barrier = threading.Barrier(4)
@@ -833,7 +815,7 @@ def test_on_request_sees_every_attempt(
 
 
 def test_on_latency_sees_how_long_each_attempt_waited_whatever_its_outcome(
-    make_client: Callable[..., ImdsClient], imds: FakeImds, clock: FakeClock
+    make_client: Callable[..., ImdsClient], imds: FakeImds, clock: SleepClock
 ) -> None:
     def taking(seconds: float, step: Step) -> Step:
         def answer(request: httpx.Request) -> httpx.Response:
@@ -855,7 +837,7 @@ def test_on_latency_sees_how_long_each_attempt_waited_whatever_its_outcome(
     assert clock.sleeps  # there was a back-off, outside the measured attempts
 
 
-def test_works_without_on_request(clock: FakeClock, imds: FakeImds) -> None:
+def test_works_without_on_request(clock: SleepClock, imds: FakeImds) -> None:
     imds.then(reply(500, body=""), reply())
     with ImdsClient(transport=httpx.MockTransport(imds), clock=clock, sleep=clock.sleep) as client:
         assert client.get_document() == parse_document(DOC)
@@ -950,7 +932,7 @@ def test_instance_compute_errors_like_the_document(
 # --- construction -----------------------------------------------------------------------------------------
 
 
-def test_context_manager_closes(clock: FakeClock, imds: FakeImds) -> None:
+def test_context_manager_closes(clock: SleepClock, imds: FakeImds) -> None:
     with ImdsClient(transport=httpx.MockTransport(imds), clock=clock, sleep=clock.sleep) as client:
         client.get_document()
     assert client._client.is_closed
