@@ -11,22 +11,17 @@ import httpx
 import pytest
 
 from coordinator.sim.client import SimControlError
-from tests.plugins.simulator import RunningSimulator, SimulatorFactory
+from tests.plugins.simulator import ARM_POOL, RunningSimulator, SimulatorFactory, two_vms_with_arm
 
-LB = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-app/providers/"
-      "Microsoft.Network/loadBalancers/lb-app")
-POOL = f"{LB}/backendAddressPools/pool-web"
+POOL = ARM_POOL
+LB = POOL.rsplit("/backendAddressPools/", 1)[0]
 ARM_VERSION = {"api-version": "2023-09-01"}
 TOKEN_QUERY = {"api-version": "2018-02-01", "resource": "https://management.azure.com/"}
 
 
 @pytest.fixture
 def sim(imds_sim: SimulatorFactory) -> RunningSimulator:
-    sim = imds_sim(("vm0", "vm1"), extra_args=["--arm", "127.0.0.1:0", "--arm-async-seconds", "0.2",
-                                               "--arm-retry-after", "0"])
-    assert sim.arm_url
-    sim.control.add_pool(POOL, [{"name": "vm0", "ip_address": "10.0.0.4"}, {"name": "vm1", "ip_address": "10.0.0.5"}])
-    return sim
+    return two_vms_with_arm(imds_sim, 0.2)
 
 
 def _token(sim: RunningSimulator, vm: str = "vm0") -> httpx.Response:

@@ -30,7 +30,7 @@ import pytest
 from coordinator.sim import SimControl, SimulatedGroup, SimulatorServer, VmInfo
 from coordinator.sim.clock import Clock
 
-__all__ = ["RunningSimulator", "SimulatorFactory"]
+__all__ = ["ARM_POOL", "RunningSimulator", "SimulatorFactory", "two_vms_with_arm"]
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _START_TIMEOUT = 15.0
@@ -281,3 +281,19 @@ def imds_sim_inprocess(tmp_path: Path) -> Iterator[SimulatorFactory]:
         yield factory
     finally:
         factory.stop_all()
+
+
+#: The backend address pool ``two_vms_with_arm`` serves.
+ARM_POOL = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-app/providers/"
+            "Microsoft.Network/loadBalancers/lb-app/backendAddressPools/pool-web")
+
+
+def two_vms_with_arm(imds_sim: SimulatorFactory, async_seconds: float) -> RunningSimulator:
+    """A simulator process of vm0 and vm1 serving ARM (operations of ``async_seconds``, ``Retry-After: 0``)
+    with one pool, ``ARM_POOL``, holding both VMs' addresses."""
+    sim = imds_sim(("vm0", "vm1"), extra_args=["--arm", "127.0.0.1:0", "--arm-async-seconds", f"{async_seconds:g}",
+                                               "--arm-retry-after", "0"])
+    assert sim.arm_url
+    sim.control.add_pool(ARM_POOL, [{"name": "vm0", "ip_address": "10.0.0.4"},
+                                    {"name": "vm1", "ip_address": "10.0.0.5"}])
+    return sim
