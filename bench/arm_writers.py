@@ -16,11 +16,8 @@ kind and status (PUTs applied, 412s, 409s, 429s, reads, operation polls) as the 
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.simulator import start_simulator
 from coordinator.actions.base import ActionContext
 from coordinator.config import AzureLbActionConfig, Settings
 from coordinator.runtime import build_azure_lb
@@ -35,10 +33,8 @@ from coordinator.sim.client import SimControl
 
 __all__ = ["SETUPS", "WritersSetup", "bench_arm_writers", "render_arm_writers", "run_writers"]
 
-ROOT = Path(__file__).resolve().parent.parent
 POOL = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg-app/providers/Microsoft.Network/"
         "loadBalancers/lb-app/backendAddressPools/pool-web")
-_START_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -67,24 +63,6 @@ class _Writer:
     error: str | None = None
     conflicts: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _start_simulator(workdir: Path, setup: WritersSetup) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    ready = workdir / "ready.json"
-    vms = ",".join(f"vm{i}" for i in range(setup.pool_size))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    command = [sys.executable, "-m", "coordinator.sim", "--vms", vms, "--base-port", "0", "--control", "127.0.0.1:0",
-               "--ready-file", str(ready), "--rate-limit", "0", "--arm", "127.0.0.1:0",
-               "--arm-async-seconds", f"{setup.async_seconds:g}", "--arm-retry-after", str(setup.retry_after)]
-    with (workdir / "simulator.log").open("wb") as err:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
-    deadline = time.monotonic() + _START_TIMEOUT
-    while not ready.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"the simulator did not start; see {workdir / 'simulator.log'}")
-        time.sleep(0.05)
-    return process, json.loads(ready.read_text())
 
 
 def _action(vm: str, urls: dict[str, str], arm_url: str) -> Any:
@@ -140,7 +118,10 @@ def _changed_at(log: list[dict[str, Any]], vm: str, after: str) -> float | None:
 def run_writers(workdir: Path, setup: WritersSetup) -> dict[str, Any]:
     """One measurement (see the module documentation); the figures and the verdict as a dict."""
     workdir.mkdir(parents=True, exist_ok=True)
-    process, ready = _start_simulator(workdir, setup)
+    process, ready = start_simulator(
+        workdir, [f"vm{i}" for i in range(setup.pool_size)],
+        ["--rate-limit", "0", "--arm", "127.0.0.1:0", "--arm-async-seconds", f"{setup.async_seconds:g}",
+         "--arm-retry-after", str(setup.retry_after)])
     control = SimControl(ready["control"])
     try:
         control.add_pool(POOL, [{"name": f"vm{i}", "ip_address": f"10.0.{i // 250}.{i % 250 + 4}"}

@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.group import wait_for  # noqa: E402
+from bench.simulator import start_simulator  # noqa: E402
 from coordinator.actions import ProbeAction, ProbeState  # noqa: E402
 from coordinator.agent import Agent  # noqa: E402
 from coordinator.decide import Policy  # noqa: E402
@@ -190,13 +191,7 @@ def bench_scale(zk: LocalZooKeeper, workdir: Path, *, groups: int, size: int, wo
 
 
 def _start_sim(workdir: Path, group: str, vms: list[str]) -> tuple[subprocess.Popen[bytes], SimControl, dict[str, str]]:
-    ready = workdir / f"sim-{group}.ready.json"
-    log = open(workdir / f"sim-{group}.log", "ab")  # noqa: SIM115 - owned by the child
-    proc = subprocess.Popen([sys.executable, "-m", "coordinator.sim", "--vms", ",".join(vms), "--base-port", "0",
-                             "--control", "127.0.0.1:0", "--ready-file", str(ready), "--started-for", "2"],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT)
-    wait_for(lambda: ready.exists() or proc.poll() is not None, 30, f"the simulator of {group}", interval=0.2)
-    info = json.loads(ready.read_text())
+    proc, info = start_simulator(workdir, vms, ["--started-for", "2"], name=f"sim-{group}", timeout=30)
     return proc, SimControl(info["control"]), dict(info["vms"])
 
 
