@@ -5,8 +5,10 @@
 
 Prints, as Markdown: the code and each part of the run (seeds, commit, time), then one row per figure:
 runs judged, tickTime, violations, link faults, other faults, events, requests through HAProxy (with the
-failed ones split as the oracle splits them) and the liveness judgement; then, for the requests failed
-while HAProxy had no server UP, what kept each VM out. Everything is counted from the file; nothing is typed in.
+failed ones split as the oracle splits them) and the liveness judgement; then the liveness judgement as
+tables (each event with notice by outcome, each miss by law and the fault that explains it, what held the
+events the policy held, the time from allowable to approved: p50, p99, max); then, for the requests
+failed while HAProxy had no server UP, what kept each VM out. Everything is counted from the file; nothing is typed in.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def summary(body: Mapping[str, Any]) -> list[str]:
     if liveness:
         rows["liveness"] = liveness
     lines += [*rejudged, "", "| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows.items())]
-    return lines + _why_none_up(judged) + _why_handover(judged)
+    return lines + _liveness_tables(judged) + _why_none_up(judged) + _why_handover(judged)
 
 
 def _liveness(judged: Sequence[Mapping[str, Any]]) -> str:
@@ -130,12 +132,59 @@ def _liveness(judged: Sequence[Mapping[str, Any]]) -> str:
     if times:
         times.sort()
 
-        def rank(q: float) -> float:  # nearest rank, as the oracle's per-run percentiles
-            return times[max(0, math.ceil(q * len(times)) - 1)]
-
-        text += (f"; allowable to approved (no fault between, {len(times)} events): p50 {rank(0.5):.1f} s, "
-                 f"p99 {rank(0.99):.1f} s, max {times[-1]:.1f} s")
+        text += (f"; allowable to approved (no fault between, {len(times)} events): p50 {_rank(times, 0.5):.1f} s, "
+                 f"p99 {_rank(times, 0.99):.1f} s, max {times[-1]:.1f} s")
     return text
+
+
+def _rank(ordered: Sequence[float], q: float) -> float:
+    """Nearest rank, as the oracle's per-run percentiles."""
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def _liveness_tables(judged: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The liveness judgement as tables: each event with notice by its outcome; each miss by the law it
+    missed and the fault that explains it (or none), with the runs it fell in; what held the events the
+    policy held; and the time from allowable to approved, pooled over the runs, for events with no fault
+    on their path between and for those with one."""
+    found = [(int(r["seed"]), r["verdict"]["stats"]["liveness"]) for r in judged
+             if r["verdict"]["stats"].get("liveness")]
+    if not found:
+        return []
+    outcomes: Counter[str] = Counter()
+    misses: Counter[tuple[str, str]] = Counter()
+    miss_runs: dict[tuple[str, str], set[int]] = {}
+    held: Counter[str] = Counter()
+    times: dict[str, list[float]] = {"no fault on its path between": [], "a fault on its path between": []}
+    for seed, judgement in found:
+        for miss in judgement.get("misses") or ():
+            key = (str(miss["law"]), str(miss.get("cause") or "unexplained"))
+            misses[key] += 1
+            miss_runs.setdefault(key, set()).add(seed)
+        outcomes.update({k: int(n) for k, n in (judgement.get("outcomes") or {}).items() if k != "allowable"})
+        held.update(judgement.get("held_by") or {})
+        times["no fault on its path between"] += [float(x) for x in
+                                                 judgement.get("allowable_to_approved_seconds") or ()]
+        times["a fault on its path between"] += [float(x) for x in
+                                                judgement.get("allowable_to_approved_with_faults_seconds") or ()]
+    lines = ["", "| event with notice, as judged (L1) | events |", "|---|---|",
+             *(f"| {outcome} | {n} |" for outcome, n in outcomes.most_common()),
+             "", "| liveness miss (law: the fault that explains it) | misses | runs |", "|---|---|---|"]
+    lines += [f"| {law}: {cause} | {n} | {len(miss_runs[(law, cause)])} |"
+              for (law, cause), n in sorted(misses.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))]
+    if not misses:
+        lines.append("| none | 0 | 0 |")
+    if held:
+        lines += ["", "| held by the policy (never allowable, or not for a whole bound): what held it | events |",
+                  "|---|---|",
+                  *(f"| {why} | {n} |" for why, n in sorted(held.items(), key=lambda kv: (-kv[1], kv[0])))]
+    lines += ["", "| allowable to approved | events | p50 | p99 | max |", "|---|---|---|---|---|"]
+    for name, values in times.items():
+        values.sort()
+        lines.append(f"| {name} | {len(values)} | " + (
+            f"{_rank(values, 0.5):.2f} s | {_rank(values, 0.99):.2f} s | {values[-1]:.2f} s |" if values
+            else "- | - | - |"))
+    return lines
 
 
 def _why_handover(judged: Sequence[Mapping[str, Any]]) -> list[str]:

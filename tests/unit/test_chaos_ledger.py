@@ -116,7 +116,14 @@ def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
                                                                     "agent not running x1; probe unanswered x1":
                                                                     3 - seed},
                                         "requests_failed_other_in_handover": seed,
-                                        "failed_in_handover_why": {"drained for an event naming it x1": seed}})
+                                        "failed_in_handover_why": {"drained for an event naming it x1": seed},
+                                        "liveness": {
+                                            "outcomes": {"allowable": 2, "approved in time": 1, "miss": 1},
+                                            "held_by": {"the budget": seed},
+                                            "misses_by_cause": {"L2 agent killed": 1}, "misses_unexplained": 0,
+                                            "misses": [{"law": "L2", "cause": "agent killed"}],
+                                            "allowable_to_approved_seconds": [float(seed), 2.0 * seed + 1],
+                                            "allowable_to_approved_with_faults_seconds": [9.0] * seed}})
         ledger.add(run, part, 100.0 * seed)
     ledger.add(_result(3, error="HAProxy did not start"), part, 205.0)
     path = tmp_path / "runs.json"
@@ -134,6 +141,11 @@ def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
     assert "| agent not running x2 | 3 |\n| agent not running x1; probe unanswered x1 | 3 |" in out
     assert "(in 2 runs), 3 in a handover (no server UP in both of HAProxy's samples around it)" in out
     assert "| drained for an event naming it x1 | 3 |" in out
+    # Liveness, pooled over the runs: the times 1, 3 (seed 1) and 2, 5 (seed 2), nearest rank.
+    assert "| approved in time | 2 |\n| miss | 2 |" in out
+    assert "| L2: agent killed | 2 | 2 |" in out and "| the budget | 3 |" in out
+    assert "| no fault on its path between | 4 | 2.00 s | 5.00 s | 5.00 s |" in out
+    assert "| a fault on its path between | 3 | 9.00 s | 9.00 s | 9.00 s |" in out
     path.write_text("[]")
     failed = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True)
     assert failed.returncode == 2 and "chaos_summary:" in failed.stderr

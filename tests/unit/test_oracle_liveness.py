@@ -377,6 +377,10 @@ def test_the_rejudge_and_summary_scripts_count_liveness_misses(tmp_path: Path) -
     assert "| violations | liveness: 1 |" in out
     assert ("| liveness | 2 events allowable: 0 approved within the bound, 2 misses (1 unexplained); by cause: "
             "L1 ZooKeeper link cut 1, L1 unexplained 1 |") in out
+    # The same as tables: outcomes, each miss with its runs, and the allowable-to-approved times (none here).
+    assert "| miss | 2 |" in out
+    assert "| L1: ZooKeeper link cut | 1 | 1 |" in out and "| L1: unexplained | 1 | 1 |" in out
+    assert "| no fault on its path between | 0 | - | - | - |" in out
 
 
 def test_a_server_down_in_haproxy_outside_the_resources_does_not_count_as_serving() -> None:
