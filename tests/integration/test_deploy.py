@@ -128,7 +128,7 @@ def test_the_zookeeper_ensemble_has_three_nodes_and_the_agents_use_all_of_them(s
 
 
 def _demo_settings(vm: str) -> Settings:
-    """The configuration `make demo` (coordinator demo) writes for ``vm``, with its own defaults."""
+    """The local group's configuration for ``vm`` (``LocalCluster``, with ``coordinator demo``'s drain wait)."""
     parser = argparse.ArgumentParser()
     demo.add_arguments(parser)
     args = parser.parse_args([])
@@ -142,7 +142,7 @@ def _demo_settings(vm: str) -> Settings:
     return Settings.model_validate(config)
 
 
-# Where the containers differ from the processes of `make demo` (documented in docs/deployment.md):
+# Where the containers differ from the processes of the local group (documented in docs/deployment.md):
 # addresses (container names, not loopback ports), where the state file lives, and how the HAProxy action
 # reaches the runtime API (TCP inside the compose network, not a UNIX socket).
 _DIFFERENT = {"imds": {"url"}, "zookeeper": {"hosts"}, "probe": {"listen"}, "http": {"listen"}, "state_file": True}
