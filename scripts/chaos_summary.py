@@ -18,6 +18,7 @@ import math
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -102,36 +103,60 @@ def summary(body: Mapping[str, Any]) -> list[str]:
                                     f"events without notice, {stats['requests_failed_other_no_server_up']} while "
                                     f"HAProxy had no server UP (in {no_server} runs), {some_up}",
     }
-    liveness = _liveness(judged)
-    if liveness:
-        rows["liveness"] = liveness
+    pooled = _pool(judged)
+    if pooled is not None:
+        rows["liveness"] = _liveness(pooled)
     lines += [*rejudged, "", "| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows.items())]
-    return lines + _liveness_tables(judged) + _why_none_up(judged) + _why_handover(judged)
+    tables = _liveness_tables(pooled) if pooled is not None else []
+    return lines + tables + _why_none_up(judged) + _why_handover(judged)
 
 
-def _liveness(judged: Sequence[Mapping[str, Any]]) -> str:
-    """The liveness judgement over every run (the oracle's ``liveness`` statistics; files judged before it
-    have none): events allowable, approved within the bound, misses by cause, and the times from allowable
-    to approved with no fault on the path between, pooled over the runs."""
-    found = [r["verdict"]["stats"]["liveness"] for r in judged if r["verdict"]["stats"].get("liveness")]
+@dataclass
+class _Liveness:
+    """The oracle's ``liveness`` statistics pooled over every run judged (files judged before it have none)."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+    causes: Counter[str] = field(default_factory=Counter)  # "L1 agent killed" -> misses
+    unexplained: int = 0
+    misses: Counter[tuple[str, str]] = field(default_factory=Counter)  # (law, cause) -> misses
+    miss_runs: dict[tuple[str, str], set[int]] = field(default_factory=dict)
+    held: Counter[str] = field(default_factory=Counter)
+    clean: list[float] = field(default_factory=list)  # allowable to approved, no fault on the path between
+    faulted: list[float] = field(default_factory=list)  # the same with a fault between
+
+
+def _pool(judged: Sequence[Mapping[str, Any]]) -> _Liveness | None:
+    found = [(int(r["seed"]), r["verdict"]["stats"]["liveness"]) for r in judged
+             if r["verdict"]["stats"].get("liveness")]
     if not found:
-        return ""
-    outcomes: Counter[str] = Counter()
-    causes: Counter[str] = Counter()
-    times: list[float] = []
-    for judgement in found:
-        outcomes.update(judgement.get("outcomes") or {})
-        causes.update(judgement.get("misses_by_cause") or {})
-        times.extend(float(x) for x in judgement.get("allowable_to_approved_seconds") or ())
-    unexplained = sum(int(j.get("misses_unexplained") or 0) for j in found)
+        return None
+    pooled = _Liveness()
+    for seed, judgement in found:
+        pooled.outcomes.update(judgement.get("outcomes") or {})
+        pooled.causes.update(judgement.get("misses_by_cause") or {})
+        pooled.unexplained += int(judgement.get("misses_unexplained") or 0)
+        for miss in judgement.get("misses") or ():
+            key = (str(miss["law"]), str(miss.get("cause") or "unexplained"))
+            pooled.misses[key] += 1
+            pooled.miss_runs.setdefault(key, set()).add(seed)
+        pooled.held.update(judgement.get("held_by") or {})
+        pooled.clean += [float(x) for x in judgement.get("allowable_to_approved_seconds") or ()]
+        pooled.faulted += [float(x) for x in judgement.get("allowable_to_approved_with_faults_seconds") or ()]
+    pooled.clean.sort()
+    pooled.faulted.sort()
+    return pooled
+
+
+def _liveness(pooled: _Liveness) -> str:
+    """The liveness row: events allowable, approved within the bound, misses by cause, and the times from
+    allowable to approved with no fault on the path between."""
+    outcomes, causes, times = pooled.outcomes, pooled.causes, pooled.clean
     text = (f"{outcomes['allowable']} events allowable: {outcomes['approved in time']} approved within the bound, "
-            f"{sum(causes.values())} misses ({unexplained} unexplained)")
+            f"{sum(causes.values())} misses ({pooled.unexplained} unexplained)")
     if causes:
         ordered = sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))
         text += "; by cause: " + ", ".join(f"{cause} {n}" for cause, n in ordered)
     if times:
-        times.sort()
-
         text += (f"; allowable to approved (no fault between, {len(times)} events): p50 {_rank(times, 0.5):.1f} s, "
                  f"p99 {_rank(times, 0.99):.1f} s, max {times[-1]:.1f} s")
     return text
@@ -142,45 +167,26 @@ def _rank(ordered: Sequence[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def _liveness_tables(judged: Sequence[Mapping[str, Any]]) -> list[str]:
+def _liveness_tables(pooled: _Liveness) -> list[str]:
     """The liveness judgement as tables: each event with notice by its outcome; each miss by the law it
     missed and the fault that explains it (or none), with the runs it fell in; what held the events the
-    policy held; and the time from allowable to approved, pooled over the runs, for events with no fault
-    on their path between and for those with one."""
-    found = [(int(r["seed"]), r["verdict"]["stats"]["liveness"]) for r in judged
-             if r["verdict"]["stats"].get("liveness")]
-    if not found:
-        return []
-    outcomes: Counter[str] = Counter()
-    misses: Counter[tuple[str, str]] = Counter()
-    miss_runs: dict[tuple[str, str], set[int]] = {}
-    held: Counter[str] = Counter()
-    times: dict[str, list[float]] = {"no fault on its path between": [], "a fault on its path between": []}
-    for seed, judgement in found:
-        for miss in judgement.get("misses") or ():
-            key = (str(miss["law"]), str(miss.get("cause") or "unexplained"))
-            misses[key] += 1
-            miss_runs.setdefault(key, set()).add(seed)
-        outcomes.update({k: int(n) for k, n in (judgement.get("outcomes") or {}).items() if k != "allowable"})
-        held.update(judgement.get("held_by") or {})
-        times["no fault on its path between"] += [float(x) for x in
-                                                 judgement.get("allowable_to_approved_seconds") or ()]
-        times["a fault on its path between"] += [float(x) for x in
-                                                judgement.get("allowable_to_approved_with_faults_seconds") or ()]
+    policy held; and the time from allowable to approved, for events with no fault on their path between
+    and for those with one."""
+    outcomes = Counter({k: n for k, n in pooled.outcomes.items() if k != "allowable"})
     lines = ["", "| event with notice, as judged (L1) | events |", "|---|---|",
              *(f"| {outcome} | {n} |" for outcome, n in outcomes.most_common()),
              "", "| liveness miss (law: the fault that explains it) | misses | runs |", "|---|---|---|"]
-    lines += [f"| {law}: {cause} | {n} | {len(miss_runs[(law, cause)])} |"
-              for (law, cause), n in sorted(misses.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))]
-    if not misses:
+    lines += [f"| {law}: {cause} | {n} | {len(pooled.miss_runs[(law, cause)])} |"
+              for (law, cause), n in sorted(pooled.misses.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1]))]
+    if not pooled.misses:
         lines.append("| none | 0 | 0 |")
-    if held:
+    if pooled.held:
         lines += ["", "| held by the policy (never allowable, or not for a whole bound): what held it | events |",
                   "|---|---|",
-                  *(f"| {why} | {n} |" for why, n in sorted(held.items(), key=lambda kv: (-kv[1], kv[0])))]
+                  *(f"| {why} | {n} |" for why, n in sorted(pooled.held.items(), key=lambda kv: (-kv[1], kv[0])))]
     lines += ["", "| allowable to approved | events | p50 | p99 | max |", "|---|---|---|---|---|"]
-    for name, values in times.items():
-        values.sort()
+    paths = (("no fault on its path between", pooled.clean), ("a fault on its path between", pooled.faulted))
+    for name, values in paths:
         lines.append(f"| {name} | {len(values)} | " + (
             f"{_rank(values, 0.5):.2f} s | {_rank(values, 0.99):.2f} s | {values[-1]:.2f} s |" if values
             else "- | - | - |"))
