@@ -116,7 +116,6 @@ class _Liveness:
     """The oracle's ``liveness`` statistics pooled over every run judged (files judged before it have none)."""
 
     outcomes: Counter[str] = field(default_factory=Counter)
-    causes: Counter[str] = field(default_factory=Counter)  # "L1 agent killed" -> misses
     unexplained: int = 0
     misses: Counter[tuple[str, str]] = field(default_factory=Counter)  # (law, cause) -> misses
     miss_runs: dict[tuple[str, str], set[int]] = field(default_factory=dict)
@@ -133,7 +132,6 @@ def _pool(judged: Sequence[Mapping[str, Any]]) -> _Liveness | None:
     pooled = _Liveness()
     for seed, judgement in found:
         pooled.outcomes.update(judgement.get("outcomes") or {})
-        pooled.causes.update(judgement.get("misses_by_cause") or {})
         pooled.unexplained += int(judgement.get("misses_unexplained") or 0)
         for miss in judgement.get("misses") or ():
             key = (str(miss["law"]), str(miss.get("cause") or "unexplained"))
@@ -150,7 +148,8 @@ def _pool(judged: Sequence[Mapping[str, Any]]) -> _Liveness | None:
 def _liveness(pooled: _Liveness) -> str:
     """The liveness row: events allowable, approved within the bound, misses by cause, and the times from
     allowable to approved with no fault on the path between."""
-    outcomes, causes, times = pooled.outcomes, pooled.causes, pooled.clean
+    outcomes, times = pooled.outcomes, pooled.clean
+    causes = Counter({f"{law} {cause}": n for (law, cause), n in pooled.misses.items()})  # "L1 agent killed" -> misses
     text = (f"{outcomes['allowable']} events allowable: {outcomes['approved in time']} approved within the bound, "
             f"{sum(causes.values())} misses ({pooled.unexplained} unexplained)")
     if causes:

@@ -5,6 +5,7 @@ and a quick test that carried it would only lengthen the stories' process. Both 
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent.parent
 
 
+@functools.cache  # tests/e2e is collected once for both tests
 def _collected(*args: str) -> list[str]:
     """The test ids pytest selects with ``args``, collected but not run."""
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args],
