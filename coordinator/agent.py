@@ -406,6 +406,7 @@ class Agent:
             read_sent=self._reading.sent,
             duplicate=duplicate,
             peers=self._peers.seen() if self._peers is not None else None,
+            seen_unnamed=evidence.seen_unnamed,
         )
 
     def _track(self, reading: Reading | None, cluster: ClusterView | None, connection: ConnectionState,

@@ -30,6 +30,9 @@ class Evidence:
     seen: Mapping[str, Sighting] = field(default_factory=dict)  # event key -> when documents last listed it
     absent_since: Mapping[str, float] = field(default_factory=dict)  # vm -> since when seen without its agent
     connected_at: float | None = None  # when the store was last seen CONNECTED (None: never, in this process)
+    # A document of this process has listed an event naming other VMs and not this one: IMDS shows this VM
+    # every event of its unit (``coordinator.delivery.Delivery.every_event``). Never unlearnt.
+    seen_unnamed: bool = False
 
 
 def after_reading(
@@ -46,7 +49,8 @@ def after_reading(
     present = {e.event_id.upper() for e in document.events}
     seen = sight(evidence.seen, present, sent, answered)
     seen = {k: s for k, s in seen.items() if records is None or k in records or not is_gone(s, gone_after)}
-    return replace(evidence, named=named, seen=seen)
+    unnamed = evidence.seen_unnamed or any(e.resources and not e.names(me) for e in document.events)
+    return replace(evidence, named=named, seen=seen, seen_unnamed=unnamed)
 
 
 def after_view(evidence: Evidence, cluster: ClusterView | None, mono: float) -> Evidence:

@@ -49,6 +49,10 @@ class InstanceCompute(BaseModel):
         default="", validation_alias="platformUpdateDomain", serialization_alias="platformUpdateDomain"
     )
     zone: _Text = ""
+    # A scale-set instance's placement group: its delivery unit (``coordinator.delivery``); "" elsewhere.
+    placement_group_id: _Text = Field(
+        default="", validation_alias="placementGroupId", serialization_alias="placementGroupId"
+    )
     resource_id: _Text = Field(default="", validation_alias="resourceId", serialization_alias="resourceId")
 
     @property

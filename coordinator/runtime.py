@@ -7,7 +7,8 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import FrameType
 
 from prometheus_client import CollectorRegistry
@@ -24,6 +25,7 @@ from coordinator.config import (
     WebhookActionConfig,
 )
 from coordinator.decide import Policy
+from coordinator.delivery import Delivery
 from coordinator.errors import ImdsError, InvalidName
 from coordinator.httpserver import HttpSurface, ListenError, split_host_port
 from coordinator.imds import ImdsClient
@@ -38,8 +40,8 @@ from coordinator.store.zookeeper import ZooKeeperStore
 from coordinator.support.hostos import agent_identity
 from coordinator.telemetry import Health
 
-__all__ = ["Stopper", "advertised_probe_url", "build_actions", "build_azure_lb", "policy_from", "run_agent",
-           "startup_summary"]
+__all__ = ["Stopper", "advertised_probe_url", "build_actions", "build_azure_lb", "delivery_from", "policy_from",
+           "run_agent", "startup_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ def _learn_identity(imds: ImdsClient, stop: threading.Event, retry: float) -> tu
                 "fault_domain": compute.platform_fault_domain,
                 "update_domain": compute.platform_update_domain,
                 "zone": compute.zone,
+                "placement_group": compute.placement_group_id,
             }
             log.info("this VM is %s according to IMDS (%s)", name,
                      ", ".join(f"{k} {v}" for k, v in placement.items() if v != ""))
@@ -169,6 +172,16 @@ def policy_from(settings: Settings) -> Policy:
         peer_fresh=(2 * p.peer_probe_interval_seconds + p.peer_probe_timeout_seconds
                     if p.confirm_peers_by_probe else None),
     )
+
+
+def delivery_from(settings: Settings, placement: Mapping[str, object]) -> Delivery:
+    """This VM's delivery unit and mode: ``imds.unit`` if set, else the placement group IMDS gave with this
+    VM's name (a scale-set instance's ``placementGroupId``), else unknown; the mode as configured."""
+    unit = settings.imds.unit
+    if unit is None:
+        learnt = placement.get("placement_group")
+        unit = learnt if isinstance(learnt, str) and learnt else None
+    return Delivery(unit=unit, mode=settings.imds.delivery)
 
 
 def advertised_probe_url(settings: Settings, bound: tuple[str, int]) -> str:
@@ -377,16 +390,21 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         backoff_max=settings.imds.backoff_max_seconds,
         on_reading=lambda: agent_ref[0].reading_arrived() if agent_ref else None,
     )
+    delivery = delivery_from(settings, placement)
+    log.info("delivery: %s (imds.delivery %s%s)", delivery.describe(), settings.imds.delivery.value,
+             "" if settings.imds.unit is not None or not placement.get("placement_group")
+             else ", unit from IMDS's placementGroupId")
     agent = Agent(
         vm=vm,
         imds=adapters_imds,
         store=store,
         actions=actions,
-        policy=policy_from(settings),
+        policy=replace(policy_from(settings), delivery=delivery),
         metrics=metrics,
         poll_interval=settings.imds.poll_interval,
         # Who this process is: lets a restarted agent take its predecessor's member node, and no other.
-        member_info={"admin": settings.http.listen, "probe": probe_url, **placement, **agent_identity()},
+        member_info={"admin": settings.http.listen, "probe": probe_url, **placement, "unit": delivery.unit,
+                     "delivery": delivery.mode.value, **agent_identity()},
         state_file=state_file,
         peers=peers,
         readings=poller if settings.imds.stagger else _Unstaggered(poller),

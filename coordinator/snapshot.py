@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
+from coordinator.delivery import Delivery
 from coordinator.maintenance_windows import Window, in_windows
 from coordinator.models import Document, EventSource, EventType, ScheduledEvent
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Pause
@@ -128,6 +129,9 @@ class Snapshot:
     # Another live agent holds this VM's member node (two agents run with one vm_name): why, in one line.
     duplicate: str | None = None
     peers: Mapping[str, PeerSeen] | None = None  # vm -> last probe answer; None: peers are not probed
+    # This process's documents have shown an event that does not name this VM: IMDS delivers to it every
+    # event of its unit (``Delivery.every_event`` with ``imds.delivery: auto``).
+    seen_unnamed: bool = False
 
     @property
     def uptime(self) -> float:
@@ -179,6 +183,7 @@ class Policy:
     # without an /out node or an ack counts as in rotation.
     peer_fresh: float | None = None
     windows: tuple[Window, ...] = ()  # maintenance windows: approve early only inside one (none: always)
+    delivery: Delivery = field(default_factory=Delivery)  # this VM's delivery unit and how IMDS delivers in it
 
     @property
     def budgeted(self) -> bool:

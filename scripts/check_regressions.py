@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS = "tests/unit/test_safety_regressions.py"
 FOUND = "tests/model/test_found_by_model.py"  # reproductions of what the model-based suite found
 LOOP = "tests/unit/test_loop_safety.py"  # breaks in the shell around the decision
+UNITS = "tests/unit/test_delivery_units.py"  # delivery units and who closes a record in each delivery mode
 
 # (fix, file, the code of the fix, the code without it, the test that must then fail)
 MUTATIONS = [
@@ -559,16 +560,51 @@ MUTATIONS = [
     (
         'gone-by-the-leaders-own-documents',
         'coordinator/decide/events.py',
-        '    return every_event_shown or snap.me in record.resources\n',
+        '    return snap.me in record.resources or policy.delivery.covers(record, snap.seen_unnamed)\n',
         '    return False\n',
         'tests/unit/test_liveness.py::test_a_cancelled_event_frees_the_budget_when_every_agent_restarted_as_imds_dropped_it',
     ),
     (
         'gone-by-the-documents-of-a-vm-it-names',
         'coordinator/decide/events.py',
-        '    return every_event_shown or snap.me in record.resources\n',
-        '    return every_event_shown\n',
+        '    return snap.me in record.resources or policy.delivery.covers(record, snap.seen_unnamed)\n',
+        '    return policy.delivery.covers(record, snap.seen_unnamed)\n',
         'tests/unit/test_liveness.py::test_a_restarted_agent_that_leads_is_not_held_by_its_own_finished_event',
+    ),
+    (
+        'own-documents-speak-only-for-events-of-its-own-unit',
+        'coordinator/delivery.py',
+        '        return (self.unit is not None and record.unit == self.unit and self.every_event(seen_unnamed))\n',
+        '        return self.every_event(seen_unnamed)\n',
+        UNITS + '::test_an_event_of_another_placement_group_is_approved_early_and_its_record_kept_while_present[unit]',
+    ),
+    (
+        'a-record-is-closed-by-the-first-live-vm-it-names',
+        'coordinator/decide/records.py',
+        '        if not cluster.i_am_leader and closer != snap.me:\n',
+        '        if not cluster.i_am_leader:\n',
+        UNITS + '::test_an_admitted_event_cancelled_while_every_agent_restarted_frees_the_budget[untold]',
+    ),
+    (
+        'a-record-is-closed-by-the-first-live-vm-it-names-across-units',
+        'coordinator/decide/records.py',
+        '        if not cluster.i_am_leader and closer != snap.me:\n',
+        '        if not cluster.i_am_leader:\n',
+        UNITS + '::test_an_event_of_another_placement_group_is_approved_early_and_its_record_kept_while_present[auto]',
+    ),
+    (
+        'a-leader-that-knows-its-unit-speaks-for-its-events',
+        'coordinator/decide/events.py',
+        '    return snap.me in record.resources or policy.delivery.covers(record, snap.seen_unnamed)\n',
+        '    return snap.me in record.resources\n',
+        UNITS + '::test_a_leader_that_knows_its_unit_closes_a_cancelled_record_of_its_unit_though_no_vm_it_names_runs_an_agent',
+    ),
+    (
+        'a-vm-deleted-by-its-terminate-holds-no-record',
+        'coordinator/decide/records.py',
+        '    return (record.event_type == EventType.TERMINATE and vm in record.resources and vm not in cluster.members\n',
+        '    return False and (record.event_type == EventType.TERMINATE and vm in record.resources\n',
+        UNITS + '::test_a_vm_deleted_by_its_terminate_holds_nothing_where_imds_shows_each_vm_only_its_own_events',
     ),
     (
         'sightings-kept-while-the-store-is-unreadable',

@@ -10,6 +10,7 @@ from kazoo.security import Id
 from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 
 from coordinator.config.base import _host_port, _rules_off, _Section
+from coordinator.delivery import DeliveryMode
 from coordinator.store.zk_security import NodeAcls, digest_identity, node_acls, parse_identity
 from coordinator.store.zk_session import ClientOptions, TlsOptions
 
@@ -42,6 +43,17 @@ class ImdsConfig(_Section):
         "and read at once when a peer publishes an event this VM's document does not show yet"
     )
     max_requests_per_second: float = Field(5.0, gt=0, le=5.0, description="IMDS allows 5/s per VM in all")
+    delivery: DeliveryMode = Field(
+        DeliveryMode.AUTO, description="Which events IMDS shows this VM: unit (every event of its availability set "
+        "or scale-set placement group), named (only those naming it: GPU sizes of a one-fault-domain scale set) "
+        "or auto (unit once this VM's own documents show an event not naming it; until then named)"
+    )
+    unit: str | None = Field(
+        None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
+        description="This VM's delivery unit: its availability set, or its scale set's placement group "
+        "(default: a scale-set instance's placementGroupId, which IMDS gives with its name when vm_name is not set; "
+        "else unknown)"
+    )
 
     @field_validator("url")
     @classmethod

@@ -38,7 +38,7 @@ upkeep of records and absences.
 from __future__ import annotations
 
 from coordinator.decide.decision import decide, follows_group
-from coordinator.decide.events import choose_approver, shows_every_event
+from coordinator.decide.events import choose_approver
 from coordinator.snapshot import (
     ApprovalIntent,
     LocalState,
@@ -70,5 +70,4 @@ __all__ = [
     "is_gone",
     "rule_for",
     "session_lapses_after",
-    "shows_every_event",
 ]

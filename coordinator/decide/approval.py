@@ -47,7 +47,7 @@ def _approvals(
             continue
         record = cluster.records.get(ev.key)
         if record is None and snap.document is not None:
-            found.publish.append(_record(ev, snap))
+            found.publish.append(_record(ev, snap, policy))
         if snap.document is None or not ev.event.is_scheduled:
             continue
         approver, as_leader = choose_approver(ev.resources, cluster, policy.approver)
@@ -136,7 +136,7 @@ def _approval_blockers(
     if not in_windows(policy.windows, snap.now):
         reasons.append("outside the maintenance windows")
     if record.done_at is not None:
-        reasons.append("its record is marked done: reopened by the leader first")
+        reasons.append("its record is marked done: reopened by the leader or its closer first")
     if ev.rule is ApprovalRule.AFTER_DRAIN:
         if policy.budgeted and record.admitted_at is None and not admitting_now:
             reasons.append(_NOT_ADMITTED)  # replaced by its cause (``_not_admitted_because``)

@@ -133,7 +133,7 @@ def _with_the_group(
     withdraw = [key for key, record in cluster.records.items() if snap.me in record.acks and key not in holding_keys]
     group = _GroupPlan(admit=budget.admit, ack=ack, withdraw=withdraw,
                        approvals=_approvals(parsed, by_key, budget, ack, posted, cluster, snap, policy))
-    if snap.document is not None and cluster.i_am_leader:
+    if snap.document is not None:
         group.reopen, group.mark_done = _closing(by_key, cluster, snap, policy)
     if cluster.i_am_leader:
         group.mark_absent, group.clear_absent = _absences(cluster)

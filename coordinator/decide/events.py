@@ -14,8 +14,8 @@ from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.snapshot import Policy, Snapshot, rule_for
 from coordinator.store.base import ClusterView, EventRecord
 
-__all__ = ["_Event", "_approvable", "_from_store", "_in_own_documents", "_parse", "_parse_events", "_record",
-           "_waited_for", "choose_approver", "shows_every_event"]
+__all__ = ["_Event", "_approvable", "_closer", "_from_store", "_in_own_documents", "_parse", "_parse_events",
+           "_record", "_waited_for", "choose_approver"]
 
 
 def choose_approver(
@@ -103,7 +103,9 @@ def _parse_events(basis: Document | None, policy: Policy) -> tuple[list[_Event],
     return parsed, invalid
 
 
-def _record(ev: _Event, snap: Snapshot) -> EventRecord:
+def _record(ev: _Event, snap: Snapshot, policy: Policy) -> EventRecord:
+    """The record this VM publishes of an event of its documents: with its own delivery unit, which is the
+    event's (IMDS shows a VM only events of its unit)."""
     assert ev.key is not None
     return EventRecord(
         event_id=ev.key,
@@ -112,6 +114,7 @@ def _record(ev: _Event, snap: Snapshot) -> EventRecord:
         not_before=ev.not_before,
         published_by=snap.me,
         published_at=snap.now,
+        unit=policy.delivery.unit,
     )
 
 
@@ -124,12 +127,11 @@ def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[st
     this VM's documents listing it, and only if they would not list it while it is present
     (``_in_own_documents``)."""
     found: dict[str, _Event] = {}
-    every_event = shows_every_event(cluster)
     for key, record in cluster.records.items():
         sighting = snap.seen.get(key)
         if record.done_at is not None or sighting is None or sighting.listed:
             continue
-        if _in_own_documents(record, snap, every_event):
+        if _in_own_documents(record, snap, policy):
             continue  # present, its own documents list it: known from them alone, with all they say
         if snap.mono - sighting.last < policy.gone_after:
             # Where every VM sees every event, this VM's own documents list it within a poll or two, with
@@ -143,21 +145,21 @@ def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[st
     return found
 
 
-def shows_every_event(cluster: ClusterView) -> bool:
-    """Whether the group's IMDS shows every VM every event of the group, as Azure does for availability sets
-    and most scale sets: some record was published by a VM it does not name, and only a document can have
-    shown the event to that VM. Unknown (no such record yet, or a group whose IMDS shows each VM only the
-    events naming it): False."""
-    return any(record.published_by not in record.resources for record in cluster.records.values())
-
-
-def _in_own_documents(record: EventRecord, snap: Snapshot, every_event_shown: bool) -> bool:
+def _in_own_documents(record: EventRecord, snap: Snapshot, policy: Policy) -> bool:
     """Whether this VM's own documents list the record's event for as long as it is present: it names this
-    VM, or the group shows every VM every event (``shows_every_event``). Then those documents alone say
-    whether the event is there, whatever this VM saw of it before (a restarted process, sightings dropped
-    while ZooKeeper was unreadable): a leader closes its record once they miss it (``_over``), and never
+    VM, or IMDS shows this VM every event of its unit and the event is of that unit
+    (``coordinator.delivery.Delivery.covers``). Then those documents alone say whether the event is there,
+    whatever this VM saw of it before (a restarted process, sightings dropped while ZooKeeper was
+    unreadable): it closes the record once they miss it (``decide.records._over``), and the leader never
     admits it from its record alone (``_from_store``)."""
-    return every_event_shown or snap.me in record.resources
+    return snap.me in record.resources or policy.delivery.covers(record, snap.seen_unnamed)
+
+
+def _closer(record: EventRecord, cluster: ClusterView) -> str | None:
+    """The VM whose documents close ``record`` when the leader's do not list its event: the first live member
+    it names, whose own documents list the event while it is present, in every delivery mode. None: no
+    agent it names is live, and the leader judges it by who still holds it (``decide.records._over``)."""
+    return next((vm for vm in record.resources if vm in cluster.members), None)
 
 
 def _waited_for(vm: str, cluster: ClusterView, policy: Policy, snap: Snapshot) -> bool:

@@ -1,29 +1,35 @@
-"""The group's records, kept by the leader: which events are over (their records marked done) or back
-(reopened), which VMs are absent or back, and when done records are purged."""
+"""The group's records, kept by the leader and by each record's closer: which events are over (their records
+marked done) or back (reopened), which VMs are absent or back, and when done records are purged."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coordinator.decide.events import _Event, _in_own_documents, shows_every_event
+from coordinator.decide.events import _closer, _Event, _in_own_documents
+from coordinator.models import EventType
 from coordinator.snapshot import Policy, Snapshot, is_gone
 from coordinator.store.base import ClusterView, EventRecord
 
-__all__ = ["_absences", "_closing", "_over", "_purge_before"]
+__all__ = ["_absences", "_closing", "_deleted_by", "_over", "_purge_before", "_released"]
 
 
 def _closing(
     by_key: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
 ) -> tuple[list[str], list[str]]:
-    """The leader's changes to records on a fresh document: (records to reopen, records to mark done)."""
+    """This VM's changes to records on a fresh document: (records to reopen, records to mark done). The
+    leader judges every record; the first live member a record names (its closer, ``_closer``) judges that
+    one too, since its documents list the event while it is present whatever the delivery. Both may write
+    the same change: marking done and reopening are idempotent."""
     reopen: list[str] = []
     mark_done: list[str] = []
-    every_event = shows_every_event(cluster)
     for key, record in cluster.records.items():
+        closer = _closer(record, cluster)
+        if not cluster.i_am_leader and closer != snap.me:
+            continue
         if key in by_key:
             if record.done_at is not None:
                 reopen.append(key)  # back (a flap, or a reused EventId): nothing of before counts
-        elif record.done_at is None and _over(key, record, cluster, snap, policy, every_event):
+        elif record.done_at is None and _over(key, record, cluster, snap, policy, closer):
             mark_done.append(key)
     return reopen, mark_done
 
@@ -35,20 +41,39 @@ def _absences(cluster: ClusterView) -> tuple[list[str], list[str]]:
 
 
 def _over(
-    key: str, record: EventRecord, cluster: ClusterView, snap: Snapshot, policy: Policy, every_event_shown: bool,
+    key: str, record: EventRecord, cluster: ClusterView, snap: Snapshot, policy: Policy, closer: str | None,
 ) -> bool:
-    """Whether the leader takes an open record's event for over (its record is then marked done). One its
-    documents listed, or would list while it is present (it names the leader, or the group shows every VM
-    every event: ``_in_own_documents``), is over once gone from them, whatever the leader saw of it before.
-    One they would never list (IMDS shows it only to the VMs it names) is over once none of those VMs
-    holds it (no ack, no ``/out`` node naming it) and it was approved or its NotBefore has passed: its VMs
-    hold it from their drain until it is gone for them."""
+    """Whether this VM takes an open record's event for over (its record is then marked done).
+
+    One this VM's documents list while it is present (it names this VM, or IMDS shows this VM every event
+    of the event's unit: ``_in_own_documents``), or listed once, is over once gone from them, whatever this
+    VM saw of it before. Any other is left to its closer, the first live member it names, whose documents
+    do list it. With no live agent among the VMs it names, it is over once none of them holds it (no ack,
+    no ``/out`` node naming it but that of a VM its Terminate deleted: ``_deleted_by``) and it was approved
+    or its NotBefore has passed."""
     sighting = snap.seen.get(key)
-    if sighting is None or sighting.listed or _in_own_documents(record, snap, every_event_shown):
+    if sighting is None or sighting.listed or _in_own_documents(record, snap, policy):
         return is_gone(sighting, policy.gone_after)
-    if record.acks or any(key in {e.upper() for e in mark.events} for mark in cluster.out.values()):
+    if closer is not None:
         return False
+    if record.acks:
+        return False
+    if any(key in {e.upper() for e in mark.events} and not _deleted_by(record, vm, cluster, snap)
+           for vm, mark in cluster.out.items()):
+        return False
+    return _released(record, snap)
+
+
+def _released(record: EventRecord, snap: Snapshot) -> bool:
+    """Whether the record's event has been released: approved, or its NotBefore has passed (or it has none)."""
     return record.approval is not None or record.not_before is None or snap.now >= record.not_before
+
+
+def _deleted_by(record: EventRecord, vm: str, cluster: ClusterView, snap: Snapshot) -> bool:
+    """Whether ``vm`` was deleted by the record's event: a Terminate naming it, released, and the VM runs no
+    agent. Its ``/out`` node then has nobody left to delete it, and holds the record no longer."""
+    return (record.event_type == EventType.TERMINATE and vm in record.resources and vm not in cluster.members
+            and _released(record, snap))
 
 
 def _purge_before(snap: Snapshot, cluster: ClusterView | None, policy: Policy) -> float | None:

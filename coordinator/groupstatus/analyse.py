@@ -47,8 +47,8 @@ from coordinator.decide import (
     Snapshot,
     choose_approver,
     decide,
-    shows_every_event,
 )
+from coordinator.delivery import DeliveryMode
 from coordinator.groupstatus.model import (
     Absent,
     Ack,
@@ -161,6 +161,7 @@ def _member(vm: str, read: GroupRead, reports: Mapping[str, AgentReport]) -> Mem
         placement=Placement(
             fault_domain=_text(info.get("fault_domain")), update_domain=_text(info.get("update_domain")),
             zone=_text(info.get("zone")), scale_set=_text(info.get("scale_set")),
+            unit=_text(info.get("unit")), delivery=_text(info.get("delivery")),
         ),
         probe=_text(info.get("probe")),
         admin=_text(info.get("admin")),
@@ -213,22 +214,28 @@ def _status_of(record: EventRecord, read: GroupRead, reported: Mapping[str, tupl
 def _gone_per(record: EventRecord, read: GroupRead) -> str | None:
     """The first agent whose last document (read fresh) no longer lists the record's event although its
     documents list the event while it is present: it names that VM, that VM published or approved it, or
-    the group shows every VM every event (some record was published by a VM it does not name). None when no
+    its agent runs with ``imds.delivery: unit`` in the record's unit (``coordinator.delivery``). None when no
     such agent answered. Only for an event that could have started (approved, or NotBefore passed): by then
     every agent has read it, whereas a new event may not have reached every agent's document yet."""
     if record.approval is None and (record.not_before is None or read.read_at < record.not_before):
         return None
-    every = shows_every_event(read.view)
     showing = {*record.resources, record.published_by, *([record.approval.by] if record.approval else [])}
     for vm, answer in sorted(read.agents.items()):
         body = answer.body or {}
         imds, events = body.get("imds"), body.get("events")
-        if not (every or vm in showing) or not isinstance(imds, dict) or imds.get("fresh") is not True \
-                or not isinstance(events, list):
+        if not (vm in showing or _unit_wide_in(vm, record, read)) or not isinstance(imds, dict) \
+                or imds.get("fresh") is not True or not isinstance(events, list):
             continue
         if not any(isinstance(e, dict) and str(e.get("event_id", "")).upper() == record.event_id for e in events):
             return vm
     return None
+
+
+def _unit_wide_in(vm: str, record: EventRecord, read: GroupRead) -> bool:
+    """Whether ``vm``'s member node says IMDS shows it every event of the record's unit."""
+    info = read.member_info.get(vm, {})
+    return (record.unit is not None and info.get("unit") == record.unit
+            and info.get("delivery") == DeliveryMode.UNIT.value)
 
 
 def event_statuses(read: GroupRead, policy: Policy) -> list[EventStatus]:

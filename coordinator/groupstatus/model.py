@@ -71,6 +71,8 @@ class Placement(_Model):
     update_domain: str | None = None
     zone: str | None = None
     scale_set: str | None = None
+    unit: str | None = Field(default=None, description="its delivery unit (imds.unit, or its placementGroupId)")
+    delivery: str | None = Field(default=None, description="imds.delivery as its agent runs with it")
 
 
 class AgentReport(_Model):

@@ -131,7 +131,7 @@ def _phase(member: Member) -> Text:
 def _members(status: GroupStatus) -> Table:
     table = Table(title=f"Members ({len(status.members)} live)", title_justify="left", title_style="bold",
                   expand=False)
-    for column in ("VM", "Version", "FD/UD", "Phase", "Last cycle", "Probe", "Admin"):
+    for column in ("VM", "Version", "FD/UD", "Unit", "Phase", "Last cycle", "Probe", "Admin"):
         table.add_column(column, overflow="fold")
     for member in status.members:
         name = Text(member.vm, style="bold")
@@ -147,7 +147,8 @@ def _members(status: GroupStatus) -> Table:
             cycle.append(agent.last_cycle or "-")
         else:
             cycle = Text(agent.error or "-", style="dim red")
-        table.add_row(name, Text(member.version or "-"), Text(domains), _phase(member), cycle,
+        unit = f"{placement.unit or '?'} ({placement.delivery or '?'})"
+        table.add_row(name, Text(member.version or "-"), Text(domains), Text(unit), _phase(member), cycle,
                       Text(member.probe or "-"), Text(member.admin or "-"))
     return table
 

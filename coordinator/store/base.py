@@ -8,7 +8,8 @@ Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``):
     /absent/{vm}                persistent  the leader saw this registered VM without an agent since {"since"}
     /leader                     ephemeral   held by the leader: {"vm", "since"}
     /events/{EVENT_ID}          persistent  the event as first seen: {"event_id", "event_type", "resources",
-                                            "not_before", "published_by", "published_at", "done_at"}
+                                            "not_before", "published_by", "published_at", "unit", "done_at"}
+                                            (``unit``: the publisher's delivery unit, null if it did not know it)
     /out/{vm}                   persistent  the VM is out of its load balancer's rotation: {"vm", "since", "events"}
     /events/{EVENT_ID}/acks/{vm} ephemeral  {"vm", "at"}: the VM is drained for this event now (its session)
     /events/{EVENT_ID}/admitted persistent  {"by", "at"}: the leader admitted the event into the
@@ -97,6 +98,9 @@ class EventRecord:
     approval: Approval | None = None
     done_at: float | None = None
     admitted_at: float | None = None
+    # The delivery unit of the VM that published the record (None: it did not know it). IMDS shows a VM only
+    # events of its own unit, so this is the event's unit (``coordinator.snapshot.Delivery``).
+    unit: str | None = None
 
 
 @dataclass(frozen=True)

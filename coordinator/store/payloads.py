@@ -150,6 +150,7 @@ class EventNode(NodePayload):
     not_before: float | None = None
     published_by: str
     published_at: float
+    unit: str | None = None
     done_at: float | None = None
 
     @classmethod
@@ -163,6 +164,7 @@ class EventNode(NodePayload):
             not_before=record.not_before,
             published_by=record.published_by,
             published_at=record.published_at,
+            unit=record.unit,
             done_at=record.done_at,
         )
 
@@ -187,6 +189,7 @@ class EventNode(NodePayload):
             approval=approval,
             done_at=self.done_at,
             admitted_at=admitted_at,
+            unit=self.unit,
         )
 
 

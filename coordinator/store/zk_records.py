@@ -64,6 +64,7 @@ def publish_event(ctx: StoreContext, record: EventRecord) -> WriteResult:
             published_by=published_by,
             published_at=record.published_at,
             done_at=record.done_at,
+            unit=record.unit,
         )
     ).to_bytes()
     with ctx.session.writing(f"publish event {event_id}"):

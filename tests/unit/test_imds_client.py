@@ -890,8 +890,12 @@ def test_instance_compute_is_tolerant() -> None:
         "platformFaultDomain": "0",
         "platformUpdateDomain": "",
         "zone": "",
+        "placementGroupId": "",
         "resourceId": "",
     }
+    # A scale-set instance's placement group: its delivery unit.
+    pg = "7d1a3c5e-0b2f-4e6a-9c8d-1f2e3d4c5b6a"
+    assert parse_instance_compute({"vmScaleSetName": "vmss", "placementGroupId": pg}).placement_group_id == pg
     assert parse_instance_compute(dumped) == InstanceCompute(
         vm_scale_set_name="vmss", platform_fault_domain="0"
     )

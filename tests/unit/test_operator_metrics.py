@@ -394,7 +394,7 @@ REASONS = {
     "no live agent named in Resources and no leader": "no_approver",
     "ZooKeeper connection suspended": "zookeeper",
     "event record not published yet": "not_published",
-    "its record is marked done: reopened by the leader first": "record_done",
+    "its record is marked done: reopened by the leader or its closer first": "record_done",
     "unknown event type 'Hibernate' is never approved early": "policy",
     "policy: Reboot events are never approved early": "policy",
     "Resources holds a name that is not a valid VM name": "invalid_event",

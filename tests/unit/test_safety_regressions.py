@@ -171,7 +171,7 @@ class Bench:
         self.peers = BenchPeers(self) if probe_peers else None
 
     def add(self, name: str, *, extra: Sequence[Any] = (), dry_run: bool = False,
-            readings: Callable[[FakeImds], Any] | None = None) -> Vm:
+            readings: Callable[[FakeImds], Any] | None = None, policy: Policy | None = None) -> Vm:
         old = self.vms.get(name)
         store = MemoryStore(self.cluster, clock=self.clock.now)
         imds = old.imds if old else FakeImds(self.group, name)
@@ -179,7 +179,8 @@ class Bench:
         probe = ProbeState(serving=probe_serving_at_start(StateFile(state))) if dry_run else ProbeState()
         actions: list[Any] = [ProbeAction(probe), *extra]
         agent = Agent(vm=name, imds=DryRunImds(imds) if dry_run else imds,
-                      store=DryRunStore(store) if dry_run else store, actions=actions, policy=self.policy,
+                      store=DryRunStore(store) if dry_run else store, actions=actions,
+                      policy=policy if policy is not None else self.policy,
                       metrics=Metrics(CollectorRegistry()), clock=self.clock,
                       executor=InlineExecutor(),  # type: ignore[arg-type]
                       state_file=DryRunStateFile(state) if dry_run else StateFile(state), peers=self.peers,
