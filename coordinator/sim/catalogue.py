@@ -1,8 +1,8 @@
 """What Azure documents, or real documents show, that the simulator reproduces.
 
 api-versions, event types and their notice, statuses, descriptions seen in captures, what each type
-does to a VM, the fault kinds the simulator can serve, and the instance metadata of a VM. Pure data
-and small functions over it; nothing here changes.
+does to a VM, the fault kinds the simulator can serve, the delivery modes of a group, and the instance
+metadata of a VM. Pure data and small functions over it; nothing here changes.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_DESCRIPTIONS",
     "DEFAULT_IMPACT",
     "DEFAULT_IMPACT_SECONDS",
+    "DELIVERIES",
     "EVENT_STATUSES",
     "EVENT_TYPE_SINCE",
     "FAULT_KINDS",
@@ -30,6 +31,7 @@ __all__ = [
     "STARTED",
     "TERMINATE_NOTICE_RANGE",
     "WRONG_TYPE_FIELDS",
+    "Delivery",
     "EventStatus",
     "FaultKind",
     "ImpactKind",
@@ -39,6 +41,7 @@ __all__ = [
     "compute_metadata",
     "default_description",
     "notice",
+    "placement_group_id",
 ]
 
 #: api-versions of the Scheduled Events endpoint, oldest first.
@@ -144,6 +147,12 @@ MAX_FAULT_BODY = 16 * 1024 * 1024
 WrongTypeField = Literal["DocumentIncarnation", "Events", "EventId", "Resources", "NotBefore", "DurationInSeconds"]
 WRONG_TYPE_FIELDS: tuple[str, ...] = get_args(WrongTypeField)
 
+#: Who sees an event: ``unit``, every VM of the delivery unit the event belongs to (an availability set or
+#: a scale-set placement group: Azure delivers each event to every VM of it); ``named``, only the VMs the
+#: event names (GPU VMs of a scale set with one fault domain).
+Delivery = Literal["unit", "named"]
+DELIVERIES: tuple[str, ...] = get_args(Delivery)
+
 #: How NotBefore is rendered under a time scale: in the simulated clock, or in real (wall-clock) time.
 NotBeforeClock = Literal["simulated", "real"]
 NOT_BEFORE_CLOCKS: tuple[str, ...] = get_args(NotBeforeClock)
@@ -172,10 +181,14 @@ class VmInfo:
 
     ``name`` is used as given in ``Resources`` and in the compute metadata; lookups are
     case-insensitive, as Azure names are. ``scale_set_name`` is ``""`` for availability-set VMs.
+    ``unit`` is the VM's delivery unit, the VMs that see one another's events: the placement-group id of
+    a scale-set instance, the availability-set name otherwise; ``""`` is the default unit, shared by every
+    VM given none. Units are compared case-insensitively, as Azure names and GUIDs are.
     """
 
     name: str
     scale_set_name: str = ""
+    unit: str = ""
     fault_domain: int = 0
     update_domain: int = 0
     zone: str = ""
@@ -185,8 +198,22 @@ class VmInfo:
     subscription_id: str = "00000000-0000-0000-0000-000000000000"
 
 
+def placement_group_id(info: VmInfo) -> str:
+    """The ``placementGroupId`` IMDS serves ``info``: ``""`` for a VM not in a scale set (as IMDS serves it);
+    for a scale-set instance its ``unit``, else a GUID derived from the scale-set name (uuid5), so that
+    every instance of a scale set given no unit is in one placement group."""
+    if not info.scale_set_name:
+        return ""
+    if info.unit:
+        return info.unit
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "imds-sim:placement-group:" + info.scale_set_name.lower()))
+
+
 def compute_metadata(info: VmInfo) -> dict[str, Any]:
-    """The ``/metadata/instance/compute`` answer for ``info`` (numbers as strings, as IMDS has them)."""
+    """The ``/metadata/instance/compute`` answer for ``info`` (numbers as strings, as IMDS has them).
+
+    Only fields IMDS documents; ``placementGroupId`` as ``placement_group_id`` gives it.
+    """
     provider = "Microsoft.Compute"
     if info.scale_set_name:
         instance = info.name.rsplit("_", 1)[-1]
@@ -204,6 +231,7 @@ def compute_metadata(info: VmInfo) -> dict[str, Any]:
         "location": info.location,
         "name": info.name,
         "osType": "Linux",
+        "placementGroupId": placement_group_id(info),
         "platformFaultDomain": str(info.fault_domain),
         "platformUpdateDomain": str(info.update_domain),
         "provider": provider,

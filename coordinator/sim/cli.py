@@ -19,9 +19,10 @@ from coordinator.actions.haproxy import HAProxyRuntime
 from coordinator.errors import InvalidName
 from coordinator.names import normalize_vm_name
 from coordinator.sim.azure import AzureModel
-from coordinator.sim.catalogue import VmInfo
+from coordinator.sim.catalogue import DELIVERIES
 from coordinator.sim.errors import InvalidRequest
 from coordinator.sim.group import SimulatedGroup
+from coordinator.sim.layout import parse_units, vm_infos
 from coordinator.sim.lb_haproxy import HAProxyDataPlane
 from coordinator.sim.replay import parse_replay
 from coordinator.sim.server import DEFAULT_RATE_LIMIT, SimulatorServer
@@ -183,6 +184,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     vms.add_argument(
         "--zones", default="", metavar="Z,Z,...", help="zones given to the VMs in turn (default: none)"
     )
+    layout = vms.add_mutually_exclusive_group()
+    layout.add_argument(
+        "--units",
+        type=lambda text: parse_units(text, _vm_name),
+        metavar="[NAME=]VM,VM/...",
+        help="delivery units (availability sets, scale-set placement groups): '/' separates units, each a "
+        "list of VMs, named NAME or pg0, pg1, ... in turn; VMs left out are in the default unit "
+        "(default: one unit of every VM)",
+    )
+    layout.add_argument(
+        "--unit-size",
+        type=_positive_int,
+        metavar="N",
+        help="split the VMs, in their order, into delivery units pg0, pg1, ... of N VMs each",
+    )
+    vms.add_argument(
+        "--delivery",
+        choices=DELIVERIES,
+        default="unit",
+        help="who sees an event: every VM of its unit, or only the VMs it names (GPU VMs of a one-fault-domain "
+        "scale set) (default: %(default)s)",
+    )
     parser.add_argument(
         "--control",
         type=_address,
@@ -343,17 +366,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"coordinator imds-sim: error: {exc}", file=sys.stderr)
         return 2
-    zones = [z.strip() for z in args.zones.split(",") if z.strip()]
-    infos = [
-        VmInfo(
-            name=name,
-            scale_set_name=args.scale_set,
-            fault_domain=index % args.fault_domains,
-            update_domain=index % args.update_domains,
-            zone=zones[index % len(zones)] if zones else "",
-        )
-        for index, name in enumerate(addresses)
-    ]
+    try:
+        infos = vm_infos(args, list(addresses))
+    except ValueError as exc:
+        print(f"coordinator imds-sim: error: {exc}", file=sys.stderr)
+        return 2
     try:
         group = SimulatedGroup(
             infos,
@@ -365,6 +382,7 @@ def run(args: argparse.Namespace) -> int:
             first_call_delay=args.first_call_delay,
             idle_reset_after=args.idle_reset_after,
             not_before_clock=args.not_before_clock,
+            delivery=args.delivery,
             on_record=_log_entry,
         )
         if args.replay is not None:

@@ -129,6 +129,20 @@ class SimControl:
         rollouts: list[dict[str, Any]] = self._call("GET", "/rollouts")["rollouts"]
         return rollouts
 
+    def vms(self) -> dict[str, Any]:
+        """The group's layout: ``{"delivery": "unit" | "named", "vms": [{"name", "unit", "scale_set_name",
+        "placement_group_id", "fault_domain", "update_domain", "zone"}, ...], "units": {UNIT: [VM, ...]}}``."""
+        return self._call("GET", "/vms")
+
+    def unit_of(self, vm: str) -> str:
+        """The delivery unit of ``vm`` (``""``: the default unit); raises ``KeyError`` for a VM not in the group
+        (compared case-insensitively, as the simulator does)."""
+        for info in self.vms()["vms"]:
+            if info["name"].lower() == vm.lower():
+                unit: str = info["unit"]
+                return unit
+        raise KeyError(vm)
+
     def register_pids(self, vm: str, pids: Sequence[int]) -> dict[str, Any]:
         """Set the PIDs that stand for ``vm``: impacts pause or kill these, and nothing else."""
         return self._call("POST", f"/vms/{vm}/pids", json={"pids": list(pids)})

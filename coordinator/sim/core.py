@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from coordinator.sim.catalogue import MINIMUM_NOTICE, VmInfo
+from coordinator.sim.catalogue import MINIMUM_NOTICE, Delivery, VmInfo
 from coordinator.sim.clock import Clock, SimTime
 from coordinator.sim.errors import InvalidRequest, SimulatorError, UnknownVm
 from coordinator.sim.faults import Faults, RefuseHandler
@@ -46,6 +46,10 @@ class GroupCore:
     ``signal_sender(pid, signum)`` (default ``os.kill``) is the only way the group touches processes,
     and only for PIDs registered with ``register_pids``.
 
+    Delivery units come with the VMs (``VmInfo.unit``); ``delivery`` says who sees an event (``Delivery``):
+    ``unit``, every VM of its unit, or ``named``, only the VMs it names (GPU VMs of a one-fault-domain
+    scale set).
+
     Clocks: ``clock`` gives simulated epoch seconds; ``wall_clock`` the ``t`` of log entries (default:
     ``clock`` when one is given, else the wall clock). Without ``clock``, a ``time_scale`` other than 1
     builds a ``ScaledClock`` starting at the wall clock's present. Every duration is in simulated seconds.
@@ -65,6 +69,7 @@ class GroupCore:
         first_call_delay: float = 0.0,
         idle_reset_after: float | None = None,
         not_before_clock: str = "simulated",
+        delivery: str = "unit",
         signal_sender: SignalSender = os.kill,
         on_record: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
@@ -75,6 +80,8 @@ class GroupCore:
         for info in infos:
             if not isinstance(info.name, str) or not info.name:
                 raise InvalidRequest(f"invalid VM name {info.name!r}")
+            if not isinstance(info.unit, str) or not info.unit.isprintable():
+                raise InvalidRequest(f"invalid delivery unit {info.unit!r} of VM {info.name!r}")
             key = info.name.lower()
             if key in by_key:
                 raise InvalidRequest(f"VM {info.name!r} is listed twice")
@@ -90,6 +97,7 @@ class GroupCore:
                 "first_call_delay": first_call_delay,
                 "idle_reset_after": idle_reset_after,
                 "not_before_clock": not_before_clock,
+                "delivery": delivery,
             },
         )
         names = [info.name for info in infos]
@@ -138,6 +146,11 @@ class GroupCore:
     @property
     def terminate_notice(self) -> float:
         return self._options.terminate_notice
+
+    @property
+    def delivery(self) -> Delivery:
+        """Who sees an event: every VM of its unit (``unit``), or the VMs it names only (``named``)."""
+        return self._options.delivery
 
     @property
     def incarnation(self) -> int:

@@ -8,7 +8,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coordinator.models import Document, ScheduledEvent
-from coordinator.sim.catalogue import DEFAULT_IMPACT_SECONDS, EVENT_TYPE_SINCE, SCHEDULED, EventStatus, ImpactKind
+from coordinator.sim.catalogue import (
+    DEFAULT_IMPACT_SECONDS,
+    EVENT_TYPE_SINCE,
+    SCHEDULED,
+    Delivery,
+    EventStatus,
+    ImpactKind,
+    VmInfo,
+)
 from coordinator.sim.schema import RolloutRequest
 from coordinator.support.httpdate import format_http_date
 
@@ -20,7 +28,11 @@ Render = Callable[[int], int]
 
 @dataclass
 class Event:
-    """One current event. Times are simulated epoch seconds; ``not_before`` is None once created Started."""
+    """One current event. Times are simulated epoch seconds; ``not_before`` is None once created Started.
+
+    ``unit`` is the delivery unit the event belongs to (``Lifecycle.unit_of``), as the group's first VM of that
+    unit spells it.
+    """
 
     event_id: str
     event_type: str
@@ -36,6 +48,7 @@ class Event:
     impact: ImpactKind
     impact_seconds: float | None
     deliver_to_named_only: bool
+    unit: str = ""
     rollout: int | None = None
     approved_by: list[str] = field(default_factory=list)
     approved_at: float | None = None
@@ -76,6 +89,17 @@ class Event:
     def names(self, vm: str) -> bool:
         return any(r.lower() == vm.lower() for r in self.resources)
 
+    def delivered_to(self, vm: VmInfo, delivery: Delivery) -> bool:
+        """Whether IMDS shows this event to ``vm`` when the group delivers by ``delivery``.
+
+        ``unit``: to every VM of the event's unit (an availability set or a placement group sees all its
+        events); ``named``, or an event ``deliver_to_named_only``: to the VMs it names only (GPU VMs of a
+        one-fault-domain scale set).
+        """
+        if delivery == "named" or self.deliver_to_named_only:
+            return self.names(vm.name)
+        return self.unit.lower() == vm.unit.lower()
+
     def view(self, render: Render = lambda epoch: epoch) -> dict[str, Any]:
         """The internal state; ``not_before_text`` is NotBefore as served."""
         return {
@@ -98,6 +122,7 @@ class Event:
             "impact_seconds": self.impact_length if self.impact in ("freeze", "kill") else None,
             "impact_until": self.impact_until,
             "deliver_to_named_only": self.deliver_to_named_only,
+            "unit": self.unit,
             "rollout": self.rollout,
             "held_by": list(self.held_by),
         }
@@ -128,19 +153,19 @@ class Rollout:
 
 
 def served_events(
-    events: Iterable[Event], vm: str, api_version: str | None, render: Render
+    events: Iterable[Event], vm: VmInfo, api_version: str | None, render: Render, *, delivery: Delivery = "unit"
 ) -> tuple[ScheduledEvent, ...]:
     """The events ``vm`` is served with ``api_version`` (None: the newest), as immutable models.
 
-    Event types the api-version predates are left out, and so are events ``deliver_to_named_only``
-    that do not name ``vm``. Events are mutable: call this under the group's lock so that the document
-    is one consistent snapshot.
+    Event types the api-version predates are left out, and so are events not delivered to ``vm``
+    (``Event.delivered_to``: of another unit, or, delivered to the VMs they name only, not naming it).
+    Events are mutable: call this under the group's lock so that the document is one consistent snapshot.
     """
     return tuple(
         _to_model(e, render)
         for e in events
         if (api_version is None or api_version >= EVENT_TYPE_SINCE.get(e.event_type, "0000"))
-        and (not e.deliver_to_named_only or e.names(vm))
+        and e.delivered_to(vm, delivery)
     )
 
 

@@ -1,9 +1,11 @@
 """The simulated Scheduled Events service of one VM group: pure model, no sockets, no sleeps.
 
-``SimulatedGroup`` holds the VMs of one availability set or scale-set placement group, the events of
-the group and an append-only log. Every VM sees every event of the group (Azure delivers an event to
-all VMs of the group; each VM reads ``Resources`` to know whether it is hit), except events marked
-``deliver_to_named_only`` (GPU VMs of a one-fault-domain scale set see only their own events).
+``SimulatedGroup`` holds the VMs of one coordinated group, the events of the group and an append-only
+log. The group is made of one or more delivery units (``VmInfo.unit``: availability sets, scale-set
+placement groups). Every VM sees every event of its unit (Azure delivers an event to all VMs of the
+unit; each VM reads ``Resources`` to know whether it is hit), and no event of another unit; with the
+group's ``delivery="named"``, or for events marked ``deliver_to_named_only``, a VM sees only the events
+naming it (GPU VMs of a one-fault-domain scale set).
 
 It is a facade over small collaborators, each in its own module: ``lifecycle`` (events, approvals,
 rollouts, the incarnation), ``impacts`` (signals to the VMs' processes), ``faults``, ``service`` (each
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from coordinator.sim.catalogue import SCHEDULED_EVENTS_API_VERSIONS, compute_metadata
+from coordinator.sim.catalogue import SCHEDULED_EVENTS_API_VERSIONS, compute_metadata, placement_group_id
 from coordinator.sim.core import GroupCore
 from coordinator.sim.errors import InvalidRequest
 from coordinator.sim.events import imds_document, served_events
@@ -69,6 +71,7 @@ class SimulatedGroup(GroupCore):
         impact_seconds: float | None = None,
         deliver_to_named_only: bool = False,
         not_before_at: float | None = None,
+        unit: str | None = None,
     ) -> dict[str, Any]:
         """Create an event and return its internal view.
 
@@ -82,7 +85,9 @@ class SimulatedGroup(GroupCore):
         PIDs registered for the named VMs; a freeze lasts ``impact_seconds`` (default:
         DurationInSeconds when >= 0, else ``DEFAULT_IMPACT_SECONDS``). ``deliver_to_named_only``
         serves the event only to the VMs it names. ``Resources`` may name VMs outside the group, or
-        nobody, as hand-made documents do.
+        nobody, as hand-made documents do. The event belongs to the delivery unit of the VMs of the group
+        it names; one naming none is of ``unit`` (a unit of the group), by default the default unit ``""``.
+        Raises ``InvalidRequest`` for an event naming VMs of two units, or a ``unit`` that is not theirs.
         """
         request = parse(
             ScheduleRequest,
@@ -101,6 +106,7 @@ class SimulatedGroup(GroupCore):
                 "impact": impact,
                 "impact_seconds": impact_seconds,
                 "deliver_to_named_only": deliver_to_named_only,
+                "unit": unit,
             },
         )
         with self._lock:
@@ -159,6 +165,9 @@ class SimulatedGroup(GroupCore):
         time between the removal of one event and the creation of the next. ``fields`` are those of
         ``schedule`` except ``resources``, ``event_id`` and ``not_before_at``; ``not_before_in`` is
         counted from each event's creation. Returns the rollout's view with the first event.
+
+        In a group of several delivery units the default groups are per unit and fault domain; a group
+        naming VMs of two units is refused (``InvalidRequest``), as its event would be.
         """
         request = parse(RolloutRequest, {**fields, "event_type": event_type, "groups": groups, "gap": gap})
         with self._lock:
@@ -199,7 +208,9 @@ class SimulatedGroup(GroupCore):
 
         ``None`` means the newest version. Fields and event types that the api-version predates are
         absent (not null); with 2017-03-01 resource names carry the leading underscore that
-        2017-08-01 dropped. Events ``deliver_to_named_only`` are left out for VMs they do not name.
+        2017-08-01 dropped. Events of another delivery unit are left out, and so are events not naming
+        ``vm`` when the group delivers to the named VMs only (``delivery="named"``) or the event is
+        ``deliver_to_named_only``.
         While replaying, the recorded document is served as it is, whatever the api-version. Raises
         ``UnknownVm``, and ``InvalidRequest`` for an unknown api-version.
         """
@@ -212,13 +223,43 @@ class SimulatedGroup(GroupCore):
                 return self._replay.served()
             incarnation = self._services.served(info.name, self._lifecycle.incarnation)
             events = served_events(
-                self._lifecycle.events.values(), info.name, api_version, self._time.served_not_before
+                self._lifecycle.events.values(), info, api_version, self._time.served_not_before,
+                delivery=self._options.delivery,
             )
         return imds_document(incarnation, events, api_version)
 
     def compute(self, vm: str) -> dict[str, Any]:
         """The ``/metadata/instance/compute`` answer for ``vm`` (numbers as strings, as IMDS has them)."""
         return compute_metadata(self.vm(vm))
+
+    def layout(self) -> dict[str, Any]:
+        """The group's VMs and delivery units: ``{"delivery", "vms": [...], "units": {UNIT: [VM, ...]}}``.
+
+        Each VM is ``{"name", "unit", "scale_set_name", "placement_group_id", "fault_domain",
+        "update_domain", "zone"}`` (``placement_group_id`` as its compute metadata serves it); ``units``
+        lists the VMs of each unit in the group's order, each unit as its first VM spells it.
+        """
+        units: dict[str, list[str]] = {}
+        spelled: dict[str, str] = {}
+        for info in self._vms:
+            key = spelled.setdefault(info.unit.lower(), info.unit)
+            units.setdefault(key, []).append(info.name)
+        return {
+            "delivery": self._options.delivery,
+            "vms": [
+                {
+                    "name": info.name,
+                    "unit": info.unit,
+                    "scale_set_name": info.scale_set_name,
+                    "placement_group_id": placement_group_id(info),
+                    "fault_domain": info.fault_domain,
+                    "update_domain": info.update_domain,
+                    "zone": info.zone,
+                }
+                for info in self._vms
+            ],
+            "units": units,
+        }
 
     # -- the service of each VM: first call, idle reset, incarnation offsets -------------------
 

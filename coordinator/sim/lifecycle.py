@@ -13,6 +13,9 @@ Rules (see the Scheduled Events documentation):
   document while the VMs it names are still frozen or down.
 * ``cancel`` removes an event at once (a Scheduled event vanishing without ever starting).
 * Hardware failure: an event may be created directly as ``Started``.
+* Delivery units: an event belongs to the unit of the VMs of the group it names (see ``unit_of``); one
+  naming VMs of two units is refused, since Azure names several VMs in one event only for one atomic
+  operation, and that is inside one availability set or placement group.
 
 ``DocumentIncarnation`` starts at 1 and grows by one on every change of the Events array: creation,
 status change, removal. Each transition is its own change, so two events starting in the same tick
@@ -59,6 +62,11 @@ class Lifecycle:
         terminate_notice: float,
     ) -> None:
         self._vms = tuple(vms)
+        self._by_key = {info.name.lower(): info for info in self._vms}
+        #: The group's units, lower-cased, each as its first VM spells it.
+        self._units: dict[str, str] = {}
+        for info in self._vms:
+            self._units.setdefault(info.unit.lower(), info.unit)
         self._time = time
         self._log = log
         self._impacts = impacts
@@ -77,15 +85,51 @@ class Lifecycle:
             raise UnknownEvent(f"no current event {event_id!r}")
         return event
 
+    def unit_of(self, resources: Sequence[str], unit: str | None = None) -> str:
+        """The delivery unit of an event naming ``resources``, as the group's first VM of that unit spells it.
+
+        The unit of the VMs of the group it names (the first one decides, and every other one must be of
+        it); for an event naming no VM of the group (hand-made documents name VMs outside it, or nobody),
+        ``unit`` if given, else the default unit ``""``. ``unit``, if given, must be a unit of the group and
+        that of the VMs named. Raises ``InvalidRequest`` otherwise.
+        """
+        first: VmInfo | None = None
+        for name in resources:
+            info = self._by_key.get(name.lower())
+            if info is None:
+                continue
+            if first is None:
+                first = info
+            elif info.unit.lower() != first.unit.lower():
+                raise InvalidRequest(
+                    f"the event names VMs of two delivery units ({first.name} of {_unit_text(first.unit)}, "
+                    f"{info.name} of {_unit_text(info.unit)}): Azure names several VMs in one event only for "
+                    "one atomic operation, inside one availability set or placement group; schedule one event "
+                    "per unit"
+                )
+        if unit is not None:
+            known = self._units.get(unit.lower())
+            if known is None:
+                units = ", ".join(repr(u) for u in self._units.values())
+                raise InvalidRequest(f"unit {unit!r} is not a delivery unit of the group (its units: {units})")
+            if first is not None and first.unit.lower() != known.lower():
+                raise InvalidRequest(
+                    f"unit {unit!r} is not the unit of {first.name} ({_unit_text(first.unit)}), which the event names"
+                )
+            return known
+        return self._units[first.unit.lower()] if first is not None else ""
+
     def create(self, request: ScheduleRequest, rollout: int | None = None) -> Event:
         """Create the event ``request`` describes, completing it with the defaults of its type.
 
-        Raises ``InvalidRequest`` if its id is taken or while replaying.
+        Raises ``InvalidRequest`` if its id is taken, if it names VMs of two delivery units (``unit_of``),
+        or while replaying.
         """
         self._replay.refuse_if_active()
         event_id = request.event_id if request.event_id is not None else str(uuid.uuid4()).upper()
         if event_id in self.events:
             raise InvalidRequest(f"event {event_id} already exists")
+        unit = self.unit_of(request.resources, request.unit)
         now = self._time.now()
         not_before: int | None = None
         started_at: float | None = None
@@ -124,6 +168,7 @@ class Lifecycle:
             impact=request.impact if request.impact is not None else DEFAULT_IMPACT.get(request.event_type, "none"),
             impact_seconds=request.impact_seconds,
             deliver_to_named_only=request.deliver_to_named_only,
+            unit=unit,
             rollout=rollout,
         )
         self.events[event_id] = event
@@ -170,13 +215,26 @@ class Lifecycle:
         return entry
 
     def start_rollout(self, request: RolloutRequest) -> dict[str, Any]:
-        """Start a rollout and create its first event; returns the rollout's view with that event."""
+        """Start a rollout and create its first event; returns the rollout's view with that event.
+
+        Without ``groups``: one group per delivery unit and fault domain (units in the order of the group's
+        VMs, lowest fault domain first in each), since each unit has fault domains of its own. Raises
+        ``InvalidRequest`` if a group names VMs of two units (an event of it would be refused).
+        """
         self._replay.refuse_if_active()
         if request.groups is not None:
             groups = [list(g) for g in request.groups]
+            for index, group in enumerate(groups):
+                try:
+                    self.unit_of(group)
+                except InvalidRequest as exc:
+                    raise InvalidRequest(f"groups[{index}]: {exc}") from None
         else:
-            domains = sorted({info.fault_domain for info in self._vms})
-            groups = [[info.name for info in self._vms if info.fault_domain == d] for d in domains]
+            groups = []
+            for unit in self._units:
+                members = [info for info in self._vms if info.unit.lower() == unit]
+                for domain in sorted({info.fault_domain for info in members}):
+                    groups.append([info.name for info in members if info.fault_domain == domain])
         rollout = Rollout(rollout_id=len(self._rollouts) + 1, request=request, groups=groups)
         self._rollouts[rollout.rollout_id] = rollout
         event = self._next_rollout_event(rollout)
@@ -282,3 +340,7 @@ class Lifecycle:
             reason=reason,
             incarnation=self.incarnation,
         )
+
+
+def _unit_text(unit: str) -> str:
+    return f"unit {unit!r}" if unit else "the default unit"

@@ -105,6 +105,8 @@ class _ControlHandler(_Handler):
                 return lambda q, b: (200, {"rollouts": group.rollouts()})
             case "POST", ["rollouts"]:
                 return lambda q, b: (201, group.rollout(**_fields(RolloutRequest, b)))
+            case "GET", ["vms"]:
+                return lambda q, b: (200, group.layout())
             case "GET", ["vms", vm, "pids"]:
                 return lambda q, b: (200, {"vm": group.vm(vm).name, "pids": group.pids(vm)})
             case "POST", ["vms", vm, "pids"]:

@@ -34,6 +34,7 @@ from coordinator.sim.catalogue import (
     MAX_FAULT_SECONDS,
     STARTED,
     TERMINATE_NOTICE_RANGE,
+    Delivery,
     EventStatus,
     FaultKind,
     ImpactKind,
@@ -162,11 +163,16 @@ class _EventFields(Request):
 
 
 class ScheduleRequest(_EventFields):
-    """``POST /events``, a timeline's ``schedule`` and ``SimulatedGroup.schedule``: one new event."""
+    """``POST /events``, a timeline's ``schedule`` and ``SimulatedGroup.schedule``: one new event.
+
+    ``unit`` places an event in a delivery unit of the group; it is needed only for an event naming no VM
+    of the group (the unit of the VMs it names decides otherwise, and must agree with it).
+    """
 
     resources: list[StrictStr]
     event_id: _EventId | None = None
     not_before_at: Seconds | None = None
+    unit: Annotated[StrictStr, AfterValidator(_printable)] | None = None
 
     @model_validator(mode="after")
     def _one_not_before(self) -> Self:
@@ -505,6 +511,7 @@ class GroupOptions(Request):
     first_call_delay: Seconds = 0.0
     idle_reset_after: _PositiveSeconds | None = None
     not_before_clock: NotBeforeClock = "simulated"
+    delivery: Delivery = "unit"
 
 
 _TIMELINE: TypeAdapter[list[TimelineStep]] = TypeAdapter(list[TimelineStep])

@@ -605,7 +605,7 @@ def test_reboot_impact_kills_a_registered_process(sim: RunningSimulator, sleeper
 def test_pids_are_checked(sim: RunningSimulator) -> None:
     for pids, status in (([1], 400), (["x"], 400), ([sim.pid], 400)):
         with pytest.raises(SimControlError) as error:
-            sim.control.register_pids("vm0", pids)  # type: ignore[list-item]
+            sim.control.register_pids("vm0", pids)  # type: ignore[arg-type]
         assert error.value.status == status, pids
     with pytest.raises(SimControlError) as error:
         sim.control.register_pids("vm9", [12345])
@@ -638,6 +638,68 @@ def test_rollout_over_http_follows_the_fault_domains(sim: RunningSimulator) -> N
 def test_gpu_event_reaches_only_the_named_vm(sim: RunningSimulator, http: httpx.Client) -> None:
     sim.control.schedule("Freeze", ["vm1"], deliver_to_named_only=True)
     assert [len(get(http, sim.url(vm)).json()["Events"]) for vm in ("vm0", "vm1", "vm2")] == [0, 1, 0]
+
+
+def test_delivery_units_over_http(imds_sim: SimulatorFactory, http: httpx.Client) -> None:
+    """Two placement groups of one scale set: an event reaches the VMs of its unit only, any of them approves
+    it, and each instance's compute metadata names its placement group."""
+    pool = ("pool_0", "pool_1", "pool_2", "pool_3")
+    sim = imds_sim(vms=pool, scale_set="pool", rate_limit=0, extra_args=["--units", "pool_0,pool_1/pool_2,pool_3"])
+    layout = sim.control.vms()
+    assert layout["delivery"] == "unit"
+    assert layout["units"] == {"pg0": ["pool_0", "pool_1"], "pg1": ["pool_2", "pool_3"]}
+    assert sim.control.unit_of("POOL_3") == "pg1"
+    compute = [get(http, sim.url(vm, "/metadata/instance/compute", "2021-02-01")).json() for vm in pool]
+    assert [c["placementGroupId"] for c in compute] == ["pg0", "pg0", "pg1", "pg1"]
+    eid = sim.control.schedule("Freeze", ["pool_3"])["event_id"]
+    assert [len(get(http, sim.url(vm)).json()["Events"]) for vm in pool] == [0, 0, 1, 1]
+    assert approve(http, sim, "pool_2", {"StartRequests": [{"EventId": eid}]}).status_code == 200
+    assert get(http, sim.url("pool_3")).json()["Events"][0]["EventStatus"] == "Started"
+    assert sim.control.event(eid)["approved_by"] == ["pool_2"]  # type: ignore[index]
+    with pytest.raises(SimControlError) as error:
+        sim.control.schedule("Reboot", ["pool_1", "pool_2"])
+    assert error.value.status == 400 and "two delivery units" in error.value.body
+    with pytest.raises(SimControlError) as error:
+        sim.control.rollout("Reboot", groups=[["pool_0", "pool_3"]])
+    assert error.value.status == 400 and "groups[0]" in error.value.body
+
+
+def test_named_delivery_over_http(imds_sim: SimulatorFactory, http: httpx.Client) -> None:
+    vms = ("vm0", "vm1", "vm2", "vm3")
+    sim = imds_sim(vms=vms, rate_limit=0, extra_args=["--unit-size", "2", "--delivery", "named"])
+    assert sim.control.vms()["delivery"] == "named"
+    assert [info["unit"] for info in sim.control.vms()["vms"]] == ["pg0", "pg0", "pg1", "pg1"]
+    sim.control.schedule("Freeze", ["vm3"])
+    assert [len(get(http, sim.url(vm)).json()["Events"]) for vm in vms] == [0, 0, 0, 1]
+
+
+def test_without_a_layout_every_vm_is_in_the_default_unit(idle_sim: RunningSimulator, http: httpx.Client) -> None:
+    layout = idle_sim.control.vms()
+    assert layout["delivery"] == "unit"
+    assert layout["units"] == {"": ["vm0", "vm1", "vm2"]}
+    compute = get(http, idle_sim.url("vm0", "/metadata/instance/compute", "2021-02-01")).json()
+    assert compute["placementGroupId"] == ""  # not in a scale set
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--vms", "vm0,vm1", "--units", "vm0/vm9"], "--units: 'vm9' is not a VM of the group (vm0, vm1)"),
+        (["--vms", "vm0,vm1", "--units", "vm0//vm1"], "argument --units: unit 1 lists no VM"),
+        (["--units", "vm0", "--unit-size", "1"], "argument --unit-size: not allowed with argument --units"),
+        (["--delivery", "everyone"], "argument --delivery: invalid choice"),
+    ],
+)
+def test_cli_refuses_a_bad_layout_naming_the_option(args: list[str], message: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator.sim", "--control", "127.0.0.1:0", "--base-port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=REPO_ROOT,
+    )
+    assert result.returncode == 2
+    assert message in result.stderr
 
 
 def test_terminates_start_together_once_all_are_approved(sim: RunningSimulator, http: httpx.Client) -> None:
