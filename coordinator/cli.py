@@ -59,6 +59,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
     from coordinator.config import config_warnings, host_problems, redacted
+    from coordinator.config.advice import delivery_said
 
     settings = _load(args.config)
     if settings is None:
@@ -71,6 +72,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     for warning in [*config_warnings(settings), *warnings]:
         print(f"coordinator: {args.config}: warning: {warning}", file=sys.stderr)
     print(json.dumps(redacted(settings), indent=2))
+    print(f"coordinator: {args.config}: delivery: {delivery_said(settings)}", file=sys.stderr)
     print(f"coordinator: {args.config}: configuration is valid", file=sys.stderr)
     return 0
 

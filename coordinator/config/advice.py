@@ -1,6 +1,7 @@
 """What a valid configuration may still get wrong, as warnings for ``check-config`` and ``coordinator
-doctor``: drain waits that an event's notice or the load balancer's probe lag defeat, and environment
-variables that look like overrides but are not read.
+doctor``: drain waits that an event's notice or the load balancer's probe lag defeat, a unit-wide delivery
+whose unit cannot be known, and environment variables that look like overrides but are not read; and the
+delivery as configured, for ``check-config``'s summary (``delivery_said``).
 
 Nothing here refuses a configuration: each warning is a trade the operator may mean (a Preempt that is
 never approved early, a drain that relies on another signal than the probe), said once with its remedy.
@@ -20,10 +21,13 @@ from coordinator.config.base import MINIMUM_NOTICE_SECONDS
 from coordinator.config.env import ignored_variables
 from coordinator.config.policy import ApprovalRule
 from coordinator.config.settings import Settings
+from coordinator.delivery import DeliveryMode
 
 __all__ = [
     "FIXED_NOTICE_TYPES",
     "config_warnings",
+    "delivery_said",
+    "delivery_warnings",
     "drain_warnings",
     "environment_warnings",
     "option_paths",
@@ -36,8 +40,41 @@ FIXED_NOTICE_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt")
 
 def config_warnings(settings: Settings, environ: Mapping[str, str] | None = None) -> list[str]:
     """Every warning about ``settings`` loaded in ``environ`` (default: this process's environment): the
-    ignored environment variables first (``environment_warnings``), then the drain waits (``drain_warnings``)."""
-    return environment_warnings(environ) + drain_warnings(settings)
+    ignored environment variables first (``environment_warnings``), then the drain waits (``drain_warnings``),
+    then the delivery (``delivery_warnings``)."""
+    return environment_warnings(environ) + drain_warnings(settings) + delivery_warnings(settings)
+
+
+def delivery_said(settings: Settings) -> str:
+    """The delivery as configured (``imds.unit``, ``imds.delivery``), in a few words: the unit, or where the
+    agent learns it (a scale-set instance's ``placementGroupId``, which IMDS gives with its name only when
+    ``vm_name`` is not set), and which events IMDS shows the VM (``coordinator.delivery``)."""
+    imds = settings.imds
+    if imds.unit is not None:
+        unit = f"unit {imds.unit}"
+    elif settings.vm_name is None:
+        unit = "unit from IMDS (placementGroupId; unknown outside a scale set)"
+    else:
+        unit = "unit unknown (vm_name is set and imds.unit is not)"
+    how = {
+        DeliveryMode.UNIT: "every event of the unit",
+        DeliveryMode.NAMED: "only events naming this VM",
+        DeliveryMode.AUTO: "auto (every event of the unit once this VM's documents list an event naming other "
+                           "VMs and not it; until then only events naming it)",
+    }[imds.delivery]
+    return f"{unit}, {how}"
+
+
+def delivery_warnings(settings: Settings) -> list[str]:
+    """``imds.delivery: unit`` where the agent cannot know its unit: ``imds.unit`` is not set and ``vm_name``
+    is, so IMDS's ``placementGroupId`` is not read. A VM speaks for an event that does not name it only when
+    the event is of a unit it knows (``Delivery.covers``): the setting then changes nothing."""
+    if settings.imds.delivery is DeliveryMode.UNIT and settings.imds.unit is None and settings.vm_name is not None:
+        return ["imds.delivery is unit, but imds.unit is not set and vm_name is, so the agent does not read its "
+                "unit from IMDS (a scale-set instance's placementGroupId): a VM speaks only for events of a unit it "
+                "knows, so unit-wide delivery helps nothing; set imds.unit to this VM's availability set or "
+                "scale-set placement group, or remove vm_name on a scale-set instance"]
+    return []
 
 
 def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:

@@ -1,12 +1,13 @@
 """The checks of ``coordinator doctor``: each observes (IMDS, ZooKeeper, the probes) and hands what it saw
 to its pure verdict in ``coordinator.doctor.verdicts`` (``verdicts_local``, ``verdicts_zookeeper``,
-``verdicts_probe``).
+``verdicts_probe``, ``verdicts_delivery``).
 
 ``CHECKS`` is the ordered list the command runs; a check is a name, a title and a function of the shared
 ``Context`` (both defined in ``coordinator.doctor.context``, importable from here too). Checks that depend
-on an earlier one (the clock on IMDS's answer, the ACL and the members on the ZooKeeper session) read what
-it left in the context, and are skipped with the reason when it failed. The ARM-based checks are in
-``coordinator.doctor.azure``, and the ``azure-lb`` action's own in ``coordinator.doctor.azure_lb``.
+on an earlier one (the clock on IMDS's answer, the ACL and the members on the ZooKeeper session, the
+delivery on both) read what it left in the context, and are skipped with the reason when it failed. The
+ARM-based checks are in ``coordinator.doctor.azure``, and the ``azure-lb`` action's own in
+``coordinator.doctor.azure_lb``.
 
 Nothing here writes: IMDS is only read (no approval is ever sent), and ZooKeeper is read through the
 group reader of ``coordinator status`` (``coordinator.groupstatus.read``), whose kazoo client refuses
@@ -35,6 +36,7 @@ from coordinator.doctor.azure import check_probe as check_lb_probe
 from coordinator.doctor.azure_lb import check_admin_state
 from coordinator.doctor.context import Check, Context, ImdsSeen, RecordingTransport
 from coordinator.doctor.outcome import Status, Verdict
+from coordinator.doctor.verdicts_delivery import delivery_verdict
 from coordinator.doctor.verdicts_local import clock_verdict, config_verdict, imds_verdict, proxy_verdict
 from coordinator.doctor.verdicts_probe import ProbeAnswer, members_verdict, probe_verdict
 from coordinator.doctor.verdicts_zookeeper import acl_verdict, session_verdict, zookeeper_verdict
@@ -95,6 +97,7 @@ def check_imds(ctx: Context, transport: httpx.BaseTransport | None = None,
                                 rate_limited=_rate_limited(exc))
         seconds = time.monotonic() - began
         ctx.imds = recorder.last or ImdsSeen(True)
+        ctx.document = document
         imds_name: str | None = None
         compute_error: str | None = None
         compute_rate_limited = False
@@ -102,6 +105,7 @@ def check_imds(ctx: Context, transport: httpx.BaseTransport | None = None,
             compute = _retrying(ctx, recorder, client.get_instance_compute, sleep)
             imds_name = compute.scheduled_events_name or None
             ctx.compute_resource_id = compute.resource_id or None
+            ctx.placement_group = compute.placement_group_id
         except (CoordinatorError, ValueError) as exc:
             compute_error = _brief(exc)
             compute_rate_limited = _rate_limited(exc)
@@ -334,6 +338,36 @@ def check_members(ctx: Context) -> Verdict:
     return members_verdict(me=me or None, version=__version__, members=members, answers=answers)
 
 
+def check_delivery(ctx: Context) -> Verdict:
+    """This VM's delivery unit and mode (``imds.unit``, ``imds.delivery``) against what the imds check read
+    (the compute metadata's ``placementGroupId``, the document's events naming other VMs and not this one;
+    no request of its own) and what the members publish."""
+    from coordinator.groupstatus.read import GroupStatusError
+
+    members: dict[str, dict[str, object]] | None = None
+    members_error: str | None = None
+    if ctx.zookeeper is None:
+        members_error = "no ZooKeeper session"
+    elif not ctx.cluster_exists:
+        members_error = "the group has no node in ZooKeeper yet"
+    else:
+        try:
+            members = _read_members(ctx)
+        except GroupStatusError as exc:
+            members_error = _brief(exc)
+    if ctx.document is None and ctx.placement_group is None and members is None:
+        return Verdict(Status.SKIP, "not checked: IMDS was not read (see the imds check), nor the members "
+                       f"({members_error})")
+    unnamed: list[str] | None = None
+    if ctx.document is not None and ctx.vm is not None:
+        unnamed = [e.event_id for e in ctx.document.events if e.resources and not e.names(ctx.vm)]
+    imds = ctx.settings.imds
+    return delivery_verdict(configured_unit=imds.unit, mode=imds.delivery, vm_name_set=ctx.settings.vm_name is not None,
+                            placement_group=ctx.placement_group, unnamed_events=unnamed, members=members,
+                            me=_me(ctx, members, _configured_probe_url(ctx)) if members is not None else None,
+                            members_error=members_error)
+
+
 # --- Azure Resource Manager -----------------------------------------------------------------------------
 
 
@@ -347,6 +381,7 @@ CHECKS: tuple[Check, ...] = (
     Check("session-timeout", "session timeout against notice and drain wait", check_session),
     Check("probe", "this VM's probe on its advertised address", check_probe),
     Check("members", "the group's members, versions and probes", check_members),
+    Check("delivery", "this VM's delivery unit and mode against IMDS and the members", check_delivery),
     Check("azure", "Azure resources read with this VM's identity", check_azure),
     Check("azure-probe", "load balancer probe against the drain wait", check_lb_probe),
     Check("azure-repairs", "automatic repairs' grace period against a drain", check_repairs),

@@ -24,6 +24,7 @@ from coordinator.imds_retry import _retry_after
 
 if TYPE_CHECKING:
     from coordinator.groupstatus.read import GroupReader
+    from coordinator.models import Document
 
 __all__ = ["ArmOptions", "AzureSeen", "Check", "Context", "ImdsSeen", "RecordingTransport"]
 
@@ -79,6 +80,8 @@ class Context:
     members: dict[str, dict[str, object]] | None = None
     arm: ArmOptions = field(default_factory=ArmOptions)
     compute_resource_id: str | None = None  # IMDS compute.resourceId
+    document: Document | None = None  # the Scheduled Events document the imds check read
+    placement_group: str | None = None  # IMDS compute.placementGroupId ("" outside a scale set; None: not read)
     azure: AzureSeen | None = None  # what the azure check read
 
     def remaining(self, cap: float | None = None) -> float:

@@ -9,7 +9,8 @@ This module gathers them under one name: ``Status``, ``Verdict`` and the exit st
 ``coordinator.doctor.outcome``; the verdicts of this machine alone (configuration, proxy, IMDS, clock) in
 ``coordinator.doctor.verdicts_local``, of ZooKeeper (connection, ACLs, session timeout) in
 ``coordinator.doctor.verdicts_zookeeper``, of the probe and the members in
-``coordinator.doctor.verdicts_probe``, of what ARM describes in ``coordinator.doctor.verdicts_azure``, and of
+``coordinator.doctor.verdicts_probe``, of this VM's delivery unit and mode in
+``coordinator.doctor.verdicts_delivery``, of what ARM describes in ``coordinator.doctor.verdicts_azure``, and of
 the ``azure-lb`` action's identity, pools and permissions in ``coordinator.doctor.verdicts_admin_state``.
 """
 
@@ -27,6 +28,7 @@ from coordinator.doctor.verdicts_azure import (
     spot_verdict,
     terminate_verdict,
 )
+from coordinator.doctor.verdicts_delivery import agent_unit, delivery_verdict
 from coordinator.doctor.verdicts_local import (
     CLOCK_FAIL_SECONDS,
     CLOCK_WARN_SECONDS,
@@ -52,9 +54,11 @@ __all__ = [
     "Verdict",
     "acl_verdict",
     "admin_state_verdict",
+    "agent_unit",
     "auto_approve_verdict",
     "clock_verdict",
     "config_verdict",
+    "delivery_verdict",
     "exit_status",
     "granted",
     "imds_verdict",

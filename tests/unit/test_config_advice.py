@@ -128,3 +128,43 @@ def test_run_names_a_misnamed_override_beside_the_error_it_may_explain(
     err = capsys.readouterr().err
     assert code == 2 and "cluster: Field required" in err
     assert "warning: environment variable COORDINATOR_CLUSTER is ignored" in err and "COORDINATOR__CLUSTER" in err
+
+
+# --- the delivery ---------------------------------------------------------------------------------------
+
+
+def test_unit_delivery_whose_unit_cannot_be_learnt_warns() -> None:
+    [warning] = config_warnings(_settings(vm_name="web-0", imds={"delivery": "unit"}), environ={})
+    assert warning.startswith("imds.delivery is unit, but imds.unit is not set and vm_name is, so the agent does not "
+                              "read its unit from IMDS (a scale-set instance's placementGroupId): a VM speaks only "
+                              "for events of a unit it knows, so unit-wide delivery helps nothing; set imds.unit")
+    # A unit configured, or learnt from IMDS with the name (no vm_name), or another mode: nothing to say.
+    assert config_warnings(_settings(vm_name="web-0", imds={"delivery": "unit", "unit": "as-web"}), environ={}) == []
+    assert config_warnings(_settings(imds={"delivery": "unit"}), environ={}) == []
+    assert config_warnings(_settings(vm_name="web-0", imds={"delivery": "named"}), environ={}) == []
+    assert config_warnings(_settings(vm_name="web-0"), environ={}) == []
+
+
+@pytest.mark.parametrize(("options", "said"), [
+    ({"imds": {"unit": "pg0", "delivery": "unit"}}, "unit pg0, every event of the unit"),
+    ({"imds": {"delivery": "named"}},
+     "unit from IMDS (placementGroupId; unknown outside a scale set), only events naming this VM"),
+    ({}, "unit from IMDS (placementGroupId; unknown outside a scale set), auto (every event of the unit once this "
+         "VM's documents list an event naming other VMs and not it; until then only events naming it)"),
+    ({"vm_name": "web-0", "imds": {"delivery": "unit"}},
+     "unit unknown (vm_name is set and imds.unit is not), every event of the unit"),
+])
+def test_check_config_says_the_delivery_as_configured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: dict[str, Any], said: str
+) -> None:
+    import yaml
+
+    from coordinator.config.advice import delivery_said
+
+    assert delivery_said(_settings(**options)) == said
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump({"cluster": "web", "state_file": None, **options}))
+    code, out, err = _check_config(path, capsys)
+    assert code == 0 and '"cluster": "web"' in out
+    lines = err.rstrip().splitlines()
+    assert lines[-2:] == [f"coordinator: {path}: delivery: {said}", f"coordinator: {path}: configuration is valid"]
