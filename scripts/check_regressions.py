@@ -597,12 +597,14 @@ MUTATIONS = [
         'coordinator/decide/events.py',
         '    return snap.me in record.resources or policy.delivery.covers(record, snap.seen_unnamed)\n',
         '    return snap.me in record.resources\n',
-        UNITS + '::test_a_leader_that_knows_its_unit_closes_a_cancelled_record_of_its_unit_though_no_vm_it_names_runs_an_agent',
+        UNITS + '::test_a_leader_that_knows_its_unit_closes_a_cancelled_record_of_its_unit_though_no_vm_it_names_'
+                'runs_an_agent',
     ),
     (
         'a-vm-deleted-by-its-terminate-holds-no-record',
         'coordinator/decide/records.py',
-        '    return (record.event_type == EventType.TERMINATE and vm in record.resources and vm not in cluster.members\n',
+        '    return (record.event_type == EventType.TERMINATE and vm in record.resources'
+        ' and vm not in cluster.members\n',
         '    return False and (record.event_type == EventType.TERMINATE and vm in record.resources\n',
         UNITS + '::test_a_vm_deleted_by_its_terminate_holds_nothing_where_imds_shows_each_vm_only_its_own_events',
     ),

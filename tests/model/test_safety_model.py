@@ -139,7 +139,7 @@ import shutil
 import tempfile
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import cast
@@ -161,6 +161,7 @@ from coordinator.actions import Action, DryRunAction, ProbeAction
 from coordinator.agent import Agent, Imds
 from coordinator.config import ApproverMode
 from coordinator.decide import Policy, session_lapses_after
+from coordinator.delivery import Delivery, DeliveryMode
 from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
 from coordinator.errors import InvalidName
 from coordinator.executor import JobExecutor
@@ -324,13 +325,17 @@ class CoordinatorModel(RuleBasedStateMachine):
         lapse_lag=st.sampled_from((0.0, 1.0, 2.0)),
         named_only=st.sampled_from((False, False, False, True)),
         windows=st.sampled_from((False, False, True)),
+        told=st.booleans(),
     )
     def setup(self, vm3: str, leader_mode: bool, skews: list[float], absent_grace: float | None,
-              granted: float | None, lapse_lag: float, named_only: bool, windows: bool) -> None:
+              granted: float | None, lapse_lag: float, named_only: bool, windows: bool, told: bool = False) -> None:
         """vm0-vm2 run agents; vm3 runs one, an observe-only one, or none (as vm9 never does). Drawn per
         example: ``policy.absent_peer_grace_seconds``; the session timeout the ensemble grants (None: the
         30 s asked for) and how long after it, within a tick, it expires a silent session; whether IMDS
-        shows each VM only the events naming it; maintenance windows."""
+        shows each VM only the events naming it; maintenance windows; whether each agent is told its delivery
+        unit and mode (``imds.unit``, ``imds.delivery``: every VM is of one availability set) or left to the
+        default (unit unknown, ``auto``)."""
+        self.told = told
         self.policy = Policy(
             approver=ApproverMode.LEADER if leader_mode else ApproverMode.FIRST_RESOURCE, drain_wait=DRAIN_WAIT,
             absent_grace=absent_grace, windows=WINDOWS if windows else (),
@@ -486,13 +491,20 @@ class CoordinatorModel(RuleBasedStateMachine):
             imds=agent_imds,
             store=agent_store,
             actions=actions,
-            policy=self.policy,
+            policy=self._policy_of_agents(),
             metrics=Metrics(CollectorRegistry()),
             clock=slot.clock,
             executor=cast(JobExecutor, executor),
             state_file=saved,
             readings=slot.readings,
         )
+
+    def _policy_of_agents(self) -> Policy:
+        """The policy every agent runs with: told its delivery unit and mode, or not (``setup``)."""
+        if not self.told:
+            return self.policy
+        mode = DeliveryMode.NAMED if self.group.named_only else DeliveryMode.UNIT
+        return replace(self.policy, delivery=Delivery("as0", mode))
 
     def _stop(self, slot: VmSlot) -> None:
         if slot.agent is None:
@@ -1313,15 +1325,19 @@ class CoordinatorModel(RuleBasedStateMachine):
                     slot.store.armed.clear()
 
     def _gone_records_open(self) -> list[str]:
-        """Records not marked done whose event has left the group, but those L2 excuses: where IMDS shows
-        each VM only the events naming it, one that does not name the leader (docs/safety.md L2)."""
+        """Records not marked done whose event has left the group, but those L2 excuses (docs/safety.md L2):
+        one that names no VM with a live agent (its closer) and whose event the leader's documents would not
+        list while present (it does not name the leader, and the leader was not told that IMDS shows it
+        every event of the group's one unit)."""
         present = {self._key(e) for e in self.group.events.values()}
+        live = self._live()
         with self.cluster.lock:
             leader = self.cluster.leader.vm if self.cluster.leader is not None else None
             records = [event.record for event in self.cluster.events.values()]
+        leader_sees_all = self.told and not self.group.named_only
         return sorted(r.event_id for r in records
                       if r.done_at is None and r.event_id not in present
-                      and not (self.group.named_only and leader not in r.resources))
+                      and (leader in r.resources or leader_sees_all or bool(live & set(r.resources))))
 
     @rule()
     def quiesce(self) -> None:
