@@ -368,3 +368,25 @@ def test_events_delivered_only_to_the_vms_they_name_are_approved_early(make_clus
         assert ("Scheduled", "Started", "approved") in transitions(cluster, b)
         assert_no_approval_before_acks(cluster, observer)
         assert_recovered(cluster, observer, {"vm1", "vm2"})
+
+
+def test_a_group_across_two_placement_groups_approves_each_units_events_early(make_cluster: ClusterFactory) -> None:
+    """One group (one budget) over two placement groups, as a scale set past 100 instances is: vm0 and vm1 in
+    pg0, vm2 and vm3 in pg1, each VM's IMDS showing only its own unit's events, each agent told its unit.
+    A Freeze of vm3 never reaches the leader's documents (vm0, pg0): admitted from its record (unit pg1),
+    approved early by vm3, its record closed only once it is gone from pg1; then a Reboot of vm1 (pg0)."""
+    units = {"vm0": "pg0", "vm1": "pg0", "vm2": "pg1", "vm3": "pg1"}
+    told = {vm: {"imds": {"unit": unit, "delivery": "unit"}} for vm, unit in units.items()}
+    cluster = make_cluster(vms=tuple(units), sim_args=["--units", "vm0,vm1/vm2,vm3"], per_vm_config=told)
+    with Observer(cluster) as observer:
+        freeze = sim(cluster).schedule("Freeze", ["vm3"], not_before_in=300)["event_id"]
+        assert sim(cluster).document("vm0")["Events"] == []
+        assert [e["EventId"] for e in sim(cluster).document("vm2")["Events"]] == [freeze]
+        cluster.wait(lambda: gone(cluster, freeze), 40, "vm3's Freeze to be approved, start and end")
+        assert [x["vm"] for x in approvals(cluster, freeze)] == ["vm3"]
+        assert ("Scheduled", "Started", "approved") in transitions(cluster, freeze)
+        reboot = sim(cluster).schedule("Reboot", ["vm1"], not_before_in=300)["event_id"]
+        cluster.wait(lambda: gone(cluster, reboot), 60, "vm1's Reboot to be approved too: the budget was freed")
+        assert [x["vm"] for x in approvals(cluster, reboot)] == ["vm1"]
+        assert_no_approval_before_acks(cluster, observer)
+        assert_recovered(cluster, observer, {"vm1", "vm3"})
