@@ -40,7 +40,8 @@ class ImdsConfig(_Section):
     )
     stagger: bool = Field(
         True, description="Spread the group's polls over the interval by each agent's rank among the members, "
-        "and read at once when a peer publishes an event this VM's document does not show yet"
+        "and, while following the whole group, read at once when a peer publishes an event this VM's document "
+        "does not show yet"
     )
     max_requests_per_second: float = Field(5.0, gt=0, le=5.0, description="IMDS allows 5/s per VM in all")
     delivery: DeliveryMode = Field(

@@ -46,7 +46,7 @@ def _approvals(
         if ev.key is None:
             continue
         record = cluster.records.get(ev.key)
-        if record is None and snap.document is not None:
+        if record is None and snap.document is not None and _publishes(ev, cluster, snap):
             found.publish.append(_record(ev, snap, policy))
         if snap.document is None or not ev.event.is_scheduled:
             continue
@@ -92,6 +92,16 @@ def _approvals(
     if policy.terminate_together:
         _hold_terminate_batches(by_key, found.ready, found.blocked)
     return found
+
+
+def _publishes(ev: _Event, cluster: ClusterView, snap: Snapshot) -> bool:
+    """Whether this VM publishes the record of an event of its documents that has none: a VM it names (IMDS
+    shows a VM every event naming it, in every delivery mode), or any VM that sees it when none of the VMs
+    it names runs a live agent. A VM it does not name leaves it to them: an event costs the VMs it names,
+    not the group. Only on the whole view (``follows_group``): a VM's own part holds no record."""
+    if not cluster.complete:
+        return False
+    return snap.me in ev.resources or not (set(ev.resources) & cluster.members)
 
 
 def _unmarked(key: str, vms: Sequence[str], cluster: ClusterView) -> dict[str, tuple[str, ...]]:

@@ -22,9 +22,10 @@ def follows_group(snap: Snapshot, local: LocalState) -> bool:
     admits events, approves those no live agent they name can, marks records done and absences), when an
     event of its documents or an open record names it (it drains, acks, and may be the approver), when it
     holds an ack or an event, has POSTed an approval, runs a job, or is not serving, and when another agent
-    runs under its name. Any other VM approves nothing and admits nothing: it publishes the events it sees,
-    and watches its own ack and ``/out`` mark, so that the acks and marks of the VMs an event names do not
-    wake it. Without a view: the whole view, read next."""
+    runs under its name, and when its documents show an event none of whose VMs runs a live agent (it may
+    have to publish its record). Any other VM publishes, approves and admits nothing, reads no record and
+    watches only its own ``/out`` mark: another VM's event costs it nothing. Without a view: the whole view,
+    read next."""
     cluster = snap.cluster
     if cluster is None or cluster.i_am_leader or snap.duplicate:
         return True
@@ -32,7 +33,13 @@ def follows_group(snap: Snapshot, local: LocalState) -> bool:
         return True
     me = snap.me
     for document in (snap.document, snap.last_document):
-        if document is not None and any(event.names(me) for event in document.events):
+        if document is None:
+            continue
+        if any(event.names(me) for event in document.events):
+            return True
+        # An event none of whose VMs runs a live agent: any VM that sees it publishes its record
+        # (``decide.approval._publishes``), which takes the whole view.
+        if any(not any(event.names(vm) for vm in cluster.members) for event in document.events):
             return True
     return any(me in record.acks or (record.done_at is None and me in record.resources)
                for record in cluster.records.values())

@@ -52,7 +52,6 @@ __all__ = [
     "Store",
     "Wakeup",
     "WriteResult",
-    "own_record",
     "own_view",
 ]
 
@@ -137,24 +136,19 @@ class ClusterView:
     out: Mapping[str, OutMark] = field(default_factory=dict)  # VMs out of rotation, by their own account
     paused: Pause | None = None  # early approvals paused by an operator: none is approved, drains go on
     # False: read for a VM that follows only its own part of the group (``own_view``): no event names it
-    # and it does not lead, so it reads neither the acks, admissions and approvals of the records nor the
-    # other VMs' ``/out`` marks and absences, and is told of no change to them.
+    # and it does not lead, so it reads neither the records nor the other VMs' ``/out`` marks and absences,
+    # and is told of no change to them.
     complete: bool = True
 
 
 def own_view(view: ClusterView, vm: str) -> ClusterView:
     """What a VM that follows only its own part of the group reads of ``view``: members, registry, leader,
-    pause, every record's node (its id, type, Resources, NotBefore, ``done_at``), its own acks and its
-    own ``/out`` mark; no other VM's ack or mark, no admission, approval or absence. Whoever decides on
-    it must not admit, approve or weigh the budget (``coordinator.decide.follows_group``)."""
-    records = {key: own_record(record, vm) for key, record in view.records.items()}
+    pause and its own ``/out`` mark; no record, no other VM's mark, no absence. What it must know of an
+    event (that one names it), its own documents show it: IMDS shows a VM every event naming it, in every
+    delivery mode. Whoever decides on it must not publish, admit, approve, close a record or weigh the
+    budget (``coordinator.decide.follows_group``)."""
     out = {vm: view.out[vm]} if vm in view.out else {}
-    return replace(view, records=records, out=out, absent_since={}, complete=False)
-
-
-def own_record(record: EventRecord, vm: str) -> EventRecord:
-    """What ``own_view`` keeps of a record for ``vm``: its node, and ``vm``'s ack only."""
-    return replace(record, acks={vm: record.acks[vm]} if vm in record.acks else {}, approval=None, admitted_at=None)
+    return replace(view, records={}, out=out, absent_since={}, complete=False)
 
 
 class ApprovalOutcome(Enum):

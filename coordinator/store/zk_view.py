@@ -46,7 +46,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
-from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark, Pause, own_record
+from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark, Pause
 from coordinator.store.payloads import (
     AbsentNode,
     AckNode,
@@ -87,10 +87,9 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
               complete: bool = True) -> ViewRead:
     """The cluster as seen now by ``vm`` (already normalised): every node through ``fetch``, which answers
     from what it keeps and sends a watched request for the rest. With ``complete`` False, only what
-    ``coordinator.store.base.own_view`` keeps: the lists ``/absent`` and ``/out``, the children of each
-    record and the acks, admissions and approvals under it are neither read nor watched, ``exists`` of
-    ``/out/{vm}`` and of each record's ``acks/{vm}`` is. Raises ``StoreUnavailable`` if not connected, or
-    if a request fails or is not answered within the operation timeout."""
+    ``coordinator.store.base.own_view`` keeps: the lists ``/absent``, ``/out`` and ``/events`` and every
+    record are neither read nor watched, ``exists`` of ``/out/{vm}`` is. Raises ``StoreUnavailable`` if not
+    connected, or if a request fails or is not answered within the operation timeout."""
     session_id = fetch.session_id
     with session.reading("read the cluster view"):
         members_r = fetch.children(paths.members)
@@ -98,7 +97,9 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         # exists() sets a watch whether or not the node is there, so a new leader wakes us up too.
         leader_r = fetch.exists(paths.leader)
         member_r = fetch.exists(paths.member(vm))
-        events_r = fetch.children(paths.events)
+        # A VM that follows only its own part reads no record: what it must know of an event, its own
+        # documents show it; so another VM's event costs it no request and no watch notification.
+        events_r = fetch.children(paths.events) if complete else None
         absent_r = fetch.children(paths.absent) if complete else None
         out_r = fetch.children(paths.out) if complete else None
         own_out_r = None if complete else fetch.exists(paths.out_vm(vm))
@@ -156,8 +157,9 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
 
         paused = _read_pause(session, fetch, paths, pause_r)
 
-        event_ids = lists.canonical(paths.events, events_r, is_canonical_event_id)
-        records = _read_records(fetch, paths, event_ids, None if complete else vm)
+        records: dict[str, EventRecord] = {}
+        if events_r is not None:
+            records = _read_records(fetch, paths, lists.canonical(paths.events, events_r, is_canonical_event_id))
     view = ClusterView(
         members=members,
         leader=leader,
@@ -393,78 +395,28 @@ def _ack(data: bytes, path: str, vm: str) -> AckNode | None:
         return None
 
 
-def _read_records(fetch: Fetch, paths: ZooKeeperPaths, event_ids: list[str],
-                  own: str | None = None) -> dict[str, EventRecord]:
+def _read_records(fetch: Fetch, paths: ZooKeeperPaths, event_ids: list[str]) -> dict[str, EventRecord]:
     """The records of ``event_ids``: a record whose nodes no watch has dropped since it was read is taken
     as it was made (``NodeCache.memo``); the others are read again, the nodes each one lacks all sent
-    before any is awaited. With ``own`` (a VM), each record as ``own_view`` keeps it: its node and
-    whether ``acks/{own}`` exists (a whole record kept from an earlier read serves too, cut down)."""
+    before any is awaited."""
     records: dict[str, EventRecord] = {}
-    pending: dict[str, _RecordRead | _OwnRecordRead] = {}
+    pending: dict[str, _RecordRead] = {}
     for event_id in event_ids:
         path = paths.event(event_id)
         kept = fetch.peek_memo(path)
-        if isinstance(kept, EventRecord) or (own is not None and isinstance(kept, _OwnRecord)):
+        if isinstance(kept, EventRecord):
             fetch.memo(path)  # counted as taken from the cache
-            if isinstance(kept, _OwnRecord):
-                records[event_id] = kept.record
-            else:
-                records[event_id] = kept if own is None else own_record(kept, own)
+            records[event_id] = kept
             continue
-        pending[event_id] = _RecordRead(fetch, paths, event_id) if own is None else _OwnRecordRead(fetch, paths,
-                                                                                                  event_id, own)
+        pending[event_id] = _RecordRead(fetch, paths, event_id)
     for read in pending.values():
         read.send_children()
     for event_id, read in pending.items():
         record = read.finish()
         if record is not None:
             records[event_id] = record
-            fetch.keep_memo(paths.event(event_id), record if own is None else _OwnRecord(record))
+            fetch.keep_memo(paths.event(event_id), record)
     return {event_id: records[event_id] for event_id in event_ids if event_id in records}
-
-
-@dataclass(frozen=True)
-class _OwnRecord:
-    """A record as read for one VM (``_OwnRecordRead``), kept apart from whole ones: it serves only
-    reads for that VM."""
-
-    record: EventRecord
-
-
-class _OwnRecordRead:
-    """The record of one event as ``own_view`` keeps it for ``vm``, in two rounds: its node and ``exists``
-    of ``acks/{vm}`` (whose watch fires when this VM's own ack is made or goes), then that ack, if any."""
-
-    def __init__(self, fetch: Fetch, paths: ZooKeeperPaths, event_id: str, vm: str) -> None:
-        self._fetch = fetch
-        self._paths = paths
-        self._event_id = event_id
-        self._vm = vm
-        self._record_r = fetch.data(paths.event(event_id))
-        self._exists_r = fetch.exists(paths.ack(event_id, vm))
-        self._ack_r: _Pending[tuple[bytes, ZnodeStat]] | None = None
-
-    def send_children(self) -> None:
-        if self._exists_r.get() is not None:
-            self._ack_r = self._fetch.data(self._paths.ack(self._event_id, self._vm))
-
-    def finish(self) -> EventRecord | None:
-        """The record; None if it is gone or undecodable."""
-        paths, event_id = self._paths, self._event_id
-        node = _event_node(self._record_r, paths, event_id)
-        if node is None:
-            return None
-        acks: dict[str, float] = {}
-        if self._ack_r is not None:
-            try:
-                ack_data, _ = self._ack_r.get()
-            except NoNodeError:
-                pass  # withdrawn meanwhile
-            else:
-                ack = _ack(ack_data, paths.ack(event_id, self._vm), self._vm)
-                if ack is not None:
-                    acks[self._vm] = ack.at
-        return node.to_record(event_id, acks=acks, approval=None, admitted_at=None)
 
 
 class _RecordRead:

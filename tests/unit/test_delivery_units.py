@@ -82,15 +82,15 @@ def _view(bench: Bench) -> ClusterView:
 @pytest.mark.parametrize("delivery", [DeliveryMode.UNIT, DeliveryMode.AUTO, None], ids=["unit", "auto", "untold"])
 def test_an_event_of_another_placement_group_is_approved_early_and_its_record_kept_while_present(
         tmp_path: Path, delivery: DeliveryMode | None) -> None:
-    """vm0 (leading) and vm1 in pg0, vm2 and vm3 in pg1. A Freeze of vm3, published by vm2 (which sees it
-    first, not named), is in no document of pg0: the leader must not take its own documents' silence for the
-    event gone. It admits it from its record, vm3 approves it early, and its record stays open until the
-    Freeze is over, then vm3 (the first live VM it names) closes it."""
+    """vm0 (leading) and vm1 in pg0, vm2 and vm3 in pg1. A Freeze of vm3 is in no document of pg0: the leader
+    must not take its own documents' silence for the event gone. vm3 publishes it (vm2 sees it first, but an
+    event costs the VMs it names), the leader admits it from its record, vm3 approves it early, and its record
+    stays open until the Freeze is over; then vm3 (the first live VM it names) closes it."""
     bench = _group(tmp_path, TWO_UNITS, delivery)
     bench.group.schedule(F, ["vm3"], etype="Freeze")
     bench.run(60, until=lambda: bool(bench.group.approved(F)))
     record = _view(bench).records[F]
-    assert record.published_by == "vm2"
+    assert record.published_by == "vm3" and record.unit == (None if delivery is None else "pg1")
     assert bench.group.approved(F), "approved early, not at its NotBefore 900 s away"
     assert record.done_at is None, "closed while IMDS still shows the event to pg1"
     bench.assert_drained_at_every_post(F, ["vm3"])

@@ -82,12 +82,25 @@ def test_an_approver_never_weighs_the_budget_on_a_cut_down_view() -> None:
     assert decide(snapshot("vm1", own_view(admitted, "vm1"), freeze), SERVING, immediately).approve == ()
 
 
-def test_an_uninvolved_vm_on_its_own_part_publishes_and_names_approvers_but_weighs_nothing() -> None:
+def test_an_uninvolved_vm_on_its_own_part_publishes_nothing_and_weighs_nothing() -> None:
+    """vm1, named by neither event, reads no record on its own part: it publishes neither (the VMs they name
+    do), approves and admits nothing, and follows the group only for an event no live agent is named by."""
     cluster = own_view(mine(rec(A, ("vm0",), ("vm0",))), "vm1")
+    assert cluster.records == {}
     plan = decide(snapshot("vm1", cluster, ev(A, ["vm0"]), ev(B, ["vm2"])), SERVING, BUDGET)
-    assert [r.event_id for r in plan.publish] == [B]
+    assert plan.publish == ()
     assert dict(plan.approvers) == {A: "vm0", B: "vm2"}
     assert plan.approve == () and plan.admit == () and dict(plan.blocked) == {}
+    assert not follows_group(snapshot("vm1", cluster, ev(A, ["vm0"]), ev(B, ["vm2"])), SERVING)
+    # An event naming only a VM without an agent: somebody who sees it must publish it, on the whole view.
+    assert follows_group(snapshot("vm1", cluster, ev(B, ["vm9"])), SERVING)
+    whole = decide(snapshot("vm1", mine(), ev(B, ["vm9"])), SERVING, BUDGET)
+    assert [r.event_id for r in whole.publish] == [B]
+
+
+def test_only_a_vm_an_event_names_publishes_its_record_while_one_of_them_runs_an_agent() -> None:
+    named, other = (decide(snapshot(me, mine(), ev(B, ["vm2"])), SERVING, BUDGET) for me in ("vm2", "vm1"))
+    assert [r.event_id for r in named.publish] == [B] and other.publish == ()
 
 
 def test_the_memory_store_cuts_down_the_view_as_own_view_does() -> None:
@@ -104,7 +117,7 @@ def test_the_memory_store_cuts_down_the_view_as_own_view_does() -> None:
     a.mark_out("vm0", (A,), NOW)
     cut = b.read_view("vm1", complete=False)
     assert cut == own_view(b.read_view("vm1"), "vm1")
-    assert not cut.complete and cut.records[A].acks == {"vm1": NOW} and cut.out == {}
+    assert not cut.complete and cut.records == {} and cut.out == {}
     assert cut.members == {"vm0", "vm1"} and cut.absent_since == {}
 
 
