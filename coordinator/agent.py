@@ -407,6 +407,7 @@ class Agent:
             duplicate=duplicate,
             peers=self._peers.seen() if self._peers is not None else None,
             seen_unnamed=evidence.seen_unnamed,
+            done_seen=evidence.done_seen,
         )
 
     def _track(self, reading: Reading | None, cluster: ClusterView | None, connection: ConnectionState,

@@ -33,6 +33,8 @@ class Evidence:
     # A document of this process has listed an event naming other VMs and not this one: IMDS shows this VM
     # every event of its unit (``coordinator.delivery.Delivery.every_event``). Never unlearnt.
     seen_unnamed: bool = False
+    # event key -> when this process's view first showed its record marked done (cleared once reopened)
+    done_seen: Mapping[str, float] = field(default_factory=dict)
 
 
 def after_reading(
@@ -64,7 +66,11 @@ def after_view(evidence: Evidence, cluster: ClusterView | None, mono: float) -> 
         seen[key] = Sighting(mono, listed=False)
     absent = cluster.known - cluster.members
     absent_since = {vm: evidence.absent_since.get(vm, mono) for vm in absent}
-    return replace(evidence, seen=seen, absent_since=absent_since)
+    done_seen = {key: evidence.done_seen.get(key, mono) for key, record in cluster.records.items()
+                 if record.done_at is not None}
+    if not cluster.complete:
+        done_seen = dict(evidence.done_seen)  # a VM's own part holds no record: nothing learnt
+    return replace(evidence, seen=seen, absent_since=absent_since, done_seen=done_seen)
 
 
 def after_connection(evidence: Evidence, connection: ConnectionState, mono: float) -> Evidence:

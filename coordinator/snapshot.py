@@ -132,6 +132,8 @@ class Snapshot:
     # This process's documents have shown an event that does not name this VM: IMDS delivers to it every
     # event of its unit (``Delivery.every_event`` with ``imds.delivery: auto``).
     seen_unnamed: bool = False
+    # event key -> when this process's view first showed its record marked done (``Evidence.done_seen``)
+    done_seen: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def uptime(self) -> float:

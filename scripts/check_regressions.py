@@ -609,6 +609,21 @@ MUTATIONS = [
         UNITS + '::test_a_vm_deleted_by_its_terminate_holds_nothing_where_imds_shows_each_vm_only_its_own_events',
     ),
     (
+        'a-restarted-leader-takes-back-leadership-from-its-dead-predecessor',
+        'coordinator/store/zk_membership.py',
+        '            if stat is not None and stat.ephemeralOwner != session and membership.is_own_or_predecessor(\n',
+        '            if False and stat is not None and membership.is_own_or_predecessor(\n',
+        'tests/integration/test_zookeeper_store.py::test_a_restarted_agent_takes_back_leadership_from_its_previous_'
+        'process_at_once',
+    ),
+    (
+        'a-record-is-reopened-only-on-a-reading-newer-than-its-done-mark',
+        'coordinator/decide/records.py',
+        '            if record.done_at is not None and snap.read_sent >= snap.done_seen.get(key, float("-inf")):\n',
+        '            if record.done_at is not None:\n',
+        UNITS + '::test_a_record_marked_done_is_reopened_only_on_a_reading_requested_after_the_done_mark_was_seen',
+    ),
+    (
         'sightings-kept-while-the-store-is-unreadable',
         'coordinator/evidence.py',
         'if records is None or k in records or not is_gone(s, gone_after)}',

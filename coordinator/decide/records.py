@@ -27,8 +27,11 @@ def _closing(
         if not cluster.i_am_leader and closer != snap.me:
             continue
         if key in by_key:
-            if record.done_at is not None:
-                reopen.append(key)  # back (a flap, or a reused EventId): nothing of before counts
+            # Back (a flap, or a reused EventId): nothing of before counts. Only on a reading requested after
+            # this VM learnt of the done mark: one older than that may still list an event another VM's newer
+            # reading no longer does, and the two would undo each other's write on every cycle.
+            if record.done_at is not None and snap.read_sent >= snap.done_seen.get(key, float("-inf")):
+                reopen.append(key)
         elif record.done_at is None and _over(key, record, cluster, snap, policy, closer):
             mark_done.append(key)
     return reopen, mark_done

@@ -156,6 +156,7 @@ class MemoryStore:
         self._wakeup = Wakeup()
         self._partitioned = False
         self._joined_sessions: set[int] = set()  # the sessions in which this store joined
+        self._predecessors: set[int] = set()  # sessions of this VM's previous agent, replaced by ``join``
         self._duplicate: DuplicateMember | None = None
 
     # -- life cycle, signalling, test controls --------------------------------------------------------
@@ -285,6 +286,7 @@ class MemoryStore:
                 if member is not None:
                     log.warning("member node of %s belongs to session %d, not ours (%d), %s: replacing it",
                                 vm, member.session, session, reason)
+                    self._predecessors.add(member.session)
                 self._cluster.members[vm] = _Member(session, {**info, "vm": vm}, self._clock())
                 result, changed = WriteResult.DONE, True
             if refused is None:
@@ -307,6 +309,12 @@ class MemoryStore:
         with self._cluster.lock:
             session = self._session_for(write=False)
             leader = self._cluster.leader
+            if (leader is not None and leader.session != session
+                    and (leader.session in self._joined_sessions or leader.session in self._predecessors)):
+                # Held by this VM's previous agent process, which is gone: taken back (as the ZooKeeper store).
+                log.warning("%s takes back leadership from session %d, its previous agent's, which is gone",
+                            vm, leader.session)
+                leader = None
             if leader is not None:
                 return leader.session == session
             self._cluster.leader = _Leader(vm, session, self._clock())

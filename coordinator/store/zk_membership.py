@@ -3,7 +3,7 @@ and ``campaign`` (``/leader``, ephemeral).
 
 A live member node held by another session is never taken over, unless it provably belongs to this VM's
 previous agent process (see ``coordinator.store.members``) or to an earlier session of this very store:
-then it is replaced. Anything else is another agent running with the same VM name: its node is left
+then it is replaced, and a ``/leader`` that session holds is taken back by ``campaign``. Anything else is another agent running with the same VM name: its node is left
 alone, ``join`` raises ``DuplicateMember`` (and gives up ``/leader`` if this session held it), and the
 store remembers it (``Membership.duplicate``) until a ``join`` succeeds. The refused node is read with a
 watch, so the agent is woken as soon as it goes.
@@ -46,6 +46,8 @@ class Membership:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sessions: set[int] = set()
+        # Sessions of this VM's previous agent process, proven dead when ``join`` replaced their member node.
+        self._predecessors: set[int] = set()
         self._duplicate: DuplicateMember | None = None
 
     @property
@@ -55,6 +57,16 @@ class Membership:
     def is_own(self, session: int) -> bool:
         with self._lock:
             return session in self._sessions
+
+    def replaced(self, session: int) -> None:
+        with self._lock:
+            self._predecessors.add(session)
+
+    def is_own_or_predecessor(self, session: int) -> bool:
+        """Whether ``session`` is one of this store's, or of this VM's previous agent process (proven gone when
+        ``join`` replaced its member node): nobody acts through it any more."""
+        with self._lock:
+            return session in self._sessions or session in self._predecessors
 
     def joined(self, session: int) -> None:
         with self._lock:
@@ -136,6 +148,7 @@ def _join_members(
         # This VM's previous agent process (restarted before its old session expired): replace its node.
         log.warning("member node of %s belongs to session 0x%x, not ours (0x%x), %s: replacing it",
                     vm, owner, session, reason)
+        membership.replaced(owner)
         with contextlib.suppress(NoNodeError, BadVersionError):
             wait(client.delete_async(path, version=stat.version), deadline)
     raise StoreUnknownOutcome(f"member node of {vm} keeps being taken by another session")
@@ -178,22 +191,32 @@ def campaign(ctx: StoreContext, watched: WatchedView, membership: Membership, vm
     vm = normalize_vm_name(vm)
     membership.check(vm)
     client, session = ctx.session.connected(write=False)
-    answer = watched.campaign_answer(session)
+    answer = watched.campaign_answer(session, membership.is_own_or_predecessor)
     if answer is not None:
         return answer
     try:
-        return _campaign(ctx, client, session, vm)
+        return _campaign(ctx, client, session, vm, membership)
     finally:
         ctx.session.changed()  # a write was sent, or may have been
 
 
-def _campaign(ctx: StoreContext, client: KazooClient, session: int, vm: str) -> bool:
+def _campaign(ctx: StoreContext, client: KazooClient, session: int, vm: str, membership: Membership) -> bool:
     deadline = ctx.session.deadline()
     data = LeaderNode(vm=vm, since=ctx.clock()).to_bytes()
     with ctx.session.reading(f"campaign as {vm}"):
-        for _ in range(2):
+        for _ in range(3):
             # Looked at first: a create that fails on a held node still costs the ensemble a transaction.
             stat = ctx.session.wait(client.exists_async(ctx.paths.leader), deadline)
+            if stat is not None and stat.ephemeralOwner != session and membership.is_own_or_predecessor(
+                    stat.ephemeralOwner):
+                # Held by this VM's previous agent process, which is gone (a VM rebooted by maintenance, an
+                # agent restarted): taken back now rather than left to lapse with that session while
+                # nobody leads the group.
+                log.warning("%s takes back leadership from session 0x%x, its previous agent's, which is gone",
+                            vm, stat.ephemeralOwner)
+                with contextlib.suppress(NoNodeError, BadVersionError):
+                    ctx.session.wait(client.delete_async(ctx.paths.leader, version=stat.version), deadline)
+                continue
             if stat is not None:
                 return stat.ephemeralOwner == session
             try:

@@ -194,13 +194,14 @@ class WatchedView:
         view = cached.read.view
         return cached.read.member_owner == session_id and cached.vm == vm and vm in view.members and vm in view.known
 
-    def campaign_answer(self, session_id: int) -> bool | None:
-        """Whether this session holds ``/leader``, if the last view shows the node and nothing of
-        membership or leadership has changed since; None otherwise."""
+    def campaign_answer(self, session_id: int, reclaimable: Callable[[int], bool] = lambda _: False) -> bool | None:
+        """Whether this session holds ``/leader``, if the last view shows the node, held by this session or by
+        one not ``reclaimable``, and nothing of membership or leadership has changed since; None otherwise."""
         cached = self._standing_read(session_id)
-        if cached is None or cached.read.leader_owner is None:
+        owner = cached.read.leader_owner if cached is not None else None
+        if owner is None or (owner != session_id and reclaimable(owner)):
             return None
-        return cached.read.leader_owner == session_id
+        return owner == session_id
 
     # -- member info ----------------------------------------------------------------------------------
 

@@ -104,6 +104,37 @@ def test_join_replaces_a_node_left_by_this_vms_previous_agent_process(
     assert current.outcome is ApprovalOutcome.APPROVED
 
 
+def test_a_restarted_agent_takes_back_leadership_from_its_previous_process_at_once(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """The leader's VM is rebooted by maintenance (or its agent restarts): the old session lingers for its
+    timeout, holding ``/leader`` while nobody acts through it, and nobody admitted anything meanwhile. The
+    restarted agent, once ``join`` has proven that session its dead predecessor's, takes leadership back at
+    once; the old session can no longer approve as leader. Another VM's agent never takes it so."""
+    before_restart = make_store(zk_hosts, zk_chroot)
+    assert before_restart.join("vm-a", member_identity(T0, process="gone")) is WriteResult.DONE
+    assert before_restart.campaign("vm-a") is True
+    other = make_store(zk_hosts, zk_chroot)
+    other.join("vm-b", member_identity(T0 + 5))
+    assert other.campaign("vm-b") is False  # another VM: it waits for the session to lapse
+
+    after_restart = make_store(zk_hosts, zk_chroot)
+    assert after_restart.campaign("vm-a") is False  # not before join has proven whose the old session is
+    assert after_restart.join("vm-a", member_identity(T0 + 10)) is WriteResult.DONE
+    assert after_restart.campaign("vm-a") is True
+    assert after_restart.client is not None
+    stat = after_restart.client.exists(f"{after_restart.base_path}/leader")
+    assert stat is not None and stat.ephemeralOwner == after_restart.session_id
+    assert after_restart.campaign("vm-a") is True
+    assert other.campaign("vm-b") is False
+
+    after_restart.publish_event(record(resources=("vm-b",)))
+    other.acknowledge(EVENT, "vm-b", T0)
+    stale = before_restart.approve(EVENT, "vm-a", ["vm-b"], as_leader=True, at=T0)
+    assert stale.outcome is ApprovalOutcome.REFUSED
+    assert after_restart.approve(EVENT, "vm-a", ["vm-b"], as_leader=True, at=T0).outcome is ApprovalOutcome.APPROVED
+
+
 def test_a_second_agent_with_the_same_vm_name_leaves_the_first_ones_node_untouched(
     zk_hosts: str, zk_chroot: str, make_store: StoreMaker
 ) -> None:

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide
 from coordinator.delivery import Delivery, DeliveryMode
 from coordinator.errors import ImdsUnavailable
 from coordinator.models import Document, parse_document
 from coordinator.poller import ReadEachCycle
 from coordinator.store.base import ClusterView
+from tests.unit.test_policy import NOW, A, doc, ev, rec, view
 from tests.unit.test_safety_regressions import E2, POLICY, Bench, E, FakeImds, Group
 
 F = "5C2F1D0B-7C1A-4E0B-9A57-3F0E2B9C1D44"
@@ -180,3 +182,22 @@ def test_an_admitted_event_cancelled_while_every_agent_restarted_frees_the_budge
     bench.run(60, until=lambda: bool(bench.group.approved(E2)))
     assert bench.group.approved(E2), "waited behind a cancelled event"
     bench.assert_drained_at_every_post(E2, ["vm2"])
+
+
+# --- two VMs judge a record: they never undo each other's writes cycle after cycle ----------------------------
+
+
+@pytest.mark.parametrize(("sent", "reopens"), [(99.0, False), (101.0, True)])
+def test_a_record_marked_done_is_reopened_only_on_a_reading_requested_after_the_done_mark_was_seen(
+        sent: float, reopens: bool) -> None:
+    """The closer (vm1, on a newer reading) marked the Reboot's record done; the leader (vm3) still holds a
+    reading that lists it, requested before its view showed the done mark (at 100). Cycles woken by the
+    record's changes run on that one reading: reopening on it undid the closer's mark, the closer marked it
+    done again, and so on, dozens of writes a second until the leader's next poll (seen in a group of 30
+    agents whose closer had been frozen). Only a reading requested after the done mark was seen reopens."""
+    cluster = view(rec(A, ("vm1",), done_at=NOW - 1))
+    document = doc(ev(A, ["vm1"]))
+    snap = Snapshot(me="vm3", now=NOW, mono=102.0, document=document, last_document=document, cluster=cluster,
+                    read_sent=sent, done_seen={A: 100.0}, connected_at=102.0, started=0.0)
+    plan = decide(snap, LocalState(phase=Phase.SERVING), Policy(latest_start=120))
+    assert (A in plan.reopen) is reopens
