@@ -3,9 +3,10 @@ and ``campaign`` (``/leader``, ephemeral).
 
 A live member node held by another session is never taken over, unless it provably belongs to this VM's
 previous agent process (see ``coordinator.store.members``) or to an earlier session of this very store:
-then it is replaced, and a ``/leader`` that session holds is taken back by ``campaign``. Anything else is another agent running with the same VM name: its node is left
-alone, ``join`` raises ``DuplicateMember`` (and gives up ``/leader`` if this session held it), and the
-store remembers it (``Membership.duplicate``) until a ``join`` succeeds. The refused node is read with a
+then it is replaced, and a ``/leader`` that session holds is taken back by ``campaign``. Anything else is
+another agent running with the same VM name: its node is left alone, ``join`` raises ``DuplicateMember``
+(and gives up ``/leader`` if this session held it), and the store remembers it (``Membership.duplicate``)
+until a ``join`` succeeds. The refused node is read with a
 watch, so the agent is woken as soon as it goes.
 
 Both answer from the watched view (``coordinator.store.zk_watch``) when it is current and already shows
