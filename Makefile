@@ -12,9 +12,10 @@ demo:
 lint:
 	.venv/bin/ruff check coordinator tests bench scripts stubs
 	.venv/bin/mypy
-# The long chaos run (about a minute per run): seeds 1-200, each judged by the oracle; see docs/reliability.md.
+# The long chaos run (about a minute per run): seeds 1-200, each judged by the oracle, each in the delivery layout
+# its seed draws (one unit, named-only delivery, two placement groups); see docs/reliability.md.
 chaos:
-	.venv/bin/python -m coordinator.testbed.chaos --runs 200 --seed 1 --json docs/chaos-results.json --resume --workdir chaos-runs
+	.venv/bin/python -m coordinator.testbed.chaos --runs 200 --seed 1 --layout mixed --json docs/chaos-results.json --resume --workdir chaos-runs
 # The same with the agents draining through the load balancer's admin state and ARM at its worst in the
 # plan (about a minute per run): seeds 1-50; see docs/reliability.md.
 chaos-admin:

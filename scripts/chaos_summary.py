@@ -4,9 +4,9 @@
     .venv/bin/python scripts/chaos_summary.py docs/chaos-results.json
 
 Prints, as Markdown: the code and each part of the run (seeds, commit, time), then one row per figure:
-runs judged, tickTime, violations, link faults, other faults, events, requests through HAProxy (with the
-failed ones split as the oracle splits them) and the liveness judgement; then the liveness judgement as
-tables (each event with notice by outcome, each miss by law and the fault that explains it, what held the
+runs judged, tickTime, delivery layouts, violations, link faults, other faults, events, requests through
+HAProxy (with the failed ones split as the oracle splits them) and the liveness judgement; then the liveness
+judgement as tables (each event with notice by outcome, each miss by law and the fault that explains it, what held the
 events the policy held, the time from allowable to approved: p50, p99, max); then, for the requests
 failed while HAProxy had no server UP, what kept each VM out. Everything is counted from the file; nothing is typed in.
 """
@@ -88,6 +88,7 @@ def summary(body: Mapping[str, Any]) -> list[str]:
     rows = {
         "runs judged": f"{len(judged)}" + (f" (not carried out: {carried})" if carried else ", all carried out"),
         "tickTime": tick_text,
+        "delivery layout": _layouts(judged),
         "violations": violation_text,
         "link faults": f"{len(link)}: {_count(((k, kinds[k]) for k in _LINK), _LINK)}; "
                        f"{sum(1 for f in link if f.get('longer_than_session'))} longer than the session; "
@@ -109,6 +110,24 @@ def summary(body: Mapping[str, Any]) -> list[str]:
     lines += [*rejudged, "", "| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows.items())]
     tables = _liveness_tables(pooled) if pooled is not None else []
     return lines + tables + _why_none_up(judged) + _why_handover(judged)
+
+
+def _layouts(judged: Sequence[Mapping[str, Any]]) -> str:
+    """The runs by delivery layout (``one-unit`` for a file made before runs had one), each with how many had
+    their agents told their unit, its violations and its unexplained liveness misses."""
+    runs: Counter[str] = Counter()
+    told: Counter[str] = Counter()
+    found: Counter[str] = Counter()
+    unexplained: Counter[str] = Counter()
+    for r in judged:
+        layout = r.get("layout") or {}
+        name = str(layout.get("name") or "one-unit")
+        runs[name] += 1
+        told[name] += bool(layout.get("told"))
+        found[name] += len(r["verdict"]["violations"])
+        unexplained[name] += int((r["verdict"]["stats"].get("liveness") or {}).get("misses_unexplained") or 0)
+    return "; ".join(f"{name} in {n} ({told[name]} with the agents told their unit): {found[name]} violation(s), "
+                     f"{unexplained[name]} unexplained liveness miss(es)" for name, n in sorted(runs.items()))
 
 
 @dataclass

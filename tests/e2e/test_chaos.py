@@ -8,8 +8,10 @@ load, a story of events and a seeded schedule of faults, link faults among them.
 VM's link for longer than its session, cut one briefly, delay one and make one lossy one way for a moment
 (agent to ZooKeeper in 3, ZooKeeper to agent in 28); seed 22 loses everything from ZooKeeper to one agent
 for 16.8 s, past its 6 s session plus the 4 s kazoo takes to give the silent connection up, while the
-agent's own requests still reach the servers. Each run must end with no violation of S1-S5 and no
-unexplained liveness miss; on failure the assertion shows every violation with its timeline.
+agent's own requests still reach the servers. Seed 3 runs once more across two placement groups (vm0,vm1 |
+vm2,vm3, each VM seeing only its own unit's events), the agents told their unit. Each run must end with no
+violation of S1-S5 and no unexplained liveness miss; on failure the assertion shows every violation with
+its timeline.
 
 These tests need java with ZooKeeper's jars and HAProxy: without them they fail, they never skip.
 """
@@ -17,12 +19,13 @@ These tests need java with ZooKeeper's jars and HAProxy: without them they fail,
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from coordinator.testbed.chaos import ChaosConfig, plan, run_chaos
-from coordinator.testbed.chaos.planning import LINK_FAULTS, session_lapse_seconds, tick_time_ms
+from coordinator.testbed.chaos.planning import LINK_FAULTS, delivery_layout, session_lapse_seconds, tick_time_ms
 from coordinator.testbed.zookeeper import find_classpath
 
 pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
@@ -54,17 +57,21 @@ def _real_components() -> None:
         pytest.fail("haproxy is required for the chaos runs (apt-get install haproxy)", pytrace=False)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_a_seeded_chaos_run_breaks_no_invariant(seed: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("seed", "config"), [
+    *((seed, CONFIG) for seed in SEEDS),
+    (3, replace(CONFIG, layout="two-units", tell_unit=True)),
+], ids=[*(str(seed) for seed in SEEDS), "3-two-units"])
+def test_a_seeded_chaos_run_breaks_no_invariant(seed: int, config: ChaosConfig, tmp_path: Path) -> None:
     lines: list[str] = []
 
     def say(line: str) -> None:
         lines.append(line)
         print(line)
 
-    result = run_chaos(seed, CONFIG, workdir=tmp_path / "run", say=say)
+    result = run_chaos(seed, config, workdir=tmp_path / "run", say=say)
+    assert result.layout == delivery_layout(seed, config).to_json()
     assert result.error is None, f"seed {seed}: the run could not be completed: {result.error}"
-    assert result.tick_time_ms == tick_time_ms(seed, CONFIG)
+    assert result.tick_time_ms == tick_time_ms(seed, config)
     # The link faults of the plan were carried out (one at a time; none skipped for overlapping).
     planned = [s.kind for s in result.steps if s.kind in LINK_FAULTS]
     assert sum(result.faults.get(kind, 0) for kind in LINK_FAULTS) == len(planned), result.faults
@@ -74,7 +81,7 @@ def test_a_seeded_chaos_run_breaks_no_invariant(seed: int, tmp_path: Path) -> No
     # The run did what it is for: events came and went, the load went through HAProxy.
     assert verdict.stats["events"] >= 5, verdict.stats
     assert verdict.stats["started_without_notice"] == 1, verdict.stats
-    assert verdict.stats["requests"] > 10 * CONFIG.duration, verdict.stats
+    assert verdict.stats["requests"] > 10 * config.duration, verdict.stats
     assert verdict.ok, f"seed {seed}: the oracle found violations:\n{verdict.render(result.origin)}"
     # The plan is a function of the seed alone.
-    assert [s.describe() for s in plan(seed, CONFIG)] == [s.describe() for s in result.steps]
+    assert [s.describe() for s in plan(seed, config)] == [s.describe() for s in result.steps]

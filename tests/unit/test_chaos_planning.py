@@ -1,10 +1,13 @@
 """The chaos plan's link faults, tickTime and ARM faults, drawn from the seed alone
-(``coordinator.testbed.chaos.planning``); the plans without ``--admin-state`` as they always were; and the
+(``coordinator.testbed.chaos.planning``); the plans without ``--admin-state`` as they always were; the
 group of an ``--admin-state`` run: its agents drain without an HAProxy action of their own, know HAProxy's
-probe lag, and the harness plays ARM faults and stretches as the plan says."""
+probe lag, and the harness plays ARM faults and stretches as the plan says; and the delivery layouts: drawn
+from a stream of their own, every event of the story naming VMs of one unit, passed to the simulator and the
+agents, and recorded in each run's result."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import itertools
 import json
@@ -18,19 +21,24 @@ import pytest
 from coordinator.config import Settings
 from coordinator.config.actions import AzureLbActionConfig
 from coordinator.config.advice import drain_warnings
+from coordinator.sim import SimulatedGroup
 from coordinator.sim.azure.model import AzureModel
+from coordinator.sim.cli import add_arguments
+from coordinator.sim.layout import vm_infos
 from coordinator.sim.schema import ArmSettingsRequest, AzureFaultRequest, ThrottlingRequest
-from coordinator.testbed.chaos import processes
+from coordinator.testbed.chaos import cli, processes
 from coordinator.testbed.chaos.faults import FaultSteps, arm_fault_count_kind
 from coordinator.testbed.chaos.planning import (
     ARM_FAULT_SECONDS,
     ARM_FAULTS,
     ARM_STRETCH_SECONDS,
     ARM_STRETCHES,
+    LAYOUTS,
     LINK_FAULTS,
     ChaosConfig,
     Step,
     arm_linger_seconds,
+    delivery_layout,
     describe_arm_fault,
     describe_arm_stretch,
     granted_session_ms,
@@ -38,6 +46,7 @@ from coordinator.testbed.chaos.planning import (
     session_lapse_seconds,
     tick_time_ms,
 )
+from coordinator.testbed.chaos.result import RunResult
 from coordinator.testbed.chaos.state import Abort
 from coordinator.testbed.cluster import (
     HAPROXY_CHECK_FALL,
@@ -440,3 +449,167 @@ def test_the_harness_expires_tokens_before_a_token_fault_and_holds_arm_while_a_s
     assert len(heals) == 2 and "the operations it slowed are over 0.2s later" in heals[-1].detail
     assert heals[-1].t - run.harness[-2].t >= 0.2
     assert run.arm_faults[-1]["linger_seconds"] == 0.2
+
+
+# -- delivery layouts -------------------------------------------------------------------------------------------
+
+
+def story(seed: int, config: ChaosConfig) -> list[Step]:
+    return [s for s in plan(seed, config) if s.kind in ("event", "cancel")]
+
+
+def test_each_layout_has_its_units_and_delivery_and_mixed_draws_them_all_from_the_seed() -> None:
+    one, named, two = (delivery_layout(1, ChaosConfig(layout=name)) for name in LAYOUTS)
+    assert (one.units, one.delivery) == ((("pg0", ("vm0", "vm1", "vm2", "vm3")),), "unit")
+    assert (named.units, named.delivery) == ((("pg0", ("vm0", "vm1", "vm2", "vm3")),), "named")
+    assert (two.units, two.delivery) == ((("pg0", ("vm0", "vm1")), ("pg1", ("vm2", "vm3"))), "unit")
+    assert two.vm_units() == {"vm0": "pg0", "vm1": "pg0", "vm2": "pg1", "vm3": "pg1"}
+    assert delivery_layout(1, ChaosConfig(vms=("vm0", "vm1", "vm2"), layout="two-units")).units == (
+        ("pg0", ("vm0", "vm1")), ("pg1", ("vm2",)))
+    assert not one.told  # ChaosConfig() is the run as it always was: agents at their default delivery
+    mixed = ChaosConfig(layout="mixed", tell_unit=None)
+    drawn = [delivery_layout(seed, mixed) for seed in SEEDS]
+    assert {(d.name, d.told) for d in drawn} == {(name, told) for name in LAYOUTS for told in (True, False)}
+    assert [(d.name, d.told) for d in drawn] == [(d.name, d.told) for d in (delivery_layout(s, mixed) for s in SEEDS)]
+    # Each draw is independent of the other's setting: a fixed telling leaves the layout drawn as it was.
+    for seed, layout in zip(SEEDS, drawn, strict=True):
+        assert delivery_layout(seed, replace(mixed, tell_unit=True)).name == layout.name
+        assert delivery_layout(seed, replace(mixed, layout="named")).told == layout.told
+    with pytest.raises(ValueError, match="layout must be one of"):
+        ChaosConfig(layout="three-units")
+
+
+def test_the_plan_of_a_seed_is_the_one_unit_plan_in_every_layout_but_for_the_vms_two_units_keep_apart() -> None:
+    for config in (ChaosConfig(), ChaosConfig(duration=18.0), ChaosConfig(vms=("vm0", "vm1", "vm2"))):
+        swapped = 0
+        for seed in SEEDS:
+            base = plan(seed, config)
+            # One unit: the very same plan. Mixed: the plan of the layout it draws.
+            assert [(s.at, s.describe(), s.params) for s in plan(seed, replace(config, layout="named"))] == [
+                (s.at, s.describe(), s.params) for s in base]
+            mixed = replace(config, layout="mixed")
+            drawn = replace(config, layout=delivery_layout(seed, mixed).name)
+            assert [(s.at, s.describe(), s.params) for s in plan(seed, mixed)] == [
+                (s.at, s.describe(), s.params) for s in plan(seed, drawn)]
+            two = plan(seed, replace(config, layout="two-units"))
+            assert [(s.at, s.kind, s.target, s.seconds, s.fallback, s.label) for s in two] == [
+                (s.at, s.kind, s.target, s.seconds, s.fallback, s.label) for s in base]
+            swapped += sum(a.params != b.params for a, b in zip(base, two, strict=True))
+            for step, was in zip(two, base, strict=True):
+                if step.params != was.params:  # only the VMs an event names
+                    assert {k: v for k, v in step.params.items() if k != "resources"} == {
+                        k: v for k, v in was.params.items() if k != "resources"}
+        assert swapped > 0
+
+
+@pytest.mark.parametrize("layout", [*LAYOUTS, "mixed"])
+def test_every_event_of_the_story_names_vms_of_one_unit_and_the_simulator_takes_it(layout: str) -> None:
+    for vms in (("vm0", "vm1", "vm2", "vm3"), ("vm0", "vm1", "vm2"), tuple(f"vm{i}" for i in range(6))):
+        config = ChaosConfig(vms=vms, layout=layout, tell_unit=None)
+        for seed in SEEDS:
+            resolved = delivery_layout(seed, config)
+            parser = argparse.ArgumentParser(exit_on_error=False)
+            add_arguments(parser)
+            args = parser.parse_args(resolved.sim_args())
+            infos = vm_infos(args, list(vms))
+            assert {i.name: i.unit for i in infos} == resolved.vm_units()
+            group = SimulatedGroup(infos, clock=lambda: 1_700_000_000.0, delivery=args.delivery)
+            steps = story(seed, config)
+            freezes = [s for s in steps if s.label in ("freeze-two", "freeze-late")]
+            assert [len(set(s.params["resources"])) for s in freezes] == [2, 2], seed
+            reboot = next(s for s in steps if s.label == "reboot")
+            assert reboot.params["resources"][0] not in freezes[0].params["resources"]
+            for step in steps:  # the simulator refuses an event naming VMs of two units
+                fields = {k: v for k, v in step.params.items() if k not in ("event_type", "resources")}
+                group.schedule(step.params["event_type"], step.params["resources"], **fields)
+                assert len({resolved.unit_of(vm) for vm in step.params["resources"]}) == 1
+
+
+def test_the_harness_gives_the_simulator_the_layout_and_tells_the_agents_when_the_layout_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[dict] = []  # type: ignore[type-arg]
+
+    class Cluster:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            built.append(kwargs)
+
+        def start(self) -> None:
+            raise RuntimeError("not here")
+
+    monkeypatch.setattr(processes, "LocalCluster", Cluster)
+
+    def started(config: ChaosConfig) -> dict:  # type: ignore[type-arg]
+        run = processes.RunProcesses(1, config, tmp_path, lambda _: None, ensemble=_Ensemble())  # type: ignore[arg-type]
+        with pytest.raises(Abort):
+            run._start()
+        return built[-1]
+
+    two = started(ChaosConfig(layout="two-units", tell_unit=True, link_faults=False))
+    args = two["sim_args"]
+    assert args[args.index("--units") + 1] == "pg0=vm0,vm1/pg1=vm2,vm3"
+    assert args[args.index("--delivery") + 1] == "unit"
+    assert args[:4] == ["--time-scale", "40", "--not-before-clock", "real"]
+    assert two["per_vm_config"]["vm1"]["imds"] == {"unit": "pg0", "delivery": "unit"}
+    assert two["per_vm_config"]["vm3"]["imds"] == {"unit": "pg1", "delivery": "unit"}
+    named = started(ChaosConfig(layout="named", tell_unit=True))
+    assert named["sim_args"][named["sim_args"].index("--delivery") + 1] == "named"
+    # Told, beside the agent's own link to ZooKeeper: both sections merged into its configuration.
+    assert named["per_vm_config"]["vm2"]["imds"] == {"unit": "pg0", "delivery": "named"}
+    assert set(named["per_vm_config"]["vm2"]) == {"zookeeper", "imds"}
+    untold = started(ChaosConfig(layout="two-units", tell_unit=False))
+    assert "--units" in untold["sim_args"]
+    assert all("imds" not in section for section in untold["per_vm_config"].values())
+
+
+def test_a_harness_whose_simulator_holds_another_layout_stops_the_run(tmp_path: Path) -> None:
+    class Sim:
+        def __init__(self, served: dict) -> None:  # type: ignore[type-arg]
+            self.served = served
+
+        def vms(self) -> dict:  # type: ignore[type-arg]
+            return self.served
+
+    run = processes.RunProcesses(1, ChaosConfig(layout="two-units"), tmp_path, lambda _: None,
+                                 ensemble=_Ensemble())  # type: ignore[arg-type]
+    good = {"delivery": "unit", "vms": [{"name": vm, "unit": "pg0" if vm in ("vm0", "vm1") else "pg1"}
+                                        for vm in ("vm0", "vm1", "vm2", "vm3")]}
+    run.cluster = SimpleNamespace(sim=Sim(good))  # type: ignore[assignment]
+    run._check_layout()
+    run.cluster = SimpleNamespace(sim=Sim({**good, "delivery": "named"}))  # type: ignore[assignment]
+    with pytest.raises(Abort, match="is not the run's"):
+        run._check_layout()
+    one_unit = {"delivery": "unit", "vms": [{"name": vm, "unit": ""} for vm in ("vm0", "vm1", "vm2", "vm3")]}
+    run.cluster = SimpleNamespace(sim=Sim(one_unit))  # type: ignore[assignment]
+    with pytest.raises(Abort):
+        run._check_layout()
+
+
+def test_each_runs_result_and_the_long_runs_file_say_its_layout() -> None:
+    layout = delivery_layout(3, ChaosConfig(layout="two-units", tell_unit=True))
+    body = RunResult(3, [], 0.0, 1.0, None, layout=layout.to_json()).to_json()
+    assert body["layout"] == {"name": "two-units", "units": {"pg0": ["vm0", "vm1"], "pg1": ["vm2", "vm3"]},
+                              "delivery": "unit", "told": True}
+    assert json.loads(json.dumps(body))["layout"] == body["layout"]
+
+
+def test_the_command_line_takes_the_layout_and_plays_mixed_by_default(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    played: list[ChaosConfig] = []
+
+    def run_chaos(seed: int, config: ChaosConfig, **kwargs: object) -> RunResult:
+        played.append(config)
+        return RunResult(seed, [], 0.0, 1.0, None, error="not here",
+                         layout=delivery_layout(seed, config).to_json())
+
+    monkeypatch.setattr(cli, "_check_prerequisites", lambda: None)
+    monkeypatch.setattr(cli, "run_chaos", run_chaos)
+    cli.main(["--seed", "1", "--json", str(tmp_path / "a.json")])
+    assert (played[-1].layout, played[-1].tell_unit) == ("mixed", None)
+    written = json.loads((tmp_path / "a.json").read_text())
+    assert written["config"]["layout"] == "mixed" and written["config"]["tell_unit"] is None
+    assert written["results"][0]["layout"]["name"] == delivery_layout(1, played[-1]).name
+    assert sum(written["runs_by_layout"].values()) == 1
+    cli.main(["--seed", "1", "--layout", "two-units", "--tell-unit", "yes"])
+    assert (played[-1].layout, played[-1].tell_unit) == ("two-units", True)
+    with pytest.raises(SystemExit):
+        cli.main(["--seed", "1", "--layout", "three-units"])

@@ -1,5 +1,5 @@
 """The command line: ``python -m coordinator.testbed.chaos --seed N [--runs K] [--duration S] [--json out.json
-[--resume]] [--admin-state]``.
+[--resume]] [--admin-state] [--layout one-unit|named|two-units|mixed] [--tell-unit drawn|yes|no]``.
 
 ``main`` checks that the real components are there (java with ZooKeeper's jars, HAProxy), plays the
 runs one seed after the other, keeps the logs of a run that found something, writes every run's plan,
@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 
 from coordinator.testbed.chaos.ledger import Ledger, LedgerError, code_identity
-from coordinator.testbed.chaos.planning import ChaosConfig
+from coordinator.testbed.chaos.planning import LAYOUTS, ChaosConfig
 from coordinator.testbed.chaos.run import run_chaos
 
 # Runs in a row that could not be carried out (the group never started) after which the command stops:
@@ -74,6 +74,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the agents drain through the load balancer's admin state (the simulated ARM, "
                              "applied to HAProxy) and their probe, without an HAProxy action of their own; the run "
                              "samples every VM's effective admin state and the plan adds ARM faults and stretches")
+    parser.add_argument("--layout", choices=(*LAYOUTS, "mixed"), default="mixed",
+                        help="which events IMDS shows each VM: one-unit (every VM every event), named (each VM only "
+                             "the events naming it), two-units (two placement groups, pg0 and pg1, each VM every "
+                             "event of its own), or mixed (one of them drawn from each seed; default)")
+    parser.add_argument("--tell-unit", choices=("drawn", "yes", "no"), default="drawn",
+                        help="whether the agents are told their unit and the delivery (imds.unit, imds.delivery) or "
+                             "left at the default (auto, unit unknown): drawn from each seed (default), or always")
     parser.add_argument("--resume", action="store_true",
                         help="go on with the runs in --json FILE: play only the seeds it does not hold (refused "
                              "if it was made by other code or with another configuration)")
@@ -87,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.resume and args.json is None:
         parser.error("--resume needs --json FILE (the file to go on with)")
     config = ChaosConfig(vms=tuple(f"vm{i}" for i in range(args.vms)), duration=args.duration,
-                         admin_state=args.admin_state)
+                         admin_state=args.admin_state, layout=args.layout,
+                         tell_unit={"drawn": None, "yes": True, "no": False}[args.tell_unit])
     settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.__dict__.items()}
     code = code_identity()
     try:

@@ -116,8 +116,12 @@ class Ledger:
         totals: dict[str, int] = {}
         faults: dict[str, int] = {}
         ticks: dict[str, int] = {}
+        layouts: dict[str, int] = {}
         violations = 0
         for result in self.results:
+            if result.get("layout"):
+                name = f"{result['layout']['name']}" + (" (told)" if result["layout"].get("told") else "")
+                layouts[name] = layouts.get(name, 0) + 1
             for kind, n in (result.get("faults") or {}).items():
                 faults[kind] = faults.get(kind, 0) + int(n)
             if result.get("tick_time_ms") is not None:
@@ -140,6 +144,7 @@ class Ledger:
             "totals": totals,
             "faults": dict(sorted(faults.items())),
             "runs_by_tick_time_ms": dict(sorted(ticks.items(), key=lambda kv: int(kv[0]))),
+            "runs_by_layout": dict(sorted(layouts.items())),
             "results": self.results,
         }
 

@@ -21,6 +21,19 @@ The ensemble's tickTime is drawn from the seed too (``tick_time_ms``): at 2000 o
 grants the agents a session longer than the 4 s they ask for (at least 2 x tickTime), and expires
 sessions only on tick boundaries; the link cuts meant to outlast a session are sized for what the
 server grants (``session_lapse_seconds``).
+
+The delivery layout (``ChaosConfig.layout``, resolved for a seed by ``delivery_layout``) says which events
+IMDS shows each VM: ``one-unit`` (one delivery unit, every VM sees every event: the runs as they always
+were), ``named`` (each VM sees only the events naming it), ``two-units`` (the VMs split in two placement
+groups, pg0 and pg1: vm0,vm1 | vm2,vm3 with four VMs; each VM sees every event of its own unit and none of
+the other's), or ``mixed`` (one of the three drawn from the seed). Whether the agents are told their unit
+and the delivery (``imds.unit`` and ``imds.delivery``) or left at the default (``auto``, unit unknown) is
+``ChaosConfig.tell_unit``, or drawn from the seed. Both are drawn from a stream of their own: the plan of a
+seed is the same in every layout, but where the VMs of an event would span two units (the simulator refuses
+such an event), as in ``two-units``, the story names VMs of one unit instead (``_one_unit``): the same
+draws, a VM of the other unit swapped for one of the first's. The times, faults and their targets do not
+change; targets resolved when a step fires (``named``: a VM an event names) are resolved against the
+events the simulator holds, whatever the layout.
 """
 
 from __future__ import annotations
@@ -36,12 +49,15 @@ __all__ = [
     "ARM_STRETCHES",
     "ARM_STRETCH_SECONDS",
     "IMDS_FAULTS",
+    "LAYOUTS",
     "LINK_DELAYS_MS",
     "LINK_FAULTS",
     "WRONG_TYPE_FIELDS",
     "ChaosConfig",
+    "DeliveryLayout",
     "Step",
     "arm_linger_seconds",
+    "delivery_layout",
     "describe_arm_fault",
     "describe_arm_stretch",
     "granted_session_ms",
@@ -95,6 +111,8 @@ ARM_STRETCHES: tuple[dict[str, Any], ...] = (
      "off": {"enabled": False}},
 )
 ARM_STRETCH_SECONDS = (3.0, 10.0)  # a stretch's window: the longest outlasts the azure-lb action's deadline
+# The delivery layouts a run plays (``ChaosConfig.layout``; ``mixed`` draws one of these from the seed).
+LAYOUTS = ("one-unit", "named", "two-units")
 
 
 @dataclass(frozen=True)
@@ -120,6 +138,91 @@ class ChaosConfig:
     # (``LocalCluster(admin_state=..., haproxy_action=False)``): the run samples every VM's effective admin state,
     # and the plan adds ARM faults (``ARM_FAULTS``) and stretches (``ARM_STRETCHES``).
     admin_state: bool = False
+    # Which events IMDS shows each VM: one of ``LAYOUTS``, or ``mixed`` (drawn from the seed). The CLI's default
+    # is ``mixed``; ``ChaosConfig()`` is the run as it always was (one unit, agents at their default delivery).
+    layout: str = "one-unit"
+    # Whether the agents are told their delivery unit and the delivery (``imds.unit``, ``imds.delivery``): True,
+    # False (the default ``auto``, unit unknown), or None (drawn from the seed).
+    tell_unit: bool | None = False
+
+    def __post_init__(self) -> None:
+        if self.layout not in (*LAYOUTS, "mixed"):
+            raise ValueError(f"layout must be one of {', '.join((*LAYOUTS, 'mixed'))}, not {self.layout!r}")
+
+
+@dataclass(frozen=True)
+class DeliveryLayout:
+    """A run's delivery layout, resolved for its seed: ``name`` one of ``LAYOUTS``; ``units`` each unit's
+    name and VMs, in the group's order; ``delivery`` the simulator's (``unit``: a VM sees every event of its
+    unit; ``named``: only the events naming it); ``told`` whether each agent's configuration says its unit and
+    the delivery (``imds.unit``, ``imds.delivery``), else it runs with the default (``auto``, unit unknown)."""
+
+    name: str
+    units: tuple[tuple[str, tuple[str, ...]], ...]
+    delivery: str
+    told: bool
+
+    def unit_of(self, vm: str) -> str:
+        return next(unit for unit, vms in self.units if vm in vms)
+
+    def vm_units(self) -> dict[str, str]:
+        return {vm: unit for unit, vms in self.units for vm in vms}
+
+    def sim_args(self) -> list[str]:
+        """The simulator's options for this layout (``--units``, ``--delivery``)."""
+        return ["--units", "/".join(f"{unit}={','.join(vms)}" for unit, vms in self.units),
+                "--delivery", self.delivery]
+
+    def agent_config(self, vm: str) -> dict[str, Any]:
+        """What ``vm``'s agent is told of its delivery (a section of its configuration); {} when not told."""
+        if not self.told:
+            return {}
+        return {"imds": {"unit": self.unit_of(vm), "delivery": self.delivery}}
+
+    def describe(self) -> str:
+        units = " | ".join(f"{unit}: {','.join(vms)}" for unit, vms in self.units)
+        how = "each VM sees only the events naming it" if self.delivery == "named" else (
+            "each VM sees every event of its unit")
+        told = ("agents told their unit and delivery" if self.told
+                else "agents at the default delivery (auto, unit unknown)")
+        return f"{self.name} ({units}; {how}; {told})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "units": {unit: list(vms) for unit, vms in self.units},
+                "delivery": self.delivery, "told": self.told}
+
+
+def delivery_layout(seed: int, config: ChaosConfig = ChaosConfig()) -> DeliveryLayout:
+    """The layout of ``seed``'s run: ``config.layout``, or with ``mixed`` one of ``LAYOUTS`` drawn from the seed;
+    the agents told their unit as ``config.tell_unit`` says, or as drawn. Both draws come from a stream of their
+    own, made whatever the configuration, so that neither the rest of the plan nor the other draw depends on
+    them. Two units: the first half of the VMs (rounded up) in pg0, the others in pg1."""
+    rng = random.Random(f"layout:{seed}")
+    drawn_layout = rng.choice(LAYOUTS)
+    drawn_told = rng.random() < 0.5
+    name = drawn_layout if config.layout == "mixed" else config.layout
+    told = drawn_told if config.tell_unit is None else config.tell_unit
+    vms = tuple(config.vms)
+    if name == "two-units":
+        half = (len(vms) + 1) // 2
+        units: tuple[tuple[str, tuple[str, ...]], ...] = (("pg0", vms[:half]), ("pg1", vms[half:]))
+    else:
+        units = (("pg0", vms),)
+    return DeliveryLayout(name, units, "named" if name == "named" else "unit", told)
+
+
+def _one_unit(picked: Sequence[str], layout: DeliveryLayout) -> list[str]:
+    """The VMs ``picked`` for one event, all of one unit (the simulator refuses an event naming VMs of two): the
+    unit of the first VM picked whose unit holds as many VMs (else the first such unit of the group), keeping
+    the VMs picked in it and, in place of each other one, the next VM of that unit not picked yet. Identity
+    where every VM is of one unit."""
+    units = layout.vm_units()
+    sizes = {unit: len(vms) for unit, vms in layout.units}
+    unit = next((units[vm] for vm in picked if sizes[units[vm]] >= len(picked)),
+                next((u for u, vms in layout.units if len(vms) >= len(picked)), units[picked[0]]))
+    members = dict(layout.units)[unit]
+    spare = [vm for vm in members if vm not in picked]
+    return [vm if units[vm] == unit else spare.pop(0) for vm in picked]
 
 
 @dataclass(frozen=True)
@@ -203,10 +306,14 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
     """The run's story of events and its faults, in time order: a function of the seed alone."""
     rng = random.Random(seed)
     vms = list(config.vms)
+    layout = delivery_layout(seed, config)
     k = config.duration / 30.0
     order = rng.sample(vms, len(vms))
-    a, b, c = order[0], order[1], order[2]
-    d = order[3] if len(order) > 3 else rng.choice(vms)
+    # The Freeze of two VMs names VMs of one unit; the Reboot and the cancelled event take the next ones drawn.
+    a, b = _one_unit(order[:2], layout)
+    rest = [vm for vm in order if vm not in (a, b)]
+    c = rest[0]
+    d = rest[1] if len(rest) > 1 else rng.choice(vms)
     # Overlapping events on different VMs: a Freeze of two VMs and a Reboot of a third.
     steps: list[Step] = [
         Step(rng.uniform(0.5, 2.5) * k, "event", label="freeze-two",
@@ -221,7 +328,7 @@ def plan(seed: int, config: ChaosConfig = ChaosConfig()) -> list[Step]:
                       params={"event_type": "Reboot", "resources": [rng.choice(vms)], "status": "Started",
                               "started_for": config.started_for_sim}))
     steps.append(Step(rng.uniform(14.0, 20.0) * k, "event", label="freeze-late",
-                      params={"event_type": "Freeze", "resources": sorted(rng.sample(vms, 2)),
+                      params={"event_type": "Freeze", "resources": sorted(_one_unit(rng.sample(vms, 2), layout)),
                               "duration_in_seconds": rng.choice([30, 60])}))
 
     kinds = ["leader_kill", "drained_kill", "pause_long", "zk_one", "zk_two", "imds", "imds", "agent_kill", "cancel"]

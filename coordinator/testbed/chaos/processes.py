@@ -2,15 +2,17 @@
 
 ``RunProcesses`` starts the ZooKeeper ensemble (unless the run shares one), one link proxy per agent
 between that agent and the ensemble (with link faults; ``coordinator.testbed.netproxy``), and the group:
-the IMDS simulator, HAProxy, and an app server and an agent per VM, each agent's connect string naming
-its own proxies; with ``admin_state`` the agents drain through the load balancer's admin state
+the IMDS simulator (with the run's delivery units and delivery: ``planning.DeliveryLayout.sim_args``),
+HAProxy, and an app server and an agent per VM, each agent's connect string naming its own proxies and,
+where the layout tells them, its configuration its unit and the delivery (``imds.unit``,
+``imds.delivery``); with ``admin_state`` the agents drain through the load balancer's admin state
 (``AdminStateDrain``) and their probe, without an ``haproxy`` action of their own: HAProxy is drained only
 by the admin state the simulator applies to it and by its health check of each probe. It builds the
 samplers (every agent's probe, HAProxy's server states, every VM's effective admin state with
 ``admin_state``, the agents' ``/status``, the simulator's log), records every agent process started and
-how it ended, and brings a VM whose agent or app server died back as a rebooted VM would come back. At
-the end it stops the agents, reads the simulator's and the agents' logs, and stops every process it
-started, by PID.
+how it ended, and brings a VM whose agent or app server died back as a rebooted VM would come back. At the
+end it stops the agents, reads the simulator's and the agents' logs, and stops every process it started,
+by PID.
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ class RunProcesses(RunState):
                 per_vm[vm] = {"zookeeper": {"hosts": link.hosts}}
             self.say("each agent reaches ZooKeeper through a link proxy of its own: "
                      + ", ".join(f"{vm} {link.hosts}" for vm, link in self.links.items()))
+        # The delivery layout: the simulator's units and delivery, and (told) each agent's imds.unit and delivery.
+        for vm in config.vms:
+            for section, values in self.layout.agent_config(vm).items():
+                per_vm.setdefault(vm, {}).setdefault(section, {}).update(values)
+        self.say(f"delivery layout: {self.layout.describe()}")
         self.admin_setup = AdminStateDrain() if config.admin_state else None
         self.say("starting the IMDS simulator, HAProxy, app servers and agents"
                  + (" (draining through the load balancer's admin state and the probe, no HAProxy action)"
@@ -74,7 +81,7 @@ class RunProcesses(RunState):
             self.workdir / "group", config.vms, cluster=self.cluster_name, drain_wait=config.drain_wait,
             poll_interval=config.poll_interval, session_timeout=config.session_timeout,
             started_for=config.started_for_sim, zk_hosts=self.ensemble.hosts, with_haproxy=True,
-            sim_args=["--time-scale", f"{config.time_scale:g}", "--not-before-clock", "real"],
+            sim_args=["--time-scale", f"{config.time_scale:g}", "--not-before-clock", "real", *self.layout.sim_args()],
             # The agents know the servers' tickTime, as an operator configures it: a cut-off agent serves again
             # only once its session has certainly lapsed (granted timeout plus a tick).
             extra_config={"drain": {"latest_start_seconds": config.latest_start}, "logging": {"format": "json"},
@@ -88,9 +95,24 @@ class RunProcesses(RunState):
             self.cluster.start()
         except (RuntimeError, TimeoutError) as exc:
             raise Abort(f"the group did not start: {exc}") from exc
+        self._check_layout()
         for vm in config.vms:
             self._note_start(vm, before)
             self._register(vm)
+
+    def _check_layout(self) -> None:
+        """The simulator holds the layout it was given (``GET /vms``): every VM in its unit, the delivery."""
+        sim = self._cluster().sim
+        assert sim is not None
+        try:
+            served = sim.vms()
+        except Exception as exc:
+            raise Abort(f"the simulator did not say its layout: {exc}") from exc
+        units = {str(info["name"]).lower(): str(info["unit"]) for info in served.get("vms", [])}
+        wanted = {vm.lower(): unit for vm, unit in self.layout.vm_units().items()}
+        if units != wanted or served.get("delivery") != self.layout.delivery:
+            raise Abort(f"the simulator's layout ({served.get('delivery')} delivery, units {units}) is not the run's "
+                        f"({self.layout.describe()})")
 
     # -- the samplers --------------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 ``RunResult`` is one run's outcome: its plan, the ensemble's tickTime and the session timeout it grants
 the agents, whether they drained through the load balancer's admin state, the faults carried out (and
-skipped) by kind, each link fault with its target, each ARM fault with its body, the oracle's verdict (or
+skipped) by kind, each link fault with its target, each ARM fault with its body, the delivery layout (its
+units, the delivery, whether the agents were told their unit), the oracle's verdict (or
 why the run could not be done), and its JSON form.
 ``read_agent_log`` reads an agent's log into the oracle's ``LogLine``s, with
 ``short_paths`` trimming the absolute paths that tracebacks name.
@@ -40,6 +41,9 @@ class RunResult:
     link_faults: list[dict[str, Any]] = field(default_factory=list)
     admin_state: bool = False  # the agents drained through the load balancer's admin state too
     arm_faults: list[dict[str, Any]] = field(default_factory=list)
+    # The delivery layout (``planning.DeliveryLayout.to_json``): its name, units, delivery, whether the agents
+    # were told their unit.
+    layout: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -57,6 +61,7 @@ class RunResult:
             "link_faults": self.link_faults,
             "admin_state": self.admin_state,
             "arm_faults": self.arm_faults,
+            "layout": self.layout,
             "error": self.error,
             "verdict": self.verdict.to_json(self.origin) if self.verdict is not None else None,
         }

@@ -38,7 +38,8 @@ class ChaosRun(FaultSteps):
         self._say(f"[seed {self.seed}] plan: ZooKeeper tickTime {self.tick_ms} ms (agents ask a "
                   f"{self.config.session_timeout:g} s session, the servers grant {self.session_granted_ms} ms)"
                   + ("; the agents drain through the load balancer's admin state and their probe"
-                     if self.config.admin_state else ""))
+                     if self.config.admin_state else "")
+                  + f"; delivery layout {self.layout.describe()}")
         for step in self.steps:
             self._say(f"[seed {self.seed}] plan t={step.at:5.1f}s {step.describe()}")
         verdict: Verdict | None = None
@@ -91,7 +92,11 @@ class ChaosRun(FaultSteps):
                                         poll_interval_seconds=self.config.poll_interval,
                                         imds_backoff_seconds=max(2.0, self.config.poll_interval),
                                         session_lapse_seconds=(self.session_granted_ms + self.tick_ms) / 1000.0,
-                                        arm_deadline_seconds=self._arm_deadline()),
+                                        arm_deadline_seconds=self._arm_deadline(),
+                                        # Which events IMDS showed each VM, and which agents were told so.
+                                        layout=self.layout.name, units=self.layout.vm_units(),
+                                        delivery=self.layout.delivery,
+                                        told_vms=self.config.vms if self.layout.told else ()),
                 started_at=self.clock.origin, ended_at=time.time(), healed_at=healed_at,
                 sim_log=sim_log, nodes=zk_recorder.sightings() if zk_recorder else [],
                 probes=sorted(self.probes, key=lambda s: s.t), servers=self.servers,
@@ -113,7 +118,7 @@ class ChaosRun(FaultSteps):
                          self.workdir, tick_time_ms=self.tick_ms, session_granted_ms=self.session_granted_ms,
                          faults=dict(self.faults), faults_skipped=dict(self.faults_skipped),
                          link_faults=list(self.link_faults), admin_state=self.config.admin_state,
-                         arm_faults=list(self.arm_faults))
+                         arm_faults=list(self.arm_faults), layout=self.layout.to_json())
 
     def _arm_deadline(self) -> float:
         """The agents' azure-lb action deadline as the group configured it (the oracle's default without one)."""
@@ -147,6 +152,10 @@ def run_chaos(seed: int, config: ChaosConfig = _DEFAULT_CONFIG, *, workdir: Path
             + (", ".join(f"{cause} {n}" for cause, n in sorted(causes.items())) or "none"))
         if not verdict.ok:
             say(verdict.render(result.origin))
+    if result.layout:
+        layout = result.layout
+        say(f"[seed {seed}] delivery layout {layout['name']}, {layout['delivery']} delivery, agents "
+            + ("told their unit" if layout["told"] else "at the default delivery"))
     if result.faults or result.faults_skipped:
         skipped = ", ".join(f"{k} {v}" for k, v in sorted(result.faults_skipped.items()))
         say(f"[seed {seed}] faults carried out (tickTime {result.tick_time_ms} ms): "

@@ -7,7 +7,9 @@ samples, and (with ``admin_state``) every VM's effective admin state in the simu
 the ARM faults queued. It says and records what happens, waits for a condition, and tells whether every VM is back.
 The ensemble's tickTime comes from the seed (``planning.tick_time_ms``) unless the run is given an
 ensemble, whose own tick then counts. With link faults, each agent reaches ZooKeeper through a
-``ZooKeeperLink`` of its own (``links``), started with the group.
+``ZooKeeperLink`` of its own (``links``), started with the group. The delivery layout (``layout``: which
+events IMDS shows each VM, whether the agents are told their unit) comes from the seed too
+(``planning.delivery_layout``).
 ``Clock`` gives times relative to the story's beginning; ``Abort`` ends a run that cannot go on.
 """
 
@@ -22,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from coordinator.testbed.chaos.planning import ChaosConfig, granted_session_ms, plan, tick_time_ms
+from coordinator.testbed.chaos.planning import ChaosConfig, delivery_layout, granted_session_ms, plan, tick_time_ms
 from coordinator.testbed.cluster import AdminStateDrain, LocalCluster
 from coordinator.testbed.netproxy import ZooKeeperLink
 from coordinator.testbed.oracle import HarnessRecord, ProbeSample, ProcessRecord, ServerSample, StatusSample
@@ -56,6 +58,7 @@ class RunState:
         self.workdir = workdir
         self._say = say
         self.steps = plan(seed, config)
+        self.layout = delivery_layout(seed, config)  # which events IMDS shows each VM, and what the agents are told
         self._own_ensemble = ensemble is None
         self.planned_tick_ms = tick_time_ms(seed, config)
         self.ensemble = ensemble or LocalEnsemble(workdir / "zookeeper", 3, tick_time_ms=self.planned_tick_ms,

@@ -44,7 +44,9 @@ allowable (its VMs' agents running and members, the budget with room, no operato
 bound without an approval, no fault on its path explaining it, is an unexplained miss and a violation; so
 is a record seen open (its admission or approval node) past the L2 bound after its event was gone. Misses
 that a fault explains (``faults``) are counted by cause in the statistics, with the times from allowable
-to approved.
+to approved. Liveness follows the run's delivery layout (``OracleSettings.units``, ``delivery``): whose
+documents show an event decides when the leader may admit it, what holds the budget once it is gone, and
+who closes its record; safety reads no layout.
 
 The package's parts: ``records`` (the observations and their JSON form), ``history`` (the node history
 from ZooKeeper's transaction log, in place of the observer's sightings), ``context`` (the ground truth

@@ -14,6 +14,16 @@ stretches cut short by faults, is a miss explained by the last such fault; one h
 L2: a record is seen open while its ``admitted`` or ``approval`` node stands (``mark_done`` removes both;
 the recorder reads no payload, so not ``done_at``). Standing longer than ``OracleSettings.l2_bound`` after
 its event left the simulator, with the clock pushed by faults on the leader's path, is a miss.
+
+The delivery layout (``OracleSettings.units``, ``delivery``; ``docs/safety.md``, "Delivery units") decides
+whose documents show an event. Where the leader's do not (another unit, or named-only delivery and the event
+does not name it): the leader admits it from its record only once it has known the record for ``gone_after``
+(``decide.events._from_store``), a hold until then (``_World._unseen_by_leader``); the leader, and the
+event's approver, count it in the budget until its record is closed, not only while it is present
+(``_World._record_holds``); and its record is closed by its closer, the first live member it names, so L2
+starts the clock once one of its VMs runs a live agent, with faults on its VMs' paths as well as the
+leader's; one none of whose VMs ran a live agent from its removal until its record closed is excused
+(L2's excuse: nobody could see it go).
 """
 
 from __future__ import annotations
@@ -126,6 +136,17 @@ class _World:
         for n in nodes:
             if n.kind == "out" and n.vm:
                 self.out_nodes.setdefault(n.vm.lower(), []).append((n.ctime, n.gone_seen or _INF))
+        # When each event's record was first created (``/events/{id}``), and its admitted nodes, not cut at
+        # the event's removal: a leader that does not see an event admits it from its record, and counts it
+        # until its record is closed.
+        self.records: dict[str, float] = {}
+        self.admitted: dict[str, list[Span]] = {}
+        for n in nodes:
+            key = (n.event_id or "").upper()
+            if n.kind == "record" and key:
+                self.records[key] = min(self.records.get(key, _INF), n.ctime)
+            elif n.kind == "admitted" and key:
+                self.admitted.setdefault(key, []).append((n.ctime, n.gone_seen or _INF))
         self.grace = recovery_grace(self.settings)
         self.runs: dict[str, list[Span]] = {}
         for p in ctx.obs.processes:
@@ -212,7 +233,48 @@ class _World:
             # not carry). A VM restarting or stopped is out for no event: not an event in maintenance.
             if vm not in ev.resources and other.present(t) and self.live(vm, out_from) and self.live(vm, t):
                 return f"{vm} out of rotation while it names it"
-        return None
+        return self._record_holds(ev, other, t)
+
+    def _record_holds(self, ev: SimEvent, other: SimEvent, t: float) -> str | None:
+        """Whether ``other``, gone from the simulator, still holds a slot at ``t`` because whoever weighs ``ev``
+        (the leader admitting it, its approver approving it) does not see ``other`` in its own documents: it
+        knows ``other`` from its record (``decide.events._from_store``), admitted until the record is closed."""
+        if other.present(t) or not any(a <= t < b for a, b in self.admitted.get(other.event_id, ())):
+            return None
+        judges = [self.leaders.at(t), self.approver(ev, t)]
+        blind = sorted({vm for vm in judges if vm is not None and not self.settings.sees(vm, other.resources)})
+        if not blind:
+            return None
+        return f"admitted, its record still open (not in the documents of {','.join(blind)})"
+
+    def approver(self, ev: SimEvent, t: float) -> str | None:
+        """The approver of ``ev`` at ``t`` (first-resource, the chaos runs' policy): the first VM it names whose
+        agent is live, else the first it names."""
+        return next((vm for vm in ev.resources if self.live(vm, t)), ev.resources[0] if ev.resources else None)
+
+    def _unseen_by_leader(self, ev: SimEvent, t: float) -> tuple[str, str, Fault | None] | None:
+        """Why the leader at ``t``, whose documents do not show ``ev``, cannot admit it yet: it admits an event
+        known only from its record once it has known the record for ``gone_after`` (from the record's creation,
+        or from its own start if later: a restarted agent hears of every record anew), on its next cycle
+        (``decide.events._from_store``). A restart made by a fault is that fault's. None: it can."""
+        leader = self.leaders.at(t)
+        if leader is None or self.settings.sees(leader, ev.resources):
+            return None
+        published = self.records.get(ev.event_id)
+        if published is None:
+            return None  # never published: nobody's documents showed it, which is no hold
+        started = [a for a, b in self.runs.get(leader, []) if a <= t < b]
+        known = max([published, *started])
+        ready = known + self.settings.gone_after_seconds + self.settings.poll_interval_seconds
+        if t >= ready:
+            return None
+        text = (f"the leader does not see it ({leader}: admitted from its record once known for "
+                f"{self.settings.gone_after_seconds:g} s, at t={ready - self.origin:.2f}s)")
+        restarted = [f for f in self.faults if f.kind == "agent killed" and f.target == leader
+                     and f.start <= known <= f.settle] if known > published else []
+        if restarted:
+            return "fault", text, max(restarted, key=lambda f: f.start)
+        return "hold", text, None
 
     def _gone_past_grace(self, vm: str, t: float) -> bool:
         """Whether ``vm``'s agent has been gone (no member node) for ``recovery_grace`` at ``t``: the agents'
@@ -271,7 +333,7 @@ class _World:
             if cause:
                 return "fault", text, max(cause, key=lambda f: f.start)
             return "hold", f"{text} (no fault found)", None
-        return None
+        return self._unseen_by_leader(ev, t)
 
 
 def _judge_event(world: _World, ev: SimEvent, found: Liveness) -> None:
@@ -398,19 +460,51 @@ def _judge_record(world: _World, ev: SimEvent, found: Liveness) -> None:
     bound = world.settings.l2_bound()
     if gone - ev.removed <= bound:
         return
-    path = [f for f in world.faults if f.on_zookeeper or f.target in world.leaders.during(ev.removed, gone)]
-    path += [Fault("ZooKeeper recorder blind", "the recorder", a, b, b) for a, b in ctx.obs.zk_blind]
-    clock, pushed = _clock(path, ev.removed, gone, bound)
+    leaders = world.leaders.during(ev.removed, gone)
     what = (f"the record of {ev.event_type} {ev.event_id} ({','.join(ev.resources)}) stood open (its "
             f"{'/'.join(sorted({n.kind for n in nodes}))} node) until t={gone - origin:.2f}s, "
             f"{gone - ev.removed:.1f} s after the event left the simulator at t={ev.removed - origin:.2f}s "
             f"(bound {bound:.1f} s)")
+    blind = [Fault("ZooKeeper recorder blind", "the recorder", a, b, b) for a, b in ctx.obs.zk_blind]
+    if leaders and all(world.settings.sees(vm, ev.resources) for vm in leaders):
+        # The leader's own documents show the event: it closes the record once they miss it.
+        path = [f for f in world.faults if f.on_zookeeper or f.target in leaders]
+        whose = "the leader's path"
+    else:
+        # A leader whose documents do not show it (or none) leaves the record to its closer, the first live member it
+        # names (``decide.records._closing``): the clock starts once one of its VMs runs a live agent. None did
+        # until the record closed: nobody could see the event go, and the record waits for nobody to hold it
+        # and for its release (``decide.records._over``), which the recorder cannot see (node payloads): excused.
+        path = [f for f in world.faults if f.on_zookeeper or f.target in leaders or f.target in ev.resources]
+        whose = "the path of its VMs or the leader's"
+        live = next((t for t in _grid(world, ev.removed, gone) if any(world.live(vm, t) for vm in ev.resources)),
+                    None)
+        if live is None:
+            none = Fault("no live agent among its VMs", ",".join(ev.resources), ev.removed, gone, gone,
+                         "nobody could see it go: excused by L2")
+            found.misses.append(Miss("L2", ev, ev.removed, ev.removed + bound, none.kind,
+                                     f"{what}: {none.describe(origin)}", none))
+            return
+        if live > ev.removed:
+            path.append(Fault("no live agent among its VMs", ",".join(ev.resources), ev.removed, live, live,
+                              "its closer could not see it go"))
+    clock, pushed = _clock(path + blind, ev.removed, gone, bound)
     if gone > clock + bound:
         found.misses.append(Miss("L2", ev, ev.removed, clock + bound, "unexplained",
-                                 what + "; no fault on the leader's path explains it"))
+                                 f"{what}; no fault on {whose} explains it"))
     elif pushed is not None:
         found.misses.append(Miss("L2", ev, ev.removed, clock + bound, pushed.kind,
                                  f"{what}: {pushed.describe(origin)}", pushed))
+
+
+def _grid(world: _World, start: float, end: float) -> list[float]:
+    """The instants of the run's grid from ``start`` (included) to ``end`` (excluded)."""
+    i = max(0, math.ceil((start - world.origin) / STEP - 1e-9))
+    times = []
+    while world.at(i) < end:
+        times.append(world.at(i))
+        i += 1
+    return times
 
 
 def liveness(ctx: Context) -> Liveness:

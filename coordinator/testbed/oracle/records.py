@@ -11,7 +11,7 @@ record is kept) and ``load`` reads it back, so a kept run can be judged again.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -221,6 +221,34 @@ class OracleSettings:
     # Added to every liveness bound: sampling (probes 100 ms, HAProxy 200 ms), HAProxy's two good checks
     # before UP against the agents' return wait, the drain actions themselves.
     liveness_slack_seconds: float = 2.0
+    # The delivery layout (``docs/reliability.md``, "Delivery layouts"): its name, each VM's delivery unit by
+    # lower-case name (empty: every VM in one unit), how IMDS delivers (``unit``: a VM sees every event of its
+    # unit; ``named``: only the events naming it), and the VMs whose agents were told their unit and the
+    # delivery (``imds.unit``, ``imds.delivery``; the others run with ``auto``, their unit unknown). The
+    # defaults are the one-unit runs (a record kept before these fields existed was made so).
+    layout: str = "one-unit"
+    units: Mapping[str, str] = field(default_factory=dict)
+    delivery: str = "unit"
+    told_vms: tuple[str, ...] = ()
+
+    def unit_of(self, vm: str) -> str:
+        """``vm``'s delivery unit ("" for every VM of a one-unit record)."""
+        return self.units.get(vm.lower(), "")
+
+    def sees(self, vm: str, resources: Sequence[str]) -> bool:
+        """Whether IMDS shows ``vm`` an event naming ``resources``: one naming it, always; with unit delivery,
+        one of its unit too (an event is of the unit of the VMs it names, all of one unit)."""
+        vm = vm.lower()
+        named = [r.lower() for r in resources]
+        if vm in named:
+            return True
+        if self.delivery == "named" or not named:
+            return False
+        return self.unit_of(vm) == self.unit_of(named[0])
+
+    @property
+    def every_vm_sees_every_event(self) -> bool:
+        return self.delivery != "named" and len(set(self.units.values())) <= 1
 
     def drain_wait(self, event_type: str) -> float:
         return self.drain_wait_by_type.get(event_type, self.drain_wait_seconds)
@@ -277,6 +305,7 @@ def dump(observations: Observations) -> str:
     body["settings"]["drain_wait_by_type"] = dict(observations.settings.drain_wait_by_type)
     body["settings"]["budget_units"] = dict(observations.settings.budget_units)
     body["settings"]["approval_rules"] = dict(observations.settings.approval_rules)
+    body["settings"]["units"] = dict(observations.settings.units)
     return json.dumps(body, default=str)
 
 
@@ -285,6 +314,7 @@ def load(text: str) -> Observations:
     body = json.loads(text)
     settings = dict(body.pop("settings"))
     settings["agent_vms"] = tuple(settings["agent_vms"])
+    settings["told_vms"] = tuple(settings.get("told_vms") or ())
     kinds: dict[str, type[Any]] = {
         "nodes": NodeSighting, "probes": ProbeSample, "servers": ServerSample, "requests": RequestSample,
         "harness": HarnessRecord, "processes": ProcessRecord, "statuses": StatusSample, "agent_logs": LogLine,
