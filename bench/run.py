@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 from bench.arm_writers import bench_arm_writers, render_arm_writers  # noqa: E402
 from bench.demo_runs import bench_demo_runs, render_demo_runs  # noqa: E402
 from bench.detection import bench_detection  # noqa: E402
+from bench.event_cost import bench_event_cost, render_event_cost  # noqa: E402
 from bench.fleet import SESSION_TIMEOUT, FleetRow, fleet_inputs, fleet_model  # noqa: E402
 from bench.footprint import MEASURED_BEFORE, bench_footprint, render_footprint  # noqa: E402
 from bench.group import bench_group, percentiles  # noqa: E402
@@ -135,7 +136,7 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
 
 RESULTS = ROOT / "bench" / "results.json"
 SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline", "ceiling", "groups", "demo",
-            "arm")
+            "arm", "cost")
 
 
 def _machine() -> str:
@@ -206,6 +207,8 @@ this is the cost of a cycle woken by a reading that brings nothing new. {_stamp(
         parts.append(render_demo_runs(results["demo"], _stamp(results["demo"])))
     if "arm" in results:
         parts.append(render_arm_writers(results["arm"], _stamp(results["arm"])))
+    if "cost" in results:
+        parts.append(render_event_cost(results["cost"], _stamp(results["cost"])))
     return "\n".join(parts)
 
 
@@ -584,6 +587,9 @@ def main() -> int:
                         help="the agents' policy.peer_probe_timeout_seconds (default: 5 with --groups-hung, "
                              "else the product's default)")
     parser.add_argument("--demo-runs", type=int, default=10, help="runs of the demo section (about 50 s each)")
+    parser.add_argument("--cost-sizes", default="10,30,100,200", help="agents per group of the cost section")
+    parser.add_argument("--cost-vms", default="2,10", help="VMs per event of the cost section")
+    parser.add_argument("--cost-events", type=int, default=2, help="events per size and VMs of the cost section")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     if args.quick:
@@ -684,6 +690,16 @@ def main() -> int:
     if "arm" in sections:
         with tempfile.TemporaryDirectory(prefix="coordinator-bench-arm-") as work:
             results["arm"] = {**stamp, **bench_arm_writers(Path(work))}
+        save()
+    if "cost" in sections:
+        print("bench: what one event costs the group in ZooKeeper requests ...", flush=True)
+        with tempfile.TemporaryDirectory(prefix="coordinator-bench-cost-") as work, \
+                LocalZooKeeper(Path(work) / "zk", tick_time_ms=2000) as zk:
+            measured = bench_event_cost(zk, Path(work), sizes=[int(x) for x in args.cost_sizes.split(",") if x],
+                                        vms_per_event=[int(x) for x in args.cost_vms.split(",") if x],
+                                        events=args.cost_events)
+        # What the code before measured stays beside it (it is measured on that code, not here).
+        results["cost"] = {**stamp, **measured, "before": results.get("cost", {}).get("before", {})}
         save()
     print(f"bench: wrote {RESULTS.relative_to(ROOT)} and {args.output}")
     return 0

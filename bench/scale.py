@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,8 @@ def _worker(spec_path: Path) -> int:
         store = ZooKeeperStore(spec["zk"], ZK_ROOT, agent_spec["group"], session_timeout=15, operation_timeout=5)
         state = Path(spec["workdir"]) / f"state-{agent_spec['group']}-{agent_spec['vm']}.json"
         agent = Agent(vm=agent_spec["vm"], imds=imds, store=store, actions=[ProbeAction(ProbeState())],
-                      policy=POLICY, metrics=Metrics(CollectorRegistry()), readings=poller, idle_cycle=5.0,
+                      policy=replace(POLICY, **spec.get("policy", {})), metrics=Metrics(CollectorRegistry()),
+                      readings=poller, idle_cycle=5.0,
                       state_file=StateFile(state))
         ref.append(agent)
         thread = threading.Thread(target=agent.run, args=(stop,), name=f"agent-{agent_spec['vm']}", daemon=True)

@@ -58,3 +58,19 @@ def test_the_headline_says_what_held_each_event_that_waited_for_its_notbefore() 
                      "Redeploy in 2 of 2 runs (held by: vm2 (approver): maintenance budget: 1 event(s) in "
                      "maintenance / nothing recorded)."]
     assert _late_notes([run(None) | {"events": run(None)["events"][:1]}], {}) == []
+
+
+def test_the_event_cost_section_shows_each_size_before_and_now_against_the_target() -> None:
+    from bench.event_cost import render_event_cost
+
+    def group(size: int, requests: list[int], sending: list[int]) -> dict[str, object]:
+        runs = [{"requests": r, "sessions_sending": s, "writes": 12} for r, s in zip(requests, sending, strict=True)]
+        return {"size": size, "idle": {"requests": 0}, "events": {"2": runs}}
+
+    entry = {"sizes": [group(10, [55, 58], [3, 3]), group(30, [55, 70], [3, 4])],
+             "before": {"stamp": "on the code before.", "sizes": [group(10, [165, 168], [10, 10])]}}
+    text = render_event_cost(entry, "Measured today.")
+    assert "| 10 | 2 | 165, 168 | 55, 58 | 10, 10 | 3, 3 | 12, 12 | at most 60: met |" in text
+    assert "| 30 | 2 | - | 55, 70 | - | 3, 4 | 12, 12 | at most 60: not met |" in text  # 70 > 60; nothing before
+    assert "Measured today. Before: on the code before." in text
+    assert "requests of the whole group: 10: 0, 30: 0" in text
