@@ -68,8 +68,12 @@ FULL = replace(view(rec(A, ("vm0",), done_at=NOW - 5), rec(B, ("vm1",))), out={"
 def test_a_leader_never_admits_on_a_cut_down_view() -> None:
     whole = decide(snapshot("vm3", FULL, ev(B, ["vm1"])), SERVING, BUDGET)
     assert whole.admit == () and "maintenance budget" in whole.blocked[B][0]
-    # Cut down, vm0's mark is not read: deciding on it would admit B while vm0 is still out.
+    # Cut down, vm0's mark is not read: deciding on it would admit B while vm0 is still out. A VM's own part
+    # holds no record today (nothing to admit); a view marked incomplete that holds records all the same (as
+    # a cut-down view once did) is never decided on for the group either.
     assert decide(snapshot("vm3", own_view(FULL, "vm3"), ev(B, ["vm1"])), SERVING, BUDGET).admit == ()
+    cut = replace(FULL, out={}, absent_since={}, complete=False)
+    assert decide(snapshot("vm3", cut, ev(B, ["vm1"])), SERVING, BUDGET).admit == ()
 
 
 def test_an_approver_never_weighs_the_budget_on_a_cut_down_view() -> None:
