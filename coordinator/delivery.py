@@ -11,6 +11,7 @@ them from who published a record.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -50,13 +51,31 @@ class Delivery:
         event in its own documents, is of this VM's unit."""
         return (self.unit is not None and record.unit == self.unit and self.every_event(seen_unnamed))
 
-    def describe(self, seen_unnamed: bool = False) -> str:
-        """In the words of logs and ``coordinator status``."""
-        unit = f"unit {self.unit}" if self.unit is not None else "unit unknown"
+    def how(self, seen_unnamed: bool = False) -> str:
+        """Which events this VM's documents are taken to show, in the words of logs and ``coordinator doctor``."""
         if self.every_event(seen_unnamed):
-            how = "every event of the unit"
-        elif self.mode is DeliveryMode.NAMED:
-            how = "only events naming this VM"
-        else:
-            how = "delivery not known yet (auto: only events naming this VM count)"
-        return f"{unit}, {how}"
+            return "every event of the unit"
+        if self.mode is DeliveryMode.NAMED:
+            return "only events naming this VM"
+        return "delivery not known yet (auto: only events naming this VM count)"
+
+    def describe(self, seen_unnamed: bool = False) -> str:
+        """The unit and ``how``, in the words of logs and ``coordinator status``."""
+        unit = f"unit {self.unit}" if self.unit is not None else "unit unknown"
+        return f"{unit}, {self.how(seen_unnamed)}"
+
+    def member_info(self) -> dict[str, object]:
+        """What the agent publishes of it in its member node."""
+        return {"unit": self.unit, "delivery": self.mode.value}
+
+    @classmethod
+    def published(cls, info: Mapping[str, object]) -> Delivery | None:
+        """What a member node says (``member_info``); None where it says nothing readable (an agent of an
+        earlier version, a garbled node)."""
+        unit, mode = info.get("unit"), info.get("delivery")
+        if not isinstance(mode, str) or not (unit is None or isinstance(unit, str)):
+            return None
+        try:
+            return cls(unit=unit or None, mode=DeliveryMode(mode))
+        except ValueError:
+            return None

@@ -66,10 +66,9 @@ def after_view(evidence: Evidence, cluster: ClusterView | None, mono: float) -> 
         seen[key] = Sighting(mono, listed=False)
     absent = cluster.known - cluster.members
     absent_since = {vm: evidence.absent_since.get(vm, mono) for vm in absent}
-    done_seen = {key: evidence.done_seen.get(key, mono) for key, record in cluster.records.items()
-                 if record.done_at is not None}
-    if not cluster.complete:
-        done_seen = dict(evidence.done_seen)  # a VM's own part holds no record: nothing learnt
+    done_seen = ({key: evidence.done_seen.get(key, mono) for key, record in cluster.records.items()
+                  if record.done_at is not None}
+                 if cluster.complete else evidence.done_seen)  # a VM's own part holds no record: nothing learnt
     return replace(evidence, seen=seen, absent_since=absent_since, done_seen=done_seen)
 
 

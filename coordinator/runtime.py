@@ -403,8 +403,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         metrics=metrics,
         poll_interval=settings.imds.poll_interval,
         # Who this process is: lets a restarted agent take its predecessor's member node, and no other.
-        member_info={"admin": settings.http.listen, "probe": probe_url, **placement, "unit": delivery.unit,
-                     "delivery": delivery.mode.value, **agent_identity()},
+        member_info={"admin": settings.http.listen, "probe": probe_url, **placement, **delivery.member_info(),
+                     **agent_identity()},
         state_file=state_file,
         peers=peers,
         readings=poller if settings.imds.stagger else _Unstaggered(poller),

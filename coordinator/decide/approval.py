@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from coordinator.config import ApprovalRule
 from coordinator.decide.budget import _admissions, _Budget, _over_budget, _unit
 from coordinator.decide.drain import _mark_naming
-from coordinator.decide.events import _approvable, _Event, _record, _waited_for, choose_approver
+from coordinator.decide.events import _approvable, _Event, _record, _waited_for, choose_approver, first_live
 from coordinator.maintenance_windows import in_windows
 from coordinator.models import EventType
 from coordinator.snapshot import ApprovalIntent, LocalState, Policy, Snapshot, is_gone
@@ -101,7 +101,7 @@ def _publishes(ev: _Event, cluster: ClusterView, snap: Snapshot) -> bool:
     not the group. Only on the whole view (``follows_group``): a VM's own part holds no record."""
     if not cluster.complete:
         return False
-    return snap.me in ev.resources or not (set(ev.resources) & cluster.members)
+    return snap.me in ev.resources or first_live(ev.resources, cluster) is None
 
 
 def _unmarked(key: str, vms: Sequence[str], cluster: ClusterView) -> dict[str, tuple[str, ...]]:

@@ -4,6 +4,7 @@ whose acknowledgement it waits for, and whether it could be approved early at al
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
@@ -14,8 +15,8 @@ from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.snapshot import Policy, Snapshot, rule_for
 from coordinator.store.base import ClusterView, EventRecord
 
-__all__ = ["_Event", "_approvable", "_closer", "_from_store", "_in_own_documents", "_parse", "_parse_events",
-           "_record", "_waited_for", "choose_approver"]
+__all__ = ["_Event", "_approvable", "_from_store", "_in_own_documents", "_parse", "_parse_events", "_record",
+           "_waited_for", "choose_approver", "first_live"]
 
 
 def choose_approver(
@@ -28,10 +29,18 @@ def choose_approver(
     no leader.
     """
     if mode is ApproverMode.FIRST_RESOURCE:
-        for vm in resources:
-            if vm in cluster.members:
-                return vm, False
+        first = first_live(resources, cluster)
+        if first is not None:
+            return first, False
     return cluster.leader, True
+
+
+def first_live(resources: Sequence[str], cluster: ClusterView) -> str | None:
+    """The first VM of ``resources`` (document order) that is a live member; None if none is. It approves the
+    event in ``first-resource`` mode (``choose_approver``), and closes its record in every mode
+    (``decide.records._closing``): its own documents list the event while it is present, whatever the
+    delivery."""
+    return next((vm for vm in resources if vm in cluster.members), None)
 
 
 @dataclass(frozen=True)
@@ -153,13 +162,6 @@ def _in_own_documents(record: EventRecord, snap: Snapshot, policy: Policy) -> bo
     unreadable): it closes the record once they miss it (``decide.records._over``), and the leader never
     admits it from its record alone (``_from_store``)."""
     return snap.me in record.resources or policy.delivery.covers(record, snap.seen_unnamed)
-
-
-def _closer(record: EventRecord, cluster: ClusterView) -> str | None:
-    """The VM whose documents close ``record`` when the leader's do not list its event: the first live member
-    it names, whose own documents list the event while it is present, in every delivery mode. None: no
-    agent it names is live, and the leader judges it by who still holds it (``decide.records._over``)."""
-    return next((vm for vm in record.resources if vm in cluster.members), None)
 
 
 def _waited_for(vm: str, cluster: ClusterView, policy: Policy, snap: Snapshot) -> bool:

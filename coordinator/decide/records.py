@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coordinator.decide.events import _closer, _Event, _in_own_documents
+from coordinator.decide.events import _Event, _in_own_documents, first_live
 from coordinator.models import EventType
 from coordinator.snapshot import Policy, Snapshot, is_gone
 from coordinator.store.base import ClusterView, EventRecord
@@ -17,13 +17,13 @@ def _closing(
     by_key: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
 ) -> tuple[list[str], list[str]]:
     """This VM's changes to records on a fresh document: (records to reopen, records to mark done). The
-    leader judges every record; the first live member a record names (its closer, ``_closer``) judges that
-    one too, since its documents list the event while it is present whatever the delivery. Both may write
+    leader judges every record; the first live member a record names (its closer, ``first_live``) judges
+    that one too, since its documents list the event while it is present whatever the delivery. Both may write
     the same change: marking done and reopening are idempotent."""
     reopen: list[str] = []
     mark_done: list[str] = []
     for key, record in cluster.records.items():
-        closer = _closer(record, cluster)
+        closer = first_live(record.resources, cluster)
         if not cluster.i_am_leader and closer != snap.me:
             continue
         if key in by_key:

@@ -151,8 +151,7 @@ def delivery_verdict(
             fixes.append("set imds.unit on the agents that publish none (their availability set), or leave vm_name "
                          "unset on scale-set instances so that they learn their placementGroupId")
 
-    # ``describe`` says "unit X, how" (in the words of the logs and coordinator status); a unit has no comma.
-    how = delivery.describe(seen_unnamed).split(", ", 1)[1]
+    how = delivery.how(seen_unnamed)
     said = (f"unit {unit or 'unknown'} ("
             + _unit_source(configured=configured_unit, vm_name_set=vm_name_set, placement_group=placement_group)
             + f"), imds.delivery {mode.value}: {how}")

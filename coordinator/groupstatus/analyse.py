@@ -48,7 +48,7 @@ from coordinator.decide import (
     choose_approver,
     decide,
 )
-from coordinator.delivery import DeliveryMode
+from coordinator.delivery import Delivery
 from coordinator.groupstatus.model import (
     Absent,
     Ack,
@@ -232,10 +232,10 @@ def _gone_per(record: EventRecord, read: GroupRead) -> str | None:
 
 
 def _unit_wide_in(vm: str, record: EventRecord, read: GroupRead) -> bool:
-    """Whether ``vm``'s member node says IMDS shows it every event of the record's unit."""
-    info = read.member_info.get(vm, {})
-    return (record.unit is not None and info.get("unit") == record.unit
-            and info.get("delivery") == DeliveryMode.UNIT.value)
+    """Whether ``vm``'s member node says IMDS shows it every event of the record's unit (``Delivery.covers``,
+    for an agent configured so: what ``auto`` observed is not published)."""
+    delivery = Delivery.published(read.member_info.get(vm, {}))
+    return delivery is not None and delivery.covers(record, seen_unnamed=False)
 
 
 def event_statuses(read: GroupRead, policy: Policy) -> list[EventStatus]:
