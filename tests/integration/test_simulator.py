@@ -96,6 +96,19 @@ def test_default_simulator_of_the_factory(imds_sim: SimulatorFactory, http: http
     assert imds_sim.control.events()["incarnation"] == 1
 
 
+def assert_refused(args: list[str], message: str) -> None:
+    """The simulator's command line, given ``args``, exits with status 2 and says ``message``."""
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator.sim", "--control", "127.0.0.1:0", *args],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=REPO_ROOT,
+    )
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -106,15 +119,7 @@ def test_default_simulator_of_the_factory(imds_sim: SimulatorFactory, http: http
     ],
 )
 def test_cli_refuses_bad_arguments_with_exit_status_2(args: list[str], message: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "coordinator.sim", "--control", "127.0.0.1:0", *args],
-        capture_output=True,
-        text=True,
-        timeout=20,
-        cwd=REPO_ROOT,
-    )
-    assert result.returncode == 2
-    assert message in result.stderr
+    assert_refused(args, message)
 
 
 # -- request rules ---------------------------------------------------------------------------------
@@ -691,15 +696,7 @@ def test_without_a_layout_every_vm_is_in_the_default_unit(idle_sim: RunningSimul
     ],
 )
 def test_cli_refuses_a_bad_layout_naming_the_option(args: list[str], message: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "coordinator.sim", "--control", "127.0.0.1:0", "--base-port", "0", *args],
-        capture_output=True,
-        text=True,
-        timeout=20,
-        cwd=REPO_ROOT,
-    )
-    assert result.returncode == 2
-    assert message in result.stderr
+    assert_refused(["--base-port", "0", *args], message)
 
 
 def test_terminates_start_together_once_all_are_approved(sim: RunningSimulator, http: httpx.Client) -> None:
@@ -800,12 +797,4 @@ def test_documents_and_timelines_can_be_loaded_through_the_control_api(
     ],
 )
 def test_cli_refuses_bad_timing_and_replay_arguments(args: list[str], message: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "coordinator.sim", "--control", "127.0.0.1:0", "--base-port", "0", *args],
-        capture_output=True,
-        text=True,
-        timeout=20,
-        cwd=REPO_ROOT,
-    )
-    assert result.returncode == 2
-    assert message in result.stderr
+    assert_refused(["--base-port", "0", *args], message)

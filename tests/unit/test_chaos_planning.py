@@ -325,8 +325,8 @@ class _Ensemble:
     hosts = "127.0.0.1:2181"
 
 
-def test_admin_state_runs_drain_without_an_haproxy_action_of_their_own(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def _cluster_built(config: ChaosConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:  # type: ignore[type-arg]
+    """The keyword arguments the harness gives ``LocalCluster`` for ``config`` (the cluster is not started)."""
     built: list[dict] = []  # type: ignore[type-arg]
 
     class Cluster:
@@ -337,13 +337,18 @@ def test_admin_state_runs_drain_without_an_haproxy_action_of_their_own(tmp_path:
             raise RuntimeError("not here")
 
     monkeypatch.setattr(processes, "LocalCluster", Cluster)
+    run = processes.RunProcesses(1, config, tmp_path, lambda _: None, ensemble=_Ensemble())  # type: ignore[arg-type]
+    with pytest.raises(Abort):
+        run._start()
+    return built[-1]
+
+
+def test_admin_state_runs_drain_without_an_haproxy_action_of_their_own(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     for admin_state in (False, True):
-        run = processes.RunProcesses(1, ChaosConfig(admin_state=admin_state, link_faults=False), tmp_path,
-                                     lambda _: None, ensemble=_Ensemble())  # type: ignore[arg-type]
-        with pytest.raises(Abort):
-            run._start()
-        assert built[-1]["haproxy_action"] is not admin_state
-        assert (built[-1]["admin_state"] is not None) is admin_state
+        built = _cluster_built(ChaosConfig(admin_state=admin_state, link_faults=False), tmp_path, monkeypatch)
+        assert built["haproxy_action"] is not admin_state
+        assert (built["admin_state"] is not None) is admin_state
 
 
 def test_the_agents_are_told_haproxys_probe_lag_and_the_fallback_covers_it(tmp_path: Path) -> None:
@@ -527,22 +532,8 @@ def test_every_event_of_the_story_names_vms_of_one_unit_and_the_simulator_takes_
 
 def test_the_harness_gives_the_simulator_the_layout_and_tells_the_agents_when_the_layout_says_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    built: list[dict] = []  # type: ignore[type-arg]
-
-    class Cluster:
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            built.append(kwargs)
-
-        def start(self) -> None:
-            raise RuntimeError("not here")
-
-    monkeypatch.setattr(processes, "LocalCluster", Cluster)
-
     def started(config: ChaosConfig) -> dict:  # type: ignore[type-arg]
-        run = processes.RunProcesses(1, config, tmp_path, lambda _: None, ensemble=_Ensemble())  # type: ignore[arg-type]
-        with pytest.raises(Abort):
-            run._start()
-        return built[-1]
+        return _cluster_built(config, tmp_path, monkeypatch)
 
     two = started(ChaosConfig(layout="two-units", tell_unit=True, link_faults=False))
     args = two["sim_args"]

@@ -18,19 +18,7 @@ from coordinator.models import parse_document
 from coordinator.sim import InvalidRequest, SimulatedGroup, VmInfo
 from coordinator.sim.cli import add_arguments
 from coordinator.sim.layout import vm_infos
-
-T0 = 1_700_000_000.0
-
-
-class FakeClock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.unit.test_sim_state import FakeClock
 
 
 @pytest.fixture
