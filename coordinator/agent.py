@@ -35,7 +35,7 @@ from coordinator.decide import (
     Sighting,
     Snapshot,
     decide,
-    follows_group,
+    view_needed,
 )
 from coordinator.errors import (
     DuplicateMember,
@@ -52,7 +52,7 @@ from coordinator.plan_writes import write_plan
 from coordinator.poller import ReadEachCycle, Reading, Readings
 from coordinator.quiet import QuietCycles
 from coordinator.state import PersistedState, StateFile
-from coordinator.store.base import ClusterView, ConnectionState, Store
+from coordinator.store.base import ClusterView, ConnectionState, Part, Store
 from coordinator.telemetry import Health, Telemetry, status_dict
 
 __all__ = ["Agent", "Clock", "Imds", "Peers", "SystemClock"]
@@ -179,9 +179,9 @@ class Agent:
         # What the snapshot needs beyond one cycle (``coordinator.evidence``), on this process's monotonic clock.
         self._evidence = Evidence(named={key: Sighting(self._started) for key in self._local.draining_for})
         self._approving = False  # this VM approves an event of its last fresh document
-        # Whether the next cycle reads the whole view (``decide.follows_group`` of the last one), or only
-        # this VM's own part of it, which leaves it out of the acks and marks of events not naming it.
-        self._follow = True
+        # How much of the group the next cycle reads (``decide.view_needed`` of the last one): the whole
+        # view, or a part of it that leaves this VM out of the acks and marks it does not weigh.
+        self._part = Part.WHOLE
         self._last_document: Document | None = None
         self._status = _Status()
         self._status_lock = threading.Lock()
@@ -274,8 +274,9 @@ class Agent:
         started = self._clock.monotonic()
         snap = self._observe(started)
         local = self._job_status(self._local)
-        if snap.cluster is not None and not snap.cluster.complete and follows_group(snap, local):
-            self._follow = True  # an event names this VM now, or it leads: the whole view, before deciding
+        needed = view_needed(snap, local) if snap.cluster is not None else Part.WHOLE
+        if snap.cluster is not None and not snap.cluster.part.holds(needed):
+            self._part = needed  # an event names this VM now, or it leads: that part, before deciding
             snap = self._observe_group(started, None, snap.document, join=False)
         plan = decide(snap, local, self._policy)
         if snap.document is not None:
@@ -301,7 +302,7 @@ class Agent:
         with log_context(phase=(plan.next_phase or local.phase).value):  # what this plan makes of the VM
             self._local = self._act(snap, local, plan)
         self._quiet.note(snap, self._local, plan, holding_named=bool(self._evidence.named))
-        self._follow = follows_group(snap, self._local)
+        self._part = view_needed(snap, self._local)
         self._persist(snap)
         self._report(snap, plan)
         log.debug("cycle took %.1f ms: observe %.1f, decide %.1f, act %.1f (vm=%s)",
@@ -373,7 +374,7 @@ class Agent:
                     self._store.start()
                 self._store.join(self.vm, self._member_info)
                 self._store.campaign(self.vm)
-            cluster = self._store.read_view(self.vm, complete=self._follow)
+            cluster = self._store.read_view(self.vm, part=self._part)
         except DuplicateMember as exc:
             duplicate = str(exc)  # said once by the decision (``Plan.invalid``), not every cycle
         except (StoreError, InvalidName) as exc:

@@ -28,6 +28,7 @@ from coordinator.store.base import (
     ClusterView,
     ConnectionState,
     EventRecord,
+    Part,
     Pause,
     Store,
     WriteResult,
@@ -125,7 +126,7 @@ class DryRunStore:
     def granted_session_timeout(self) -> float | None:
         return self._inner.granted_session_timeout
 
-    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
+    def read_view(self, vm: str, *, part: Part = Part.WHOLE) -> ClusterView:
         # Always the whole view: one read per cycle (the planned writes are said per cycle), and what a
         # dry run costs one agent's reads does not matter.
         view = self._inner.read_view(vm)

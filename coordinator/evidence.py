@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from coordinator.models import Document
 from coordinator.snapshot import Sighting, is_gone, sight
-from coordinator.store.base import ClusterView, ConnectionState
+from coordinator.store.base import ClusterView, ConnectionState, Part
 
 __all__ = ["Evidence", "after_connection", "after_reading", "after_view", "holding_also"]
 
@@ -68,7 +68,7 @@ def after_view(evidence: Evidence, cluster: ClusterView | None, mono: float) -> 
     absent_since = {vm: evidence.absent_since.get(vm, mono) for vm in absent}
     done_seen = ({key: evidence.done_seen.get(key, mono) for key, record in cluster.records.items()
                   if record.done_at is not None}
-                 if cluster.complete else evidence.done_seen)  # a VM's own part holds no record: nothing learnt
+                 if cluster.part.holds(Part.NAMED) else evidence.done_seen)  # a VM's own part holds no record
     return replace(evidence, seen=seen, absent_since=absent_since, done_seen=done_seen)
 
 

@@ -532,9 +532,17 @@ MUTATIONS = [
     (
         'a-cut-down-view-never-admits',
         'coordinator/decide/decision.py',
-        '    if snap.cluster is not None and not snap.cluster.complete and follows_group(snap, local):\n',
+        '    if snap.cluster is not None and not snap.cluster.part.holds(view_needed(snap, local)):\n',
         '    if False:\n',
         'tests/unit/test_own_view.py::test_a_leader_never_admits_on_a_cut_down_view',
+    ),
+    (
+        'a-named-view-holds-its-own-ack',
+        'coordinator/store/zk_view.py',
+        '            ack_names = [self._acks_of]\n',
+        '            ack_names = []\n',
+        'tests/integration/test_zookeeper_own_view.py::'
+        'test_a_named_view_is_the_whole_view_with_the_reading_vms_own_ack_and_mark_only',
     ),
     (
         'a-cut-down-view-weighs-no-budget',

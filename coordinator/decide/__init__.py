@@ -27,7 +27,7 @@ The safety rules live here and nowhere else:
   (``return_wait`` after its recovery finished); the budget counts every such VM.
 
 Where each rule lives: ``decision.py`` holds ``decide`` itself, one short function that reads top to bottom,
-and which views it needs (``follows_group``); ``events.py`` what an event is (parsed, its record, its
+and which part of the group's view it needs (``view_needed``); ``events.py`` what an event is (parsed, its record, its
 approver, whose ack it waits for, whether it could be approved early); ``drain.py`` drain and recovery
 (what holds this VM, its state machine, its acks, when it may serve, its ``/out`` mark); ``budget.py`` the
 disruption budget (who is out of rotation, what is in flight, the leader's admissions); ``approval.py``
@@ -37,7 +37,7 @@ upkeep of records and absences.
 
 from __future__ import annotations
 
-from coordinator.decide.decision import decide, follows_group
+from coordinator.decide.decision import decide, view_needed
 from coordinator.decide.events import choose_approver
 from coordinator.snapshot import (
     ApprovalIntent,
@@ -66,8 +66,8 @@ __all__ = [
     "approval_fence",
     "choose_approver",
     "decide",
-    "follows_group",
     "is_gone",
     "rule_for",
     "session_lapses_after",
+    "view_needed",
 ]

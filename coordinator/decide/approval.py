@@ -13,7 +13,7 @@ from coordinator.decide.events import _approvable, _Event, _record, _waited_for,
 from coordinator.maintenance_windows import in_windows
 from coordinator.models import EventType
 from coordinator.snapshot import ApprovalIntent, LocalState, Policy, Snapshot, is_gone
-from coordinator.store.base import ClusterView, ConnectionState, EventRecord
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Part
 
 __all__ = ["_NOT_ADMITTED", "_Approvals", "_absent_drained", "_approval_blockers", "_approvals",
            "_fresh_for_approval", "_hold_terminate_batches", "_not_admitted_because", "_still_posted", "_unmarked"]
@@ -98,8 +98,8 @@ def _publishes(ev: _Event, cluster: ClusterView, snap: Snapshot) -> bool:
     """Whether this VM publishes the record of an event of its documents that has none: a VM it names (IMDS
     shows a VM every event naming it, in every delivery mode), or any VM that sees it when none of the VMs
     it names runs a live agent. A VM it does not name leaves it to them: an event costs the VMs it names,
-    not the group. Only on the whole view (``follows_group``): a VM's own part holds no record."""
-    if not cluster.complete:
+    not the group. Only on a view that holds every record (``view_needed``): a VM's own part holds none."""
+    if not cluster.part.holds(Part.NAMED):
         return False
     return snap.me in ev.resources or first_live(ev.resources, cluster) is None
 

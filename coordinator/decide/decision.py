@@ -1,55 +1,83 @@
 """``decide``: one cycle's plan, step by step, from what the cycle observed; and which view of the group
-those steps need (``follows_group``)."""
+those steps need (``view_needed``)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from coordinator.decide.approval import _absent_drained, _Approvals, _approvals, _fresh_for_approval, _still_posted
 from coordinator.decide.budget import _budget
 from coordinator.decide.drain import _acks, _holding, _local, _out_mark
-from coordinator.decide.events import _Event, _parse_events
+from coordinator.decide.events import _Event, _parse_events, first_live
 from coordinator.decide.records import _absences, _closing, _purge_before
+from coordinator.errors import InvalidName
+from coordinator.names import normalize_vm_name
 from coordinator.snapshot import LocalState, Phase, Plan, Policy, Snapshot
-from coordinator.store.base import ClusterView
+from coordinator.store.base import ClusterView, Part
 
-__all__ = ["decide", "follows_group"]
+__all__ = ["decide", "view_needed"]
 
 
-def follows_group(snap: Snapshot, local: LocalState) -> bool:
-    """Whether this VM's decisions need the whole view of the group (``ClusterView.complete``), or only its
-    own part of it (``coordinator.store.base.own_view``). They need the whole view when this VM leads (it
-    admits events, approves those no live agent they name can, marks records done and absences), when an
-    event of its documents or an open record names it (it drains, acks, and may be the approver), when it
-    holds an ack or an event, has POSTed an approval, runs a job, or is not serving, and when another agent
-    runs under its name, and when its documents show an event none of whose VMs runs a live agent (it may
-    have to publish its record). Any other VM publishes, approves and admits nothing, reads no record and
-    watches only its own ``/out`` mark: another VM's event costs it nothing. Without a view: the whole view,
-    read next."""
+def view_needed(snap: Snapshot, local: LocalState) -> Part:
+    """How much of the group this VM's decisions need (``coordinator.store.base.Part``).
+
+    * WHOLE when it leads (it admits events, weighs the budget, approves those no live agent they name can,
+      marks records done and absences), when it approves or closes an event of its documents or an open
+      record naming it (it is the first live member the event names: ``first_live``), when it has POSTed
+      an approval, has just started (its state is unknown), or another agent runs under its name, when its
+      documents show an event none of whose VMs runs a live agent (it may have to publish its record), and
+      without a view (the whole view is read next).
+    * NAMED when an event of its documents or an open record names it, it holds an ack, an event holds it,
+      it runs a job or it is not serving: it publishes, drains, acks, withdraws and marks itself out, on
+      every record with its own ack only. Another VM's ack or ``/out`` mark, which only the approver and the
+      leader weigh, costs it nothing.
+    * OWN otherwise: it publishes, approves and admits nothing, reads no record and watches only its own
+      ``/out`` mark: another VM's event costs it nothing.
+    """
     cluster = snap.cluster
-    if cluster is None or cluster.i_am_leader or snap.duplicate:
-        return True
-    if local.phase is not Phase.SERVING or local.job_running or local.draining_for or local.posted or snap.named:
-        return True
+    if cluster is None or cluster.i_am_leader or snap.duplicate or local.posted or local.phase is Phase.UNKNOWN:
+        return Part.WHOLE
     me = snap.me
+    involved = local.phase is not Phase.SERVING or local.job_running or bool(local.draining_for)
     for document in (snap.document, snap.last_document):
         if document is None:
             continue
-        if any(event.names(me) for event in document.events):
-            return True
-        # An event none of whose VMs runs a live agent: any VM that sees it publishes its record
-        # (``decide.approval._publishes``), which takes the whole view.
-        if any(not any(event.names(vm) for vm in cluster.members) for event in document.events):
-            return True
-    return any(me in record.acks or (record.done_at is None and me in record.resources)
-               for record in cluster.records.values())
+        for event in document.events:
+            first = first_live(_valid_names(event.resources), cluster)
+            if first is None:
+                # No VM it names runs a live agent: any VM that sees it publishes its record
+                # (``decide.approval._publishes``), and the leader approves it.
+                return Part.WHOLE
+            if event.names(me):
+                if first == me:
+                    return Part.WHOLE  # its approver (first-resource) and its closer (every mode)
+                involved = True
+    for record in cluster.records.values():
+        if me in record.acks:
+            involved = True
+        if record.done_at is None and me in record.resources:
+            if first_live(record.resources, cluster) == me:
+                return Part.WHOLE  # the record's closer
+            involved = True
+    return Part.NAMED if involved else Part.OWN
+
+
+def _valid_names(resources: Sequence[str]) -> list[str]:
+    """The VM names of ``resources`` that are valid, normalised, in document order."""
+    names = []
+    for raw in resources:
+        with contextlib.suppress(InvalidName):
+            names.append(normalize_vm_name(raw))
+    return names
 
 
 def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
-    if snap.cluster is not None and not snap.cluster.complete and follows_group(snap, local):
-        # A view cut down to this VM's own part where its decisions weigh the group's (the agent reads the
-        # whole view first): decided as without a view, on the safe side. It never admits or approves on
-        # acks or budget marks it did not read.
+    if snap.cluster is not None and not snap.cluster.part.holds(view_needed(snap, local)):
+        # A view cut down to less than this VM's decisions need (the agent reads the part they need first):
+        # decided as without a view, on the safe side. It never admits or approves on acks or budget marks
+        # it did not read.
         snap = replace(snap, cluster=None)
     doc = snap.document
     parsed, invalid = _parse_events(doc if doc is not None else snap.last_document, policy)

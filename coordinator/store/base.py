@@ -48,10 +48,12 @@ __all__ = [
     "ConnectionState",
     "EventRecord",
     "OutMark",
+    "Part",
     "Pause",
     "Store",
     "Wakeup",
     "WriteResult",
+    "named_view",
     "own_view",
 ]
 
@@ -74,6 +76,26 @@ class ConnectionState(Enum):
     CONNECTED = "connected"
     SUSPENDED = "suspended"
     LOST = "lost"
+
+
+class Part(Enum):
+    """How much of the group a VM reads and watches (``coordinator.decide.view_needed``), each part holding
+    the one before it:
+
+    * ``OWN``: members, registry, leader, pause and its own ``/out`` mark; no record (``own_view``);
+    * ``NAMED``: that, and every record with its admission and approval but with this VM's ack only
+      (``named_view``): what a VM an event names needs to publish, drain, ack and withdraw, while another
+      VM approves and closes the event and the leader weighs the budget;
+    * ``WHOLE``: everything, every VM's acks, ``/out`` marks and absences among it.
+    """
+
+    OWN = 1
+    NAMED = 2
+    WHOLE = 3
+
+    def holds(self, other: Part) -> bool:
+        """Whether a view of this part holds everything a view of ``other`` does."""
+        return self.value >= other.value
 
 
 @dataclass(frozen=True)
@@ -135,10 +157,28 @@ class ClusterView:
     absent_since: Mapping[str, float] = field(default_factory=dict)  # leader-observed, may be stale
     out: Mapping[str, OutMark] = field(default_factory=dict)  # VMs out of rotation, by their own account
     paused: Pause | None = None  # early approvals paused by an operator: none is approved, drains go on
-    # False: read for a VM that follows only its own part of the group (``own_view``): no event names it
-    # and it does not lead, so it reads neither the records nor the other VMs' ``/out`` marks and absences,
-    # and is told of no change to them.
-    complete: bool = True
+    # What of the group was read (``Part``): less than WHOLE for a VM that leads nothing and approves and
+    # closes nothing, which then reads neither the other VMs' ``/out`` marks and absences nor (OWN) any record
+    # or (NAMED) any other VM's ack, and is told of no change to them.
+    part: Part = Part.WHOLE
+
+    @property
+    def complete(self) -> bool:
+        """The whole view: what admitting, approving, closing a record and weighing the budget rest on."""
+        return self.part is Part.WHOLE
+
+
+def named_view(view: ClusterView, vm: str) -> ClusterView:
+    """What a VM that an event names, and that neither leads nor approves or closes anything, reads of
+    ``view``: what ``own_view`` keeps, and every record with its admission and approval, each with this
+    VM's own ack only. Every record, so that it can tell which of its events has none yet (it publishes
+    it) and which of them holds its ack; its own ack, so that it withdraws it and serves again only once it
+    is gone. Another VM's ack or ``/out`` mark costs it nothing: the event's approver and the leader read
+    those (``coordinator.decide.view_needed``)."""
+    records = {key: replace(record, acks={vm: record.acks[vm]} if vm in record.acks else {})
+               for key, record in view.records.items()}
+    out = {vm: view.out[vm]} if vm in view.out else {}
+    return replace(view, records=records, out=out, absent_since={}, part=Part.NAMED)
 
 
 def own_view(view: ClusterView, vm: str) -> ClusterView:
@@ -146,9 +186,9 @@ def own_view(view: ClusterView, vm: str) -> ClusterView:
     pause and its own ``/out`` mark; no record, no other VM's mark, no absence. What it must know of an
     event (that one names it), its own documents show it: IMDS shows a VM every event naming it, in every
     delivery mode. Whoever decides on it must not publish, admit, approve, close a record or weigh the
-    budget (``coordinator.decide.follows_group``)."""
+    budget (``coordinator.decide.view_needed``)."""
     out = {vm: view.out[vm]} if vm in view.out else {}
-    return replace(view, records={}, out=out, absent_since={}, complete=False)
+    return replace(view, records={}, out=out, absent_since={}, part=Part.OWN)
 
 
 class ApprovalOutcome(Enum):
@@ -225,10 +265,10 @@ class Store(Protocol):
         Raises ``StoreUnavailable``, or ``DuplicateMember`` (with nothing sent) while ``duplicate`` is
         set for ``vm``."""
 
-    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
-        """Read members, leader and every event record with its acks and approval; with ``complete``
-        False, only what ``own_view`` keeps of that (and only that is watched). ``vm`` is not among the
-        members while ``duplicate`` is set for it. Raises ``StoreUnavailable``."""
+    def read_view(self, vm: str, *, part: Part = Part.WHOLE) -> ClusterView:
+        """Read members, leader and every event record with its acks and approval; with ``part`` OWN or
+        NAMED, only what ``own_view`` or ``named_view`` keeps of that (and only that is watched). ``vm`` is
+        not among the members while ``duplicate`` is set for it. Raises ``StoreUnavailable``."""
 
     def member_info(self, vms: Collection[str]) -> dict[str, dict[str, object]]:
         """The member info of those of ``vms`` that have a member node (what they joined with).

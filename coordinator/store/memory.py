@@ -40,9 +40,11 @@ from coordinator.store.base import (
     ConnectionState,
     EventRecord,
     OutMark,
+    Part,
     Pause,
     Wakeup,
     WriteResult,
+    named_view,
     own_view,
 )
 from coordinator.store.members import duplicate_member, predecessor
@@ -323,10 +325,12 @@ class MemoryStore:
 
     # -- reads ----------------------------------------------------------------------------------------
 
-    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
+    def read_view(self, vm: str, *, part: Part = Part.WHOLE) -> ClusterView:
         vm = normalize_vm_name(vm)
         view = self._read_view(vm)
-        return view if complete else own_view(view, vm)
+        if part is Part.OWN:
+            return own_view(view, vm)
+        return named_view(view, vm) if part is Part.NAMED else view
 
     def _read_view(self, vm: str) -> ClusterView:
         with self._cluster.lock:

@@ -140,6 +140,13 @@ class NodeCache:
                 del self._memos[memo]
             self._drop_memos((path,))
 
+    def drop_node(self, path: str) -> None:
+        """Drop every answer about ``path`` itself and the memos at or above it (this store wrote there)."""
+        with self._lock:
+            for kind in ("children", "data", "exists"):
+                self._answers.pop((kind, path), None)
+            self._drop_memos((path,))
+
     def clear(self) -> None:
         with self._lock:
             self._answers.clear()

@@ -233,19 +233,24 @@ def mark_out(ctx: StoreContext, vm: str, events: tuple[str, ...], at: float) -> 
     path = ctx.paths.out_vm(vm)
     wait = ctx.session.wait
     with ctx.session.writing(f"mark {vm} out of rotation"):
-        for _ in range(3):
-            try:
-                data, stat = wait(client.get_async(path), deadline)
-            except NoNodeError:
+        create = True  # a VM usually has no mark when it writes one: created first, read only if it exists
+        for _ in range(4):
+            if create:
                 try:
                     fresh = OutNode(vm=vm, since=at, events=events).to_bytes()
                     wait(client.create_async(path, fresh), deadline)
                     return WriteResult.DONE
                 except NodeExistsError:
-                    continue
+                    pass
                 except NoNodeError:
                     ctx.ensure_layout(client, deadline)
                     continue
+            try:
+                data, stat = wait(client.get_async(path), deadline)
+            except NoNodeError:
+                create = True
+                continue
+            create = False
             try:
                 existing = OutNode.from_bytes(data, path)
                 if existing.events == tuple(events):

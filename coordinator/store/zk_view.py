@@ -37,6 +37,7 @@ Child names that are not canonical VM names or event ids are skipped.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
-from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark, Pause
+from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark, Part, Pause
 from coordinator.store.payloads import (
     AbsentNode,
     AckNode,
@@ -84,12 +85,14 @@ class ViewRead:
 
 
 def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: Fetch, *,
-              complete: bool = True) -> ViewRead:
+              part: Part = Part.WHOLE) -> ViewRead:
     """The cluster as seen now by ``vm`` (already normalised): every node through ``fetch``, which answers
-    from what it keeps and sends a watched request for the rest. With ``complete`` False, only what
-    ``coordinator.store.base.own_view`` keeps: the lists ``/absent``, ``/out`` and ``/events`` and every
-    record are neither read nor watched, ``exists`` of ``/out/{vm}`` is. Raises ``StoreUnavailable`` if not
-    connected, or if a request fails or is not answered within the operation timeout."""
+    from what it keeps and sends a watched request for the rest. With ``part`` less than WHOLE, only what
+    ``coordinator.store.base.own_view`` or ``named_view`` keeps: the lists ``/absent`` and ``/out`` are
+    neither read nor watched, ``exists`` of ``/out/{vm}`` is; OWN reads no record (nor ``/events``), NAMED
+    reads each record with ``exists`` of this VM's ack instead of the list of acks. Raises
+    ``StoreUnavailable`` if not connected, or if a request fails or is not answered within the operation
+    timeout."""
     session_id = fetch.session_id
     with session.reading("read the cluster view"):
         members_r = fetch.children(paths.members)
@@ -99,10 +102,13 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         member_r = fetch.exists(paths.member(vm))
         # A VM that follows only its own part reads no record: what it must know of an event, its own
         # documents show it; so another VM's event costs it no request and no watch notification.
-        events_r = fetch.children(paths.events) if complete else None
-        absent_r = fetch.children(paths.absent) if complete else None
-        out_r = fetch.children(paths.out) if complete else None
-        own_out_r = None if complete else fetch.exists(paths.out_vm(vm))
+        # A VM that an event names but that approves and closes nothing reads each record with its own ack
+        # only: another VM's ack or /out mark costs it nothing either.
+        whole = part is Part.WHOLE
+        events_r = fetch.children(paths.events) if part.holds(Part.NAMED) else None
+        absent_r = fetch.children(paths.absent) if whole else None
+        out_r = fetch.children(paths.out) if whole else None
+        own_out_r = None if whole else fetch.exists(paths.out_vm(vm))
         pause_r = fetch.exists(paths.pause)
         lists = _Lists(session, fetch)
         members = frozenset(lists.canonical(paths.members, members_r, is_canonical_vm))
@@ -159,7 +165,8 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
 
         records: dict[str, EventRecord] = {}
         if events_r is not None:
-            records = _read_records(fetch, paths, lists.canonical(paths.events, events_r, is_canonical_event_id))
+            records = _read_records(fetch, paths, lists.canonical(paths.events, events_r, is_canonical_event_id),
+                                    None if whole else vm)
     view = ClusterView(
         members=members,
         leader=leader,
@@ -170,7 +177,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         absent_since=absent_since,
         out=out,
         paused=paused,
-        complete=complete,
+        part=part,
     )
     return ViewRead(view, session_id, leader_owner, member_owner)
 
@@ -395,41 +402,54 @@ def _ack(data: bytes, path: str, vm: str) -> AckNode | None:
         return None
 
 
-def _read_records(fetch: Fetch, paths: ZooKeeperPaths, event_ids: list[str]) -> dict[str, EventRecord]:
-    """The records of ``event_ids``: a record whose nodes no watch has dropped since it was read is taken
-    as it was made (``NodeCache.memo``); the others are read again, the nodes each one lacks all sent
-    before any is awaited."""
+@dataclass(frozen=True)
+class _RecordMemo:
+    """A record as a read made it, and whose acks it holds (None: every VM's; else that VM's only)."""
+
+    record: EventRecord
+    acks_of: str | None
+
+
+def _read_records(fetch: Fetch, paths: ZooKeeperPaths, event_ids: list[str],
+                  acks_of: str | None = None) -> dict[str, EventRecord]:
+    """The records of ``event_ids``, with every ack, or (``acks_of``) with that VM's ack only: a record whose
+    nodes no watch has dropped since a read of the same kind made it is taken as it was made
+    (``NodeCache.memo``); the others are read again, the nodes each one lacks all sent before any is
+    awaited."""
     records: dict[str, EventRecord] = {}
     pending: dict[str, _RecordRead] = {}
     for event_id in event_ids:
         path = paths.event(event_id)
         kept = fetch.peek_memo(path)
-        if isinstance(kept, EventRecord):
+        if isinstance(kept, _RecordMemo) and kept.acks_of == acks_of:
             fetch.memo(path)  # counted as taken from the cache
-            records[event_id] = kept
+            records[event_id] = kept.record
             continue
-        pending[event_id] = _RecordRead(fetch, paths, event_id)
+        pending[event_id] = _RecordRead(fetch, paths, event_id, acks_of)
     for read in pending.values():
         read.send_children()
     for event_id, read in pending.items():
         record = read.finish()
         if record is not None:
             records[event_id] = record
-            fetch.keep_memo(paths.event(event_id), record)
+            fetch.keep_memo(paths.event(event_id), _RecordMemo(record, acks_of))
     return {event_id: records[event_id] for event_id in event_ids if event_id in records}
 
 
 class _RecordRead:
     """The record of one event with its acks, approval and admission, in two rounds: the node and its two
-    lists, then the children the lists name."""
+    lists, then the children the lists name. With ``acks_of``, that VM's ack only: ``exists`` of its node
+    stands for the list of acks, which is neither read nor watched."""
 
-    def __init__(self, fetch: Fetch, paths: ZooKeeperPaths, event_id: str) -> None:
+    def __init__(self, fetch: Fetch, paths: ZooKeeperPaths, event_id: str, acks_of: str | None = None) -> None:
         self._fetch = fetch
         self._paths = paths
         self._event_id = event_id
         self._record_r = fetch.data(paths.event(event_id))
         self._children_r = fetch.children(paths.event(event_id))
-        self._acks_r = fetch.children(paths.acks(event_id))
+        self._acks_r = fetch.children(paths.acks(event_id)) if acks_of is None else None
+        self._own_ack_r = fetch.exists(paths.ack(event_id, acks_of)) if acks_of is not None else None
+        self._acks_of = acks_of
         self._gone = False
         self._acks: dict[str, _Pending[tuple[bytes, ZnodeStat]]] = {}
         self._approval_r: _Pending[tuple[bytes, ZnodeStat]] | None = None
@@ -442,10 +462,12 @@ class _RecordRead:
         except NoNodeError:
             self._gone = True  # purged while we were reading
             return
-        try:
-            ack_names = [name for name in self._acks_r.get() if is_canonical_vm(name)]
-        except NoNodeError:
-            ack_names = []
+        ack_names: list[str] = []
+        if self._acks_r is not None:
+            with contextlib.suppress(NoNodeError):
+                ack_names = [name for name in self._acks_r.get() if is_canonical_vm(name)]
+        elif self._own_ack_r is not None and self._acks_of is not None and self._own_ack_r.get() is not None:
+            ack_names = [self._acks_of]
         self._acks = {name: fetch.data(paths.ack(event_id, name)) for name in ack_names}
         self._approval_r = fetch.data(paths.approval(event_id)) if "approval" in children else None
         self._admitted_r = fetch.data(paths.admitted(event_id)) if "admitted" in children else None

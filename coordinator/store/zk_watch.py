@@ -54,7 +54,7 @@ from typing import TypeVar
 
 from kazoo.protocol.states import WatchedEvent
 
-from coordinator.store.base import ClusterView, ConnectionState
+from coordinator.store.base import ClusterView, ConnectionState, Part
 from coordinator.store.zk_nodes import NodeCache, stale
 from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_vm
 from coordinator.store.zk_session import ZooKeeperSession
@@ -76,7 +76,7 @@ class CachedView:
     generation: int
     read: ViewRead
     standing: tuple[int, int] = (-1, -1)  # (standing generation, epoch) noted before the read
-    complete: bool = True  # the whole view, or what ``own_view`` keeps of it
+    part: Part = Part.WHOLE  # the whole view, or what ``own_view`` or ``named_view`` keeps of it
 
 
 class WatchedView:
@@ -104,8 +104,8 @@ class WatchedView:
 
     # -- the view -------------------------------------------------------------------------------------
 
-    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
-        """The view for ``vm`` (normalised), whole or (``complete`` False) what ``own_view`` keeps of it:
+    def read_view(self, vm: str, *, part: Part = Part.WHOLE) -> ClusterView:
+        """The view for ``vm`` (normalised), whole or the ``part`` of it that ``own_view`` or ``named_view`` keeps:
         the kept one if current, else a new read. Raises ``StoreUnavailable`` when not CONNECTED (nothing
         is served then) or when the read fails."""
         generation = self._session.generation  # before anything is sent: see the module docstring
@@ -113,16 +113,16 @@ class WatchedView:
         epoch = self._session.epoch
         _, session_id = self._session.connected(write=False)
         cached = self.current(session_id, vm)
-        if cached is not None and cached.complete == complete:
+        if cached is not None and cached.part is part:
             return dataclasses.replace(cached.read.view, connection=self._session.connection_state)
         for attempt in range(self.READ_ATTEMPTS):
             if attempt == self.READ_ATTEMPTS - 1:
                 self._nodes.clear()
             fetch, read = self._read(session_id, epoch,
-                                     lambda f: read_view(self._session, self._paths, vm, f, complete=complete))
+                                     lambda f: read_view(self._session, self._paths, vm, f, part=part))
             if fetch is not None:
                 break
-        self._cached = CachedView(vm, generation, read, standing, complete)
+        self._cached = CachedView(vm, generation, read, standing, part)
         return read.view
 
     def _read(self, session_id: int, epoch: int, read: Callable[[Fetch], _R]) -> tuple[Fetch | None, _R]:
@@ -145,8 +145,10 @@ class WatchedView:
         return (None if stale(fetch.kept, fetch.kept_memos, fired) else fetch), result
 
     def touch(self, event_id: str) -> None:
-        """This store wrote to the record of ``event_id`` (normalised): read it again next time."""
-        self._nodes.drop_under(self._paths.event(event_id))
+        """This store wrote to the record of ``event_id`` (normalised): its node and the record made of it
+        are read again next time. What the write changed under it, its own watch events drop: the server
+        sends them before the write's reply, so the acks it did not touch are not read again."""
+        self._nodes.drop_node(self._paths.event(event_id))
 
     def forget_records(self) -> None:
         """Read every record again next time (after a purge)."""

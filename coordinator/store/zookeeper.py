@@ -40,6 +40,7 @@ from coordinator.store.base import (
     ClusterView,
     ConnectionState,
     EventRecord,
+    Part,
     Pause,
     WriteResult,
 )
@@ -173,11 +174,11 @@ class ZooKeeperStore:
 
     # -- reads ----------------------------------------------------------------------------------------
 
-    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
+    def read_view(self, vm: str, *, part: Part = Part.WHOLE) -> ClusterView:
         """See ``coordinator.store.zk_watch.WatchedView.read_view``. While ``join`` is refused, ``vm`` is
         not among the members: the node under its name is another agent's."""
         vm = normalize_vm_name(vm)
-        view = self._watched.read_view(vm, complete=complete)
+        view = self._watched.read_view(vm, part=part)
         duplicate = self._membership.duplicate
         if duplicate is not None and duplicate.vm == vm and vm in view.members:
             view = dataclasses.replace(view, members=view.members - {vm})
@@ -216,13 +217,13 @@ class ZooKeeperStore:
         with self._touching(record.event_id):
             return zk_records.publish_event(self._ctx, record)
 
+    # An ack and its withdrawal leave the record's node as it is: the watch events of the write itself drop
+    # what they change (the list of acks, or this VM's own ack), and nothing else is read again.
     def acknowledge(self, event_id: str, vm: str, at: float) -> WriteResult:
-        with self._touching(event_id):
-            return zk_records.acknowledge(self._ctx, event_id, vm, at)
+        return zk_records.acknowledge(self._ctx, event_id, vm, at)
 
     def withdraw_ack(self, event_id: str, vm: str) -> WriteResult:
-        with self._touching(event_id):
-            return zk_records.withdraw_ack(self._ctx, event_id, vm)
+        return zk_records.withdraw_ack(self._ctx, event_id, vm)
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
         with self._touching(event_id):

@@ -33,7 +33,7 @@ from coordinator.actions import ActionContext, ProbeState
 from coordinator.errors import ActionError, DuplicateMember, ImdsError, ImdsUnavailable
 from coordinator.models import Document
 from coordinator.poller import Reading
-from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, Pause, WriteResult
+from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, Part, Pause, WriteResult
 from coordinator.store.memory import MemoryStore
 
 __all__ = [
@@ -359,8 +359,8 @@ class ModelStore:
     def granted_session_timeout(self) -> float | None:
         return self.inner.granted_session_timeout
 
-    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
-        view = self.inner.read_view(vm, complete=complete)
+    def read_view(self, vm: str, *, part: Part = Part.WHOLE) -> ClusterView:
+        view = self.inner.read_view(vm, part=part)
         self.view_session = self.inner.session_id
         self.heard_at = self._now()
         self._fire("after_view")

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide, follows_group
-from coordinator.store.base import ClusterView, OutMark, WriteResult, own_view
+from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide, view_needed
+from coordinator.store.base import ClusterView, OutMark, Part, WriteResult, named_view, own_view
 from coordinator.store.memory import MemoryCluster, MemoryStore
 from tests.unit.test_policy import NOW, A, B, doc, ev, rec, view
 from tests.unit.test_safety_regressions import Bench, E
@@ -31,31 +31,39 @@ def mine(*records: Any) -> ClusterView:
     return view(*records, me="vm1")
 
 
-# -- who follows the whole group ------------------------------------------------------------------------
+# -- how much of the group each VM follows ------------------------------------------------------------
 
-@pytest.mark.parametrize(("case", "me", "cluster", "events", "local", "follows"), [
-    ("uninvolved", "vm1", mine(rec(A, ("vm0",))), [ev(A, ["vm0"])], SERVING, False),
-    ("idle", "vm1", mine(), [], SERVING, False),
-    ("the leader", "vm3", view(rec(A, ("vm0",))), [ev(A, ["vm0"])], SERVING, True),
-    ("named by its document", "vm1", mine(), [ev(A, ["vm1"])], SERVING, True),
-    ("named by an open record only", "vm1", mine(rec(A, ("vm1",))), [], SERVING, True),
-    ("named by a record marked done", "vm1", mine(rec(A, ("vm1",), done_at=NOW - 5)), [], SERVING, False),
-    ("holding an ack", "vm1", mine(rec(A, ("vm0",), ("vm1",))), [], SERVING, True),
-    ("draining", "vm1", mine(), [], LocalState(phase=Phase.DRAINING), True),
-    ("recovering", "vm1", mine(), [], LocalState(phase=Phase.RECOVERING), True),
-    ("just started", "vm1", mine(), [], LocalState(), True),
-    ("a job running", "vm1", mine(), [], replace(SERVING, job_running=True), True),
-    ("held for an event", "vm1", mine(), [], replace(SERVING, draining_for=frozenset({A})), True),
-    ("an approval POSTed", "vm1", mine(), [], replace(SERVING, posted=frozenset({A})), True),
-    ("no view", "vm1", None, [], SERVING, True),
+OWN, NAMED, WHOLE = Part.OWN, Part.NAMED, Part.WHOLE
+
+
+@pytest.mark.parametrize(("case", "me", "cluster", "events", "local", "part"), [
+    ("uninvolved", "vm1", mine(rec(A, ("vm0",))), [ev(A, ["vm0"])], SERVING, OWN),
+    ("idle", "vm1", mine(), [], SERVING, OWN),
+    ("the leader", "vm3", view(rec(A, ("vm0",))), [ev(A, ["vm0"])], SERVING, WHOLE),
+    ("the approver of an event of its document", "vm1", mine(), [ev(A, ["vm1", "vm0"])], SERVING, WHOLE),
+    ("named second by its document", "vm1", mine(), [ev(A, ["vm0", "vm1"])], SERVING, NAMED),
+    ("named second, the first runs no agent", "vm1", mine(), [ev(A, ["vm9", "vm1"])], SERVING, WHOLE),
+    ("named second, in another case", "vm1", mine(), [ev(A, ["VM0", "vm1"])], SERVING, NAMED),
+    ("the closer of an open record only", "vm1", mine(rec(A, ("vm1",))), [], SERVING, WHOLE),
+    ("named second by an open record only", "vm1", mine(rec(A, ("vm0", "vm1"))), [], SERVING, NAMED),
+    ("named by a record marked done", "vm1", mine(rec(A, ("vm1",), done_at=NOW - 5)), [], SERVING, OWN),
+    ("holding an ack", "vm1", mine(rec(A, ("vm0",), ("vm1",))), [], SERVING, NAMED),
+    ("draining", "vm1", mine(), [], LocalState(phase=Phase.DRAINING), NAMED),
+    ("recovering", "vm1", mine(), [], LocalState(phase=Phase.RECOVERING), NAMED),
+    ("just started", "vm1", mine(), [], LocalState(), WHOLE),
+    ("a job running", "vm1", mine(), [], replace(SERVING, job_running=True), NAMED),
+    ("held for an event", "vm1", mine(), [], replace(SERVING, draining_for=frozenset({A})), NAMED),
+    ("an approval POSTed", "vm1", mine(), [], replace(SERVING, posted=frozenset({A})), WHOLE),
+    ("an event no live agent is named by", "vm1", mine(), [ev(B, ["vm9"])], SERVING, WHOLE),
+    ("no view", "vm1", None, [], SERVING, WHOLE),
 ])
-def test_who_follows_the_whole_group(case: str, me: str, cluster: ClusterView | None, events: list[dict[str, Any]],
-                                     local: LocalState, follows: bool) -> None:
-    assert follows_group(snapshot(me, cluster, *events), local) is follows, case
+def test_how_much_of_the_group_each_vm_follows(case: str, me: str, cluster: ClusterView | None,
+                                               events: list[dict[str, Any]], local: LocalState, part: Part) -> None:
+    assert view_needed(snapshot(me, cluster, *events), local) is part, case
 
 
 def test_another_agent_under_its_name_follows_the_whole_group() -> None:
-    assert follows_group(snapshot("vm1", mine(), duplicate="another agent runs as vm1"), SERVING)
+    assert view_needed(snapshot("vm1", mine(), duplicate="another agent runs as vm1"), SERVING) is WHOLE
 
 
 # -- what a cut-down view is never used for --------------------------------------------------------------
@@ -72,7 +80,7 @@ def test_a_leader_never_admits_on_a_cut_down_view() -> None:
     # holds no record today (nothing to admit); a view marked incomplete that holds records all the same (as
     # a cut-down view once did) is never decided on for the group either.
     assert decide(snapshot("vm3", own_view(FULL, "vm3"), ev(B, ["vm1"])), SERVING, BUDGET).admit == ()
-    cut = replace(FULL, out={}, absent_since={}, complete=False)
+    cut = replace(FULL, out={}, absent_since={}, part=Part.NAMED)
     assert decide(snapshot("vm3", cut, ev(B, ["vm1"])), SERVING, BUDGET).admit == ()
 
 
@@ -84,6 +92,8 @@ def test_an_approver_never_weighs_the_budget_on_a_cut_down_view() -> None:
     whole = decide(snapshot("vm1", admitted, freeze), SERVING, immediately)
     assert whole.approve == () and "maintenance budget" in whole.blocked[B][0]
     assert decide(snapshot("vm1", own_view(admitted, "vm1"), freeze), SERVING, immediately).approve == ()
+    # Its named part leaves vm0's mark out too: the first VM an event names approves on the whole view only.
+    assert decide(snapshot("vm1", named_view(admitted, "vm1"), freeze), SERVING, immediately).approve == ()
 
 
 def test_an_uninvolved_vm_on_its_own_part_publishes_nothing_and_weighs_nothing() -> None:
@@ -95,9 +105,9 @@ def test_an_uninvolved_vm_on_its_own_part_publishes_nothing_and_weighs_nothing()
     assert plan.publish == ()
     assert dict(plan.approvers) == {A: "vm0", B: "vm2"}
     assert plan.approve == () and plan.admit == () and dict(plan.blocked) == {}
-    assert not follows_group(snapshot("vm1", cluster, ev(A, ["vm0"]), ev(B, ["vm2"])), SERVING)
+    assert view_needed(snapshot("vm1", cluster, ev(A, ["vm0"]), ev(B, ["vm2"])), SERVING) is OWN
     # An event naming only a VM without an agent: somebody who sees it must publish it, on the whole view.
-    assert follows_group(snapshot("vm1", cluster, ev(B, ["vm9"])), SERVING)
+    assert view_needed(snapshot("vm1", cluster, ev(B, ["vm9"])), SERVING) is WHOLE
     whole = decide(snapshot("vm1", mine(), ev(B, ["vm9"])), SERVING, BUDGET)
     assert [r.event_id for r in whole.publish] == [B]
 
@@ -119,10 +129,14 @@ def test_the_memory_store_cuts_down_the_view_as_own_view_does() -> None:
     b.acknowledge(A, "vm1", NOW)
     a.admit(A, "vm0", NOW)
     a.mark_out("vm0", (A,), NOW)
-    cut = b.read_view("vm1", complete=False)
+    cut = b.read_view("vm1", part=OWN)
     assert cut == own_view(b.read_view("vm1"), "vm1")
     assert not cut.complete and cut.records == {} and cut.out == {}
     assert cut.members == {"vm0", "vm1"} and cut.absent_since == {}
+    named = b.read_view("vm1", part=NAMED)
+    assert named == named_view(b.read_view("vm1"), "vm1") and named.part is NAMED and not named.complete
+    assert dict(named.records[A].acks) == {"vm1": NOW} and named.records[A].admitted_at == NOW
+    assert named.out == {} and a.read_view("vm0", part=NAMED).out.keys() == {"vm0"}
 
 
 # -- the agent ------------------------------------------------------------------------------------------
@@ -133,7 +147,7 @@ class Counting(MemoryStore):
 
     def __init__(self, store: MemoryStore) -> None:
         self.__dict__.update(store.__dict__)
-        self.reads: list[bool] = []
+        self.reads: list[Part] = []
         self.calls: list[str] = []
 
     def join(self, vm: str, info: Mapping[str, object]) -> WriteResult:
@@ -144,10 +158,10 @@ class Counting(MemoryStore):
         self.calls.append("campaign")
         return super().campaign(vm)
 
-    def read_view(self, vm: str, *, complete: bool = True) -> ClusterView:
-        self.reads.append(complete)
-        self.calls.append("whole view" if complete else "own part")
-        return super().read_view(vm, complete=complete)
+    def read_view(self, vm: str, *, part: Part = Part.WHOLE) -> ClusterView:
+        self.reads.append(part)
+        self.calls.append({Part.WHOLE: "whole view", Part.NAMED: "named part", Part.OWN: "own part"}[part])
+        return super().read_view(vm, part=part)
 
 
 def test_an_agent_reads_its_own_part_until_an_event_names_it_and_the_whole_view_in_that_cycle(
@@ -160,13 +174,13 @@ def test_an_agent_reads_its_own_part_until_an_event_names_it_and_the_whole_view_
     counting = Counting(vm2.store)
     vm2.agent._store = counting
     bench.run(10)  # started, recovered, serving
-    assert bench.vms["vm0"].agent._follow  # the leader
-    assert counting.reads[-3:] == [False, False, False]  # idle, not leading: its own part only
+    assert bench.vms["vm0"].agent._part is WHOLE  # the leader
+    assert counting.reads[-3:] == [OWN, OWN, OWN]  # idle, not leading: its own part only
 
     bench.group.schedule(E, ["vm1"], in_s=100)  # names vm1 only: vm2 stays out of it
     bench.run(60, until=lambda: bool(bench.group.approved(E)))
     assert bench.group.approved(E)
-    assert True not in counting.reads[-5:]
+    assert set(counting.reads[-5:]) == {OWN}
     bench.group.remove(E)  # the maintenance is over; vm1 serves again and the budget frees
     bench.run(30, until=lambda: bench.vms["vm1"].agent.phase() == "serving")
     bench.run(5)
@@ -177,8 +191,36 @@ def test_an_agent_reads_its_own_part_until_an_event_names_it_and_the_whole_view_
     bench.step()
     # The cycle that first sees the event read its own part, found it named, and read the whole view;
     # it joined and campaigned once, not again for the second read.
-    assert counting.reads[:2] == [False, True]
+    assert counting.reads[:2] == [OWN, WHOLE]  # its approver
     assert counting.calls[:4] == ["join", "campaign", "own part", "whole view"]
     bench.run(60, until=lambda: bool(bench.group.approved("EEEEEEEE-0000-0000-0000-000000000009")))
     assert bench.group.approved("EEEEEEEE-0000-0000-0000-000000000009")
     bench.assert_drained_at_every_post("EEEEEEEE-0000-0000-0000-000000000009", ["vm2"])
+
+
+def test_a_vm_named_second_reads_the_named_part_drains_acks_and_serves_again_while_its_approver_approves(
+    tmp_path: Path
+) -> None:
+    """vm2, named after vm1, follows the event on its named part (every record, its own ack only) from the
+    cycle it first sees it until it serves again: it drains, acks and withdraws there, and vm1, which
+    reads the whole view, approves on its ack. Neither the leader's upkeep nor vm1's ack cost vm2 a read
+    of the whole view."""
+    bench = Bench(tmp_path)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    vm2 = bench.vms["vm2"]
+    counting = Counting(vm2.store)
+    vm2.agent._store = counting
+    bench.run(10)
+    counting.reads.clear()
+    bench.group.schedule(E, ["vm1", "vm2"], in_s=100)
+    bench.run(60, until=lambda: bool(bench.group.approved(E)))
+    assert bench.group.approved(E)
+    bench.assert_drained_at_every_post(E, ["vm1", "vm2"])
+    assert counting.reads[0] is OWN and set(counting.reads[1:]) == {NAMED}
+    bench.group.remove(E)
+    bench.run(30, until=lambda: vm2.agent.phase() == "serving" and bench.vms["vm1"].agent.phase() == "serving")
+    assert vm2.agent.phase() == "serving"
+    bench.run(5)
+    assert counting.reads[-1] is OWN  # serving again, nothing names it: its own part
+    assert WHOLE not in counting.reads
