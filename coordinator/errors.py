@@ -21,6 +21,7 @@ __all__ = [
     "ImdsFenced",
     "ImdsUnavailable",
     "InvalidName",
+    "LayoutMismatch",
     "MalformedDocument",
     "StoreError",
     "StoreUnavailable",
@@ -80,6 +81,11 @@ class StoreError(CoordinatorError):
 
 class StoreUnavailable(StoreError):
     """A read failed or timed out: the cluster view is unknown."""
+
+
+class LayoutMismatch(StoreUnavailable):
+    """The group's ``/layout`` names another layout version than the one this agent reads: its view is
+    unknown to this agent, which keeps drained what it drained and approves nothing."""
 
 
 class StoreUnknownOutcome(StoreError):

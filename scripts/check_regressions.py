@@ -545,6 +545,20 @@ MUTATIONS = [
         'test_a_named_view_is_the_whole_view_with_the_reading_vms_own_ack_and_mark_only',
     ),
     (
+        'an-agent-in-another-layout-reads-nothing',
+        'coordinator/store/zk_view.py',
+        '    if version != LAYOUT_VERSION:\n',
+        '    if False:\n',
+        'tests/integration/test_zookeeper_layout.py::test_an_agent_that_finds_another_layout_reads_nothing_and_does_not_lead',
+    ),
+    (
+        'an-agent-in-another-layout-does-not-lead',
+        'coordinator/store/zk_membership.py',
+        '    if mismatch is not None:\n',
+        '    if False:\n',
+        'tests/integration/test_zookeeper_layout.py::test_an_agent_that_finds_another_layout_reads_nothing_and_does_not_lead',
+    ),
+    (
         'a-cut-down-view-weighs-no-budget',
         'coordinator/decide/approval.py',
         '            continue  # neither named by it nor leading: its approver and the leader weigh it\n',

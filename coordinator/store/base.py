@@ -17,6 +17,8 @@ Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``):
                                             the record: never on a record marked done)
     /events/{EVENT_ID}/approval persistent  {"by", "at", "as_leader"}: written once, before the POST
                                             (likewise with a versioned rewrite of the record)
+    /layout                     persistent  {"version"}: the layout version of the group's nodes, written once
+                                            (``zk_paths.LAYOUT_VERSION``; absent in groups made before it: 1)
 
 VM names are stored lower case and event ids upper case (see ``coordinator.names``); both are validated
 before they reach a path.

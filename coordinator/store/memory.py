@@ -47,6 +47,7 @@ from coordinator.store.base import (
     named_view,
     own_view,
 )
+from coordinator.store.gate import AckFact, GateFacts, refusal
 from coordinator.store.members import duplicate_member, predecessor
 
 __all__ = ["MemoryCluster", "MemoryStore"]
@@ -432,36 +433,24 @@ class MemoryStore:
                 session = self._session_for(write=True)
             except StoreUnknownOutcome as exc:
                 return ApprovalResult(ApprovalOutcome.REFUSED, reason=str(exc))
-            if as_leader:
-                leader = self._cluster.leader
-                if leader is None:
-                    return _refused("/leader does not exist: this agent is not the leader")
-                if leader.session != session:
-                    return _refused(f"/leader belongs to session {leader.session}, not ours ({session})")
-                if leader.vm != vm:
-                    return _refused(f"/leader is held by this session for {leader.vm!r}, not {vm!r}")
-            else:
-                member = self._cluster.members.get(vm)
-                if member is None:
-                    return _refused(f"/members/{vm} does not exist: this agent is not a member")
-                if member.session != session:
-                    return _refused(f"/members/{vm} belongs to session {member.session}, not ours ({session})")
-            if self._cluster.paused is not None:
-                return _refused("approvals are paused for the group (coordinator resume lifts it)")
-            event = self._cluster.events.get(event_id)
-            if event is None:
-                return _refused(f"event {event_id} has no record in the store")
-            if event.record.done_at is not None:
-                return _refused(f"event {event_id} is marked done")
-            if admission and event.admitted is None:
-                return _refused(f"event {event_id} is not admitted")
-            missing = sorted(needed - set(event.acks))
-            if missing:
-                return _refused(f"event {event_id}: no ack yet from {', '.join(missing)}")
-            for name in sorted(needed):
-                holder = self._cluster.members.get(name)
-                if holder is None or holder.session != event.acks[name][1]:
-                    return _refused(f"event {event_id}: the ack of {name} is not held by {name}'s own live session")
+            cluster = self._cluster
+            leader, member = cluster.leader, cluster.members.get(vm)
+            owner = (leader.session if leader is not None else None) if as_leader else (
+                member.session if member is not None else None)
+            event = cluster.events.get(event_id)
+            record = None if event is not None and event.record.done_at is None else (
+                "missing" if event is None else "done")
+            acks = {} if event is None else {
+                name: AckFact(ack_session, holder.session if (holder := cluster.members.get(name)) else None)
+                for name, (_, ack_session) in event.acks.items() if name in needed}
+            facts = GateFacts(event_id, vm, as_leader, session, "/leader" if as_leader else f"/members/{vm}", owner,
+                              leader.vm if as_leader and leader is not None else None, cluster.paused is not None,
+                              record, (event is not None and event.admitted is not None) if admission else None,
+                              frozenset(needed), acks)
+            reason = refusal(facts)
+            if reason is not None:
+                return _refused(reason)
+            assert event is not None  # a record that exists: refused above otherwise
             if event.approval is not None:
                 return ApprovalResult(ApprovalOutcome.APPROVED, reason="approved before", record=event.approval)
             event.approval = Approval(by=vm, at=at, as_leader=as_leader)

@@ -34,6 +34,7 @@ __all__ = [
     "AdmittedNode",
     "ApprovalNode",
     "EventNode",
+    "LayoutNode",
     "LeaderNode",
     "MemberNode",
     "NodePayload",
@@ -124,6 +125,13 @@ class LeaderNode(NodePayload):
 
     vm: str
     since: float | None = None
+
+
+class LayoutNode(NodePayload):
+    """``/layout``: the version of the layout the group's nodes are written in (``zk_paths.LAYOUT_VERSION``).
+    Created by the first agent that creates the layout; a group made before it existed is of version 1."""
+
+    version: int
 
 
 class PauseNode(NodePayload):

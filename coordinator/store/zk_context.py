@@ -12,7 +12,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.security import ACL, Permissions
 
-from coordinator.store.zk_paths import ZooKeeperPaths
+from coordinator.store.payloads import LayoutNode
+from coordinator.store.zk_paths import LAYOUT_VERSION, ZooKeeperPaths
 from coordinator.store.zk_security import same_acl
 from coordinator.store.zk_session import Deadline, ZooKeeperSession
 
@@ -47,6 +48,9 @@ class StoreContext:
                     self.session.wait(client.create_async(path, b"", acl=acl), deadline)
         for result in [client.ensure_path_async(path) for path in self.paths.layout()]:
             self.session.wait(result, deadline)
+        with contextlib.suppress(NodeExistsError):  # written once, by the first agent of the group
+            self.session.wait(client.create_async(self.paths.layout_version,
+                                                  LayoutNode(version=LAYOUT_VERSION).to_bytes()), deadline)
 
     def ensure_acls(self, client: KazooClient, deadline: Deadline) -> int:
         """With ACLs configured, make the namespace carry them: when the base's ACL differs from the

@@ -1,11 +1,11 @@
 """``approve`` of the ZooKeeper store: the last gate before the POST to IMDS.
 
 It re-confirms everything from the server itself, never from what an earlier read saw: the connection is
-CONNECTED; after a ``sync``, this session owns ``/leader`` (and holds it for this VM) or
-``/members/{vm}``; no operator has paused approvals (``/pause``); the record exists and is not done;
-with ``admission``, the event is admitted; every required VM has acknowledged; the session did not change
-meanwhile. Only then is ``approval`` created (or found: approval is idempotent, whoever wrote it), in
-one transaction with a rewrite of the record at the version the checks read (see
+CONNECTED; after a ``sync``, the facts the gate's rules judge (``coordinator.store.gate``: this session owns
+``/leader``, held for this VM, or ``/members/{vm}``; no operator has paused approvals; the record exists
+and is not done; with ``admission``, the event is admitted; every required VM has acknowledged); the
+session did not change meanwhile. Only then is ``approval`` created (or found: approval is idempotent,
+whoever wrote it), in one transaction with a rewrite of the record at the version the checks read (see
 ``coordinator.store.zk_records``): should the record have changed since (marked done, reopened), the
 approval is not written and the checks are made again.
 
@@ -18,16 +18,21 @@ does not parse raises ``StoreUnknownOutcome``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
 
 from kazoo.exceptions import NoNodeError
+from kazoo.interfaces import IAsyncResult
+from kazoo.protocol.states import ZnodeStat
 
 from coordinator.errors import StoreUnknownOutcome
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store.base import Approval, ApprovalOutcome, ApprovalResult, ConnectionState, WriteResult
+from coordinator.store.gate import AckFact, GateFacts, refusal
 from coordinator.store.payloads import AckNode, ApprovalNode, EventNode, LeaderNode, PayloadError
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_records import create_on_record
+from coordinator.store.zk_session import Deadline
 
 __all__ = ["approve"]
 
@@ -70,70 +75,25 @@ def _approve(
         # answers one session's requests in order, so the reads are served after the sync is done.
         owner_path = paths.leader if as_leader else paths.member(vm)
         sync_r = client.sync_async(paths.base)
-        owner_r = client.get_async(owner_path)
-        record_r = client.get_async(paths.event(event_id))
-        admitted_r = client.exists_async(paths.admitted(event_id)) if admission else None
-        acks_r = client.get_children_async(paths.acks(event_id))
-        # Each required ack is read, not only listed: a node that does not parse is no acknowledgement,
-        # and neither is one that the VM's own live session does not hold (see step 3).
-        ack_rs = {name: client.get_async(paths.ack(event_id, name)) for name in sorted(needed)}
-        member_rs = {name: client.exists_async(paths.member(name)) for name in sorted(needed)}
-        pause_r = client.exists_async(paths.pause)
+        reads = _Reads(
+            owner=client.get_async(owner_path),
+            record=client.get_async(paths.event(event_id)),
+            admitted=client.exists_async(paths.admitted(event_id)) if admission else None,
+            acks=client.get_children_async(paths.acks(event_id)),
+            # Each required ack is read, not only listed: a node that does not parse is no acknowledgement,
+            # and neither is one that the VM's own live session does not hold (``gate.refusal``).
+            ack=(ack_rs := {name: client.get_async(paths.ack(event_id, name)) for name in sorted(needed)}),
+            member={name: client.exists_async(paths.member(name)) for name in ack_rs},
+            pause=client.exists_async(paths.pause),
+        )
         wait(sync_r, deadline)
-        try:
-            data, stat = wait(owner_r, deadline)
-        except NoNodeError:
-            role = "the leader" if as_leader else "a member"
-            return _refused(f"{owner_path} does not exist: this agent is not {role}")
-        if stat.ephemeralOwner != session:
-            return _refused(f"{owner_path} belongs to session 0x{stat.ephemeralOwner:x}, not ours (0x{session:x})")
-        if as_leader:
-            try:
-                holder: str | None = LeaderNode.from_bytes(data, owner_path).vm
-            except PayloadError as exc:
-                log.warning("undecodable leader node, held by nobody: %s", exc)
-                holder = None
-            if holder != vm:
-                return _refused(f"{owner_path} is held by this session for {holder!r}, not {vm!r}")
-
-        if wait(pause_r, deadline) is not None:
-            return _refused("approvals are paused for the group (coordinator resume lifts it)")
-
-        # 3. The record is not done (a returning event is reopened first), it is admitted if it must be,
-        # and every required VM has acknowledged.
-        try:
-            record_data, record_stat = wait(record_r, deadline)
-            done_at = EventNode.from_bytes(record_data, paths.event(event_id)).done_at
-        except NoNodeError:
-            return _refused(f"event {event_id} has no record in the store")
-        except PayloadError as exc:
-            return _refused(f"event {event_id}: undecodable record: {exc}")
-        if done_at is not None:
-            return _refused(f"event {event_id} is marked done")
-        if admitted_r is not None and wait(admitted_r, deadline) is None:
-            return _refused(f"event {event_id} is not admitted")
-        try:
-            ack_names: list[str] = wait(acks_r, deadline)
-        except NoNodeError:
-            return _refused(f"event {event_id} has no record in the store")
-        missing = sorted(needed - set(ack_names))
-        if missing:
-            return _refused(f"event {event_id}: no ack yet from {', '.join(missing)}")
-        for name, ack_r in ack_rs.items():
-            try:
-                ack_data, ack_stat = wait(ack_r, deadline)
-                AckNode.of_vm(ack_data, paths.ack(event_id, name), name)
-            except NoNodeError:
-                return _refused(f"event {event_id}: no ack yet from {name}")
-            except PayloadError as exc:
-                return _refused(f"event {event_id}: the ack of {name} does not count: {exc}")
-            # An agent acknowledges with the session its member node belongs to, so the ack vanishes
-            # with that session. A node another session wrote (by hand, by a buggy or hostile client)
-            # or a member whose session is not the ack's is no acknowledgement of a drain now.
-            member = wait(member_rs[name], deadline)
-            owner = member.ephemeralOwner if member is not None else 0
-            if not owner or ack_stat.ephemeralOwner != owner:
-                return _refused(f"event {event_id}: the ack of {name} is not held by {name}'s own live session")
+        # 3. What they answered, judged by the gate's rules (``coordinator.store.gate``).
+        facts = reads.facts(ctx, GateFacts(event_id, vm, as_leader, session, owner_path, None, None, False, None,
+                                           None, frozenset(needed)), deadline)
+        reason = refusal(facts)
+        if reason is not None:
+            return _refused(reason)
+        record_data, record_version = reads.record_read
 
         # 4. Nothing changed locally meanwhile, then write the approval once (or find it).
         client_id = client.client_id
@@ -143,7 +103,7 @@ def _approve(
         # Written with the record as checked: it fails if the record was marked done (or reopened, or
         # approved by another) since, and a done mark that listed the record's children before fails.
         approval = Approval(by=vm, at=at, as_leader=as_leader)
-        written = create_on_record(ctx, client, paths.event(event_id), record_data, record_stat.version,
+        written = create_on_record(ctx, client, paths.event(event_id), record_data, record_version,
                                    paths.approval(event_id), ApprovalNode.of(approval).to_bytes(), deadline)
         if written is None:
             log.info("event %s: the record changed during the checks: checking again", event_id)
@@ -159,6 +119,69 @@ def _approve(
     except PayloadError as exc:
         raise StoreUnknownOutcome(f"event {event_id}: undecodable approval record: {exc}") from exc
     return ApprovalResult(ApprovalOutcome.APPROVED, reason="approved before", record=existing)
+
+
+@dataclass
+class _Reads:
+    """The gate's synced reads, sent at once, and what they answered (``facts``)."""
+
+    owner: IAsyncResult[tuple[bytes, ZnodeStat]]
+    record: IAsyncResult[tuple[bytes, ZnodeStat]]
+    admitted: IAsyncResult[ZnodeStat | None] | None
+    acks: IAsyncResult[list[str]]
+    ack: Mapping[str, IAsyncResult[tuple[bytes, ZnodeStat]]]
+    member: Mapping[str, IAsyncResult[ZnodeStat | None]]
+    pause: IAsyncResult[ZnodeStat | None]
+    record_read: tuple[bytes, int] = (b"", -1)  # the record's data and version, as read
+
+    def facts(self, ctx: StoreContext, asked: GateFacts, deadline: Deadline) -> GateFacts:
+        """``asked`` (what is approved, by whom, as what) with what the reads answered."""
+        paths, wait = ctx.paths, ctx.session.wait
+        owner: int | None = None
+        holder: str | None = None
+        try:
+            data, stat = wait(self.owner, deadline)
+            owner = stat.ephemeralOwner
+            if asked.as_leader:
+                try:
+                    holder = LeaderNode.from_bytes(data, asked.owner_path).vm
+                except PayloadError as exc:
+                    log.warning("undecodable leader node, held by nobody: %s", exc)
+        except NoNodeError:
+            pass
+        record: str | None = None
+        try:
+            record_data, record_stat = wait(self.record, deadline)
+            self.record_read = (record_data, record_stat.version)
+            if EventNode.from_bytes(record_data, paths.event(asked.event_id)).done_at is not None:
+                record = "done"
+        except NoNodeError:
+            record = "missing"
+        except PayloadError as exc:
+            record = str(exc)
+        listed: set[str] = set()
+        try:
+            names: list[str] = wait(self.acks, deadline)
+            listed = set(names)
+        except NoNodeError:
+            record = record or "missing"
+        acks: dict[str, AckFact] = {}
+        for name in sorted(asked.needed & listed):
+            try:
+                ack_data, ack_stat = wait(self.ack[name], deadline)
+            except NoNodeError:
+                continue  # withdrawn meanwhile: no ack
+            unreadable: str | None = None
+            try:
+                AckNode.of_vm(ack_data, paths.ack(asked.event_id, name), name)
+            except PayloadError as exc:
+                unreadable = str(exc)
+            member = wait(self.member[name], deadline)
+            acks[name] = AckFact(ack_stat.ephemeralOwner, member.ephemeralOwner if member is not None else None,
+                                 unreadable)
+        return replace(asked, owner=owner, holder=holder, paused=wait(self.pause, deadline) is not None,
+                       record=record, admitted=None if self.admitted is None else wait(self.admitted, deadline)
+                       is not None, acks=acks)
 
 
 def _refused(reason: str) -> ApprovalResult:

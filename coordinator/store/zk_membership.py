@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from coordinator.errors import DuplicateMember, StoreUnknownOutcome
+from coordinator.errors import DuplicateMember, LayoutMismatch, StoreUnknownOutcome
 from coordinator.names import normalize_vm_name
 from coordinator.store.base import WriteResult
 from coordinator.store.members import duplicate_member, predecessor
@@ -103,7 +103,7 @@ def join(
         except DuplicateMember as exc:
             if membership.refused(exc):
                 log.error("%s", exc)
-            _step_down(ctx, client, session, vm, deadline)
+            _step_down(ctx, client, session, vm, deadline, "another agent runs with its name")
             raise
         _register(ctx, client, vm, deadline)
     membership.joined(session)
@@ -155,15 +155,16 @@ def _join_members(
     raise StoreUnknownOutcome(f"member node of {vm} keeps being taken by another session")
 
 
-def _step_down(ctx: StoreContext, client: KazooClient, session: int, vm: str, deadline: Deadline) -> None:
-    """A duplicate does not lead: delete ``/leader`` if this session holds it. Never raises: the refusal
-    is what the caller must see (``campaign`` and ``approve`` refuse a duplicate anyway)."""
+def _step_down(ctx: StoreContext, client: KazooClient, session: int, vm: str, deadline: Deadline, why: str) -> None:
+    """A duplicate, or an agent that cannot read the group's layout, does not lead: delete ``/leader`` if
+    this session holds it. Never raises: the refusal is what the caller must see (``campaign`` and
+    ``approve`` refuse a duplicate anyway)."""
     try:
         stat = ctx.session.wait(client.exists_async(ctx.paths.leader), deadline)
         if stat is not None and stat.ephemeralOwner == session:
             with contextlib.suppress(NoNodeError, BadVersionError):
                 ctx.session.wait(client.delete_async(ctx.paths.leader, version=stat.version), deadline)
-            log.warning("%s gives up leadership: another agent runs with its name", vm)
+            log.warning("%s gives up leadership: %s", vm, why)
     except Exception as exc:  # a failure of the connection: leadership lapses with the session
         log.warning("%s could not give up leadership: %r", vm, exc)
 
@@ -186,12 +187,18 @@ def _register(ctx: StoreContext, client: KazooClient, vm: str, deadline: Deadlin
     raise StoreUnknownOutcome(f"{ctx.paths.registry} keeps disappearing")
 
 
-def campaign(ctx: StoreContext, watched: WatchedView, membership: Membership, vm: str) -> bool:
+def campaign(ctx: StoreContext, watched: WatchedView, membership: Membership, vm: str,
+             mismatch: LayoutMismatch | None = None) -> bool:
     """See ``Store.campaign``: create ``/leader`` if nobody holds it; True if this session holds it.
-    Raises the standing ``DuplicateMember`` without sending anything while ``join`` is refused."""
+    Raises the standing ``DuplicateMember`` without sending anything while ``join`` is refused. With the
+    group in another layout (``mismatch``) it gives up ``/leader`` if it holds it, and takes nothing: a
+    leader that reads nothing of the group would admit nothing for good."""
     vm = normalize_vm_name(vm)
     membership.check(vm)
     client, session = ctx.session.connected(write=False)
+    if mismatch is not None:
+        _step_down(ctx, client, session, vm, ctx.session.deadline(), "it does not read the group's layout")
+        return False
     answer = watched.campaign_answer(session, membership.is_own_or_predecessor)
     if answer is not None:
         return answer

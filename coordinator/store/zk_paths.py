@@ -15,12 +15,19 @@ from coordinator.errors import ConfigError
 from coordinator.names import normalize_event_id, normalize_vm_name
 
 __all__ = [
+    "LAYOUT_VERSION",
     "ZooKeeperPaths",
     "is_canonical_event_id",
     "is_canonical_vm",
     "validate_cluster",
     "validate_root",
 ]
+
+# The version of the layout below (paths, node kinds, what each payload holds) that this agent reads and
+# writes. Another version's agents may read a group differently: an agent that finds ``/layout`` naming
+# another version reads nothing of the group (``coordinator.store.zk_view``) and so stays on the safe side,
+# and docs/deployment.md says how a new version is rolled through a running group.
+LAYOUT_VERSION = 1
 
 _PATH_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -40,6 +47,7 @@ class ZooKeeperPaths:
         self.events = f"{base}/events"
         self.out = f"{base}/out"
         self.pause = f"{base}/pause"  # present while an operator has paused early approvals
+        self.layout_version = f"{base}/layout"  # {"version": N}: the layout the group's nodes are written in
 
     def member(self, vm: str) -> str:
         return f"{self.members}/{vm}"

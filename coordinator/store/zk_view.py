@@ -47,6 +47,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
+from coordinator.errors import LayoutMismatch
 from coordinator.store.base import Approval, ClusterView, EventRecord, OutMark, Part, Pause
 from coordinator.store.payloads import (
     AbsentNode,
@@ -54,6 +55,7 @@ from coordinator.store.payloads import (
     AdmittedNode,
     ApprovalNode,
     EventNode,
+    LayoutNode,
     LeaderNode,
     MemberNode,
     OutNode,
@@ -62,7 +64,7 @@ from coordinator.store.payloads import (
 )
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_nodes import Key, NodeCache
-from coordinator.store.zk_paths import ZooKeeperPaths, is_canonical_event_id, is_canonical_vm
+from coordinator.store.zk_paths import LAYOUT_VERSION, ZooKeeperPaths, is_canonical_event_id, is_canonical_vm
 from coordinator.store.zk_session import ZooKeeperSession
 
 __all__ = ["Fetch", "ViewRead", "Watcher", "read_member_info", "read_view"]
@@ -110,7 +112,9 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         out_r = fetch.children(paths.out) if whole else None
         own_out_r = None if whole else fetch.exists(paths.out_vm(vm))
         pause_r = fetch.exists(paths.pause)
+        layout_r = fetch.exists(paths.layout_version)
         lists = _Lists(session, fetch)
+        _check_layout(fetch, paths, layout_r)
         members = frozenset(lists.canonical(paths.members, members_r, is_canonical_vm))
         known = frozenset(lists.canonical(paths.registry, registry_r, is_canonical_vm))
         member_stat = member_r.get()
@@ -324,6 +328,28 @@ class _Lists:
         passed = [name for name in names if check(name)]
         self._fetch.keep_memo(path, (names, tuple(passed)))
         return passed
+
+
+def _check_layout(fetch: Fetch, paths: ZooKeeperPaths, exists_r: _Pending[ZnodeStat | None]) -> None:
+    """Raise ``LayoutMismatch`` unless the group is written in this agent's layout version: ``/layout`` says
+    ``LAYOUT_VERSION``, or is absent (a group made before the node existed, of version 1). A node that does
+    not parse names no version this agent reads either."""
+    if exists_r.get() is None:
+        return
+    try:
+        data, _ = fetch.data(paths.layout_version).get()
+    except NoNodeError:
+        return
+    try:
+        version: object = LayoutNode.from_bytes(data, paths.layout_version).version
+    except PayloadError as exc:
+        version = f"unreadable ({exc})"
+    if version != LAYOUT_VERSION:
+        raise LayoutMismatch(
+            f"the group at {paths.base} is written in layout version {version}; this agent reads version "
+            f"{LAYOUT_VERSION} only: it reads nothing of the group and approves nothing (what it drained "
+            "stays drained) until it runs a version that reads this layout (docs/deployment.md, "
+            "\"Upgrading\")")
 
 
 def read_pause_now(ctx: StoreContext) -> Pause | None:

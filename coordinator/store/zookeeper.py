@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 
 from kazoo.client import KazooClient
 
-from coordinator.errors import ConfigError, DuplicateMember, InvalidName
+from coordinator.errors import ConfigError, DuplicateMember, InvalidName, LayoutMismatch
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store import zk_gate, zk_membership, zk_records, zk_view
 from coordinator.store.base import (
@@ -104,6 +104,7 @@ class ZooKeeperStore:
         self._ctx = StoreContext(self._session, self._paths, clock, create_layout)
         self._watched = WatchedView(self._session, self._paths)
         self._membership = zk_membership.Membership()
+        self._mismatch: LayoutMismatch | None = None  # the last view read the group in another layout
 
     # -- introspection ------------------------------------------------------------------------------
 
@@ -170,7 +171,7 @@ class ZooKeeperStore:
 
     def campaign(self, vm: str) -> bool:
         """See ``coordinator.store.zk_membership.campaign``."""
-        return zk_membership.campaign(self._ctx, self._watched, self._membership, vm)
+        return zk_membership.campaign(self._ctx, self._watched, self._membership, vm, self._mismatch)
 
     # -- reads ----------------------------------------------------------------------------------------
 
@@ -178,7 +179,12 @@ class ZooKeeperStore:
         """See ``coordinator.store.zk_watch.WatchedView.read_view``. While ``join`` is refused, ``vm`` is
         not among the members: the node under its name is another agent's."""
         vm = normalize_vm_name(vm)
-        view = self._watched.read_view(vm, part=part)
+        try:
+            view = self._watched.read_view(vm, part=part)
+        except LayoutMismatch as exc:
+            self._mismatch = exc  # said by the agent as a view it cannot read; no campaign meanwhile
+            raise
+        self._mismatch = None
         duplicate = self._membership.duplicate
         if duplicate is not None and duplicate.vm == vm and vm in view.members:
             view = dataclasses.replace(view, members=view.members - {vm})
