@@ -1,5 +1,5 @@
-"""The fleet model is a pure function of the ensemble's ceiling and of what a change costs each agent; the
-ceiling is read off the ramp's steps by a stated rule."""
+"""The fleet model is a pure function of the ensemble's ceiling and of what an event was measured to cost a
+group; the ceiling is read off the ramp's steps by a stated rule."""
 
 from __future__ import annotations
 
@@ -13,19 +13,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.fleet import ASSUMED, SESSION_TIMEOUT, GroupInputs, fleet_inputs, fleet_model  # noqa: E402
+from bench.fleet import SESSION_TIMEOUT, EventCost, fleet_inputs, fleet_model  # noqa: E402
 from bench.run import render  # noqa: E402
 from bench.zk_ceiling import Histogram, ceiling_of, mix_ratio  # noqa: E402
 from coordinator.config.services import ZooKeeperConfig  # noqa: E402
 
 
 def test_busiest_hour_of_groups_of_100() -> None:
-    (row,) = fleet_model(10_000.0, [GroupInputs(100, 2.0, 12.0)], event_vms=(2,))
-    # 100 VMs, two per event, in one hour: 50 events; each makes 12 changes, read by 100 agents twice, plus
-    # its write.
+    (row,) = fleet_model(10_000.0, [EventCost(100, 2, 120.0, 0.5, 2)])
+    # 100 VMs, two per event, in one hour: 50 events of 120 requests each, and the idle cost beside them.
     assert row.groups == 100
     assert row.events_per_s_group == pytest.approx(50 / 3600)
-    assert row.requests_per_s_group == pytest.approx(50 / 3600 * 12 * (100 * 2 + 1))
+    assert row.requests_per_s_group == pytest.approx(50 / 3600 * 120 + 0.5)
     assert row.requests_per_s_fleet == pytest.approx(100 * row.requests_per_s_group)
     assert row.pings_per_s_fleet == pytest.approx(10_000 / (20 / 3))  # a ping a third of 20 s apart, per VM
     assert row.fraction_of_ceiling == pytest.approx(row.requests_per_s_fleet / 10_000.0)
@@ -34,28 +33,28 @@ def test_busiest_hour_of_groups_of_100() -> None:
 def test_the_model_pings_at_the_products_default_session_timeout() -> None:
     """The fleet runs the product's default ``zookeeper.session_timeout`` (20 s); another may be given."""
     assert SESSION_TIMEOUT == ZooKeeperConfig.model_fields["session_timeout"].default == 20.0
-    (row,) = fleet_model(None, [GroupInputs(100, 2.0, 12.0)], event_vms=(2,), session_timeout=30.0)
+    (row,) = fleet_model(None, [EventCost(100, 2, 120.0, 0.0, 1)], session_timeout=30.0)
     assert row.pings_per_s_fleet == pytest.approx(10_000 / 10)
 
 
-def test_a_freeze_on_ten_vms_adds_four_changes_per_vm() -> None:
-    two, ten = fleet_model(1000.0, [GroupInputs(200, 2.0, 12.0)], event_vms=(2, 10))
-    assert (two.changes_per_event, ten.changes_per_event) == (12.0, 44.0)
-    assert ten.events_per_s_group == pytest.approx(200 / 10 / 3600)
+def test_an_event_of_ten_vms_makes_a_fifth_as_many_events() -> None:
+    two, ten = fleet_model(1000.0, [EventCost(200, 2, 120.0, 0.0, 1), EventCost(200, 10, 400.0, 0.0, 1)])
+    assert ten.events_per_s_group == pytest.approx(two.events_per_s_group / 5)
+    assert ten.requests_per_s_group == pytest.approx(200 / 10 / 3600 * 400)
 
 
 def test_without_a_ceiling_there_is_no_fraction() -> None:
-    assert all(row.fraction_of_ceiling is None for row in fleet_model(None, ASSUMED))
+    assert all(row.fraction_of_ceiling is None for row in fleet_model(None, [EventCost(10, 2, 100.0, 0.0, 1)]))
 
 
-def test_inputs_come_from_results_when_measured_and_are_labelled_assumed_otherwise() -> None:
-    results: dict[str, Any] = {"groups": {"result": {"sizes": {
-        "100": {"requests_per_agent_per_change": 1.8, "changes_per_event": 11.0}}}}}
-    by_size = {i.size: i for i in fleet_inputs(results)}
-    assert by_size[100] == GroupInputs(100, 1.8, 11.0, 2, measured=True)
-    assert not by_size[10].measured and not by_size[200].measured
-    assert by_size[200].requests_per_agent_per_change == 2.0
-    assert not any(i.measured for i in fleet_inputs({}))
+def test_inputs_are_the_measured_costs_only_the_largest_of_each() -> None:
+    results: dict[str, Any] = {"cost": {"sizes": [
+        {"size": 100, "idle": {"seconds": 6.0, "requests": 3}, "events": {
+            "2": [{"requests": 117}, {"requests": 129}], "10": [{"requests": 400}]}},
+        {"size": 10, "idle": {"seconds": 6.0, "requests": 0}, "events": {"2": [{"requests": 110}], "10": []}}]}}
+    assert fleet_inputs(results) == [EventCost(10, 2, 110.0, 0.0, 1), EventCost(100, 2, 129.0, 0.5, 2),
+                                     EventCost(100, 10, 400.0, 0.5, 1)]
+    assert fleet_inputs({}) == []  # nothing measured, nothing assumed
 
 
 def test_the_ceiling_is_the_highest_step_with_a_low_p99_and_the_offered_rate_achieved() -> None:
@@ -98,4 +97,9 @@ def test_the_report_says_the_ceiling_and_the_fraction() -> None:
         "mix_ratio": {"reads": 0.97, "writes": 0.03}, "steps": [step], "stopped": "", "ceiling": 1000.0}}
     text = render({"ceiling": ceiling})
     assert "**1000 requests/s**" in text and "200 kazoo sessions in 4 worker processes" in text
-    assert "| 2 | 100 | assumed | 2.0 | 12 | 100 | 0.0139 | 33.5 | 3350 | 1500 | 335 % | not met | 33500 |" in text
+    assert "not measured (`bench/run.py --only cost`)" in text  # no event cost measured: no row of the model
+    cost = {"date": "2026-01-01", "command": "c", "machine": "m", "before": {}, "sizes": [
+        {"size": 100, "idle": {"seconds": 6.0, "requests": 0}, "events": {"2": [
+            {"requests": 120, "sessions_sending": 3, "writes": 12}]}}]}
+    text = render({"ceiling": ceiling, "cost": cost})
+    assert "| 2 | 100 | 120 (largest of 1) | 0.0 | 100 | 0.0139 | 1.7 | 167 | 1500 | 16.7 % | not met | 1667 |" in text
