@@ -33,6 +33,7 @@ Sections:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import shlex
@@ -71,7 +72,7 @@ from coordinator.models import Document, parse_document  # noqa: E402
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord  # noqa: E402
 from coordinator.store.zookeeper import ZooKeeperStore  # noqa: E402
 from coordinator.testbed.story import STEPS, STRATEGIES, StoryConfig  # noqa: E402
-from coordinator.testbed.zookeeper import LocalZooKeeper  # noqa: E402
+from coordinator.testbed.zookeeper import LocalEnsemble, LocalZooKeeper  # noqa: E402
 
 
 def _document(vms: int, events: int) -> Document:
@@ -366,21 +367,24 @@ The mix, as configured (`MIX` in `bench/zk_ceiling.py`) and as sent over the ste
 def _render_scale(entry: dict[str, Any]) -> str:
     if entry.get("stopped") or "gate_ms" not in entry:  # a run that had to be stopped: what its rounds showed
         rounds = ", ".join(f"{n}/{entry['groups']}" for n in entry["approved_per_round"])
-        return f"""## Scale: {entry['groups']} groups of {entry['size']} agents on one ZooKeeper: not met
+        title = f"{entry['groups']} groups of {entry['size']} agents on one ZooKeeper {_servers(entry)}"
+        return f"""## Scale: {title}: not met
 
-{entry['groups'] * entry['size']} agents in {entry['workers']} processes, one IMDS simulator per group, one
-ZooKeeper server, on this 2-core machine. {_stamp(entry)} Events approved within a minute, round by
+{entry['groups'] * entry['size']} agents in {entry['workers']} processes, {_simulators(entry)},
+{_servers(entry, long=True)}, on this 2-core machine. {_stamp(entry)} Events approved within a minute, round by
 round: {rounds}; the run was stopped after round {len(entry['approved_per_round'])} of {entry['rounds']}, the
 group no longer keeping up. {entry.get('why', '')}
 """
     gate = percentiles(entry["gate_ms"])
     events = entry["groups"] * entry["rounds"]
-    return f"""## Scale: {entry['groups']} groups of {entry['size']} agents on one ZooKeeper
+    return f"""## Scale: {entry['groups']} groups of {entry['size']} agents on one ZooKeeper {_servers(entry)}
 
 {entry['groups'] * entry['size']} agents in {entry['workers']} processes (each agent with its own IMDS client,
 poller, ZooKeeper session, loop and executor; no HTTP surface and no peer probes, so the budget counts
-VMs by their `/out` nodes), one IMDS simulator per group, one ZooKeeper server. {entry['rounds']} rounds; in
-each, every group gets a Freeze on two of its VMs at once. {_stamp(entry)}
+VMs by their `/out` nodes), {_simulators(entry)}, {_servers(entry, long=True)}. {entry['rounds']} rounds; in
+each, every group gets a Freeze on two of its VMs at once. Not judged by the chaos oracle: an event counts
+as approved when the simulator logs its POST, as missed when it is not approved within a minute.
+{_stamp(entry)}
 
 | measure | p50 | p90 | p99 | max | n | target |
 |---|---|---|---|---|---|---|
@@ -390,6 +394,19 @@ Events: {events}; missed (not approved within a minute): {len(entry['missed'])} 
 {_met(not entry['missed'])}); approved but not timed (the acks came and went between two looks of the
 harness): {entry['unmeasured']}.
 """
+
+
+def _servers(entry: dict[str, Any], *, long: bool = False) -> str:
+    n = entry.get("ensemble", 1)
+    if n > 1:
+        return f"ensemble of {n} servers on this machine" if long else "ensemble"
+    return "ZooKeeper server" if long else "server"
+
+
+def _simulators(entry: dict[str, Any]) -> str:
+    if entry.get("one_simulator"):
+        return "one IMDS simulator in which each group is a delivery unit of its own (`--unit-size`)"
+    return "one IMDS simulator per group"
 
 
 def _fmt(stats: dict[str, float], digits: int = 1) -> str:
@@ -553,6 +570,10 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=10, help="agents per group in the scale section (default 10)")
     parser.add_argument("--workers", type=int, default=4, help="processes running the scale section's agents")
     parser.add_argument("--rounds", type=int, default=10, help="rounds of events in the scale section")
+    parser.add_argument("--scale-ensemble", type=int, default=1,
+                        help="ZooKeeper servers of the scale section: 1 (the shared server) or an ensemble of N")
+    parser.add_argument("--scale-one-simulator", action="store_true",
+                        help="the scale section's groups in one IMDS simulator, each group a delivery unit")
     parser.add_argument("--headline-runs", type=int, default=5,
                         help="repetitions of the headline story per strategy (default 5)")
     parser.add_argument("--headline-time-scale", type=float, default=60.0,
@@ -635,9 +656,15 @@ def main() -> int:
                 results["footprint"] = {**stamp, **bench_footprint(zk, idle_seconds=args.footprint_idle)}
                 save()
             if "scale" in sections:
-                with tempfile.TemporaryDirectory(prefix="coordinator-bench-scale-") as work:
-                    results["scale"] = {**stamp, **bench_scale(zk, Path(work), groups=args.groups, size=args.size,
-                                                               workers=args.workers, rounds=args.rounds)}
+                with tempfile.TemporaryDirectory(prefix="coordinator-bench-scale-") as work, \
+                        contextlib.ExitStack() as servers:
+                    target: LocalZooKeeper | LocalEnsemble = zk
+                    if args.scale_ensemble > 1:
+                        target = servers.enter_context(LocalEnsemble(Path(work) / "ensemble", args.scale_ensemble,
+                                                                     tick_time_ms=2000))
+                    results["scale"] = {**stamp, **bench_scale(target, Path(work), groups=args.groups, size=args.size,
+                                                               workers=args.workers, rounds=args.rounds,
+                                                               one_simulator=args.scale_one_simulator)}
                 save()
             if "headline" in sections:
                 config = StoryConfig(time_scale=args.headline_time_scale,

@@ -46,7 +46,7 @@ from coordinator.sim.client import SimControl  # noqa: E402
 from coordinator.state import StateFile  # noqa: E402
 from coordinator.store.zookeeper import ZooKeeperStore  # noqa: E402
 from coordinator.testbed.processes import stop_process  # noqa: E402
-from coordinator.testbed.zookeeper import LocalZooKeeper  # noqa: E402
+from coordinator.testbed.zookeeper import LocalEnsemble, LocalZooKeeper  # noqa: E402
 
 __all__ = ["bench_scale"]
 
@@ -102,10 +102,16 @@ def _worker(spec_path: Path) -> int:
 # -- the benchmark ---------------------------------------------------------------------------------------
 
 
-def bench_scale(zk: LocalZooKeeper, workdir: Path, *, groups: int, size: int, workers: int, rounds: int,
-                progress: Any = print) -> dict[str, Any]:
+def bench_scale(zk: LocalZooKeeper | LocalEnsemble, workdir: Path, *, groups: int, size: int, workers: int,
+                rounds: int, one_simulator: bool = False, progress: Any = print) -> dict[str, Any]:
+    """``groups`` groups of ``size`` agents on ``zk`` (one server or an ensemble), each group with an IMDS
+    simulator of its own, or (``one_simulator``) all of them in one simulator where each group is a delivery
+    unit of its own (``--unit-size``), as the placement groups of one scale set are."""
     run = uuid.uuid4().hex[:6]
-    names = {f"s{run}g{g}": [f"vm{i}" for i in range(size)] for g in range(groups)}
+    if one_simulator:  # VM names unique across the groups: they share one simulator
+        names = {f"s{run}g{g}": [f"g{g}vm{i}" for i in range(size)] for g in range(groups)}
+    else:
+        names = {f"s{run}g{g}": [f"vm{i}" for i in range(size)] for g in range(groups)}
     sims: dict[str, tuple[subprocess.Popen[bytes], SimControl, dict[str, str]]] = {}
     procs: list[subprocess.Popen[bytes]] = []
     observer = KazooClient(hosts=zk.hosts)
@@ -115,9 +121,15 @@ def bench_scale(zk: LocalZooKeeper, workdir: Path, *, groups: int, size: int, wo
     approved_per_round: list[int] = []
     stopped = ""  # why the run ended before its last round, if it did
     try:
-        progress(f"bench: scale: {groups} simulators")
-        for group, vms in names.items():
-            sims[group] = _start_sim(workdir, group, vms)
+        if one_simulator:
+            progress(f"bench: scale: one simulator of {groups} delivery units")
+            every = [vm for vms in names.values() for vm in vms]
+            shared = _start_sim(workdir, "all", every, ["--unit-size", str(size)])
+            sims = {group: shared for group in names}
+        else:
+            progress(f"bench: scale: {groups} simulators")
+            for group, vms in names.items():
+                sims[group] = _start_sim(workdir, group, vms)
         specs: list[list[dict[str, str]]] = [[] for _ in range(workers)]
         index = 0
         for group, vms in names.items():
@@ -182,18 +194,19 @@ def bench_scale(zk: LocalZooKeeper, workdir: Path, *, groups: int, size: int, wo
     finally:
         for proc in procs:
             stop_process(proc, timeout=20)
-        for proc, control, _ in sims.values():
+        for proc, control, _ in {id(sim): sim for sim in sims.values()}.values():
             control.close()
             stop_process(proc, timeout=10)
         observer.stop()
         observer.close()
     return {"groups": groups, "size": size, "workers": workers, "rounds": rounds, "gate_ms": gate_ms,
             "missed": missed, "unmeasured": unmeasured, "approved_per_round": approved_per_round,
-            "stopped": stopped}
+            "stopped": stopped, "ensemble": getattr(zk, "size", 1), "one_simulator": one_simulator}
 
 
-def _start_sim(workdir: Path, group: str, vms: list[str]) -> tuple[subprocess.Popen[bytes], SimControl, dict[str, str]]:
-    proc, info = start_simulator(workdir, vms, ["--started-for", "2"], name=f"sim-{group}", timeout=30)
+def _start_sim(workdir: Path, group: str, vms: list[str],
+               extra: tuple[str, ...] | list[str] = ()) -> tuple[subprocess.Popen[bytes], SimControl, dict[str, str]]:
+    proc, info = start_simulator(workdir, vms, ["--started-for", "2", *extra], name=f"sim-{group}", timeout=30)
     return proc, SimControl(info["control"]), dict(info["vms"])
 
 

@@ -87,6 +87,9 @@ class ModelEvent:
     approved_by: str | None = None
     early: bool = False  # approved by a POST while Scheduled
     deliver_to_named_only: bool = False  # shown only to the VMs it names (GPU VMs of a one-FD scale set)
+    # The delivery unit it belongs to (that of the first VM it names when it was created; None: the group is
+    # one unit): shown to every VM of that unit, and to the VMs it names.
+    unit: str | None = None
     ended_at: float | None = None
     end_reason: str = ""
 
@@ -117,8 +120,11 @@ class ModelEvent:
         except (ValueError, OverflowError):
             return None
 
-    def shown_to(self, vm: str) -> bool:
-        return not self.deliver_to_named_only or vm in self.named
+    def shown_to(self, vm: str, unit: str | None = None) -> bool:
+        """Whether IMDS shows it to ``vm``, of delivery unit ``unit``."""
+        if vm in self.named:
+            return True
+        return not self.deliver_to_named_only and (self.unit is None or unit == self.unit)
 
     def describe(self) -> str:
         return (f"{self.event_type} {self.event_id} #{self.serial} {self.status} resources={list(self.resources)} "
@@ -172,6 +178,8 @@ class ImdsGroup:
     def __init__(self, clock: Callable[[], float], *, named_only: bool = False) -> None:
         self._clock = clock
         self.named_only = named_only  # every event is delivered to the VMs it names only
+        # Each VM's delivery unit (placement groups of one scale set); empty: the group is one unit.
+        self.units: dict[str, str] = {}
         self.events: dict[int, ModelEvent] = {}  # present, in creation order
         self.ended: dict[int, ModelEvent] = {}
         self.incarnation = 1
@@ -190,6 +198,8 @@ class ImdsGroup:
     def add(self, event: ModelEvent) -> ModelEvent:
         event.created_at = self._clock()
         event.deliver_to_named_only = event.deliver_to_named_only or self.named_only
+        first = next((r.lower() for r in event.served_resources if r.lower() in self.units), None)
+        event.unit = self.units.get(first) if first is not None else None  # naming none of them: every VM sees it
         if event.status == STARTED:
             event.started_at = event.created_at
         self.events[event.serial] = event
@@ -281,7 +291,8 @@ class ImdsGroup:
         """The events IMDS serves ``vm`` now and the document body (a flap is consumed by the read)."""
         self.tick()
         feed = self.feed(vm)
-        events = [e for e in self.events.values() if e.serial not in feed.flaps and e.shown_to(vm)]
+        events = [e for e in self.events.values()
+                  if e.serial not in feed.flaps and e.shown_to(vm, self.units.get(vm))]
         if consume:
             feed.flaps.clear()
         incarnation = max(self.incarnation + feed.offset, 0)

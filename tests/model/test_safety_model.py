@@ -16,8 +16,9 @@ one event, keep one serving) with a drain wait of 10 s to keep examples short. D
 approver mode; ``absent_peer_grace_seconds`` (none, 60 s or 120 s); the session timeout the ensemble
 grants (the 30 s asked for, or 20, 40 or 60 s, which agents read through ``Store.granted_session_timeout``)
 and when, within a tick of it, the ensemble expires a session it no longer hears from; per-VM delivery
-(IMDS shows each VM only the events naming it, as the simulator's ``deliver_to_named_only``); maintenance
-windows (the first 40 minutes of every hour).
+(IMDS shows each VM only the events naming it, as the simulator's ``deliver_to_named_only``); a group of two
+delivery units (vm0, vm1 | vm2, vm3, vm9: each VM shown the events of its own unit, an event's unit that of
+the first VM it names); maintenance windows (the first 40 minutes of every hour).
 
 Model of the group (ground truth): an approval POST of a Scheduled event starts it at once (an approved
 Terminate waits for the other Terminates still Scheduled); a Scheduled event starts by itself at its
@@ -170,7 +171,7 @@ from coordinator.metrics import Metrics
 from coordinator.models import parse_document
 from coordinator.names import normalize_event_id
 from coordinator.state import StateFile
-from coordinator.store.base import ConnectionState, Store
+from coordinator.store.base import ConnectionState, EventRecord, Store
 from coordinator.store.memory import MemoryCluster, MemoryStore
 from tests.model.harness import (
     STORE_FAULT_POINTS,
@@ -326,16 +327,21 @@ class CoordinatorModel(RuleBasedStateMachine):
         named_only=st.sampled_from((False, False, False, True)),
         windows=st.sampled_from((False, False, True)),
         told=st.booleans(),
+        two_units=st.sampled_from((False, False, True)),
     )
     def setup(self, vm3: str, leader_mode: bool, skews: list[float], absent_grace: float | None,
-              granted: float | None, lapse_lag: float, named_only: bool, windows: bool, told: bool = False) -> None:
+              granted: float | None, lapse_lag: float, named_only: bool, windows: bool, told: bool = False,
+              two_units: bool = False) -> None:
         """vm0-vm2 run agents; vm3 runs one, an observe-only one, or none (as vm9 never does). Drawn per
         example: ``policy.absent_peer_grace_seconds``; the session timeout the ensemble grants (None: the
         30 s asked for) and how long after it, within a tick, it expires a silent session; whether IMDS
         shows each VM only the events naming it; maintenance windows; whether each agent is told its delivery
         unit and mode (``imds.unit``, ``imds.delivery``: every VM is of one availability set) or left to the
-        default (unit unknown, ``auto``)."""
+        default (unit unknown, ``auto``); and whether the group spans two delivery units (vm0, vm1 | vm2, vm3,
+        vm9: two placement groups of one scale set, each VM shown the events of its own unit)."""
         self.told = told
+        if two_units:
+            self.group.units = {"vm0": "pg0", "vm1": "pg0", "vm2": "pg1", "vm3": "pg1", "vm9": "pg1"}
         self.policy = Policy(
             approver=ApproverMode.LEADER if leader_mode else ApproverMode.FIRST_RESOURCE, drain_wait=DRAIN_WAIT,
             absent_grace=absent_grace, windows=WINDOWS if windows else (),
@@ -491,7 +497,7 @@ class CoordinatorModel(RuleBasedStateMachine):
             imds=agent_imds,
             store=agent_store,
             actions=actions,
-            policy=self._policy_of_agents(),
+            policy=self._policy_of_agents(slot.vm),
             metrics=Metrics(CollectorRegistry()),
             clock=slot.clock,
             executor=cast(JobExecutor, executor),
@@ -499,12 +505,12 @@ class CoordinatorModel(RuleBasedStateMachine):
             readings=slot.readings,
         )
 
-    def _policy_of_agents(self) -> Policy:
-        """The policy every agent runs with: told its delivery unit and mode, or not (``setup``)."""
+    def _policy_of_agents(self, vm: str) -> Policy:
+        """The policy ``vm``'s agent runs with: told its delivery unit and mode, or not (``setup``)."""
         if not self.told:
             return self.policy
         mode = DeliveryMode.NAMED if self.group.named_only else DeliveryMode.UNIT
-        return replace(self.policy, delivery=Delivery("as0", mode))
+        return replace(self.policy, delivery=Delivery(self.group.units.get(vm, "as0"), mode))
 
     def _stop(self, slot: VmSlot) -> None:
         if slot.agent is None:
@@ -1299,8 +1305,12 @@ class CoordinatorModel(RuleBasedStateMachine):
             duration=old.duration,
         ))
         live = self._live()
+        # Across two units the leader sees only its own unit's events: in leader mode another unit's event
+        # is approved at its NotBefore (docs/safety.md L1); in first-resource mode its approver sees it.
+        leader_blind = bool(self.group.units) and self.policy.approver is ApproverMode.LEADER
         approvable = (
-            not self.group.named_only and event.known_type and not event.bad_names and bool(event.named)
+            not self.group.named_only and not leader_blind and event.known_type and not event.bad_names
+            and bool(event.named)
             and event.named <= live and bool(live - event.named) and len(self.group.events) == 1
             and all(in_windows(self.policy.windows, at) for at in range(
                 int(self.time.now - 60), int(start + 60), 30))
@@ -1334,10 +1344,18 @@ class CoordinatorModel(RuleBasedStateMachine):
         with self.cluster.lock:
             leader = self.cluster.leader.vm if self.cluster.leader is not None else None
             records = [event.record for event in self.cluster.events.values()]
-        leader_sees_all = self.told and not self.group.named_only
+        units = self.group.units
+
+        def leader_sees(record: EventRecord) -> bool:
+            # Told that IMDS shows it every event of its unit, and the record is of that unit.
+            if not self.told or self.group.named_only or leader is None:
+                return False
+            first = next((vm for vm in record.resources if vm in units), None)
+            return not units or (first is not None and units[first] == units.get(leader))
+
         return sorted(r.event_id for r in records
                       if r.done_at is None and r.event_id not in present
-                      and (leader in r.resources or leader_sees_all or bool(live & set(r.resources))))
+                      and (leader in r.resources or leader_sees(r) or bool(live & set(r.resources))))
 
     @rule()
     def quiesce(self) -> None:
