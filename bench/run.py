@@ -227,7 +227,15 @@ def _render_fleet(results: dict[str, Any]) -> str:
     else:
         where = "no ceiling measured (`bench/run.py --only ceiling`): the fraction is left out"
     cost = results.get("cost") or {}
-    measured = f" The costs: {_stamp(cost)}" if cost else ""
+    stamp = _stamp(cost) if cost else ""
+    measured = f" The event costs were {stamp[0].lower()}{stamp[1:]}" if stamp else ""
+    pings = ""
+    if rows and ceiling:
+        per_s = rows[0].pings_per_s_fleet
+        share = 100 * per_s / ceiling
+        pings = (f"\n\nThe fleet's pings, listed apart: {per_s:.0f}/s, {share:.0f} % of the ceiling were "
+                 "each as costly as a request of the measured mix. A ping writes nothing and sets no watch, but "
+                 "what it costs a server was not measured: the model says nothing of it.")
     return f"""## What 10,000 VMs would cost one ensemble (a model from the numbers above)
 
 `fleet_model` in `bench/fleet.py`, a pure function of the ceiling and of measured inputs only: per group
@@ -244,7 +252,7 @@ pings cost an ensemble is neither measured here (2 cores do not hold 10,000 sess
 nor sourced. Ceiling: {where}.{measured} Not measured: a fleet of this size.
 
 {_FLEET_HEAD}
-{chr(10).join(lines)}
+{chr(10).join(lines)}{pings}
 """
 
 
