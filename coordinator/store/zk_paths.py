@@ -16,6 +16,7 @@ from coordinator.names import normalize_event_id, normalize_vm_name
 
 __all__ = [
     "LAYOUT_VERSION",
+    "NODES",
     "ZooKeeperPaths",
     "is_canonical_event_id",
     "is_canonical_vm",
@@ -30,6 +31,22 @@ __all__ = [
 LAYOUT_VERSION = 1
 
 _PATH_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+# Every node of the layout, relative to the group's base, and whether it lives with the session that made it.
+# docs/architecture.md's "ZooKeeper layout" table lists these, in this order (``tests/unit/test_docs.py``).
+NODES: tuple[tuple[str, str], ...] = (
+    ("/members/{vm}", "ephemeral"),
+    ("/leader", "ephemeral"),
+    ("/events/{EVENT_ID}", "persistent"),
+    ("/registry/{vm}", "persistent"),
+    ("/absent/{vm}", "persistent"),
+    ("/out/{vm}", "persistent"),
+    ("/events/{EVENT_ID}/admitted", "persistent"),
+    ("/events/{EVENT_ID}/acks/{vm}", "ephemeral"),
+    ("/events/{EVENT_ID}/approval", "persistent"),
+    ("/pause", "persistent"),
+    ("/layout", "persistent"),
+)
 
 
 class ZooKeeperPaths:

@@ -140,3 +140,15 @@ def test_every_function_the_safety_doc_names_exists() -> None:
         if owner is None or not (hasattr(owner, last) or last in getattr(owner, "__dataclass_fields__", {})):
             missing.append(".".join(p for p in (first, second, third) if p))
     assert not missing, f"docs/safety.md names what the code does not have: {missing}"
+
+
+def test_the_architecture_layout_table_lists_the_layouts_nodes() -> None:
+    """docs/architecture.md's "ZooKeeper layout" table is the layout of ``coordinator.store.zk_paths.NODES``:
+    the same nodes, in the same order, each with its kind."""
+    from coordinator.store.zk_paths import NODES
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## ZooKeeper layout", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `/")]
+    table = [(path.strip().strip("`"), kind.strip().split(",")[0]) for path, kind in rows]
+    assert table == list(NODES)
