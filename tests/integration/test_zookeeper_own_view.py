@@ -63,12 +63,19 @@ def busy_group(a: ZooKeeperStore, b: ZooKeeperStore, c: ZooKeeperStore) -> None:
     b.mark_absent("vm-z", T0 + 8)
 
 
+def busy_whole_view(make_store: StoreMaker, hosts: str, chroot: str, reader: str) -> tuple[list[ZooKeeperStore],
+                                                                                           ClusterView]:
+    """The busy group's stores (vm-a, vm-b, vm-c) and its whole view as ``reader`` reads it."""
+    stores = [make_store(hosts, chroot) for _ in range(3)]
+    busy_group(*stores)
+    store = stores["abc".index(reader[-1])]
+    return stores, eventually(store, reader, lambda v: "vm-z" in v.absent_since and len(v.out) == 3, "the busy group")
+
+
 def test_an_own_view_is_the_whole_view_cut_down_to_the_reading_vm(
     zk_hosts: str, zk_chroot: str, make_store: StoreMaker
 ) -> None:
-    a, b, c = (make_store(zk_hosts, zk_chroot) for _ in range(3))
-    busy_group(a, b, c)
-    whole = eventually(a, "vm-a", lambda v: "vm-z" in v.absent_since and len(v.out) == 3, "the busy group")
+    (a, _, _), whole = busy_whole_view(make_store, zk_hosts, zk_chroot, "vm-a")
     assert whole.complete and whole.records[EVENT].approval is not None and whole.records[EVENT].acks
     expected = own_view(whole, "vm-a")
     assert expected.records == {} and set(expected.out) == {"vm-a"}
@@ -131,9 +138,7 @@ def test_a_vm_following_its_own_part_is_not_told_of_another_vms_event_at_all(
 def test_a_named_view_is_the_whole_view_with_the_reading_vms_own_ack_and_mark_only(
     zk_hosts: str, zk_chroot: str, make_store: StoreMaker
 ) -> None:
-    a, b, c = (make_store(zk_hosts, zk_chroot) for _ in range(3))
-    busy_group(a, b, c)
-    whole = eventually(c, "vm-c", lambda v: "vm-z" in v.absent_since and len(v.out) == 3, "the busy group")
+    (_, _, c), whole = busy_whole_view(make_store, zk_hosts, zk_chroot, "vm-c")
     expected = named_view(whole, "vm-c")
     assert set(expected.records) == {EVENT, OTHER} and dict(expected.records[EVENT].acks) == {"vm-c": T0 + 2}
     assert expected.records[EVENT].approval is not None and expected.records[EVENT].admitted_at == T0 + 4

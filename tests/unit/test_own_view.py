@@ -164,16 +164,22 @@ class Counting(MemoryStore):
         return super().read_view(vm, part=part)
 
 
-def test_an_agent_reads_its_own_part_until_an_event_names_it_and_the_whole_view_in_that_cycle(
-    tmp_path: Path
-) -> None:
+def three_vms_reads_of_vm2_counted(tmp_path: Path) -> tuple[Bench, Any, Counting]:
+    """vm0-vm2, started, recovered and serving, with every read of vm2's agent counted."""
     bench = Bench(tmp_path)
     for name in ("vm0", "vm1", "vm2"):
         bench.add(name)
     vm2 = bench.vms["vm2"]
     counting = Counting(vm2.store)
     vm2.agent._store = counting
-    bench.run(10)  # started, recovered, serving
+    bench.run(10)
+    return bench, vm2, counting
+
+
+def test_an_agent_reads_its_own_part_until_an_event_names_it_and_the_whole_view_in_that_cycle(
+    tmp_path: Path
+) -> None:
+    bench, _, counting = three_vms_reads_of_vm2_counted(tmp_path)
     assert bench.vms["vm0"].agent._part is WHOLE  # the leader
     assert counting.reads[-3:] == [OWN, OWN, OWN]  # idle, not leading: its own part only
 
@@ -205,13 +211,7 @@ def test_a_vm_named_second_reads_the_named_part_drains_acks_and_serves_again_whi
     cycle it first sees it until it serves again: it drains, acks and withdraws there, and vm1, which
     reads the whole view, approves on its ack. Neither the leader's upkeep nor vm1's ack cost vm2 a read
     of the whole view."""
-    bench = Bench(tmp_path)
-    for name in ("vm0", "vm1", "vm2"):
-        bench.add(name)
-    vm2 = bench.vms["vm2"]
-    counting = Counting(vm2.store)
-    vm2.agent._store = counting
-    bench.run(10)
+    bench, vm2, counting = three_vms_reads_of_vm2_counted(tmp_path)
     counting.reads.clear()
     bench.group.schedule(E, ["vm1", "vm2"], in_s=100)
     bench.run(60, until=lambda: bool(bench.group.approved(E)))
