@@ -260,9 +260,9 @@ MUTATIONS = [
     ),
     (
         'the-gate-checks-the-pause',
-        'coordinator/store/zk_gate.py',
-        '        if wait(pause_r, deadline) is not None:\n',
-        '        if False:\n',
+        'coordinator/store/gate.py',
+        '    if f.paused:\n',
+        '    if False:\n',
         'tests/integration/test_controls.py::test_a_pause_reaches_every_agents_view_and_the_gate_refuses_until_resumed',
     ),
     (
@@ -332,15 +332,15 @@ MUTATIONS = [
     (
         'gate-reads-every-ack',
         'coordinator/store/zk_gate.py',
-        '                AckNode.of_vm(ack_data, paths.ack(event_id, name), name)\n',
+        '                AckNode.of_vm(ack_data, paths.ack(asked.event_id, name), name)\n',
         '                pass\n',
         'tests/integration/test_hostile_zookeeper.py::test_the_gate_refuses_an_approval_over_a_garbage_ack',
     ),
     (
         'gate-ack-held-by-the-vms-session',
-        'coordinator/store/zk_gate.py',
-        '            if not owner or ack_stat.ephemeralOwner != owner:\n',
-        '            if False:\n',
+        'coordinator/store/gate.py',
+        '        if not ack.member_session or ack.session != ack.member_session:\n',
+        '        if False:\n',
         'tests/integration/test_hostile_zookeeper.py::'
         'test_the_gate_refuses_a_well_formed_ack_that_vm1s_own_session_does_not_hold',
     ),
@@ -468,7 +468,7 @@ MUTATIONS = [
     (
         'approval-on-the-record-as-checked',
         'coordinator/store/zk_gate.py',
-        '        written = create_on_record(ctx, client, paths.event(event_id), record_data, record_stat.version,\n'
+        '        written = create_on_record(ctx, client, paths.event(event_id), record_data, record_version,\n'
         '                                   paths.approval(event_id), '
         'ApprovalNode.of(approval).to_bytes(), deadline)\n',
         '        wait(client.create_async(paths.approval(event_id), ApprovalNode.of(approval).to_bytes()), deadline)\n'
