@@ -33,7 +33,7 @@ from coordinator.errors import ImdsBadRequest, ImdsError, ImdsUnavailable, Malfo
 from coordinator.metrics import EventRow, Metrics, blocked_reason, bounded_status, bounded_type
 from coordinator.models import Document, ScheduledEvent
 from coordinator.outage import ViewOutage
-from coordinator.store.base import ClusterView, ConnectionState, EventRecord
+from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Part
 
 __all__ = ["Health", "Telemetry", "status_dict"]
 
@@ -376,9 +376,12 @@ def status_dict(vm: str, local: LocalState, plan: Plan | None, snap: Snapshot | 
             "resources": list(event.resources),
             "not_before": event.not_before.isoformat() if event.not_before else None,
             "approver": plan.approvers.get(key),
-            # null: not read by this agent, which no event names and which does not lead (its approver's
-            # /status and `coordinator status` show them)
+            # null: not read by this agent, which approves, closes and leads nothing (its approver's /status
+            # and `coordinator status` show them)
             "acks": (sorted(record.acks) if record else []) if cluster is None or cluster.complete else None,
+            # whether this VM's own ack stands, on any view that holds the records (null: it reads none)
+            "acked_here": (snap.me in record.acks if record else False)
+            if cluster is not None and cluster.part.holds(Part.NAMED) else None,
             "approved_by": record.approval.by if record and record.approval else None,
             "waiting_for": list(plan.blocked.get(key, ())),
         })

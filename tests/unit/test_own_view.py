@@ -214,6 +214,14 @@ def test_a_vm_named_second_reads_the_named_part_drains_acks_and_serves_again_whi
     bench, vm2, counting = three_vms_reads_of_vm2_counted(tmp_path)
     counting.reads.clear()
     bench.group.schedule(E, ["vm1", "vm2"], in_s=100)
+
+    def acked_here() -> bool:
+        return any(e["event_id"] == E and e["acked_here"] for e in vm2.agent.status().get("events", []))
+
+    bench.run(60, until=acked_here)
+    # Its /status says its own ack stands; the acks of the others it does not read.
+    (shown,) = [e for e in vm2.agent.status()["events"] if e["event_id"] == E]
+    assert shown["acked_here"] is True and shown["acks"] is None
     bench.run(60, until=lambda: bool(bench.group.approved(E)))
     assert bench.group.approved(E)
     bench.assert_drained_at_every_post(E, ["vm1", "vm2"])
