@@ -183,8 +183,8 @@ def bench_scale(zk: LocalZooKeeper | LocalEnsemble, workdir: Path, *, groups: in
             progress(f"bench: scale: round {r + 1}/{rounds}: {len(posted)}/{len(events)} approved")
             approved_per_round.append(len(posted))
             try:
-                wait_for(lambda: all(not sims[g][1].events()["events"] for g in names), 60, "every event to end",
-                         interval=0.2)
+                wait_for(lambda: all(not control.events()["events"] for _, control, _ in _distinct(sims)), 60,
+                         "every event to end", interval=0.2)
                 wait_for(lambda: all(_serving(observer, g, size) for g in names), 60, "every VM to serve",
                          interval=0.2)
             except TimeoutError as exc:
@@ -194,7 +194,7 @@ def bench_scale(zk: LocalZooKeeper | LocalEnsemble, workdir: Path, *, groups: in
     finally:
         for proc in procs:
             stop_process(proc, timeout=20)
-        for proc, control, _ in {id(sim): sim for sim in sims.values()}.values():
+        for proc, control, _ in _distinct(sims):
             control.close()
             stop_process(proc, timeout=10)
         observer.stop()
@@ -202,6 +202,12 @@ def bench_scale(zk: LocalZooKeeper | LocalEnsemble, workdir: Path, *, groups: in
     return {"groups": groups, "size": size, "workers": workers, "rounds": rounds, "gate_ms": gate_ms,
             "missed": missed, "unmeasured": unmeasured, "approved_per_round": approved_per_round,
             "stopped": stopped, "ensemble": getattr(zk, "size", 1), "one_simulator": one_simulator}
+
+
+def _distinct(sims: dict[str, tuple[subprocess.Popen[bytes], SimControl, dict[str, str]]]
+              ) -> list[tuple[subprocess.Popen[bytes], SimControl, dict[str, str]]]:
+    """Each simulator once (with ``one_simulator`` every group maps to the same one)."""
+    return list({id(sim): sim for sim in sims.values()}.values())
 
 
 def _start_sim(workdir: Path, group: str, vms: list[str],

@@ -274,7 +274,7 @@ class Agent:
         started = self._clock.monotonic()
         snap = self._observe(started)
         local = self._job_status(self._local)
-        needed = view_needed(snap, local) if snap.cluster is not None else Part.WHOLE
+        needed = view_needed(snap, local)
         if snap.cluster is not None and not snap.cluster.part.holds(needed):
             self._part = needed  # an event names this VM now, or it leads: that part, before deciding
             snap = self._observe_group(started, None, snap.document, join=False)

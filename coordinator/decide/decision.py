@@ -3,8 +3,6 @@ those steps need (``view_needed``)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from coordinator.decide.approval import _absent_drained, _Approvals, _approvals, _fresh_for_approval, _still_posted
@@ -12,8 +10,6 @@ from coordinator.decide.budget import _budget
 from coordinator.decide.drain import _acks, _holding, _local, _out_mark
 from coordinator.decide.events import _Event, _parse_events, first_live
 from coordinator.decide.records import _absences, _closing, _purge_before
-from coordinator.errors import InvalidName
-from coordinator.names import normalize_vm_name
 from coordinator.snapshot import LocalState, Phase, Plan, Policy, Snapshot
 from coordinator.store.base import ClusterView, Part
 
@@ -45,7 +41,8 @@ def view_needed(snap: Snapshot, local: LocalState) -> Part:
         if document is None:
             continue
         for event in document.events:
-            first = first_live(_valid_names(event.resources), cluster)
+            # Members are canonical (lower-case) names: a name of Resources is one of them as ``names`` says.
+            first = first_live([raw.lower() for raw in event.resources], cluster)
             if first is None:
                 # No VM it names runs a live agent: any VM that sees it publishes its record
                 # (``decide.approval._publishes``), and the leader approves it.
@@ -62,15 +59,6 @@ def view_needed(snap: Snapshot, local: LocalState) -> Part:
                 return Part.WHOLE  # the record's closer
             involved = True
     return Part.NAMED if involved else Part.OWN
-
-
-def _valid_names(resources: Sequence[str]) -> list[str]:
-    """The VM names of ``resources`` that are valid, normalised, in document order."""
-    names = []
-    for raw in resources:
-        with contextlib.suppress(InvalidName):
-            names.append(normalize_vm_name(raw))
-    return names
 
 
 def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
