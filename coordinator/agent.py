@@ -125,6 +125,7 @@ class Agent:
         readings: Readings | None = None,
         idle_cycle: float | None = None,
         live_after: float | None = None,
+        on_plan: Callable[[Plan, Document | None], None] | None = None,
     ) -> None:
         """``readings``: where documents come from; by default ``imds`` is read once per cycle, on the
         loop's thread (``ReadEachCycle``). With a poller, a cycle runs on each of its readings, and
@@ -132,8 +133,11 @@ class Agent:
         1.5 poll intervals old: no approval, publication or recovery rests on an older one.
         ``idle_cycle``: the longest time between two cycles with nothing to wake the loop (default
         the poll interval). ``live_after``: ``live`` fails once no cycle has completed for this long
-        (default 3 idle cycles, at least 30 s)."""
+        (default 3 idle cycles, at least 30 s). ``on_plan``: told each cycle's plan and the fresh document
+        it was made from (None if none was), before the plan is carried out (a dry run says from it what
+        holds each event)."""
         self.vm = vm
+        self._on_plan = on_plan
         self._wake = threading.Event()
         self._imds = imds
         self._store = store
@@ -296,6 +300,8 @@ class Agent:
                     log.info("approval held (vm=%s event=%s): peers probed again: %s", self.vm, intent.event_id,
                              reasons, extra={"event_id": intent.event_id})
             plan = confirmed
+        if self._on_plan is not None:
+            self._on_plan(plan, snap.document)
         if plan.read_now:
             self._readings.poll_soon()
         decided = self._clock.monotonic()

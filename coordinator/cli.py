@@ -54,7 +54,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # What check-config warns about, said where the agent runs too: a misnamed override is otherwise silent.
     for warning in [*environment_warnings(), *config_warnings(settings)]:
         logging.getLogger("coordinator.runtime").warning("configuration: %s", warning)
-    return run_agent(settings, dry_run=args.dry_run)
+    return run_agent(settings, dry_run=args.dry_run, admin_listen=args.admin_listen)
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
@@ -337,7 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one agent (one per VM)", description="Run the agent of this VM.")
     run.add_argument("--config", type=Path, required=True, help="YAML configuration file")
     run.add_argument("--dry-run", action="store_true",
-                     help="observe only: decide and log, but drain nothing, write nothing, approve nothing")
+                     help="observe only: decide and log, but drain nothing, write nothing, approve nothing; "
+                          "serves no health probe, so it runs beside the VM's real agent")
+    run.add_argument("--admin-listen", metavar="HOST:PORT",
+                     help="serve /status and /metrics here instead of http.listen (with --dry-run, by default "
+                          "a free port of 127.0.0.1, logged at start)")
     run.set_defaults(func=_cmd_run)
 
     check = sub.add_parser("check-config", help="validate a configuration file and print it with defaults",

@@ -1,15 +1,17 @@
 """Observe-only mode: one wrapper per side-effect adapter, no ``if dry_run`` anywhere else.
 
-A dry-run agent reads IMDS and ZooKeeper, decides exactly as a real one would, and logs what it would
+A dry-run agent reads IMDS and ZooKeeper, decides exactly as a real one would from exactly what a real one
+reads (membership as it is, the operator's pause, the ``/out`` marks, the windows), and logs what it would
 do. It is invisible to the cluster: it does not join (so it is never anyone's approver, and a VM whose
-agent only observes counts as running no agent), writes nothing to ZooKeeper (not even the base
-layout) or to its state file, POSTs nothing, and its actions only log. Its health probe keeps the
-answer the VM had: 200, unless the state file says that a real agent left the VM drained (then 503,
-until an agent that is not dry-run recovers it). Observing never moves a VM in or out of rotation.
+agent only observes counts as running no agent, in its own decisions too), writes nothing to ZooKeeper
+(not even the base layout) or to its state file, POSTs nothing, and its actions only log. It serves no
+health probe (``coordinator.runtime.run_agent``): the load balancer keeps seeing what the VM's real agent
+answers, or no answer where none runs. Observing never moves a VM in or out of rotation.
 
 Since nothing is written, the decision plans the same writes again every cycle (the view never shows
-them done). Each "would ..." line is said once, when the action becomes planned: again only if its
-words change, or after a cycle that did not plan it (``Planned``).
+them done). Each "would ..." line, and each "held: ..." line saying what keeps an event of this VM's
+document from being approved now, is said once, when it becomes planned: again only if its words change,
+or after a cycle that did not plan it (``Planned``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from coordinator.agent import Imds
+from coordinator.decide import Plan
 from coordinator.errors import DuplicateMember
 from coordinator.models import Document
 from coordinator.state import PersistedState, StateFile
@@ -34,7 +37,7 @@ from coordinator.store.base import (
     WriteResult,
 )
 
-__all__ = ["DryRunImds", "DryRunStateFile", "DryRunStore", "Planned", "probe_serving_at_start"]
+__all__ = ["DryRunImds", "DryRunStateFile", "DryRunStore", "Planned"]
 
 log = logging.getLogger(__name__)
 
@@ -59,18 +62,12 @@ class Planned:
         self._current[key] = message
 
 
-def probe_serving_at_start(state_file: StateFile) -> bool:
-    """What a dry-run agent's probe answers throughout: what the VM answered before. 200, unless the
-    state file (read, never written) says a real agent left the VM out of rotation, or cannot be read."""
-    saved = state_file.load()
-    return not state_file.unreadable and (saved is None or saved.was_serving)
-
-
 class DryRunStateFile(StateFile):
     """Reads the real state file; never writes or removes it."""
 
     def save(self, state: PersistedState) -> None:
-        log.info("dry-run: would save the drain state %s for %s", state.phase, ",".join(sorted(state.draining_for)))
+        log.info("dry-run: would save the drain state %s%s", state.phase,
+                 f" for {', '.join(sorted(state.draining_for))}" if state.draining_for else "")
 
     def discard(self) -> None:
         log.info("dry-run: would remove the state file")
@@ -131,14 +128,23 @@ class DryRunStore:
         # dry run costs one agent's reads does not matter.
         view = self._inner.read_view(vm)
         self.planned.next_cycle()  # one view per cycle, read before the cycle's writes are planned
-        # Pretend to be a member, and to have acknowledged what it would have, so that the decisions
-        # logged are the ones this VM's agent would make.
+        # The view as read (members, pause, /out marks...), with the acks it would have written, so that
+        # what it says next follows from its own drain: nothing else is made up.
         records = dict(view.records)
         for key, (who, at) in self._would_ack.items():
             if key in records:
                 records[key] = replace(records[key], acks={**records[key].acks, who: at})
-        return ClusterView(view.members | {vm}, view.leader, False, records, view.connection, view.known | {vm},
-                           view.absent_since)
+        return replace(view, records=records)
+
+    def narrate(self, plan: Plan, document: Document | None) -> None:
+        """Say what holds each event of this VM's document from being approved now (the words the group's
+        real agents show in their status), once per change."""
+        if document is None:
+            return
+        for event in document.events:
+            reasons = plan.blocked.get(event.event_id.upper(), ())
+            if reasons:
+                self.planned.say(("held", event.event_id), f"event {event.event_id} held: {'; '.join(reasons)}")
 
     def publish_event(self, record: EventRecord) -> WriteResult:
         self.planned.say(("publish", record.event_id), f"would publish event {record.event_id}")
@@ -159,7 +165,8 @@ class DryRunStore:
         admission: bool = False,
     ) -> ApprovalResult:
         self.planned.say(("approve", event_id),
-                         f"would approve event {event_id} (required acks: {','.join(required) or '-'})")
+                         f"would approve event {event_id} "
+                         + (f"(required acks: {', '.join(sorted(required))})" if required else "(no ack required)"))
         return ApprovalResult(ApprovalOutcome.REFUSED, "dry-run")
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
@@ -178,7 +185,9 @@ class DryRunStore:
         return WriteResult.DONE
 
     def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
-        self.planned.say(("rotation", vm), f"would mark {vm} out of rotation for {','.join(events) or '-'}")
+        why = (f"for {', '.join(events)}" if events else
+               "while it starts (the budget counts it serving once its return wait ends)")
+        self.planned.say(("rotation", vm), f"would mark {vm} out of rotation {why}")
         return WriteResult.DONE
 
     def clear_out(self, vm: str) -> WriteResult:

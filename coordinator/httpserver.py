@@ -261,7 +261,9 @@ def _turn_away(request: socket.socket) -> None:
 
 class HttpSurface:
     """Two listeners: ``probe`` (what the load balancer polls) and ``admin`` (/metrics, /status, /livez,
-    /readyz). Raises ``ListenError`` (having closed what it opened) when either cannot listen.
+    /readyz). Raises ``ListenError`` (having closed what it opened) when either cannot listen. Without
+    ``probe_listen`` (a dry run: the VM's real agent, or nothing, answers the load balancer) there is no
+    probe listener.
 
     ``live`` and ``ready`` answer ``/livez`` and ``/readyz`` (without them: live, and not ready).
     ``app_health`` answers ``app_health_path`` on the admin listener and, when ``app_health_listen`` is
@@ -271,7 +273,7 @@ class HttpSurface:
     def __init__(
         self,
         *,
-        probe_listen: str,
+        probe_listen: str | None,
         probe_path: str,
         admin_listen: str,
         probe: ProbeState,
@@ -294,52 +296,59 @@ class HttpSurface:
         self._ready = ready
         self._app_health = app_health
         self._app_health_path = app_health_path
-        self._servers: list[_Server] = []
+        self._servers: dict[str, _Server] = {}
         listeners = [("probe", probe_listen, self._probe_routes), ("admin", admin_listen, self._admin_routes)]
-        if app_health is not None and app_health_listen is not None:
+        if app_health is not None:
             listeners.append(("app_health", app_health_listen, self._app_health_routes))
         for which, listen, routes in listeners:
+            if listen is None:
+                continue
             try:
-                self._servers.append(_Server(split_host_port(listen), _handler(routes, limits.timeout), limits))
+                self._servers[which] = _Server(split_host_port(listen), _handler(routes, limits.timeout), limits)
             except OSError as exc:
-                for server in self._servers:
+                for server in self._servers.values():
                     server.server_close()
                 raise ListenError(which, listen, exc) from exc
         self._thread: threading.Thread | None = None
         # Wakes the accepting thread to stop: it waits on its listeners with no timeout, never polling.
         self._waker, self._wakee = socket.socketpair()
 
-    @property
-    def probe_address(self) -> tuple[str, int]:
-        host, port = self._servers[0].server_address[:2]
+    def _address(self, which: str) -> tuple[str, int] | None:
+        server = self._servers.get(which)
+        if server is None:
+            return None
+        host, port = server.server_address[:2]
         return str(host), int(port)
 
     @property
+    def probe_address(self) -> tuple[str, int] | None:
+        """The health probe's listener, if it has one."""
+        return self._address("probe")
+
+    @property
     def admin_address(self) -> tuple[str, int]:
-        host, port = self._servers[1].server_address[:2]
-        return str(host), int(port)
+        address = self._address("admin")
+        assert address is not None  # always listened on
+        return address
 
     @property
     def app_health_address(self) -> tuple[str, int] | None:
         """The application health endpoint's own listener, if it has one."""
-        if len(self._servers) < 3:
-            return None
-        host, port = self._servers[2].server_address[:2]
-        return str(host), int(port)
+        return self._address("app_health")
 
     @property
     def clients_hung_up(self) -> int:
-        return sum(server.hung_up for server in self._servers)
+        return sum(server.hung_up for server in self._servers.values())
 
     @property
     def connections_refused(self) -> int:
         """Connections answered 503 and closed at once because their listener had too many open."""
-        return sum(server.refused for server in self._servers)
+        return sum(server.refused for server in self._servers.values())
 
     @property
     def requests_timed_out(self) -> int:
         """Connections closed because no whole request head arrived in time (stalled, or idle keep-alive)."""
-        return sum(server.timed_out for server in self._servers)
+        return sum(server.timed_out for server in self._servers.values())
 
     @property
     def running(self) -> bool:
@@ -357,7 +366,7 @@ class HttpSurface:
         """Accept on both listeners from one thread, each request then served on a thread of its own (as
         ``serve_forever`` does, without its twice-a-second timeout: an idle agent's listeners wake nothing)."""
         with selectors.DefaultSelector() as selector:
-            for server in self._servers:
+            for server in self._servers.values():
                 selector.register(server, selectors.EVENT_READ, server)
             selector.register(self._wakee, selectors.EVENT_READ, None)
             while True:
@@ -371,7 +380,7 @@ class HttpSurface:
         if thread is not None:
             self._waker.send(b"x")
             thread.join()
-        for server in self._servers:
+        for server in self._servers.values():
             server.server_close()
         self._waker.close()
         self._wakee.close()

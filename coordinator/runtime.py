@@ -138,10 +138,12 @@ def startup_summary(settings: Settings, *, dry_run: bool = False) -> str:
     ``coordinator check-config``."""
     vm = settings.vm_name if settings.vm_name is not None else "(learned from IMDS)"
     drain = ", ".join(["probe", *(_action_summary(item) for item in settings.actions)])
+    where = (f"probe on {settings.probe.listen}{settings.probe.path}, admin on {settings.http.listen}" if not dry_run
+             else "no health probe (the load balancer keeps seeing what this VM's real agent answers, or no "
+                  "answer if it runs none)")
     return (f"coordinator {__version__} starting{' in DRY-RUN mode (observe only)' if dry_run else ''}: "
             f"vm {vm}, cluster {settings.cluster}, zookeeper {settings.zookeeper.hosts} "
-            f"(root {settings.zookeeper.root}), imds {settings.imds.url}, drain: {drain}; "
-            f"probe on {settings.probe.listen}{settings.probe.path}, admin on {settings.http.listen}")
+            f"(root {settings.zookeeper.root}), imds {settings.imds.url}, drain: {drain}; {where}")
 
 
 def policy_from(settings: Settings) -> Policy:
@@ -271,9 +273,20 @@ def _install_signal_handlers(stopper: Stopper) -> None:
             signal.signal(number, on_signal)
 
 
-def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | None = None) -> int:
+#: Where a dry run serves /status and /metrics unless told otherwise: a free port of loopback, so that it
+#: runs beside the VM's real agent (which holds ``http.listen`` and ``probe.listen``) without a clash.
+DRY_RUN_ADMIN_LISTEN = "127.0.0.1:0"
+
+
+def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | None = None,
+              admin_listen: str | None = None) -> int:
     """Run one agent until SIGTERM or SIGINT, or, when ``stopper`` is given, until it is told to stop
-    (no signal handler is installed then). Returns the process exit code."""
+    (no signal handler is installed then). Returns the process exit code.
+
+    ``admin_listen`` replaces ``http.listen``. A dry run serves no health probe and no application health
+    listener (the load balancer must keep seeing what the VM's real agent answers: a dry run that answered
+    200 on a VM whose agent is stopped would put it back in rotation), and its admin surface listens on
+    ``admin_listen`` or ``DRY_RUN_ADMIN_LISTEN``."""
     if stopper is None:
         stopper = Stopper()
         _install_signal_handlers(stopper)
@@ -298,11 +311,11 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         log.debug("effective configuration: %s", json.dumps(redacted(settings)))
     state_file: StateFile
     if dry_run:
-        from coordinator.dryrun import DryRunStateFile, probe_serving_at_start
+        from coordinator.dryrun import DryRunStateFile
 
         state_file = DryRunStateFile(settings.state_file)
-        # A dry run keeps the probe's answer as it is: serving, unless a real agent left the VM drained.
-        probe = ProbeState(serving=probe_serving_at_start(state_file))
+        probe = ProbeState(serving=False)  # served by no listener: its actions only log what they would do
+        admin_listen = admin_listen or DRY_RUN_ADMIN_LISTEN
     else:
         state_file = StateFile(settings.state_file)
         probe = ProbeState(serving=False)
@@ -312,9 +325,9 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
                            recover_failing_after=settings.app_health.recover_failing_after_seconds)
     try:
         http = HttpSurface(
-            probe_listen=settings.probe.listen,
+            probe_listen=None if dry_run else settings.probe.listen,
             probe_path=settings.probe.path,
-            admin_listen=settings.http.listen,
+            admin_listen=admin_listen or settings.http.listen,
             probe=probe,
             registry=registry,
             status=lambda: agent_ref[0].status() if agent_ref else {"phase": "starting"},
@@ -323,20 +336,26 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
             ready=lambda: agent_ref[0].ready() if agent_ref else Health(False, "starting: no agent loop yet"),
             app_health=app_health.verdict,
             app_health_path=settings.app_health.path,
-            app_health_listen=settings.app_health.listen,
+            app_health_listen=None if dry_run else settings.app_health.listen,
         )
     except ListenError as exc:
-        option = {"probe": "probe.listen", "app_health": "app_health.listen"}.get(exc.which, "http.listen")
+        option = {"probe": "probe.listen", "app_health": "app_health.listen"}.get(
+            exc.which, "--admin-listen" if admin_listen else "http.listen")
         log.error("cannot listen on %s %s: %s", option, exc.address, exc.reason)
         imds.close()
         return 2
     http.start()
     metrics.http_closed.source = lambda: {"refused": http.connections_refused,
                                           "timed_out": http.requests_timed_out, "hung_up": http.clients_hung_up}
-    log.info("health probe on %s%s (503 until the first document clears this VM); admin on %s; application "
-             "health (Azure's Application Health extension) on %s", settings.probe.listen, settings.probe.path,
-             settings.http.listen, " and ".join(f"{listen}{settings.app_health.path}" for listen in
-                                                (settings.http.listen, settings.app_health.listen) if listen))
+    admin = "{}:{}".format(*http.admin_address)
+    if dry_run:
+        log.info("dry-run: no health probe and no application health listener; admin (/status, /metrics) on %s",
+                 admin)
+    else:
+        log.info("health probe on %s%s (503 until the first document clears this VM); admin on %s; application "
+                 "health (Azure's Application Health extension) on %s", settings.probe.listen, settings.probe.path,
+                 admin, " and ".join(f"{listen}{settings.app_health.path}" for listen in
+                                     (admin, settings.app_health.listen) if listen))
     placement: dict[str, object] = {}
     vm = settings.vm_name
     if vm is None:
@@ -363,7 +382,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
                     "acknowledgement or an approval; set zookeeper.auth (see docs/security.md)", zk.hosts)
     if zk.tls is None:
         log.info("ZooKeeper traffic is not encrypted; set zookeeper.tls to use the servers' secure port")
-    probe_url = advertised_probe_url(settings, http.probe_address)
+    probe_url = advertised_probe_url(settings, http.probe_address or split_host_port(settings.probe.listen))
     peers: PeerProbes | None = None
     if settings.policy.confirm_peers_by_probe:
         peers = PeerProbes(interval=settings.policy.peer_probe_interval_seconds,
@@ -377,10 +396,12 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
     actions: list[Action] = [ProbeAction(probe),
                              *build_actions(settings, on_admin_state_failure=metrics.admin_state_failed)]
     adapters_imds: Imds = imds
+    on_plan = None
     if dry_run:
         from coordinator.dryrun import DryRunImds, DryRunStore
 
-        store = DryRunStore(store)
+        store = on_plan_of = DryRunStore(store)
+        on_plan = on_plan_of.narrate
         actions = [DryRunAction(a) for a in actions]
         adapters_imds = DryRunImds(imds)
     # Reads are the same in a dry run (only the approval is not sent): the poller uses the client itself.
@@ -409,6 +430,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         peers=peers,
         readings=poller if settings.imds.stagger else _Unstaggered(poller),
         idle_cycle=max(5.0, 2 * settings.imds.poll_interval),
+        on_plan=on_plan,
     )
     agent_ref.append(agent)
     stopper.attach(agent.wake)

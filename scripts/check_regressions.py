@@ -133,7 +133,22 @@ MUTATIONS = [
         'coordinator/dryrun.py',
         '        log.info("dry-run: would save the drain state',
         '        StateFile.save(self, state); log.info("dry-run: would save the drain state',
-        'test_dry_run_writes_no_state_and_no_node_and_keeps_the_probe_as_it_was',
+        'test_dry_run_writes_no_state_and_no_node_and_moves_no_probe',
+    ),
+    (
+        'dry-run-decides-from-the-view-as-read',
+        'coordinator/dryrun.py',
+        '        return replace(view, records=records)',
+        '        return ClusterView(view.members | {vm}, view.leader, False, records, view.connection,'
+        ' view.known | {vm}, view.absent_since)',
+        'test_a_dry_run_decides_from_the_group_as_it_is_and_says_what_holds_its_event',
+    ),
+    (
+        'dry-run-serves-no-probe',
+        'coordinator/runtime.py',
+        '            probe_listen=None if dry_run else settings.probe.listen,',
+        '            probe_listen=settings.probe.listen,',
+        'tests/integration/test_run_start.py::test_a_dry_run_beside_the_agent_takes_neither_of_its_ports_and_serves_no_probe',
     ),
     (
         'not-before-overflow',

@@ -85,7 +85,8 @@ class DryRunAction:
         self.recover_after_probe = bool(getattr(inner, "recover_after_probe", False))
 
     def drain(self, ctx: ActionContext) -> None:
-        log.info("dry-run: would drain %s via %s for %s", ctx.vm, self.name, ctx.event_ids)
+        log.info("dry-run: would drain %s via %s for %s", ctx.vm, self.name,
+                 ", ".join(e.event_id for e in ctx.events) or "no event")
 
     def recover(self, ctx: ActionContext) -> None:
         log.info("dry-run: would recover %s via %s", ctx.vm, self.name)

@@ -152,6 +152,7 @@ class LocalCluster:
         self.sim: SimControl | None = None
         self.imds_urls: dict[str, str] = {}
         self.agents: dict[str, AgentProcess] = {}
+        self.dry_runs: dict[str, AgentProcess] = {}  # ``start_dry_run``: observers beside (or instead of) agents
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -333,10 +334,34 @@ class LocalCluster:
         log.close()  # the child holds its own descriptor
         return existing
 
+    def start_dry_run(self, vm: str) -> AgentProcess:
+        """Start ``coordinator run --dry-run`` for ``vm`` with its agent's configuration, beside its agent (or
+        where it is stopped), its admin surface on a port of its own; wait until it answers ``/status``.
+        Its ``probe_url`` is the agent's: a dry run serves no probe, so what answers there is the agent."""
+        agent = self.agents[vm]  # started once at least: its configuration is written
+        admin_port = free_port()
+        dry = AgentProcess(vm=vm, config_path=agent.config_path, log_path=self.workdir / f"dry-run-{vm}.log",
+                           probe_url=agent.probe_url, admin_url=f"http://127.0.0.1:{admin_port}")
+        log = open(dry.log_path, "ab")  # noqa: SIM115 - owned by the child
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")}
+        dry.proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator", "run", "--config", str(agent.config_path), "--dry-run",
+             "--admin-listen", f"127.0.0.1:{admin_port}"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        )
+        log.close()
+        self.dry_runs[vm] = dry
+        _wait(lambda: dry.status() is not None or not dry.alive(), 30, f"the dry run of {vm}")
+        if not dry.alive():
+            raise RuntimeError(f"the dry run of {vm} exited; see {dry.log_path}")
+        return dry
+
     def stop_agent(self, vm: str, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
         stop_process(self.agents[vm].proc, sig, timeout)
 
     def stop(self) -> None:
+        for dry in self.dry_runs.values():
+            stop_process(dry.proc)
         for vm in list(self.agents):
             self.stop_agent(vm)
         stop_process(self.sim_proc)

@@ -141,7 +141,9 @@ def run(inputs: int, *, random_seed: int | None = None) -> FuzzReport:
     """Send ``inputs`` generated requests (reproducible with ``random_seed``) and count what broke."""
     report = FuzzReport()
     with _surface() as (surface, failures):
-        address = {"probe": surface.probe_address, "admin": surface.admin_address}
+        probe = surface.probe_address
+        assert probe is not None  # the surface under test listens for the probe
+        address = {"probe": probe, "admin": surface.admin_address}
 
         @settings(max_examples=inputs, phases=[Phase.generate], database=None, deadline=None,
                   suppress_health_check=list(HealthCheck))
@@ -151,7 +153,7 @@ def run(inputs: int, *, random_seed: int | None = None) -> FuzzReport:
             report.inputs += 1
             logged = len(failures.records)
             _send(address[which], payload)
-            healthy = _answers(surface.admin_address, "/livez") and _answers(surface.probe_address, PROBE_PATH)
+            healthy = _answers(surface.admin_address, "/livez") and _answers(probe, PROBE_PATH)
             crashed = len(failures.records) > logged or not surface.running
             report.crashes += crashed
             report.unanswered += not healthy

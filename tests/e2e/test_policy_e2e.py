@@ -114,24 +114,6 @@ def test_haproxy_stops_routing_to_drained_vms_and_takes_them_back(
     assert haproxy.status(served_by["vm0"]).startswith("UP")
 
 
-def test_dry_run_agent_observes_and_changes_nothing(make_cluster: ClusterFactory) -> None:
-    cluster = make_cluster()
-    assert cluster.sim is not None
-    cluster.stop_agent("vm1")
-    cluster.start_agent("vm1", extra_args=["--dry-run"])
-    event_id = cluster.sim.schedule("Reboot", ["vm1"], not_before_in=8)["event_id"]
-    log_path = cluster.agents["vm1"].log_path
-    cluster.wait(lambda: "dry-run: would drain vm1" in log_path.read_text(), 10, "the dry-run agent to report")
-    # It drained nothing: its probe keeps answering 200 (its actions only log) ...
-    assert cluster.agents["vm1"].probe() == 200
-    # ... and it is invisible to the cluster: the others see vm1 as running no agent.
-    cluster.wait(lambda: waiting_for(cluster, "vm2", "vm1 runs no agent")
-                 or waiting_for(cluster, "vm0", "vm1 runs no agent"), 10, "vm1 shown as running no agent")
-    cluster.wait(lambda: gone(cluster, event_id), 30, "the event to start at NotBefore")
-    assert approvals(cluster, event_id) == []
-    assert "dry-run: would acknowledge event" in log_path.read_text()
-
-
 def test_status_command_shows_the_event_and_what_it_waits_for(make_cluster: ClusterFactory) -> None:
     import subprocess
 

@@ -3,8 +3,8 @@ agent uses (the simulator, the testbed, the group reader, the Windows service, t
 kinds the configuration does not name stay out of it), and its first line is short, naming what an
 operator checks first, while the whole effective configuration is written at DEBUG only.
 
-Each agent here stops right after that line: its probe's port is already taken, so it exits 2 before it
-would reach ZooKeeper."""
+Each agent here but the last stops right after that line: its probe's port (a dry run's admin port) is
+already taken, so it exits 2 before it would reach ZooKeeper."""
 
 from __future__ import annotations
 
@@ -116,8 +116,10 @@ def test_the_start_line_is_short_and_names_what_an_operator_checks(tmp_path: Pat
 def test_the_whole_configuration_is_logged_at_debug(tmp_path: Path, taken_port: int) -> None:
     config = write_config(tmp_path / "agent.yaml", taken_port, logging={"level": "DEBUG", "format": "json"},
                           actions=[{"type": "command", "name": "api", "drain": ["true"], "env": {"TOKEN": "s3cr3t"}}])
-    output = run_agent(config, "--dry-run")
+    # A dry run serves no probe: it stops at its admin port, taken too.
+    output = run_agent(config, "--dry-run", "--admin-listen", f"127.0.0.1:{taken_port}")
     records = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    assert any(f"cannot listen on --admin-listen 127.0.0.1:{taken_port}" in r["message"] for r in records)
     [start] = [r for r in records if " starting" in r["message"]]
     assert start["level"] == "INFO"
     assert "in DRY-RUN mode" in start["message"] and "drain: probe, command api" in start["message"]
@@ -127,3 +129,36 @@ def test_the_whole_configuration_is_logged_at_debug(tmp_path: Path, taken_port: 
     assert effective["zookeeper"]["hosts"] == "127.0.0.1:1,127.0.0.1:2"
     assert effective["actions"][0]["env"] == {"TOKEN": "<redacted>"}
     assert "s3cr3t" not in output
+
+
+def test_a_dry_run_beside_the_agent_takes_neither_of_its_ports_and_serves_no_probe(tmp_path: Path) -> None:
+    """The VM's real agent holds ``probe.listen`` and ``http.listen``: a dry run with the same file starts
+    anyway, serves no health probe (the load balancer keeps seeing the real agent's answer, or none) and
+    answers ``/status`` on a port of its own, which it names."""
+    with socket.socket() as probe, socket.socket() as admin:
+        for taken in (probe, admin):
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+        config = write_config(tmp_path / "agent.yaml", probe.getsockname()[1],
+                              http={"listen": f"127.0.0.1:{admin.getsockname()[1]}"})
+        proc = subprocess.Popen([sys.executable, "-m", "coordinator", "run", "--config", str(config), "--dry-run"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert proc.stdout is not None
+            lines: list[str] = []
+            for line in proc.stdout:
+                lines.append(line)
+                if "admin (/status, /metrics) on" in line:
+                    break
+            assert proc.poll() is None, "".join(lines)
+            output = "".join(lines)
+            assert "DRY-RUN" in output and "no health probe" in output
+            assert "cannot listen" not in output
+            port = int(output.rsplit("127.0.0.1:", 1)[1].split()[0])
+            assert port not in (probe.getsockname()[1], admin.getsockname()[1])
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                conn.sendall(b"GET /status HTTP/1.0\r\n\r\n")
+                assert conn.recv(64).split(b" ")[1] == b"200"
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=20) == 0

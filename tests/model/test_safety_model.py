@@ -10,10 +10,10 @@ Each VM has its own ``FakeImds`` (the agent's ``Imds`` protocol; documents go th
 ``parse_document``, approvals are recorded by the model), its own wall clock (true time plus a per-VM
 skew; the monotonic clock is shared), a controllable executor and a recording action after the probe
 (``tests.model.harness``). vm0-vm2 always run agents; vm3 runs one, an observe-only one (``DryRunImds``,
-``DryRunStore``, ``DryRunAction``, ``DryRunStateFile`` and the probe answer ``probe_serving_at_start``
-gives, as ``--dry-run`` wires it) or none; vm9 never runs one. The policy is the default one (budget of
-one event, keep one serving) with a drain wait of 10 s to keep examples short. Drawn per example: the
-approver mode; ``absent_peer_grace_seconds`` (none, 60 s or 120 s); the session timeout the ensemble
+``DryRunStore``, ``DryRunAction``, ``DryRunStateFile``, as ``--dry-run`` wires them: with no health probe,
+the load balancer sees it as a VM that answers nothing) or none; vm9 never runs one. The policy is the
+default one (budget of one event, keep one serving) with a drain wait of 10 s to keep examples short. Drawn per
+example: the approver mode; ``absent_peer_grace_seconds`` (none, 60 s or 120 s); the session timeout the ensemble
 grants (the 30 s asked for, or 20, 40 or 60 s, which agents read through ``Store.granted_session_timeout``)
 and when, within a tick of it, the ensemble expires a session it no longer hears from; per-VM delivery
 (IMDS shows each VM only the events naming it, as the simulator's ``deliver_to_named_only``); a group of two
@@ -163,7 +163,7 @@ from coordinator.agent import Agent, Imds
 from coordinator.config import ApproverMode
 from coordinator.decide import Policy, session_lapses_after
 from coordinator.delivery import Delivery, DeliveryMode
-from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
+from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore
 from coordinator.errors import InvalidName
 from coordinator.executor import JobExecutor
 from coordinator.maintenance_windows import Window, in_windows
@@ -463,11 +463,11 @@ class CoordinatorModel(RuleBasedStateMachine):
         slot.generation += 1
         slot.down_since = None
         generation = slot.generation
-        # As ``coordinator run --dry-run`` wires it: the state file is read, never written, and the probe
-        # keeps the answer the VM had (200, unless the file says a real agent left it out of rotation).
+        # As ``coordinator run --dry-run`` wires it: the state file is read, never written, and no probe is
+        # served (the load balancer sees no answer, as from a VM that runs no agent); a real agent's probe
+        # answers 503 from its start until a document clears the VM.
         saved = DryRunStateFile(slot.state_path) if slot.dry_run else StateFile(slot.state_path)
-        serving_at_start = slot.dry_run and probe_serving_at_start(saved)
-        probe = WatchedProbe(lambda serving: self._on_probe(slot, serving), serving=serving_at_start)
+        probe = WatchedProbe(lambda serving: self._on_probe(slot, serving), serving=False)
         executor = ModelExecutor("held" if slot.hold_cycles else slot.exec_mode, before_run=self._observe,
                                  stamp=self._stamp)
         store = ModelStore(MemoryStore(self.cluster, clock=slot.clock.now), on_admit=self._on_admit,
@@ -487,10 +487,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         slot.probe, slot.executor, slot.store, slot.imds = probe, executor, store, imds
         slot.readings = ModelReadings(agent_imds.get_document, slot.clock.monotonic)
         slot.readings.slow = slot.slow
-        if serving_at_start and slot.out_since is not None:
-            slot.out_since = None
-            slot.serve_epoch += 1
-        elif not serving_at_start and slot.out_since is None:
+        if slot.out_since is None:
             slot.out_since = self.time.now
         slot.agent = Agent(
             vm=slot.vm,

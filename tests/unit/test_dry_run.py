@@ -37,11 +37,12 @@ def test_each_planned_write_is_said_once_while_it_stays_planned(
     bench.run(20)
     said = _said(caplog)
     # Its words changed (no event any more): said again, once; the withdrawal too.
-    assert said == Counter({"dry-run: would mark vm0 out of rotation for -": 1,
+    assert said == Counter({"dry-run: would mark vm0 out of rotation while it starts (the budget counts it "
+                            "serving once its return wait ends)": 1,
                             f"dry-run: would withdraw the ack of vm0 for event {E}": 1,
-                            "dry-run: would save the drain state drained for ": 1,
-                            "dry-run: would save the drain state recovering for ": 1,
-                            "dry-run: would save the drain state serving for ": 1})
+                            "dry-run: would save the drain state drained": 1,
+                            "dry-run: would save the drain state recovering": 1,
+                            "dry-run: would save the drain state serving": 1})
 
 
 def test_an_action_is_said_again_when_it_changes_or_comes_back(caplog: pytest.LogCaptureFixture) -> None:

@@ -9,6 +9,7 @@ in the store and the state file on disk. Each test fails on the code before the 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -19,12 +20,12 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from coordinator.actions.base import ActionContext
+from coordinator.actions.base import ActionContext, DryRunAction
 from coordinator.actions.probe import ProbeAction, ProbeState
 from coordinator.agent import Agent
 from coordinator.config import ApprovalRule
 from coordinator.decide import PeerSeen, Phase, Policy
-from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore, probe_serving_at_start
+from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore
 from coordinator.errors import ImdsFenced, ImdsUnavailable, StoreUnknownOutcome
 from coordinator.imds import ImdsClient
 from coordinator.metrics import Metrics
@@ -176,15 +177,20 @@ class Bench:
         store = MemoryStore(self.cluster, clock=self.clock.now)
         imds = old.imds if old else FakeImds(self.group, name)
         state = self.tmp / f"{name}.json"
-        probe = ProbeState(serving=probe_serving_at_start(StateFile(state))) if dry_run else ProbeState()
+        # A dry run's probe is served by no listener (``coordinator.runtime``), and its actions never move it.
+        probe = ProbeState(serving=False) if dry_run else ProbeState()
         actions: list[Any] = [ProbeAction(probe), *extra]
+        if dry_run:  # as ``coordinator run --dry-run`` wires it
+            actions = [DryRunAction(action) for action in actions]
+        agent_store = DryRunStore(store) if dry_run else store
         agent = Agent(vm=name, imds=DryRunImds(imds) if dry_run else imds,
-                      store=DryRunStore(store) if dry_run else store, actions=actions,
+                      store=agent_store, actions=actions,
                       policy=policy if policy is not None else self.policy,
                       metrics=Metrics(CollectorRegistry()), clock=self.clock,
                       executor=InlineExecutor(),  # type: ignore[arg-type]
                       state_file=DryRunStateFile(state) if dry_run else StateFile(state), peers=self.peers,
-                      readings=readings(imds) if readings is not None else None)
+                      readings=readings(imds) if readings is not None else None,
+                      on_plan=agent_store.narrate if isinstance(agent_store, DryRunStore) else None)
         vm = Vm(name, agent, probe, store, imds, state, old.history if old else [])
         self.vms[name] = vm
         return vm
@@ -681,20 +687,55 @@ def test_rule_never_drains_just_in_time(tmp_path: Path) -> None:
 
 # --- 11. dry run writes nothing and moves nobody -----------------------------------------------------
 
-def test_dry_run_writes_no_state_and_no_node_and_keeps_the_probe_as_it_was(tmp_path: Path) -> None:
+def test_dry_run_writes_no_state_and_no_node_and_moves_no_probe(tmp_path: Path) -> None:
     bench = Bench(tmp_path)
     bench.add("vm1")
     StateFile(tmp_path / "vm0.json").save(PersistedState("drained", frozenset({E}), 0.0))
     before = (tmp_path / "vm0.json").read_text()
     vm0 = bench.add("vm0", dry_run=True)
-    assert not vm0.probe.serving  # left drained by a real agent: a dry run does not put it back
     bench.group.schedule(E, ["vm0", "vm1"])
     bench.run(30)
+    bench.group.remove(E)
+    bench.run(30)  # a real agent would recover now: the dry run only says so
     assert (tmp_path / "vm0.json").read_text() == before
     assert "vm0" not in bench.cluster.out and "vm0" not in bench.cluster.members
     assert "vm0" not in bench.cluster.events[E].acks
     assert not bench.group.posts
-    assert probe_serving_at_start(StateFile(tmp_path / "none.json"))
+    assert not vm0.probe.serving  # its actions only log: the probe (served by no listener) never moved
+
+
+def test_a_dry_run_decides_from_the_group_as_it_is_and_says_what_holds_its_event(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The dry run reads what a real agent reads: the members as they are (not counting itself: it never
+    joins), the operator's pause and the ``/out`` marks, and says what holds each of its events. Before, its
+    view was rebuilt without the pause and the marks and with itself as a member: it said it would approve
+    a paused event, and named itself approver on a VM whose agent is stopped."""
+    caplog.set_level(logging.INFO, logger="coordinator.dryrun")
+    bench = Bench(tmp_path, AT_ONCE)
+    bench.add("vm1")
+    bench.add("vm2")
+    bench.add("vm0", dry_run=True)  # vm0 runs no agent of its own
+    bench.group.schedule(E, ["vm0"], in_s=100)
+    bench.run(30)
+    said = [r.getMessage() for r in caplog.records if r.name == "coordinator.dryrun"]
+    assert f"dry-run: event {E} held: vm0 runs no agent" in said
+    assert said.count(f"dry-run: event {E} held: vm0 runs no agent") == 1  # once, not every cycle
+    assert not any("would approve" in line for line in said)
+    # Beside a real agent, in a paused group with a VM out of rotation (vm3, starting): the view it decides
+    # from is the one the real agent reads.
+    bench.cluster.pause("change freeze", "operator", bench.clock.now())
+    bench.add("vm3")
+    bench.run(5)
+    inner = MemoryStore(bench.cluster, clock=bench.clock.now)
+    inner.start()
+    dry = DryRunStore(MemoryStore(bench.cluster, clock=bench.clock.now))
+    dry.start()
+    seen, real = dry.read_view("vm3"), inner.read_view("vm3")
+    assert seen.paused == real.paused and seen.paused is not None
+    assert seen.out == real.out and "vm3" in seen.out
+    assert seen.members == real.members and "vm0" not in seen.members
+    assert seen.leader == real.leader and not seen.i_am_leader
 
 
 # --- 17. hostile documents -------------------------------------------------------------------------------
