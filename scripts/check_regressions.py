@@ -151,6 +151,20 @@ MUTATIONS = [
         'tests/integration/test_run_start.py::test_a_dry_run_beside_the_agent_takes_neither_of_its_ports_and_serves_no_probe',
     ),
     (
+        'a-record-holds-its-admission-and-approval',
+        'coordinator/store/payloads.py',
+        '        return self.mirrored == (stat.version, stat.cversion)',
+        '        return False',
+        'tests/integration/test_zookeeper_watched_view.py::test_a_change_costs_a_reader_the_nodes_it_touched_not_the_groups_lists',
+    ),
+    (
+        'an-agent-lists-acks-by-name',
+        'coordinator/store/zk_watch.py',
+        '        self._ack_times = ack_times',
+        '        self._ack_times = True',
+        'tests/integration/test_zookeeper_watched_view.py::test_a_change_costs_a_reader_the_nodes_it_touched_not_the_groups_lists',
+    ),
+    (
         'not-before-overflow',
         'coordinator/models.py',
         '    try:\n        return parsed.astimezone(UTC)\n    except OverflowError:',

@@ -352,7 +352,8 @@ def _event(record: EventRecord, read: GroupRead, policy: Policy, approver: str |
         published_at=utc(record.published_at),
         not_before=utc(record.not_before) if record.not_before is not None else None,
         not_before_in_seconds=round(record.not_before - now, 3) if record.not_before is not None else None,
-        acks=[Ack(vm=vm, at=utc(at)) for vm, at in sorted(record.acks.items(), key=lambda item: (item[1], item[0]))],
+        acks=[Ack(vm=vm, at=utc(at)) for vm, at in sorted(
+            ((vm, at) for vm, at in record.acks.items() if at is not None), key=lambda item: (item[1], item[0]))],
         missing_acks=[vm for vm in resources if vm not in record.acks],
         admitted_at=utc(record.admitted_at) if record.admitted_at is not None else None,
         approval=Approval(by=approval.by, at=utc(approval.at), as_leader=approval.as_leader) if approval else None,

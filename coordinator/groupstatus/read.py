@@ -216,6 +216,7 @@ class GroupReader:
                 auth_data=auth_data,
                 tls=tls,
                 create_layout=False,
+                ack_times=True,
             )
         except ConfigError as exc:
             raise GroupStatusError(str(exc)) from None

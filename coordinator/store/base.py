@@ -109,7 +109,8 @@ class Approval:
 
 @dataclass(frozen=True)
 class EventRecord:
-    """What the cluster knows about one event. ``acks`` maps VM name to the time it acknowledged."""
+    """What the cluster knows about one event. ``acks`` maps VM name to the time it acknowledged (None: not
+    read; an agent's ZooKeeper view lists the acks by name only, ``coordinator status`` reads their times)."""
 
     event_id: str
     event_type: str
@@ -117,7 +118,7 @@ class EventRecord:
     not_before: float | None
     published_by: str
     published_at: float
-    acks: Mapping[str, float] = field(default_factory=dict)
+    acks: Mapping[str, float | None] = field(default_factory=dict)
     approval: Approval | None = None
     done_at: float | None = None
     admitted_at: float | None = None

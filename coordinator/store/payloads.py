@@ -22,11 +22,14 @@ The models are a storage detail: the rest of the code uses the dataclasses of ``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from coordinator.store.base import Approval, EventRecord
+
+if TYPE_CHECKING:
+    from kazoo.protocol.states import ZnodeStat
 
 __all__ = [
     "AbsentNode",
@@ -148,6 +151,14 @@ class EventNode(NodePayload):
 
     ``event_id`` is optional on reading: the node's name is authoritative. Unknown fields are kept (not
     only ignored) so that ``mark_done``, which rewrites the node, preserves them.
+
+    ``admitted`` and ``approval`` copy the record's child nodes of those names, written in the transaction
+    that creates them (or, at ``mark_done``, deletes them), so that a reader of the record needs its data
+    only, not its children and theirs. The copy holds only while ``mirrored`` is the node's data version
+    and ``cversion`` (the count of its children's changes), as its stat gives them with the data: every
+    write of this version sets it to what the write makes them. A child created or deleted by hand, or a
+    rewrite by an agent of a version that keeps no copy (it rewrites the bytes it read), moves the one
+    or the other and not ``mirrored``: readers then read the record's children, as before.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -160,11 +171,25 @@ class EventNode(NodePayload):
     published_at: float
     unit: str | None = None
     done_at: float | None = None
+    admitted: AdmittedNode | None = None
+    approval: ApprovalNode | None = None
+    mirrored: tuple[int, int] | None = None  # (data version, cversion) at which the copy holds
+
+    def mirrors(self, stat: ZnodeStat) -> bool:
+        """Whether ``admitted`` and ``approval`` are those of the children of the node whose stat is ``stat``."""
+        return self.mirrored == (stat.version, stat.cversion)
+
+    def rewritten(self, stat: ZnodeStat, children_changed: int, **fields: object) -> bytes:
+        """The node's data with ``fields`` replaced, for a write over the node as ``stat`` found it that
+        creates or deletes ``children_changed`` children in the same transaction."""
+        mirrored = (stat.version + 1, stat.cversion + children_changed)
+        return self.model_copy(update={**fields, "mirrored": mirrored}).to_bytes()
 
     @classmethod
     def of(cls, record: EventRecord) -> EventNode:
-        """The node for ``record`` as given (callers normalise names first). Its ``acks``, ``approval``
-        and ``admitted_at`` are not part of it: they live in their own nodes."""
+        """The node for ``record`` as given (callers normalise names first), as ``publish_event`` creates it
+        with its ``acks`` child: its ``acks``, ``approval`` and ``admitted_at`` are not part of it (they have
+        their own nodes, created later), and its copy of them (none) holds at version 0, one child created."""
         return cls(
             event_id=record.event_id,
             event_type=record.event_type,
@@ -174,13 +199,14 @@ class EventNode(NodePayload):
             published_at=record.published_at,
             unit=record.unit,
             done_at=record.done_at,
+            mirrored=(0, 1),
         )
 
     def to_record(
         self,
         event_id: str,
         *,
-        acks: Mapping[str, float] | None = None,
+        acks: Mapping[str, float | None] | None = None,
         approval: Approval | None = None,
         admitted_at: float | None = None,
     ) -> EventRecord:
@@ -237,3 +263,6 @@ class ApprovalNode(NodePayload):
 
     def to_approval(self) -> Approval:
         return Approval(by=self.by, at=self.at, as_leader=self.as_leader)
+
+
+EventNode.model_rebuild()  # its ``admitted`` and ``approval`` are defined below it

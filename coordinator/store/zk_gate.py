@@ -93,7 +93,8 @@ def _approve(
         reason = refusal(facts)
         if reason is not None:
             return _refused(reason)
-        record_data, record_version = reads.record_read
+        record_node, record_stat = reads.record_read
+        assert record_node is not None and record_stat is not None  # or ``refusal`` would have refused
 
         # 4. Nothing changed locally meanwhile, then write the approval once (or find it).
         client_id = client.client_id
@@ -103,8 +104,8 @@ def _approve(
         # Written with the record as checked: it fails if the record was marked done (or reopened, or
         # approved by another) since, and a done mark that listed the record's children before fails.
         approval = Approval(by=vm, at=at, as_leader=as_leader)
-        written = create_on_record(ctx, client, paths.event(event_id), record_data, record_version,
-                                   paths.approval(event_id), ApprovalNode.of(approval).to_bytes(), deadline)
+        written = create_on_record(ctx, client, paths.event(event_id), record_node, record_stat, "approval",
+                                   ApprovalNode.of(approval), deadline)
         if written is None:
             log.info("event %s: the record changed during the checks: checking again", event_id)
             return None
@@ -132,7 +133,7 @@ class _Reads:
     ack: Mapping[str, IAsyncResult[tuple[bytes, ZnodeStat]]]
     member: Mapping[str, IAsyncResult[ZnodeStat | None]]
     pause: IAsyncResult[ZnodeStat | None]
-    record_read: tuple[bytes, int] = (b"", -1)  # the record's data and version, as read
+    record_read: tuple[EventNode | None, ZnodeStat | None] = (None, None)  # the record and its stat, as read
 
     def facts(self, ctx: StoreContext, asked: GateFacts, deadline: Deadline) -> GateFacts:
         """``asked`` (what is approved, by whom, as what) with what the reads answered."""
@@ -152,8 +153,9 @@ class _Reads:
         record: str | None = None
         try:
             record_data, record_stat = wait(self.record, deadline)
-            self.record_read = (record_data, record_stat.version)
-            if EventNode.from_bytes(record_data, paths.event(asked.event_id)).done_at is not None:
+            node = EventNode.from_bytes(record_data, paths.event(asked.event_id))
+            self.record_read = (node, record_stat)
+            if node.done_at is not None:
                 record = "done"
         except NoNodeError:
             record = "missing"

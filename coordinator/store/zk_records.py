@@ -5,12 +5,13 @@ Each function is one store method (see ``coordinator.store.base`` for the contra
 unless CONNECTED, is bounded by one deadline, and turns a kazoo failure into ``StoreUnknownOutcome``.
 
 ``admitted`` and ``approval`` (see ``coordinator.store.zk_gate``) are created only together with a
-versioned rewrite of their record (``create_on_record``), and ``mark_done`` and ``reopen`` rewrite the record
-with the version they read: of an admission (or approval) and a done mark sent at the same time, whichever
-lands second fails, is re-read and decided again. So an admission never lands on a record marked done since
-it was read, and none created after ``mark_done`` listed the record's children survives it (ZooKeeper's
-multi can check a node's data version only, not its ``cversion``, the count of its children's changes:
-hence the rewrite of the record's data, with the same bytes, rather than a bare check).
+versioned rewrite of their record that copies them into its data (``create_on_record``; readers then need
+the record's data only), and ``mark_done`` and ``reopen`` rewrite the record with the version they read:
+of an admission (or approval) and a done mark sent at the same time, whichever lands second fails, is
+re-read and decided again. So an admission never lands on a record marked done since
+it was read, and none created after ``mark_done`` read the record survives it (ZooKeeper's multi can check
+a node's data version only, not its ``cversion``, the count of its children's changes: hence the rewrite
+of the record's data rather than a bare check).
 
 Node data that does not parse: the record read by ``admit``, ``mark_done`` or ``reopen`` raises
 ``StoreUnknownOutcome``; ``purge_done`` leaves such a record, with a warning; ``mark_out`` rewrites an
@@ -20,14 +21,16 @@ Node data that does not parse: the record read by ``admit``, ``mark_done`` or ``
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
 
 from coordinator.errors import StoreUnknownOutcome
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store.base import EventRecord, WriteResult
-from coordinator.store.payloads import AbsentNode, AckNode, AdmittedNode, EventNode, OutNode, PayloadError
+from coordinator.store.payloads import AbsentNode, AckNode, AdmittedNode, ApprovalNode, EventNode, OutNode, PayloadError
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_session import Deadline
 
@@ -119,7 +122,6 @@ def admit(ctx: StoreContext, event_id: str, vm: str, at: float) -> WriteResult:
     client, _ = ctx.session.connected(write=True)
     deadline = ctx.session.deadline()
     path = ctx.paths.event(event_id)
-    data = AdmittedNode(by=vm, at=at).to_bytes()
     with ctx.session.writing(f"event {event_id}: admit (by {vm})"):
         for _ in range(3):
             try:
@@ -127,13 +129,12 @@ def admit(ctx: StoreContext, event_id: str, vm: str, at: float) -> WriteResult:
             except NoNodeError:
                 return WriteResult.MISSING
             try:
-                done = EventNode.from_bytes(record, path).done_at is not None
+                node = EventNode.from_bytes(record, path)
             except PayloadError as exc:
                 raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
-            if done:
+            if node.done_at is not None:
                 return WriteResult.MISSING
-            result = create_on_record(ctx, client, path, record, stat.version, ctx.paths.admitted(event_id), data,
-                                      deadline)
+            result = create_on_record(ctx, client, path, node, stat, "admitted", AdmittedNode(by=vm, at=at), deadline)
             if result is WriteResult.DONE:
                 log.info("event %s: admitted by %s", event_id, vm)
             if result is not None:
@@ -142,17 +143,19 @@ def admit(ctx: StoreContext, event_id: str, vm: str, at: float) -> WriteResult:
 
 
 def create_on_record(
-    ctx: StoreContext, client: KazooClient, path: str, record: bytes, version: int, child: str, data: bytes,
-    deadline: Deadline,
+    ctx: StoreContext, client: KazooClient, path: str, node: EventNode, stat: ZnodeStat,
+    child: Literal["admitted", "approval"], payload: AdmittedNode | ApprovalNode, deadline: Deadline,
 ) -> WriteResult | None:
     """Create ``child`` of the record at ``path`` in one transaction with a rewrite of the record, as read
-    (``record``, at ``version``): the record's data version moves, so that a ``set_done`` that listed the
-    children before fails, and this fails if the record was rewritten (marked done, reopened, another
-    child created this way) since it was read. DONE; EXISTS if ``child`` exists; MISSING if the record is
-    gone; None if it changed since it was read (read it again and decide again)."""
+    (``node``, whose stat was ``stat``), that copies ``payload`` into it (``EventNode.mirrors``): the record's data
+    version moves, so that a ``set_done`` that read it before fails, and this fails if the record was
+    rewritten (marked done, reopened, another child created this way) since it was read. DONE; EXISTS if
+    ``child`` exists; MISSING if the record is gone; None if it changed since it was read (read it again
+    and decide again)."""
+    copied = _copy_of_children(ctx, client, path, node, stat, deadline)
     transaction = client.transaction()
-    transaction.set_data(path, record, version=version)
-    transaction.create(child, data)
+    transaction.set_data(path, node.rewritten(stat, 1, **{**copied, child: payload}), version=stat.version)
+    transaction.create(f"{path}/{child}", payload.to_bytes())
     results = ctx.session.wait(transaction.commit_async(), deadline)
     rewrite, created = [*results, None, None][:2]
     if isinstance(rewrite, BadVersionError):
@@ -165,6 +168,37 @@ def create_on_record(
     if failure is not None:
         raise failure
     return WriteResult.DONE
+
+
+def _copy_of_children(
+    ctx: StoreContext, client: KazooClient, path: str, node: EventNode, stat: ZnodeStat, deadline: Deadline,
+) -> dict[str, AdmittedNode | ApprovalNode | None]:
+    """What a rewrite of the record at ``path`` (``node``, whose stat is ``stat``) copies of its ``admitted`` and
+    ``approval``: the node's own copy where it holds (``EventNode.mirrors``), else (written by a version
+    that does not keep one, or a child made by hand) the children themselves, read now. The rewrite is
+    versioned: a rewrite of the record since fails it. A child that does not parse is copied as the view shows it
+    (``coordinator.store.zk_view``): admitted at its creation time, approved by ``"?"`` at 0."""
+    if node.mirrors(stat):
+        return {"admitted": node.admitted, "approval": node.approval}
+    wait = ctx.session.wait
+    try:
+        children = wait(client.get_children_async(path), deadline)
+    except NoNodeError:
+        return {"admitted": None, "approval": None}
+    copied: dict[str, AdmittedNode | ApprovalNode | None] = {"admitted": None, "approval": None}
+    for name in ("admitted", "approval"):
+        if name not in children:
+            continue
+        try:
+            data, stat = wait(client.get_async(f"{path}/{name}"), deadline)
+        except NoNodeError:
+            continue  # gone since: the versioned rewrite fails, and the caller reads again
+        try:
+            copied[name] = (AdmittedNode if name == "admitted" else ApprovalNode).from_bytes(data, f"{path}/{name}")
+        except PayloadError:
+            copied[name] = (AdmittedNode(by=None, at=stat.ctime / 1000.0) if name == "admitted"
+                            else ApprovalNode(by="?", at=0.0, as_leader=False))
+    return copied
 
 
 def mark_absent(ctx: StoreContext, vm: str, at: float) -> WriteResult:
@@ -189,13 +223,14 @@ def clear_absent(ctx: StoreContext, vm: str) -> WriteResult:
     return _delete(ctx, ctx.paths.absent_vm(vm), f"clear the absence of {vm}")
 
 
-def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *, drop: tuple[str, ...]) -> WriteResult:
+def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *,
+             drop: tuple[Literal["admitted", "approval"], ...]) -> WriteResult:
     """Rewrite the record's ``done_at`` (EXISTS if it already is set, or clear, as asked) and delete the
-    children named in ``drop``, in one transaction, versioned so that a concurrent writer is never
-    overwritten: re-read and decide again. A child created since the record was read moved its version
-    (``create_on_record``): the transaction fails and the children are listed again. Every other field of
-    the record is kept (including fields unknown to this version). Raises ``StoreUnknownOutcome`` if the
-    record does not parse."""
+    children named in ``drop`` (and their copies in the record's data), in one transaction, versioned so
+    that a concurrent writer is never overwritten: re-read and decide again. A child created since the
+    record was read moved its version (``create_on_record``): the transaction fails and it is read again.
+    Every other field of the record is kept (including fields unknown to this version). Raises
+    ``StoreUnknownOutcome`` if the record does not parse."""
     event_id = normalize_event_id(event_id)
     client, _ = ctx.session.connected(write=True)
     deadline = ctx.session.deadline()
@@ -213,13 +248,14 @@ def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *, drop: t
                 raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
             if (node.done_at is None) == (done_at is None):
                 return WriteResult.EXISTS
-            children: list[str] = wait(client.get_children_async(path), deadline) if drop else []
+            copied = _copy_of_children(ctx, client, path, node, stat, deadline)
+            deleted = [child for child in drop if copied.get(child) is not None]
+            kept = {name: (None if name in drop else child) for name, child in copied.items()}
             transaction = client.transaction()
-            rewritten = node.model_copy(update={"done_at": done_at}).to_bytes()
-            transaction.set_data(path, rewritten, version=stat.version)
-            for child in drop:
-                if child in children:
-                    transaction.delete(f"{path}/{child}")
+            transaction.set_data(path, node.rewritten(stat, len(deleted), **kept, done_at=done_at),
+                                 version=stat.version)
+            for child in deleted:
+                transaction.delete(f"{path}/{child}")
             results = wait(transaction.commit_async(), deadline)
             if not any(isinstance(result, Exception) for result in results):
                 return WriteResult.DONE

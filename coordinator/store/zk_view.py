@@ -11,10 +11,11 @@ carries a watch, so that what it answered stays current until one fires:
   exist yet gets an ``exists`` watch instead, so that its creation is seen);
 * ``/leader`` and ``/pause`` (``exists``, whether or not they are there, and their data), and
   ``/members/{vm}`` of the reading VM (``exists``: whose session owns it);
-* the data of ``/absent/{vm}``, ``/out/{vm}`` and ``/events/{EVENT_ID}``, the children of each event
-  and of its ``acks``, and the data of each ack, ``approval`` and ``admitted`` (only ever created and
-  deleted, never rewritten: a delete fires the data watch, so a node deleted and created again between
-  two reads is never served from the first);
+* the data of ``/absent/{vm}``, ``/out/{vm}`` and ``/events/{EVENT_ID}``, the children of each event's
+  ``acks``, and the data of each ack (only ever created and deleted, never rewritten: a delete fires the
+  data watch, so a node deleted and created again between two reads is never served from the first). A
+  record's data holds a copy of its ``admitted`` and ``approval`` (``EventNode.mirrors``): a record
+  written by a version that does not keep it is read with its children and their data, as they were;
 * the data of each ``/members/{vm}`` that ``read_member_info`` reads (a member node is rewritten only by
   being deleted and created again).
 
@@ -87,12 +88,13 @@ class ViewRead:
 
 
 def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: Fetch, *,
-              part: Part = Part.WHOLE) -> ViewRead:
+              part: Part = Part.WHOLE, ack_times: bool = False) -> ViewRead:
     """The cluster as seen now by ``vm`` (already normalised): every node through ``fetch``, which answers
     from what it keeps and sends a watched request for the rest. With ``part`` less than WHOLE, only what
     ``coordinator.store.base.own_view`` or ``named_view`` keeps: the lists ``/absent`` and ``/out`` are
     neither read nor watched, ``exists`` of ``/out/{vm}`` is; OWN reads no record (nor ``/events``), NAMED
-    reads each record with ``exists`` of this VM's ack instead of the list of acks. Raises
+    reads each record with ``exists`` of this VM's ack instead of the list of acks. The acks are listed by
+    name; with ``ack_times`` (``coordinator status``) each one's data is read too, for its time. Raises
     ``StoreUnavailable`` if not connected, or if a request fails or is not answered within the operation
     timeout."""
     session_id = fetch.session_id
@@ -170,7 +172,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         records: dict[str, EventRecord] = {}
         if events_r is not None:
             records = _read_records(fetch, paths, lists.canonical(paths.events, events_r, is_canonical_event_id),
-                                    None if whole else vm)
+                                    None if whole else vm, ack_times)
     view = ClusterView(
         members=members,
         leader=leader,
@@ -404,13 +406,8 @@ def _pause_of(data: bytes, stat: ZnodeStat, path: str) -> Pause:
     return Pause(reason=node.reason, by=node.by, at=node.at)
 
 
-def _event_node(result: _Pending[tuple[bytes, ZnodeStat]], paths: ZooKeeperPaths, event_id: str) -> EventNode | None:
-    """The node of a record; None, with a warning if undecodable, if it is gone (purged while we were
-    reading) or does not parse."""
-    try:
-        data, _ = result.get()
-    except NoNodeError:
-        return None
+def _event_node(data: bytes, paths: ZooKeeperPaths, event_id: str) -> EventNode | None:
+    """The node of a record; None, with a warning, if it does not parse."""
     try:
         return EventNode.from_bytes(data, paths.event(event_id))
     except PayloadError as exc:
@@ -437,7 +434,7 @@ class _RecordMemo:
 
 
 def _read_records(fetch: Fetch, paths: ZooKeeperPaths, event_ids: list[str],
-                  acks_of: str | None = None) -> dict[str, EventRecord]:
+                  acks_of: str | None = None, ack_times: bool = False) -> dict[str, EventRecord]:
     """The records of ``event_ids``, with every ack, or (``acks_of``) with that VM's ack only: a record whose
     nodes no watch has dropped since a read of the same kind made it is taken as it was made
     (``NodeCache.memo``); the others are read again, the nodes each one lacks all sent before any is
@@ -451,7 +448,7 @@ def _read_records(fetch: Fetch, paths: ZooKeeperPaths, event_ids: list[str],
             fetch.memo(path)  # counted as taken from the cache
             records[event_id] = kept.record
             continue
-        pending[event_id] = _RecordRead(fetch, paths, event_id, acks_of)
+        pending[event_id] = _RecordRead(fetch, paths, event_id, acks_of, ack_times)
     for read in pending.values():
         read.send_children()
     for event_id, read in pending.items():
@@ -463,20 +460,25 @@ def _read_records(fetch: Fetch, paths: ZooKeeperPaths, event_ids: list[str],
 
 
 class _RecordRead:
-    """The record of one event with its acks, approval and admission, in two rounds: the node and its two
-    lists, then the children the lists name. With ``acks_of``, that VM's ack only: ``exists`` of its node
-    stands for the list of acks, which is neither read nor watched."""
+    """The record of one event with its acks, approval and admission, in two rounds: the node and its list
+    of acks, then the acks the list names. The node's data holds its admission and approval
+    (``EventNode.mirrors``); a node written by a version that does not keep them there costs a round more,
+    its children and theirs. With ``acks_of``, that VM's ack only: ``exists`` of its node stands for the
+    list of acks, which is neither read nor watched."""
 
-    def __init__(self, fetch: Fetch, paths: ZooKeeperPaths, event_id: str, acks_of: str | None = None) -> None:
+    def __init__(self, fetch: Fetch, paths: ZooKeeperPaths, event_id: str, acks_of: str | None = None,
+                 ack_times: bool = False) -> None:
         self._fetch = fetch
+        self._ack_times = ack_times
+        self._ack_names: list[str] = []
         self._paths = paths
         self._event_id = event_id
         self._record_r = fetch.data(paths.event(event_id))
-        self._children_r = fetch.children(paths.event(event_id))
         self._acks_r = fetch.children(paths.acks(event_id)) if acks_of is None else None
         self._own_ack_r = fetch.exists(paths.ack(event_id, acks_of)) if acks_of is not None else None
         self._acks_of = acks_of
-        self._gone = False
+        self._node: EventNode | None = None
+        self._mirrored = False
         self._acks: dict[str, _Pending[tuple[bytes, ZnodeStat]]] = {}
         self._approval_r: _Pending[tuple[bytes, ZnodeStat]] | None = None
         self._admitted_r: _Pending[tuple[bytes, ZnodeStat]] | None = None
@@ -484,9 +486,11 @@ class _RecordRead:
     def send_children(self) -> None:
         fetch, paths, event_id = self._fetch, self._paths, self._event_id
         try:
-            children = self._children_r.get()
+            data, stat = self._record_r.get()
         except NoNodeError:
-            self._gone = True  # purged while we were reading
+            return  # purged while we were reading
+        self._node = _event_node(data, paths, event_id)
+        if self._node is None:
             return
         ack_names: list[str] = []
         if self._acks_r is not None:
@@ -494,17 +498,28 @@ class _RecordRead:
                 ack_names = [name for name in self._acks_r.get() if is_canonical_vm(name)]
         elif self._own_ack_r is not None and self._acks_of is not None and self._own_ack_r.get() is not None:
             ack_names = [self._acks_of]
-        self._acks = {name: fetch.data(paths.ack(event_id, name)) for name in ack_names}
-        self._approval_r = fetch.data(paths.approval(event_id)) if "approval" in children else None
-        self._admitted_r = fetch.data(paths.admitted(event_id)) if "admitted" in children else None
+        self._ack_names = ack_names
+        if self._ack_times:
+            self._acks = {name: fetch.data(paths.ack(event_id, name)) for name in ack_names}
+        self._mirrored = self._node.mirrors(stat)
+        if not self._mirrored:
+            try:
+                children = fetch.children(paths.event(event_id)).get()
+            except NoNodeError:
+                self._node = None  # purged while we were reading
+                return
+            self._approval_r = fetch.data(paths.approval(event_id)) if "approval" in children else None
+            self._admitted_r = fetch.data(paths.admitted(event_id)) if "admitted" in children else None
 
     def finish(self) -> EventRecord | None:
         """The record; None if it is gone or undecodable."""
-        paths, event_id = self._paths, self._event_id
-        node = None if self._gone else _event_node(self._record_r, paths, event_id)
+        paths, event_id, node = self._paths, self._event_id, self._node
         if node is None:
             return None
-        acks: dict[str, float] = {}
+        # Listed by name: an ack node stands for a drain its VM's session holds. What it says is the gate's to
+        # judge (``coordinator.store.gate``: one that does not parse, or that another session holds, does not
+        # count); the view counts it, which holds a record open and a VM out of rotation: the safe side.
+        acks: dict[str, float | None] = {} if self._ack_times else dict.fromkeys(self._ack_names)
         for name, result in self._acks.items():
             try:
                 ack_data, _ = result.get()
@@ -513,6 +528,10 @@ class _RecordRead:
             ack = _ack(ack_data, paths.ack(event_id, name), name)
             if ack is not None:
                 acks[name] = ack.at
+        if self._mirrored:
+            return node.to_record(event_id, acks=acks,
+                                  approval=node.approval.to_approval() if node.approval is not None else None,
+                                  admitted_at=node.admitted.at if node.admitted is not None else None)
         approval: Approval | None = None
         if self._approval_r is not None:
             try:

@@ -83,9 +83,10 @@ class WatchedView:
     """The cache of one store (see the module docstring). Called from the agent loop, except ``watch``,
     which kazoo calls from its threads."""
 
-    def __init__(self, session: ZooKeeperSession, paths: ZooKeeperPaths) -> None:
+    def __init__(self, session: ZooKeeperSession, paths: ZooKeeperPaths, *, ack_times: bool = False) -> None:
         self._session = session
         self._paths = paths
+        self._ack_times = ack_times  # read each ack's data for its time (``zk_view.read_view``)
         self._cached: CachedView | None = None
         self._joined: tuple[str, int] | None = None  # (vm, session id) whose member node this store made
         self._nodes = NodeCache()
@@ -119,7 +120,8 @@ class WatchedView:
             if attempt == self.READ_ATTEMPTS - 1:
                 self._nodes.clear()
             fetch, read = self._read(session_id, epoch,
-                                     lambda f: read_view(self._session, self._paths, vm, f, part=part))
+                                     lambda f: read_view(self._session, self._paths, vm, f, part=part,
+                                                         ack_times=self._ack_times))
             if fetch is not None:
                 break
         self._cached = CachedView(vm, generation, read, standing, part)

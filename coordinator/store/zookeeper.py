@@ -73,7 +73,8 @@ class ZooKeeperStore:
     ``session_timeout`` is what the client asks for (the server may lower it to its
     ``maxSessionTimeout``); ``operation_timeout`` bounds every method, including ``start``.
     ``client_factory`` builds the kazoo client (tests inject their own); ``clock`` gives the wall-clock
-    time written into ``/leader`` and ``/registry/{vm}``.
+    time written into ``/leader`` and ``/registry/{vm}``. ``ack_times``: the view reads each ack's data
+    for its time (``coordinator status``); an agent's view lists the acks by name only.
     """
 
     def __init__(
@@ -90,6 +91,7 @@ class ZooKeeperStore:
         acls: NodeAcls | None = None,
         clock: Callable[[], float] = time.time,
         create_layout: bool = True,
+        ack_times: bool = False,
     ) -> None:
         if "/" in hosts:
             raise ConfigError(
@@ -102,7 +104,7 @@ class ZooKeeperStore:
                                 acls=acls)
         self._session = ZooKeeperSession(options, operation_timeout, client_factory)
         self._ctx = StoreContext(self._session, self._paths, clock, create_layout)
-        self._watched = WatchedView(self._session, self._paths)
+        self._watched = WatchedView(self._session, self._paths, ack_times=ack_times)
         self._membership = zk_membership.Membership()
         self._mismatch: LayoutMismatch | None = None  # the last view read the group in another layout
 

@@ -140,7 +140,7 @@ def test_a_named_view_is_the_whole_view_with_the_reading_vms_own_ack_and_mark_on
 ) -> None:
     (_, _, c), whole = busy_whole_view(make_store, zk_hosts, zk_chroot, "vm-c")
     expected = named_view(whole, "vm-c")
-    assert set(expected.records) == {EVENT, OTHER} and dict(expected.records[EVENT].acks) == {"vm-c": T0 + 2}
+    assert set(expected.records) == {EVENT, OTHER} and set(expected.records[EVENT].acks) == {"vm-c"}
     assert expected.records[EVENT].approval is not None and expected.records[EVENT].admitted_at == T0 + 4
     c_again = make_store(zk_hosts, zk_chroot)
     for view in (c_again.read_view("vm-c", part=Part.NAMED), c.read_view("vm-c", part=Part.NAMED)):
@@ -183,10 +183,10 @@ def test_a_vm_named_second_is_told_of_its_own_part_of_the_event_only(
     c.mark_out("vm-c", (EVENT,), T0 + 2)
     a.admit(EVENT, "vm-a", T0 + 3)
     seen = named(lambda v: v.records[EVENT].admitted_at is not None and "vm-c" in v.out, "the admission")
-    assert dict(seen.records[EVENT].acks) == {"vm-c": T0 + 2} and seen.records[EVENT].acks
+    assert set(seen.records[EVENT].acks) == {"vm-c"} and seen.records[EVENT].acks
     b.acknowledge(EVENT, "vm-b", T0 + 4)
     assert b.approve(EVENT, "vm-b", ["vm-b", "vm-c"], as_leader=False, at=T0 + 5).outcome is ApprovalOutcome.APPROVED
     seen = named(lambda v: v.records[EVENT].approval is not None, "the approval")
-    assert dict(seen.records[EVENT].acks) == {"vm-c": T0 + 2} and set(seen.out) == {"vm-c"}
+    assert set(seen.records[EVENT].acks) == {"vm-c"} and set(seen.out) == {"vm-c"}
     c.withdraw_ack(EVENT, "vm-c")
     assert named(lambda v: not v.records[EVENT].acks, "its ack withdrawn").records[EVENT].approval is not None

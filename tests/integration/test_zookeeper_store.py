@@ -26,6 +26,7 @@ from coordinator.store.base import (
     EventRecord,
     WriteResult,
 )
+from coordinator.store.payloads import EventNode
 from coordinator.store.zookeeper import ClientOptions, ZooKeeperStore
 from coordinator.testbed.zookeeper import LocalEnsemble, LocalZooKeeper
 from tests.doubles import member_identity
@@ -587,7 +588,7 @@ def raw_client(store: ZooKeeperStore) -> KazooClient:
 def test_nodes_of_the_previous_format_with_extra_fields_are_read(
     zk_hosts: str, zk_chroot: str, make_store: StoreMaker
 ) -> None:
-    store = make_store(zk_hosts, zk_chroot)
+    store = make_store(zk_hosts, zk_chroot, ack_times=True)  # as ``coordinator status`` reads, with the acks' times
     store.join("vm-a", {})
     client, base = raw_client(store), store.base_path
     event = f"{base}/events/{EVENT}"
@@ -640,10 +641,46 @@ def test_nodes_of_the_previous_format_with_extra_fields_are_read(
     assert store.read_view("vm-a").records[EVENT].done_at == T0 + 6
 
 
+
+def test_a_record_rewritten_by_a_version_that_keeps_no_copy_is_read_from_its_children(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """A record's data holds a copy of its admission and approval, valid at the data version and child
+    count its writes made. An agent of an earlier version admits as it did (the record rewritten with the
+    bytes it read, the child created, in one transaction): the copy no longer holds, the readers read the
+    children and see the admission, and the next write of this version copies them again."""
+    store = make_store(zk_hosts, zk_chroot)
+    store.join("vm-a", {})
+    client, base = raw_client(store), store.base_path
+    event = f"{base}/events/{EVENT}"
+    assert store.publish_event(record()) is WriteResult.DONE
+    assert store.read_view("vm-a").records[EVENT].admitted_at is None
+    data, stat = client.get(event)
+    transaction = client.transaction()
+    transaction.set_data(event, data, version=stat.version)
+    transaction.create(f"{event}/admitted", previous({"by": "vm-a", "at": T0 + 3}))
+    assert not any(isinstance(result, Exception) for result in transaction.commit())
+    assert store.read_view("vm-a").records[EVENT].admitted_at == T0 + 3
+    # An approval of this version copies the admission it found among the children, and its own approval.
+    store.campaign("vm-a")
+    store.acknowledge(EVENT, "vm-a", T0 + 4)
+    assert store.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0 + 5).outcome is ApprovalOutcome.APPROVED
+    stored = EventNode.from_bytes(client.get(event)[0], event)
+    assert stored.mirrors(client.exists(event))
+    assert stored.admitted is not None and stored.admitted.at == T0 + 3
+    assert stored.approval is not None and stored.approval.at == T0 + 5
+    got = store.read_view("vm-a").records[EVENT]
+    assert (got.admitted_at, got.approval.at if got.approval else None) == (T0 + 3, T0 + 5)
+    # Marked done: both children go, and with them their copies.
+    assert store.mark_done(EVENT, T0 + 6) is WriteResult.DONE
+    assert client.get_children(event) == ["acks"]
+    done = EventNode.from_bytes(client.get(event)[0], event)
+    assert done.mirrors(client.exists(event)) and done.admitted is None and done.approval is None
+
 def test_garbage_nodes_are_handled_as_before(
     zk_hosts: str, zk_chroot: str, make_store: StoreMaker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = make_store(zk_hosts, zk_chroot)
+    store = make_store(zk_hosts, zk_chroot, ack_times=True)  # as ``coordinator status`` reads, with the acks' data
     store.join("vm-a", {})
     client, base = raw_client(store), store.base_path
     good, bad = f"{base}/events/{EVENT}", f"{base}/events/{OTHER_EVENT}"
@@ -672,6 +709,10 @@ def test_garbage_nodes_are_handled_as_before(
     got = view.records[EVENT]
     assert got.acks == {}
     assert f"undecodable ack, not counted: {good}/acks/vm-a: " in messages
+    # An agent's view lists the acks by name, as the gate's to judge: it counts the node (the record stays
+    # open, the VM out of rotation), and the gate below refuses it.
+    agent = make_store(zk_hosts, zk_chroot)
+    assert set(agent.read_view("vm-b").records[EVENT].acks) == {"vm-a"}
     admitted_created = client.exists(f"{good}/admitted")
     assert admitted_created is not None
     assert got.admitted_at == admitted_created.ctime / 1000.0

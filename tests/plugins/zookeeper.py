@@ -219,6 +219,7 @@ def make_store() -> Iterator[StoreMaker]:
         session_timeout: float = 4.0,
         operation_timeout: float = 3.0,
         client_factory: ClientFactory = default_client_factory,
+        ack_times: bool = False,
     ) -> ZooKeeperStore:
         store = ZooKeeperStore(
             hosts,
@@ -227,6 +228,7 @@ def make_store() -> Iterator[StoreMaker]:
             session_timeout=session_timeout,
             operation_timeout=operation_timeout,
             client_factory=client_factory,
+            ack_times=ack_times,
         )
         store.start()
         stores.append(store)

@@ -91,8 +91,10 @@ def test_fields_only_written_by_the_writer_are_optional_on_reading() -> None:
 
 def test_what_is_written_has_the_field_names_of_the_previous_format() -> None:
     record = EventRecord(EVENT, "Freeze", ("vm-a", "vm-b"), T0 + 60, "vm-a", T0)
-    # The one field added since: the publisher's delivery unit (null: unknown). Older agents keep it.
-    assert json.loads(EventNode.of(record).to_bytes()) == {**PREVIOUS_EVENT, "unit": None}
+    # The fields added since: the publisher's delivery unit (null: unknown), and the copy of the admission and
+    # approval with the (data version, cversion) it holds at (``EventNode.mirrors``). Older agents keep them.
+    assert json.loads(EventNode.of(record).to_bytes()) == {**PREVIOUS_EVENT, "unit": None, "admitted": None,
+                                                           "approval": None, "mirrored": [0, 1]}
     assert EventNode.from_bytes(previous(PREVIOUS_EVENT), PATH).to_record(EVENT).unit is None
     assert EventNode.of(replace(record, unit="pg-1")).to_record(EVENT).unit == "pg-1"
     approval = Approval(by="vm-a", at=T0, as_leader=False)
@@ -117,7 +119,8 @@ def test_an_event_record_keeps_extra_fields_when_rewritten() -> None:
     node = EventNode.from_bytes(previous({**PREVIOUS_EVENT, "priority": "high"}), PATH)
     assert node.to_record(EVENT).event_type == "Freeze"
     rewritten = json.loads(node.model_copy(update={"done_at": T0 + 100}).to_bytes())
-    assert rewritten == {**PREVIOUS_EVENT, "priority": "high", "unit": None, "done_at": T0 + 100}
+    assert rewritten == {**PREVIOUS_EVENT, "priority": "high", "unit": None, "done_at": T0 + 100, "admitted": None,
+                         "approval": None, "mirrored": None}
 
 
 def test_the_member_node_carries_the_member_info_and_its_own_vm_name() -> None:
