@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from coordinator.config.base import _Section
+from coordinator.config.base import _Section, imds_base_url
 
 __all__ = [
     "ActionConfig",
@@ -166,7 +166,7 @@ class AzureLbActionConfig(_Section):
     def _imds_http(cls, value: str) -> str:
         if not value.startswith("http://"):
             raise ValueError("IMDS is plain HTTP on a link-local address; the URL must start with http://")
-        return value.rstrip("/")
+        return imds_base_url(value)
 
 
 ActionConfig = Annotated[

@@ -17,6 +17,7 @@ __all__ = [
     "_reads_stand_in",
     "_rules_off",
     "_stand_ins",
+    "imds_base_url",
 ]
 
 
@@ -31,6 +32,18 @@ def _host_port(value: str) -> str:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"expected HOST:PORT, got {value!r}")
     return value
+
+
+def imds_base_url(value: str) -> str:
+    """The IMDS base URL ``value`` without a trailing slash. Refused with a path under ``/metadata``
+    (Microsoft's examples give the whole ``.../metadata/scheduledevents``): the agent adds the paths itself,
+    and would ask ``.../metadata/scheduledevents/metadata/scheduledevents``, a 404."""
+    base = value.rstrip("/")
+    path = base.split("://", 1)[-1].partition("/")[2]
+    if path == "metadata" or path.startswith("metadata/") or "/metadata/" in f"/{path}/":
+        raise ValueError(f"give the base URL only, as http://169.254.169.254 (not {value!r}): the agent adds "
+                         "/metadata/scheduledevents and /metadata/instance itself")
+    return base
 
 
 def _rules_off(info: ValidationInfo, section: str) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 from kazoo.security import Id
 from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 
-from coordinator.config.base import _host_port, _rules_off, _Section
+from coordinator.config.base import _host_port, _rules_off, _Section, imds_base_url
 from coordinator.delivery import DeliveryMode
 from coordinator.store.zk_security import NodeAcls, digest_identity, node_acls, parse_identity
 from coordinator.store.zk_session import ClientOptions, TlsOptions
@@ -61,7 +61,7 @@ class ImdsConfig(_Section):
     def _plain_http(cls, value: str) -> str:
         if not value.startswith("http://"):
             raise ValueError("IMDS is plain HTTP on a link-local address; the URL must start with http://")
-        return value.rstrip("/")
+        return imds_base_url(value)
 
 
 def _readable(value: Path | None) -> Path | None:

@@ -65,6 +65,7 @@ INVALID = [
     ({"cluster": "a/b"}, "cluster"),
     ({"cluster": "web", "vm_name": "../etc"}, "vm_name"),
     ({"cluster": "web", "imds": {"url": "https://169.254.169.254"}}, "imds.url"),
+    ({"cluster": "web", "imds": {"url": "http://169.254.169.254/metadata/scheduledevents"}}, "imds.url"),
     ({"cluster": "web", "imds": {"poll_interval": 0}}, "imds.poll_interval"),
     ({"cluster": "web", "imds": {"max_requests_per_second": 10}}, "imds.max_requests_per_second"),
     ({"cluster": "web", "zookeeper": {"hosts": "zk1"}}, "zookeeper.hosts"),
@@ -119,6 +120,19 @@ def test_invalid_configuration_names_the_field(tmp_path: Path, data: dict[str, A
     with pytest.raises(ConfigError) as info:
         load_settings(write(tmp_path, data), environ={})
     assert re.search(rf"(^|\n  ){re.escape(field)}\b", str(info.value)), str(info.value)
+
+
+@pytest.mark.parametrize("url", ["http://169.254.169.254/metadata/scheduledevents",
+                                 "http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01",
+                                 "http://169.254.169.254/metadata/"])
+def test_an_imds_url_with_microsofts_whole_path_is_refused_with_the_form_wanted(tmp_path: Path, url: str) -> None:
+    """The agent adds /metadata/scheduledevents itself: with the whole path it asked for it twice and got
+    404s, which the doctor blamed on a proxy."""
+    with pytest.raises(ConfigError, match=r"imds.url: give the base URL only, as http://169.254.169.254"):
+        load_settings(write(tmp_path, {"cluster": "web", "imds": {"url": url}}), environ={})
+    for fine in ("http://169.254.169.254/", "http://127.0.0.1:8080", "http://127.0.0.1:8080/vm0"):
+        assert load_settings(write(tmp_path, {"cluster": "web", "imds": {"url": fine}}), environ={}).imds.url == \
+            fine.rstrip("/")
 
 
 @pytest.mark.parametrize("text", ["cluster: [unclosed", "- just\n- a list\n"])
