@@ -234,6 +234,7 @@ class Agent:
             local = self._local
         status = status_dict(self.vm, local, st.plan, st.snapshot, st.description, st.cycles)
         status.update(self._action)
+        status["cluster_unavailable"] = self._telemetry.view_outage(self._clock.monotonic())
         if "imds" in status:
             reading = self._reading
             status["imds"]["reading_age_seconds"] = round(self._clock.monotonic() - reading.at, 2)

@@ -128,7 +128,9 @@ def _print_agent_status(status: dict[str, Any]) -> None:
         members = ", ".join(cluster["members"])
         print(f"zookeeper: {cluster['connection']}  leader: {cluster['leader']}  members: {members}")
     else:
-        print("zookeeper: cluster view unavailable")
+        outage = status.get("cluster_unavailable") or {}
+        why = f" for {outage.get('for_seconds')} s: {outage.get('why')}" if outage else ""
+        print(f"zookeeper: cluster view unavailable{why} (nothing is approved until it is back)")
     imds = status.get("imds") or {}
     age = imds.get("reading_age_seconds")
     print(f"imds: incarnation {imds.get('incarnation')}  fresh: {imds.get('fresh')}"
@@ -137,8 +139,10 @@ def _print_agent_status(status: dict[str, Any]) -> None:
         print(f"imds.last_error: {imds['last_error']}")
     for event in status.get("events", []):
         print(f"- {event['event_id']} {event['type']} {event['status']} on {', '.join(event['resources'])}")
-        acks = "not read here" if event["acks"] is None else ", ".join(event["acks"]) or "-"
-        print(f"    approver {event['approver']}  acks {acks}  approved by {event['approved_by'] or '-'}")
+        acks = "not read here" if event["acks"] is None else ", ".join(event["acks"]) or "none"
+        approver = event["approver"] or ("unknown without the cluster view" if not cluster else "none yet")
+        approved = f"  approved by {event['approved_by']}" if event["approved_by"] else "  not approved"
+        print(f"    approver {approver}  acks {acks}{approved}")
         for reason in event["waiting_for"]:
             print(f"    waiting: {reason}")
 

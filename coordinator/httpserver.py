@@ -129,13 +129,17 @@ class ListenError(Exception):
 
 
 class Check(Protocol):
-    """A liveness or readiness answer: ``ok`` and a one-line ``detail``."""
+    """A liveness or readiness answer: ``ok`` and a one-line ``detail``; the body leads with ``lead``, else
+    with ``ok`` or ``failing``."""
 
     @property
     def ok(self) -> bool: ...
 
     @property
     def detail(self) -> str: ...
+
+    @property
+    def lead(self) -> str | None: ...
 
 
 class _Refusal(Exception):
@@ -423,12 +427,13 @@ class HttpSurface:
 
     @staticmethod
     def _check(check: Callable[[], Check] | None, *, default_ok: bool) -> _Answer:
+        lead: str | None = None
         if check is None:
             ok, detail = default_ok, "no agent to ask"
         else:
             answer = check()
-            ok, detail = answer.ok, answer.detail
-        return (200 if ok else 503), "text/plain", f"{'ok' if ok else 'failing'}: {detail}\n".encode(), {}
+            ok, detail, lead = answer.ok, answer.detail, answer.lead
+        return (200 if ok else 503), "text/plain", f"{lead or ('ok' if ok else 'failing')}: {detail}\n".encode(), {}
 
 
 def _handler(routing: Callable[[str], _Answer], timeout: float) -> type[BaseHTTPRequestHandler]:

@@ -48,6 +48,7 @@ _ID_LABEL_MAX = 128
 class Health:
     ok: bool
     detail: str
+    lead: str | None = None  # what an HTTP body leads with instead of "ok" or "failing" (``/readyz``)
 
 
 class Telemetry:
@@ -99,6 +100,11 @@ class Telemetry:
             return Health(True, "starting: first cycle not completed yet")
         return Health(True, f"last cycle completed {since:.1f} s ago")
 
+    def view_outage(self, mono: float) -> dict[str, object] | None:
+        """The cluster view's outage under way, for ``/status``: how long, and why the last read failed."""
+        outage = self._outage.lasting(mono)
+        return None if outage is None else {"for_seconds": round(outage[0], 1), "why": outage[1]}
+
     def ready(self, mono: float) -> Health:
         """Ready once a cycle has completed with both a ZooKeeper view and a valid IMDS document, and from
         then on (another agent running as this VM aside): what fails later is the group's shared
@@ -119,7 +125,10 @@ class Telemetry:
             missing.append(f"no valid IMDS document in the last cycle (the last one {mono - document_at:.0f} s ago): "
                            "nothing new is drained or approved without one")
         if missing:
-            return Health(True, "joined its group, but not coordinating now: " + "; ".join(missing))
+            # Still ready (a restart would not bring back what is missing), but the body leads with what is
+            # true now: a ``curl -f`` sees 200, a person reading it sees "not coordinating".
+            return Health(True, "; ".join(missing) + "; still ready: it joined its group, and a restart would "
+                          "not bring this back", lead="not coordinating")
         return Health(True, "coordinating: the last cycle read the ZooKeeper view and a valid IMDS document")
 
     # -- the loop ------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 
 from coordinator.config import Settings
@@ -141,14 +141,26 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], interval: float, *, as_json: bool) -> int:
-    """Read and show until Ctrl-C or SIGTERM: at once when a watched node changes, at least every ``interval``."""
+    """Read and show until Ctrl-C or SIGTERM: at once when a watched node changes, at least every ``interval``.
+    On a terminal the table is redrawn in place; written elsewhere (``| tee incident.log``, a file), each
+    read is a frame of its own, headed by the time it was read, written as it is read."""
     changed = threading.Event()
     reader.set_wakeup(changed.set)
     console = _console()
     last: GroupStatus | None = None
+    in_place = not as_json and console.is_terminal
     live = Live(console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
+
+    def show(frame: RenderableType) -> None:
+        if in_place:
+            live.update(frame, refresh=True)
+            return
+        console.rule(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        console.print(frame)
+        console.file.flush()
+
     try:
-        with _sigterm_as_ctrl_c(), live if not as_json else contextlib.nullcontext():
+        with _sigterm_as_ctrl_c(), live if in_place else contextlib.nullcontext():
             while True:
                 began = time.monotonic()
                 changed.clear()
@@ -158,13 +170,13 @@ def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], inter
                     if as_json:
                         print(f'{{"error": {json.dumps(str(exc))}}}', flush=True)
                     else:
-                        live.update(render_error(str(exc), last), refresh=True)
+                        show(render_error(str(exc), last))
                 else:
                     last = status
                     if as_json:
                         print(status.model_dump_json(), flush=True)
                     else:
-                        live.update(render(status), refresh=True)
+                        show(render(status))
                 _wait(changed, began + interval)
                 _wait(threading.Event(), began + _MIN_GAP)
     except KeyboardInterrupt:

@@ -8,9 +8,12 @@ import contextlib
 import ctypes
 import json
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,12 +156,12 @@ _INTERRUPTIBLE = [sys.executable, "-c", "import runpy, signal; "
 
 
 @contextlib.contextmanager
-def watching(group: dict[str, Any]) -> Iterator[subprocess.Popen[str]]:
-    """``coordinator status --watch 30 --json`` on the group, Ctrl-C-able; killed at the end if still running."""
+def watching(group: dict[str, Any], *, as_json: bool = True) -> Iterator[subprocess.Popen[str]]:
+    """``coordinator status --watch 30 [--json]`` on the group, Ctrl-C-able; killed at the end if still running."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")} | {"PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [*_INTERRUPTIBLE, "status", "--zookeeper", group["hosts"], "--root", group["root"],
-         "--cluster", "alpha", "--no-agents", "--json", "--watch", "30"],
+         "--cluster", "alpha", "--no-agents", *(["--json"] if as_json else []), "--watch", "30"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
     )
     try:
@@ -184,6 +187,34 @@ def test_watch_stops_on_a_ctrl_c_the_kernel_gave_to_another_thread(group: dict[s
         began = time.monotonic()
         assert proc.wait(timeout=15) == 0
         assert time.monotonic() - began < 10  # the close is bounded at 5 s; the wait was up to 30 s
+
+
+def test_watch_into_a_pipe_writes_each_frame_as_it_is_read(group: dict[str, Any]) -> None:
+    """``coordinator status --watch | tee incident.log``: not a terminal, so no table redrawn in place (which
+    wrote nothing until the command ended, then one frame): each read is written at once, under a line with
+    the time it was read."""
+    stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+    lines: queue.Queue[str] = queue.Queue()
+    with watching(group, as_json=False) as proc:
+        assert proc.stdout is not None
+        threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout or ()], daemon=True).start()
+
+        def frame() -> list[str]:
+            """The next frame: from its time line to the members' table, read as it is written."""
+            while not stamp.search(lines.get(timeout=10)):
+                pass
+            body = [lines.get(timeout=5)]
+            while "Members" not in body[-1]:
+                body.append(lines.get(timeout=5))
+            return body
+
+        assert any("PAUSED" in line for line in frame())
+        group["kazoo"].delete(f"{group['root']}/alpha/pause")
+        began = time.monotonic()
+        assert not any("PAUSED" in line for line in frame())
+        assert time.monotonic() - began < 5  # written as read, not held until the end
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=15) == 0
 
 
 def test_watch_follows_changes_until_interrupted(group: dict[str, Any]) -> None:

@@ -95,6 +95,7 @@ def test_a_client_that_resets_while_sending_its_request_leaves_no_traceback(
 class Answer:
     ok: bool
     detail: str
+    lead: str | None = None
 
 
 def test_livez_and_readyz_answer_on_the_admin_listener_only() -> None:
@@ -114,6 +115,10 @@ def test_livez_and_readyz_answer_on_the_admin_listener_only() -> None:
         ready = Answer(True, "coordinating")
         live = Answer(False, "no cycle completed for 31 s (bound 30 s)")
         assert httpx.get(admin + "/readyz").status_code == 200
+        # Ready, but not coordinating now (ZooKeeper is out): 200, and the body leads with what is true.
+        ready = Answer(True, "no ZooKeeper view for 60 s", lead="not coordinating")
+        answer = httpx.get(admin + "/readyz")
+        assert (answer.status_code, answer.text) == (200, "not coordinating: no ZooKeeper view for 60 s\n")
         answer = httpx.get(admin + "/livez")
         assert (answer.status_code, answer.text) == (503, "failing: no cycle completed for 31 s (bound 30 s)\n")
         # The load balancer's listener answers its probe (503: draining) and nothing else.

@@ -41,7 +41,11 @@ class _NotAnAgent(BaseHTTPRequestHandler):
                        action_fallback="azure-lb drain fell back to the health probe alone: cannot set backend "
                                        "address vm1 Down through ARM (403 AuthorizationFailed)",
                        stays_out="its acknowledgement may still stand in ZooKeeper",
-                       imds_error="IMDS unavailable: connection refused"))}
+                       imds_error="IMDS unavailable: connection refused")),
+                   "/outage/status": (200, "application/json", _agent_status(
+                       cluster=None, cluster_unavailable={"for_seconds": 42.0, "why": "store connection suspended"},
+                       events=[{"event_id": "E1", "type": "Reboot", "status": "Scheduled", "resources": ["vm1"],
+                                "approver": None, "acks": None, "approved_by": None, "waiting_for": []}]))}
         code, kind, body = answers.get(self.path, (404, "text/plain", b"not found"))
         self.send_response(code)
         self.send_header("Content-Type", kind)
@@ -89,3 +93,13 @@ def test_status_url_shows_what_the_operations_guide_says_to_read_when_it_is_set(
     out = capsys.readouterr().out
     assert out.startswith("vm vm1: drained") and "zookeeper: connected" in out
     assert not any(name in out for name in ("action_error", "action_fallback", "stays_out", "last_error"))
+
+
+def test_status_url_during_a_zookeeper_outage_says_why_and_prints_no_placeholder(
+        not_an_agent: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--url", not_an_agent + "/outage"]) == 0
+    out = capsys.readouterr().out
+    assert ("zookeeper: cluster view unavailable for 42.0 s: store connection suspended (nothing is approved until "
+            "it is back)") in out
+    assert "approver unknown without the cluster view  acks not read here  not approved" in out
+    assert "None" not in out and " -" not in out

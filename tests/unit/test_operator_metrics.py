@@ -264,16 +264,18 @@ def test_readiness_is_kept_through_a_zookeeper_outage_and_says_what_holds_now(tm
     ready = vm0.agent.ready()
     assert ready.ok, ready  # the agent is not at fault: restarting it would not bring ZooKeeper back
     assert "coordinating:" not in ready.detail
-    assert ready.detail == ("joined its group, but not coordinating now: no ZooKeeper view for 150 s (store "
-                            "connection suspended: write not attempted): nothing is approved until it is back"), ready
+    assert ready.lead == "not coordinating"
+    assert ready.detail == ("no ZooKeeper view for 150 s (store connection suspended: write not attempted): nothing is "
+                            "approved until it is back; still ready: it joined its group, and a restart would not "
+                            "bring this back"), ready
     vm0.store.resume()
     bench.run(1)
     assert vm0.agent.ready().detail.startswith("coordinating:")
     vm0.imds.failing = True
     bench.run(5)
     ready = vm0.agent.ready()
-    assert ready.ok and ready.detail.startswith("joined its group, but not coordinating now: no valid IMDS "
-                                                "document in the last cycle (the last one 6 s ago)"), ready
+    assert ready.ok and ready.lead == "not coordinating" and ready.detail.startswith(
+        "no valid IMDS document in the last cycle (the last one 6 s ago)"), ready
 
 
 # --- action durations -----------------------------------------------------------------------------------
