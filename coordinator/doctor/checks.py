@@ -7,7 +7,7 @@ to its pure verdict in ``coordinator.doctor.verdicts`` (``verdicts_local``, ``ve
 on an earlier one (the clock on IMDS's answer, the ACL and the members on the ZooKeeper session, the
 delivery on both) read what it left in the context, and are skipped with the reason when it failed. The
 ARM-based checks are in ``coordinator.doctor.azure``, and the ``azure-lb`` action's own in
-``coordinator.doctor.azure_lb``.
+``coordinator.doctor.azure_lb``; the drain actions' in ``coordinator.doctor.actions``.
 
 Nothing here writes: IMDS is only read (no approval is ever sent), and ZooKeeper is read through the
 group reader of ``coordinator status`` (``coordinator.groupstatus.read``), whose kazoo client refuses
@@ -25,6 +25,7 @@ from typing import TypeVar
 import httpx
 
 from coordinator.config import MINIMUM_NOTICE_SECONDS, ApprovalRule
+from coordinator.doctor.actions import check_actions
 from coordinator.doctor.azure import (
     check_approve,
     check_azure,
@@ -373,6 +374,7 @@ def check_delivery(ctx: Context) -> Verdict:
 
 CHECKS: tuple[Check, ...] = (
     Check("config", "the configuration on this machine", check_config),
+    Check("actions", "each drain action, tried without changing anything", check_actions),
     Check("imds-proxy", "proxy variables against IMDS", check_proxy),
     Check("imds", "IMDS Scheduled Events", check_imds),
     Check("clock", "wall clock against IMDS's Date", check_clock),

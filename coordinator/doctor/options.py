@@ -10,9 +10,9 @@ __all__ = ["CHECK_NAMES", "DEFAULT_TIMEOUT", "add_arguments"]
 
 DEFAULT_TIMEOUT = 30.0
 #: The checks, in the order they run (``coordinator.doctor.checks.CHECKS`` holds the same names).
-CHECK_NAMES = ("config", "imds-proxy", "imds", "clock", "zookeeper", "zookeeper-acl", "session-timeout", "probe",
-               "members", "delivery", "azure", "azure-probe", "azure-repairs", "azure-terminate", "azure-approve",
-               "azure-spot", "azure-lb")
+CHECK_NAMES = ("config", "actions", "imds-proxy", "imds", "clock", "zookeeper", "zookeeper-acl",
+               "session-timeout", "probe", "members", "delivery", "azure", "azure-probe", "azure-repairs",
+               "azure-terminate", "azure-approve", "azure-spot", "azure-lb")
 
 
 def _skip_list(text: str) -> list[str]:

@@ -22,7 +22,7 @@ from coordinator.testbed.zookeeper import LocalZooKeeper
 from tests.plugins.simulator import SimulatorFactory
 
 ROOT = Path(__file__).parent.parent.parent
-CHECKS = ["config", "imds-proxy", "imds", "clock", "zookeeper", "zookeeper-acl", "session-timeout", "probe",
+CHECKS = ["config", "actions", "imds-proxy", "imds", "clock", "zookeeper", "zookeeper-acl", "session-timeout", "probe",
           "members", "delivery", "azure", "azure-probe", "azure-repairs", "azure-terminate", "azure-approve",
           "azure-spot", "azure-lb"]
 AZURE = ("azure-probe", "azure-repairs", "azure-terminate", "azure-approve", "azure-spot")
@@ -74,7 +74,7 @@ def test_doctor_on_a_vm_of_a_healthy_group_passes_all_but_its_loopback_probe(gro
     # One line per check, in order, then the summary.
     assert [line.split()[1] for line in lines[1:-1]] == CHECKS, run.stdout
     assert statuses(run.stdout) == {
-        "config": "PASS", "imds-proxy": "PASS", "imds": "PASS", "clock": "PASS", "zookeeper": "PASS",
+        "config": "PASS", "actions": "PASS", "imds-proxy": "PASS", "imds": "PASS", "clock": "PASS", "zookeeper": "PASS",
         "zookeeper-acl": "PASS", "session-timeout": "PASS",
         "probe": "WARN",  # every agent of this group listens on loopback: fine on one machine, not on Azure
         "members": "PASS", "delivery": "PASS", "azure": "SKIP", **dict.fromkeys(AZURE, "SKIP"), "azure-lb": "SKIP",
@@ -96,7 +96,7 @@ def test_doctor_on_a_vm_of_a_healthy_group_passes_all_but_its_loopback_probe(gro
     report = json.loads(as_json.stdout)
     assert {"version", "config", "cluster", "vm", "status", "exit_status", "seconds", "counts", "checks"} <= set(report)
     assert (report["vm"], report["cluster"], report["status"], report["exit_status"]) == ("vm0", "doctor", "WARN", 1)
-    assert report["counts"] == {"PASS": 9, "WARN": 1, "FAIL": 0, "SKIP": 7}
+    assert report["counts"] == {"PASS": 10, "WARN": 1, "FAIL": 0, "SKIP": 7}
     assert [c["name"] for c in report["checks"]] == CHECKS
     for check in report["checks"]:
         assert set(check) == {"name", "title", "status", "summary", "fix", "seconds", "details"}
