@@ -474,9 +474,14 @@ class Agent:
                         "action_error_outside_vm": bool(getattr(error, "outside_vm", False))}
         if error is not None:
             self._metrics.errors.labels("action").inc()
-            log.error("%s failed (vm=%s): %s%s", job.kind, self.vm, error,
-                      "; no acknowledgement: the event will start at NotBefore" if job.kind == "drain" else
-                      "; retried")
+            # One line a failure, saying what comes next: a retry, not a verdict on the event.
+            if job.kind == "drain":
+                retry = max(0.0, self._policy.drain_retry - (self._clock.monotonic() - local.phase_since))
+                then = (f"the VM stays out of rotation, unacknowledged; tried again in {retry:.0f} s (an event "
+                        "that no drain clears in time starts at NotBefore, unapproved)")
+            else:
+                then = f"the VM stays out of rotation; tried again in {self._policy.recover_retry:.0f} s"
+            log.error("%s failed (vm=%s): %s; %s", job.kind, self.vm, error, then)
         return replace(local, job_running=False, job_failed=error is not None, job_done_at=self._clock.monotonic())
 
     # -- act ---------------------------------------------------------------------------------------

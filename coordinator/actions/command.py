@@ -201,11 +201,12 @@ class CommandHook:
         elapsed = time.monotonic() - started
         stdout, stderr = self._shown(result.stdout), self._shown(result.stderr)
         if result.timed_out:
-            log.error("%s killed after %.1f s timeout; stdout=%r stderr=%r", where, self._timeout, stdout, stderr)
+            # The output in full, as a warning: the failure itself is the agent's one ERROR line, from the error.
+            log.warning("%s killed after %.1f s timeout; stdout=%r stderr=%r", where, self._timeout, stdout, stderr)
             raise ActionError(f"{where} timed out after {self._timeout:g} s and was killed; stderr: {stderr!r}")
         if result.returncode != 0:
             status = _describe_status(result.returncode)
-            log.error("%s %s after %.1f s; stdout=%r stderr=%r", where, status, elapsed, stdout, stderr)
+            log.warning("%s %s after %.1f s; stdout=%r stderr=%r", where, status, elapsed, stdout, stderr)
             raise ActionError(f"{where} {status}; stderr: {stderr!r}")
         log.info("%s succeeded in %.1f s; stdout=%r stderr=%r", where, elapsed, stdout, stderr)
 

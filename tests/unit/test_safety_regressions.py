@@ -395,6 +395,28 @@ def test_a_failed_drain_is_tried_again_and_the_event_starts_early_once_it_succee
     assert not any(serving for _, serving in vm1.history[out:])  # out of rotation from its first attempt on
 
 
+def test_a_failed_drain_says_so_once_and_when_it_is_tried_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One ERROR line a failed attempt, saying when the next one comes; not a verdict that the event will
+    start at NotBefore, which the next attempt may prevent."""
+    caplog.set_level(logging.INFO)
+    bench = Bench(tmp_path)
+    hook = FailsFirst(failures=2)
+    bench.add("vm0")
+    bench.add("vm1", extra=[hook])
+    bench.add("vm2")
+    bench.group.schedule(E, ["vm0", "vm1"])
+    bench.run(120, until=lambda: bool(bench.group.approved(E)))
+    assert hook.attempts == 3 and bench.group.approved(E)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR and r.name == "coordinator.agent"]
+    assert len(errors) == hook.failures == 2, errors
+    for line in errors:
+        assert line.startswith("drain failed (vm=vm1): ") and "checkpoint failed" in line, line
+        assert "tried again in 30 s" in line or "tried again in 29 s" in line, line
+        assert "will start at NotBefore" not in line
+
+
 def test_unreadable_state_file_holds_every_event_naming_the_vm(tmp_path: Path) -> None:
     bench = Bench(tmp_path)
     bench.add("vm0")
