@@ -115,12 +115,50 @@ def _take_out(data: dict[str, Any], locs: list[tuple[str | int, ...]], rules_off
     return changed
 
 
+# Errors of a value of the wrong kind: the line then says what was given and the form wanted.
+_KIND_ERRORS = {"string_type": "a string", "float_type": "a number", "float_parsing": "a number",
+                "int_type": "a whole number", "int_parsing": "a whole number", "bool_type": "true or false",
+                "bool_parsing": "true or false", "list_type": "a list", "dict_type": "a mapping",
+                "model_type": "a mapping", "int_from_float": "a whole number"}
+
+
+def _given(value: Any) -> str:
+    kind = {list: "a list", dict: "a mapping", str: "the string", bool: "", int: "", float: ""}.get(type(value), "")
+    shown = repr(value)
+    return f"{kind} {shown[:80]}".strip()
+
+
+def _wanted(loc: tuple[str | int, ...], kind: str, value: Any) -> str:
+    """``(got ...; wanted ...)`` for an error of kind at ``loc``: the form from the kind, with the field's own
+    description (``Field(description=...)``) where the model has one."""
+    model: Any = Settings
+    description = ""
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if not isinstance(part, str) or not fields or part not in fields:
+            description = ""
+            break
+        info = fields[part]
+        description = info.description or ""
+        model = info.annotation
+    wanted = _KIND_ERRORS[kind]
+    if kind in ("float_parsing", "int_parsing") and isinstance(value, str) and value.strip()[-1:].isalpha():
+        wanted = f"a bare number ({value.strip().rstrip('smh ') or '20'}), no unit"
+    if kind == "string_type" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        wanted = f"one string, as {','.join(value)!r}"
+    about = description.split(";")[0].split(" (see")[0].strip()
+    about = f": {about[:100]}" if about else ""
+    return f" (got {_given(value)}; wanted {wanted}{about})"
+
+
 def _error_lines(exc: ValidationError, overrides: Mapping[tuple[str, ...], str], file_data: Any) -> list[str]:
     lines = []
     for error in exc.errors():
         loc = tuple(error["loc"])
         where = ".".join(str(p) for p in loc)
         message = error["msg"].removeprefix("Value error, ")
+        if error["type"] in _KIND_ERRORS and "input" in error:
+            message += _wanted(loc, error["type"], error["input"])
         # Cross-field checks name their fields themselves, from the top.
         line = message if not where or message.startswith(where + ".") else f"{where}: {message}"
         variable = _variable_of(loc, overrides, file_data)

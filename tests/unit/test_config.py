@@ -135,6 +135,18 @@ def test_an_imds_url_with_microsofts_whole_path_is_refused_with_the_form_wanted(
             fine.rstrip("/")
 
 
+def test_a_value_of_the_wrong_kind_says_what_was_given_and_the_form_wanted(tmp_path: Path) -> None:
+    data = {"cluster": "web", "zookeeper": {"hosts": ["zk1:2181", "zk2:2181"], "session_timeout": "20s"},
+            "imds": {"stagger": "sometimes"}}
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, data), environ={})
+    text = str(info.value)
+    assert ("zookeeper.hosts: Input should be a valid string (got a list ['zk1:2181', 'zk2:2181']; wanted one "
+            "string, as 'zk1:2181,zk2:2181': Ensemble as host:port,host:port (no chroot))") in text
+    assert "zookeeper.session_timeout: " in text and "(got the string '20s'; wanted a bare number (20), no unit" in text
+    assert "imds.stagger: " in text and "(got the string 'sometimes'; wanted true or false" in text
+
+
 @pytest.mark.parametrize("text", ["cluster: [unclosed", "- just\n- a list\n"])
 def test_broken_yaml_is_reported(tmp_path: Path, text: str) -> None:
     with pytest.raises(ConfigError, match=r"agent\.yaml"):
