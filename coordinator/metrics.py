@@ -327,6 +327,10 @@ class Metrics:
             "each drain that fell back to the health probe alone, and each failed recovery",
             ["cause"], registry=registry,
         )
+        self.info = Gauge(
+            "coordinator_info", "1 for the agent: which VM, group and version it is (a join target for rules and "
+            "dashboards that have no such target labels)", ["vm", "cluster", "version"], registry=registry,
+        )
         self.event_detail = EventCollector()
         registry.register(self.event_detail)
         self.http_closed = HttpCounters()

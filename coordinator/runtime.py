@@ -365,6 +365,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
             return 0
         vm, placement = identity
     set_log_defaults(vm=vm)
+    metrics.info.labels(vm, settings.cluster, __version__).set(1)
     zk = settings.zookeeper.client_options()
     store: Store = ZooKeeperStore(
         hosts=zk.hosts,

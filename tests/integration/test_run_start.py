@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
+from coordinator import __version__
+
 # Loaded only by other subcommands, by ``--dry-run``, or by an action kind the configuration names.
 NOT_LOADED_BY_RUN = (
     "coordinator.sim",
@@ -159,6 +161,13 @@ def test_a_dry_run_beside_the_agent_takes_neither_of_its_ports_and_serves_no_pro
             with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
                 conn.sendall(b"GET /status HTTP/1.0\r\n\r\n")
                 assert conn.recv(64).split(b" ")[1] == b"200"
+            # Which VM, group and version this agent is, for rules without such target labels.
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                conn.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                metrics = b""
+                while chunk := conn.recv(65536):
+                    metrics += chunk
+            assert f'coordinator_info{{cluster="web",version="{__version__}",vm="vm0"}} 1.0'.encode() in metrics
         finally:
             proc.terminate()
             assert proc.wait(timeout=20) == 0
