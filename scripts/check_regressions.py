@@ -478,18 +478,18 @@ MUTATIONS = [
     (
         'children-move-the-record-version',
         'coordinator/store/zk_records.py',
-        '    transaction.set_data(path, record, version=version)\n',
-        '    transaction.check(path, version)\n',  # a check alone: the children's cversion is not checked
+        '    transaction.set_data(path, node.rewritten(stat, 1, **{**copied, child: payload}), version=stat.version)\n',
+        '    transaction.check(path, stat.version)\n',  # a check alone: the children's cversion is not checked
         'tests/integration/test_zookeeper_store.py::'
         'test_an_admission_created_while_mark_done_lists_the_children_does_not_survive_it',
     ),
     (
         'admission-on-the-record-as-read',
         'coordinator/store/zk_records.py',
-        '            result = create_on_record(ctx, client, path, record, stat.version, '
-        'ctx.paths.admitted(event_id), data,\n'
-        '                                      deadline)\n',
-        '            ctx.session.wait(client.create_async(ctx.paths.admitted(event_id), data), deadline)\n'
+        '            result = create_on_record(ctx, client, path, node, stat, "admitted", AdmittedNode(by=vm, at=at), '
+        'deadline)\n',
+        '            ctx.session.wait(client.create_async(ctx.paths.admitted(event_id), '
+        'AdmittedNode(by=vm, at=at).to_bytes()), deadline)\n'
         '            result = WriteResult.DONE\n',
         'tests/integration/test_zookeeper_store.py::'
         'test_an_admission_decided_before_mark_done_landed_is_not_written_on_the_done_record',
@@ -497,9 +497,8 @@ MUTATIONS = [
     (
         'approval-on-the-record-as-checked',
         'coordinator/store/zk_gate.py',
-        '        written = create_on_record(ctx, client, paths.event(event_id), record_data, record_version,\n'
-        '                                   paths.approval(event_id), '
-        'ApprovalNode.of(approval).to_bytes(), deadline)\n',
+        '        written = create_on_record(ctx, client, paths.event(event_id), record_node, record_stat, "approval",\n'
+        '                                   ApprovalNode.of(approval), deadline)\n',
         '        wait(client.create_async(paths.approval(event_id), ApprovalNode.of(approval).to_bytes()), deadline)\n'
         '        written = WriteResult.DONE\n',
         'tests/integration/test_zookeeper_store.py::'
