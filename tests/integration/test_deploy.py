@@ -446,9 +446,8 @@ def test_the_healthcheck_script_follows_the_agent_livez() -> None:
     @dataclass
     class Live:
         ok: bool = True
-
-        def detail(self) -> str:
-            return "test"
+        detail: str = "test"
+        lead: str | None = None
 
     live = Live()
     surface = HttpSurface(probe_listen="127.0.0.1:0", probe_path="/health", admin_listen="127.0.0.1:0",

@@ -660,7 +660,9 @@ def test_a_record_rewritten_by_a_version_that_keeps_no_copy_is_read_from_its_chi
     transaction.set_data(event, data, version=stat.version)
     transaction.create(f"{event}/admitted", previous({"by": "vm-a", "at": T0 + 3}))
     assert not any(isinstance(result, Exception) for result in transaction.commit())
-    assert store.read_view("vm-a").records[EVENT].admitted_at == T0 + 3
+    # Seen once the record's watch event has reached the store (kazoo runs watchers on a thread of its own).
+    wait_until(lambda: store.read_view("vm-a").records[EVENT].admitted_at == T0 + 3, timeout=5,
+               message="the admission an earlier version wrote")
     # An approval of this version copies the admission it found among the children, and its own approval.
     store.campaign("vm-a")
     store.acknowledge(EVENT, "vm-a", T0 + 4)
