@@ -310,15 +310,14 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
 
         log.debug("effective configuration: %s", json.dumps(redacted(settings)))
     state_file: StateFile
+    probe = ProbeState(serving=False)  # a dry run's is served by no listener, and its actions only log
     if dry_run:
         from coordinator.dryrun import DryRunStateFile
 
         state_file = DryRunStateFile(settings.state_file)
-        probe = ProbeState(serving=False)  # served by no listener: its actions only log what they would do
         admin_listen = admin_listen or DRY_RUN_ADMIN_LISTEN
     else:
         state_file = StateFile(settings.state_file)
-        probe = ProbeState(serving=False)
     agent_ref: list[Agent] = []
     app_health = AppHealth(lambda: agent_ref[0] if agent_ref else None,
                            stuck_after=settings.app_health.stuck_after_seconds,
@@ -401,8 +400,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
     if dry_run:
         from coordinator.dryrun import DryRunImds, DryRunStore
 
-        store = on_plan_of = DryRunStore(store)
-        on_plan = on_plan_of.narrate
+        observer = DryRunStore(store)
+        store, on_plan = observer, observer.narrate
         actions = [DryRunAction(a) for a in actions]
         adapters_imds = DryRunImds(imds)
     # Reads are the same in a dry run (only the approval is not sent): the poller uses the client itself.

@@ -249,6 +249,15 @@ class AdmittedNode(NodePayload):
     by: str | None = None
     at: float
 
+    @classmethod
+    def or_created(cls, data: bytes, path: str, stat: ZnodeStat) -> AdmittedNode:
+        """The admission at ``path``; one that does not parse counts from its node's creation time (the node
+        exists: the event was admitted)."""
+        try:
+            return cls.from_bytes(data, path)
+        except PayloadError:
+            return cls(by=None, at=stat.ctime / 1000.0)
+
 
 class ApprovalNode(NodePayload):
     """``/events/{EVENT_ID}/approval``: who approved the event, when, and whether as the leader."""
@@ -263,6 +272,12 @@ class ApprovalNode(NodePayload):
 
     def to_approval(self) -> Approval:
         return Approval(by=self.by, at=self.at, as_leader=self.as_leader)
+
+    @classmethod
+    def unknown(cls) -> ApprovalNode:
+        """What an approval node that does not parse stands for: it exists, so the event *is* approved, by
+        someone unknown."""
+        return cls(by="?", at=0.0, as_leader=False)
 
 
 EventNode.model_rebuild()  # its ``admitted`` and ``approval`` are defined below it

@@ -190,14 +190,16 @@ def _copy_of_children(
         if name not in children:
             continue
         try:
-            data, stat = wait(client.get_async(f"{path}/{name}"), deadline)
+            data, child_stat = wait(client.get_async(f"{path}/{name}"), deadline)
         except NoNodeError:
             continue  # gone since: the versioned rewrite fails, and the caller reads again
-        try:
-            copied[name] = (AdmittedNode if name == "admitted" else ApprovalNode).from_bytes(data, f"{path}/{name}")
-        except PayloadError:
-            copied[name] = (AdmittedNode(by=None, at=stat.ctime / 1000.0) if name == "admitted"
-                            else ApprovalNode(by="?", at=0.0, as_leader=False))
+        if name == "admitted":
+            copied[name] = AdmittedNode.or_created(data, f"{path}/{name}", child_stat)
+        else:
+            try:
+                copied[name] = ApprovalNode.from_bytes(data, f"{path}/{name}")
+            except PayloadError:
+                copied[name] = ApprovalNode.unknown()
     return copied
 
 

@@ -542,7 +542,7 @@ class _RecordRead:
             except PayloadError as exc:
                 # The node exists, so the event was approved; keep what can be shown.
                 log.warning("event %s: undecodable approval record: %s", event_id, exc)
-                approval = Approval(by="?", at=0.0, as_leader=False)
+                approval = ApprovalNode.unknown().to_approval()
         admitted_at: float | None = None
         if self._admitted_r is not None:
             try:
@@ -550,8 +550,5 @@ class _RecordRead:
             except NoNodeError:
                 pass
             else:
-                try:
-                    admitted_at = AdmittedNode.from_bytes(admitted_data, paths.admitted(event_id)).at
-                except PayloadError:
-                    admitted_at = admitted_stat.ctime / 1000.0
+                admitted_at = AdmittedNode.or_created(admitted_data, paths.admitted(event_id), admitted_stat).at
         return node.to_record(event_id, acks=acks, approval=approval, admitted_at=admitted_at)

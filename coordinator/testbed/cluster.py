@@ -307,9 +307,7 @@ class LocalCluster:
         existing = self.spawn_agent(vm, extra_args=extra_args)
         if on_spawn is not None:
             on_spawn(existing)
-        _wait(lambda: existing.status() is not None or not existing.alive(), 30, f"the agent of {vm}")
-        if not existing.alive():
-            raise RuntimeError(f"the agent of {vm} exited; see {existing.log_path}")
+        _wait_answering(existing, f"the agent of {vm}")
         return existing
 
     def spawn_agent(self, vm: str, *, extra_args: Sequence[str] = ()) -> AgentProcess:
@@ -325,13 +323,7 @@ class LocalCluster:
                 probe_url=f"http://127.0.0.1:{probe_port}/health", admin_url=f"http://127.0.0.1:{admin_port}",
             )
             self.agents[vm] = existing
-        log = open(existing.log_path, "ab")  # noqa: SIM115 - owned by the child
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")}
-        existing.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator", "run", "--config", str(existing.config_path), *extra_args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-        )
-        log.close()  # the child holds its own descriptor
+        existing.proc = _run_agent_process(existing, extra_args)
         return existing
 
     def start_dry_run(self, vm: str) -> AgentProcess:
@@ -342,18 +334,9 @@ class LocalCluster:
         admin_port = free_port()
         dry = AgentProcess(vm=vm, config_path=agent.config_path, log_path=self.workdir / f"dry-run-{vm}.log",
                            probe_url=agent.probe_url, admin_url=f"http://127.0.0.1:{admin_port}")
-        log = open(dry.log_path, "ab")  # noqa: SIM115 - owned by the child
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")}
-        dry.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator", "run", "--config", str(agent.config_path), "--dry-run",
-             "--admin-listen", f"127.0.0.1:{admin_port}"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-        )
-        log.close()
+        dry.proc = _run_agent_process(dry, ["--dry-run", "--admin-listen", f"127.0.0.1:{admin_port}"])
         self.dry_runs[vm] = dry
-        _wait(lambda: dry.status() is not None or not dry.alive(), 30, f"the dry run of {vm}")
-        if not dry.alive():
-            raise RuntimeError(f"the dry run of {vm} exited; see {dry.log_path}")
+        _wait_answering(dry, f"the dry run of {vm}")
         return dry
 
     def stop_agent(self, vm: str, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
@@ -408,3 +391,23 @@ class LocalCluster:
 
     def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         _wait(predicate, timeout, what)
+
+
+def _run_agent_process(agent: AgentProcess, extra_args: Sequence[str]) -> subprocess.Popen[bytes]:
+    """``coordinator run --config`` of ``agent``'s file, its output appended to its log, with no
+    ``COORDINATOR__`` override of this environment."""
+    log = open(agent.log_path, "ab")  # noqa: SIM115 - owned by the child
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDINATOR__")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coordinator", "run", "--config", str(agent.config_path), *extra_args],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+    )
+    log.close()  # the child holds its own descriptor
+    return proc
+
+
+def _wait_answering(agent: AgentProcess, what: str) -> None:
+    """Until ``agent`` answers ``/status``; RuntimeError if its process exits first."""
+    _wait(lambda: agent.status() is not None or not agent.alive(), 30, what)
+    if not agent.alive():
+        raise RuntimeError(f"{what} exited; see {agent.log_path}")
