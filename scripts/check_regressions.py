@@ -716,6 +716,20 @@ MUTATIONS = [
         'tests/unit/test_azure_lb_confirm.py::test_a_recovery_after_a_failed_write_writes_again_instead_of_taking_the_read_as_done',
     ),
     (
+        'azure-lb-a-read-counts-only-after-its-own-write',
+        'coordinator/actions/azure_lb.py',
+        '            moved = written_against is not None and pool["etag"] != written_against\n',
+        '            moved = True\n',
+        'tests/unit/test_azure_lb_confirm.py::test_a_drains_write_held_on_its_way_cannot_land_after_the_recovery',
+    ),
+    (
+        'azure-lb-a-retry-waits-for-its-own-earlier-write',
+        'coordinator/actions/azure_lb.py',
+        '        written_against = last[1] if last is not None and last[0] == state else None\n',
+        '        written_against = None\n',
+        'tests/unit/test_azure_lb_confirm.py::test_a_recovery_reading_none_while_the_pool_is_updating_waits_for_succeeded',
+    ),
+    (
         'azure-lb-write-without-operation-url-is-confirmed',
         'coordinator/actions/azure_lb.py',
         '            location = response.headers.get("Location")\n',

@@ -27,6 +27,15 @@ a failed probe); ``None`` hands control back to the probe. ``AzureLbAction`` set
   is an error; a pool read back ``Failed`` (or ``Canceled``) with the wanted state is written again, ARM's
   documented remedy, and a pool that reads ``Failed`` after this attempt's own write is an error. A write
   answered without an operation URL is confirmed by polling its ``Location`` (if any), then the pool;
+* **a write still on its way is fenced**: a read counts only once the pool's etag has moved past the etag
+  of this action's last write of the wanted state (a write that may still reach ARM, a drain's PUT held on
+  its way past the drain's deadline, carries an etag from before it); so a drain or a recovery whose last
+  write was of the other state, or that is the first since the agent started, always writes, even to a
+  pool that already reads the wanted state ``Succeeded``. ARM judges ``If-Match`` when a write reaches the
+  pool and every write changes the etag: a write sent earlier that lands after this one is refused 412, and
+  cannot undo a recovery that was counted (``docs/safety.md``, "late writes"). A retry of the same state in
+  the same process waits for its own earlier write instead of adding one more, so an operation slower than
+  the deadline is confirmed on a later attempt;
 * everything one drain or recovery does is bounded by ``deadline`` seconds: not confirmed by then is an
   ``ArmError`` (cause ``not_confirmed``).
 
@@ -200,6 +209,8 @@ class AzureLbAction:
         self._sleep = sleep
         self._on_failure = on_failure
         self.conflicts = 0  # 412s and 409s met, over this action's life (for tests and logs)
+        # Pool id -> the state of this action's last write to it and the etag that write was sent against.
+        self._written: dict[str, tuple[AdminState, str]] = {}
 
     def drain(self, ctx: ActionContext) -> str | None:
         """Set the address ``Down``; None once ARM confirmed it. When ARM cannot be used, the drain holds
@@ -244,15 +255,27 @@ class AzureLbAction:
             log.exception("%s: the failure hook raised", self.name)
 
     def _set(self, pool_id: str, state: AdminState, deadline: float, ctx: ActionContext) -> None:
-        """Write ``state`` into one pool and return once ARM confirmed it (the module documentation)."""
+        """Write ``state`` into one pool and return once ARM confirmed this write (the module documentation).
+
+        A read counts only once the pool's etag has moved past the etag of this action's last write of
+        ``state`` (sent by this attempt, or by an earlier one when no write of the other state came between);
+        otherwise the pool is written, with ``If-Match`` on the etag just read, however it reads. Every write
+        this agent sent before (a drain's PUT still on its way after the drain gave up, a write from before
+        a restart) was sent against an etag no later than that one: once the etag has moved past it, each of
+        them is refused 412 if it lands (ARM judges ``If-Match`` when a write reaches the pool, and every
+        write changes the etag)."""
         pool_name = _pool_name(pool_id)
         conflicts = polls = 0
         wrote = False  # a write of this attempt was accepted: a Failed read-back is its own failure
+        last = self._written.get(pool_id)
+        written_against = last[1] if last is not None and last[0] == state else None
         while True:
             pool = get_pool(self._client, pool_id, deadline)
             body, current = with_admin_state(pool, self.address, state)
             provisioning = provisioning_state(pool) or "(none)"
-            if all(c == state for c in current):
+            # Applied after this attempt's write was sent: that write, or a later one that kept this state.
+            moved = written_against is not None and pool["etag"] != written_against
+            if moved and all(c == state for c in current):
                 if provisioning == _SUCCEEDED:
                     log.info("%s: %s %s in %s, confirmed (provisioningState Succeeded; %d poll(s), %d "
                              "conflict(s)) (vm=%s)", self.name, self.address, state, pool_name, polls, conflicts,
@@ -267,8 +290,11 @@ class AzureLbAction:
                 if wrote:
                     raise ArmError(f"{pool_name}: the write of {self.address} {state} ended {provisioning}",
                                    cause="operation_failed")
+            if all(c == state for c in current) and provisioning in _ENDED_BADLY:
                 log.warning("%s: %s reads %s in %s but the pool is %s: writing it again (vm=%s)", self.name,
                             self.address, state, pool_name, provisioning, ctx.vm)
+            written_against = pool["etag"]
+            self._written[pool_id] = (state, written_against)
             response = put_pool(self._client, pool_id, body, pool["etag"], deadline)
             status, code = response.status_code, error_code(response)
             if status == 412 or (status == 409 and code == "AnotherOperationInProgress"):

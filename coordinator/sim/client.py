@@ -285,7 +285,8 @@ class SimControl:
                         delay_seconds: float | None = None, end: str | None = None) -> dict[str, Any]:
         """A fault on the token endpoint (``target="token"``) or on ARM (``"arm"``): ``kind`` ``status``,
         ``unreachable``, ``concurrent_write``, ``lost_answer`` (``delay_seconds``), ``status_after_apply``
-        (``status``), ``slow_operation`` (``seconds``) or ``operation_end`` (``end``)."""
+        (``status``), ``slow_operation`` (``seconds``), ``operation_end`` (``end``) or ``stalled_write``
+        (``seconds``)."""
         body: dict[str, Any] = {"target": target, "kind": kind, "count": count, "methods": list(methods)}
         optional = {"status": status, "retry_after": retry_after, "seconds": seconds, "delay_seconds": delay_seconds,
                     "end": end}

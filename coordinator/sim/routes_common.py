@@ -140,15 +140,15 @@ class _Handler(BaseHTTPRequestHandler):
         return self._send(status, json.dumps(data, separators=(",", ":")).encode(), extra=extra)
 
     def _send_answer(self, answer: ArmAnswer) -> int | None:
-        """Send the Azure model's ``answer``; None when nothing was sent: ``drop`` (the connection is closed
-        without an answer) or a ``delay`` cut short by the server stopping."""
-        if answer.drop:
+        """Send the Azure model's ``answer`` after its ``delay``; None when nothing was sent: ``drop`` (the
+        connection is closed without an answer) or a ``delay`` cut short by the server stopping."""
+        if answer.delay > 0 and self.server.owner.stopping.wait(answer.delay):
+            self.close_connection = True
+            return None
+        if answer.drop:  # after the delay, if any: a stalled write's connection is held that long
             self.close_connection = True
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            return None
-        if answer.delay > 0 and self.server.owner.stopping.wait(answer.delay):
-            self.close_connection = True
             return None
         if answer.body is None:
             return self._send(answer.status, extra=answer.headers)

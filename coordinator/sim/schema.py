@@ -319,12 +319,12 @@ _GET_PUT: list[Literal["GET", "PUT"]] = ["GET", "PUT"]
 class AzureFaultRequest(Request):
     """``POST /arm/faults``: a fault on the token endpoint or on ARM (``AzureModel.add_fault``, which checks
     which fields a kind takes): ``status`` (``retry_after`` adds ``Retry-After``), ``unreachable``,
-    ``concurrent_write``, and for an applied PUT ``lost_answer`` (``delay_seconds``), ``status_after_apply``,
-    ``slow_operation`` (``seconds``) and ``operation_end`` (``end``)."""
+    ``concurrent_write``, for an applied PUT ``lost_answer`` (``delay_seconds``), ``status_after_apply``,
+    ``slow_operation`` (``seconds``) and ``operation_end`` (``end``), and ``stalled_write`` (``seconds``)."""
 
     target: Literal["token", "arm"]
     kind: Literal["status", "unreachable", "concurrent_write", "lost_answer", "status_after_apply", "slow_operation",
-                  "operation_end"] = "status"
+                  "operation_end", "stalled_write"] = "status"
     status: Annotated[StrictInt, Field(ge=400, le=599)] | None = None
     retry_after: Annotated[StrictInt, Field(ge=0, le=3600)] | None = None
     count: Annotated[StrictInt, Field(ge=1)] | None = 1

@@ -119,6 +119,11 @@ def _calls(sim: RunningSimulator) -> dict[str, Any]:
     return sim.control.arm_calls()
 
 
+def _landed(calls: dict[str, Any]) -> int:
+    """Held PUTs that reached their pool, whatever it answered."""
+    return sum(n for key, n in calls["statuses"].items() if key.startswith("pool_put landed "))
+
+
 def _status(sim: RunningSimulator, key: str) -> int:
     count: int = _calls(sim)["statuses"].get(key, 0)
     return count
@@ -251,11 +256,17 @@ def test_a_drain_whose_write_outlives_the_deadline_falls_back_and_a_later_one_wa
     sim.control.add_azure_fault("arm", "slow_operation", seconds=3.0)
     _assert_fell_back(lb, lb.drain(), "not_confirmed", "did not report Succeeded")
 
-    # Drained again at once: the pool reads Down but Updating, which is asked for, not applied: it waits.
+    # An agent that restarted cannot know which writes of its earlier life are still on their way: drained
+    # at once, it writes once, and is done when that write applied (after the slow one: a pool's operations
+    # end in the order they were accepted).
     puts = _calls(sim)["calls"]["pool_put"]
     again = _lb(sim, pools=(WEB,), deadline=15.0)
     _assert_drained(again, again.drain())
-    assert _calls(sim)["calls"]["pool_put"] == puts  # the slow write was confirmed, not written again
+    assert _calls(sim)["calls"]["pool_put"] == puts + 1
+
+    # The first action again: the pool moved past its own last write and reads Down, Succeeded: done, unwritten.
+    _assert_drained(lb, lb.drain())
+    assert _calls(sim)["calls"]["pool_put"] == puts + 1
 
 
 def test_a_recovery_whose_write_outlives_the_deadline_raises_until_arm_applied_it(
@@ -284,6 +295,36 @@ def test_a_recovery_whose_write_outlives_the_deadline_raises_until_arm_applied_i
     _assert_recovered(lb, lb.recover())  # finds None applied
     assert _calls(sim)["calls"]["pool_put"] == puts, "the applied write was written again"
     assert lb.failures == ["not_confirmed", "not_confirmed"]
+
+
+# -- a write that lands after the action gave up ---------------------------------------------------------------
+
+
+def test_a_drains_write_that_lands_after_the_recovery_cannot_take_the_vm_out_again(imds_sim: SimulatorFactory) -> None:
+    """The drain's PUT of ``Down`` is held on its way past the drain's deadline (the drain falls back to the
+    probe); the event ends and the recovery runs while that PUT is still on its way, the pool reading ``None``
+    and ``Succeeded``; then the PUT reaches the pool. The recovery's own write moved the etag the held PUT was
+    sent against, so it is refused 412 when it lands: the VM stays in rotation, as the recovery said."""
+    sim = _start(imds_sim)
+    lb = _lb(sim, pools=(WEB,), deadline=1.5, fallback_wait=0.2, timeout=0.5)
+    stall = 6.0
+    sim.control.add_azure_fault("arm", "stalled_write", seconds=stall, count=None)  # every PUT, until cleared
+    began = time.monotonic()
+    _assert_fell_back(lb, lb.drain(), "unreachable", "ReadTimeout", "timed out")
+    sim.control.clear_azure_faults()
+    assert sim.control.pools()[WEB]["admin_states"]["vm0"] == "None"  # nothing of the held PUTs shows yet
+
+    recovered = lb.recover()
+    assert time.monotonic() - began < stall, "the recovery ran after the held PUTs landed: the test proves nothing"
+    _assert_recovered(lb, recovered)
+
+    held = _status(sim, "pool_put dropped")
+    assert held >= 1, _calls(sim)
+    sim.control.wait_for(lambda c: _landed(c.arm_calls()) == held, WAIT, message="every held PUT reached the pool")
+    assert _status(sim, "pool_put landed 412") == held, _calls(sim)
+    assert lb.effective() == {WEB: "None"}, (
+        f"a drain's write held on its way landed after the recovery was confirmed: {lb.vm} is out of the load "
+        f"balancer while its agent counts it serving ({_calls(sim)})")
 
 
 # -- an operation that ends Failed or Canceled -----------------------------------------------------------------

@@ -65,6 +65,15 @@ class FakeArm:
     expired: set[str] = field(default_factory=set)
     requests: list[str] = field(default_factory=list)
     unreachable: bool = False
+    # A PUT held on its way: it reaches the pool only at ``land()`` (its If-Match judged then); a timeout now.
+    hold_puts: bool = False
+    held: list[httpx.Request] = field(default_factory=list)
+
+    def land(self) -> list[int]:
+        """Hand every held PUT to the pool, in the order sent; the statuses nobody hears."""
+        held, self.held = self.held, []
+        return [self._put(request, request.headers["Authorization"].removeprefix("Bearer ")).status_code
+                for request in held]
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -109,6 +118,9 @@ class FakeArm:
         self._settle()
         if kind == "pool_get":
             return httpx.Response(200, json=self._pool())
+        if kind == "pool_put" and self.hold_puts:
+            self.held.append(request)
+            raise httpx.ReadTimeout("no answer: the write is held on its way (scripted)", request=request)
         if kind == "pool_put":
             return self._put(request, token)
         op = self.ops[path.rsplit("/", 1)[-1] if kind == "operation" else path.split("/")[-2]]
@@ -222,6 +234,27 @@ def test_a_recovery_reading_none_while_the_pool_is_updating_waits_for_succeeded(
     r.action.recover(CTX)  # polls the pool until Succeeded
     assert r.arm.effective["vm0"] == "None", "recovery returned while the VM is still out of rotation"
     assert r.arm.count("pool_put") == 1 and r.failures == ["not_confirmed", "not_confirmed"]
+
+
+# -- a write that lands after the action gave up -------------------------------------------------------------
+
+
+def test_a_drains_write_held_on_its_way_cannot_land_after_the_recovery() -> None:
+    r = rig(deadline=10.0)
+    r.arm.hold_puts = True  # ARM takes the drain's PUTs in only after the drain gave up
+    fallback = r.action.drain(CTX)
+    assert fallback is not None and "unreachable" in fallback, fallback
+    assert r.arm.held and r.arm.states["vm0"] == "None"
+    r.arm.hold_puts = False
+
+    held = len(r.arm.held)
+    r.action.recover(CTX)  # the pool reads None, Succeeded: the read alone would be taken as done
+    assert r.arm.count("pool_put") == held + 1, "the recovery wrote nothing: the held writes can still land"
+    assert r.arm.land() == [412] * held  # sent against an etag the recovery's write replaced
+    r.clock.advance(10.0)
+    assert (r.arm.states["vm0"], r.arm.provisioning(), r.arm.effective["vm0"]) == ("None", "Succeeded", "None"), (
+        "the drain's held write landed after the recovery returned: the VM is out of the load balancer while "
+        "its agent counts it serving")
 
 
 # -- operations that end Failed or Canceled (bug 2) ----------------------------------------------------------

@@ -240,7 +240,7 @@ def test_arm_faults_hold_every_kind_of_arm_at_its_worst() -> None:
             ("arm", "status_after_apply", 502, None, False), ("arm", "status_after_apply", 504, None, False),
             ("arm", "slow_operation", None, None, False), ("arm", "operation_end", None, "Failed", False),
             ("arm", "operation_end", None, "Canceled", False), ("arm", "unreachable", None, None, False),
-            ("token", "unreachable", None, None, False)} <= keys
+            ("arm", "stalled_write", None, None, False), ("token", "unreachable", None, None, False)} <= keys
     assert len({json.dumps(body, sort_keys=True) for body in ARM_FAULTS}) == len(ARM_FAULTS)  # no body twice
 
 
@@ -250,8 +250,10 @@ def test_the_hostile_faults_outlast_what_the_agents_give_arm() -> None:
     assert late and all(b["delay_seconds"] > setup.timeout_seconds for b in late)  # a timeout after the fact
     slow = [b for b in ARM_FAULTS if b["kind"] == "slow_operation"]
     assert slow and all(b["seconds"] > setup.deadline_seconds for b in slow)  # the drain gives up, then it applies
-    assert all(arm_linger_seconds(b) == b["seconds"] for b in slow)
-    assert all(arm_linger_seconds(b) == 0.0 for b in ARM_FAULTS if b["kind"] != "slow_operation")
+    held = [b for b in ARM_FAULTS if b["kind"] == "stalled_write"]
+    assert held and all(b["seconds"] > setup.deadline_seconds for b in held)  # it lands after the action gave up
+    assert all(arm_linger_seconds(b) == b["seconds"] for b in slow + held)
+    assert all(arm_linger_seconds(b) == 0.0 for b in ARM_FAULTS if b["kind"] not in ("slow_operation", "stalled_write"))
 
 
 def test_every_arm_fault_and_stretch_is_one_the_simulator_takes() -> None:

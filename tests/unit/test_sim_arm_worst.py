@@ -113,6 +113,43 @@ def test_faults_of_an_applied_put_wait_for_a_put_that_is_applied(arm: Arm) -> No
     assert arm.put({"vm0": "Down"}).drop
 
 
+# -- a write held on its way ------------------------------------------------------------------------------
+
+
+def test_a_stalled_write_shows_nothing_until_it_reaches_the_pool_and_is_judged_then(arm: Arm) -> None:
+    etag = arm.get().body["etag"]
+    arm.azure.add_fault("arm", "stalled_write", seconds=30, count=2)
+    assert arm.azure.faults()[0]["seconds"] == 30
+    first = arm.put({"vm0": "Down", "vm1": "None"}, if_match=etag)
+    assert first.drop and first.delay == 30  # the connection is held, then closed unanswered
+    arm.clock.now += 10
+    later = arm.put({"vm0": "Down", "vm1": "Down"}, if_match=etag)  # held too, 10 s behind the first
+    assert later.drop
+    read = arm.get()  # nothing of either shows: the pool as it was
+    assert read.body["etag"] == etag and _states(read) == {"vm0": "None", "vm1": "None"}
+    assert read.body["properties"]["provisioningState"] == "Succeeded"
+
+    arm.clock.now += 20  # the first reaches the pool: its If-Match holds, it applies
+    arm.azure.tick()
+    assert _states(arm.get()) == {"vm0": "Down", "vm1": "None"}
+    arm.clock.now += 11  # the second was sent against the same etag, which the first replaced
+    arm.azure.tick()
+    statuses = arm.azure.calls()["statuses"]
+    assert (statuses["pool_put dropped"], statuses["pool_put landed 200"], statuses["pool_put landed 412"]) == (2, 1, 1)
+    assert arm.pool()["effective"] == {"vm0": "Down", "vm1": "None"}
+
+
+def test_a_write_that_replaced_the_etag_fences_a_stalled_one(arm: Arm) -> None:
+    etag = arm.get().body["etag"]
+    arm.azure.add_fault("arm", "stalled_write", seconds=30)
+    assert arm.put({"vm0": "Down", "vm1": "None"}, if_match=etag).drop
+    assert arm.put({"vm0": "None", "vm1": "None"}, if_match=etag).status == 200  # same etag, not held
+    arm.clock.now += 31
+    arm.azure.tick()
+    assert arm.azure.calls()["statuses"]["pool_put landed 412"] == 1
+    assert arm.pool()["admin_states"] == arm.pool()["effective"] == {"vm0": "None", "vm1": "None"}
+
+
 # -- 2. 5xx after applying ---------------------------------------------------------------------------------
 
 
@@ -331,6 +368,8 @@ def test_permissions_need_a_token_and_an_api_version(arm: Arm) -> None:
 
 @pytest.mark.parametrize(("fields", "named"), [
     ({"target": "arm", "kind": "slow_operation"}, "seconds"),
+    ({"target": "arm", "kind": "stalled_write"}, "seconds"),
+    ({"target": "arm", "kind": "stalled_write", "seconds": 0}, "seconds"),
     ({"target": "arm", "kind": "operation_end"}, "end"),
     ({"target": "arm", "kind": "status_after_apply", "status": 501}, "status"),
     ({"target": "arm", "kind": "status_after_apply"}, "status"),

@@ -106,7 +106,7 @@ class ArmAnswer:
     """An HTTP answer: status, JSON body (None: empty) and headers.
 
     ``drop``: no answer at all, the server closes the connection (``status`` is then what was not sent, or 0);
-    ``delay``: the answer is sent only after that many seconds."""
+    ``delay``: the answer is sent (or the connection closed) only after that many seconds."""
 
     status: int
     body: Any = None

@@ -7,9 +7,13 @@ requests it applies to:
 * ``lost_answer``: the next PUT is applied, then no answer reaches the client (or only after ``seconds``);
 * ``status_after_apply``: the next PUT is applied, then answered 500, 502, 503 or 504;
 * ``slow_operation``: the operation of the next PUT takes ``seconds``;
-* ``operation_end``: the operation of the next PUT ends ``Failed`` or ``Canceled``.
+* ``operation_end``: the operation of the next PUT ends ``Failed`` or ``Canceled``;
+* ``stalled_write``: the next PUT reaches its pool only ``seconds`` later, and is handled then as if it had
+  just arrived (its ``If-Match`` judged against the pool as it is then); its client gets no answer.
 
-The last four are used up only by a PUT that is applied (one refused with 412, 409 or 429 leaves them)."""
+``lost_answer``, ``status_after_apply``, ``slow_operation`` and ``operation_end`` are used up only by a PUT
+that is applied (one refused with 412, 409 or 429 leaves them); ``stalled_write`` by the next PUT that
+passed authentication and throttling, before anything else is judged."""
 
 from __future__ import annotations
 
@@ -24,11 +28,13 @@ from coordinator.sim.errors import InvalidRequest
 __all__ = ["FAULT_KINDS", "OPERATION_ENDS", "_FaultsMixin"]
 
 FAULT_KINDS = ("status", "unreachable", "concurrent_write", "lost_answer", "status_after_apply", "slow_operation",
-               "operation_end")
+               "operation_end", "stalled_write")
 #: How an ``operation_end`` fault ends an operation (Azure's terminal states besides Succeeded).
 OPERATION_ENDS = ("Failed", "Canceled")
 _TOKEN_KINDS = ("status", "unreachable")
-_PUT_KINDS = ("concurrent_write", "lost_answer", "status_after_apply", "slow_operation", "operation_end")
+_PUT_KINDS = ("concurrent_write", "lost_answer", "status_after_apply", "slow_operation", "operation_end",
+              "stalled_write")
+_WITH_SECONDS = ("slow_operation", "stalled_write")
 _MAX_DELAY = 3600.0
 
 
@@ -45,7 +51,7 @@ class _FaultsMixin(_AzureState):
         # Another writer, a lost answer, a slow or failed operation matter only to a write: they wait for a PUT.
         verbs = ("PUT",) if kind in _PUT_KINDS else tuple(m.upper() for m in methods)
         fault = _Fault(target, kind, status, retry_after, count, verbs,
-                       seconds if kind == "slow_operation" else delay_seconds, end)
+                       seconds if kind in _WITH_SECONDS else delay_seconds, end)
         with self._lock:
             self._faults.append(fault)
         return self._fault_view(fault)
@@ -88,7 +94,7 @@ class _FaultsMixin(_AzureState):
         view: dict[str, Any] = {"target": fault.target, "kind": fault.kind, "status": fault.status,
                                 "retry_after": fault.retry_after, "count": fault.remaining,
                                 "methods": list(fault.methods)}
-        if fault.kind == "slow_operation":
+        if fault.kind in _WITH_SECONDS:
             view["seconds"] = fault.seconds
         elif fault.kind == "lost_answer":
             view["delay_seconds"] = fault.seconds
@@ -121,8 +127,11 @@ def _check_fault(target: str, kind: str, status: int | None, retry_after: int | 
     if kind == "slow_operation":
         if seconds is None or not math.isfinite(seconds) or seconds < 0:
             raise InvalidRequest("seconds: a slow_operation fault needs seconds, a finite number >= 0")
+    elif kind == "stalled_write":
+        if seconds is None or not 0 < seconds <= _MAX_DELAY:
+            raise InvalidRequest(f"seconds: a stalled_write fault needs seconds, from 0 (excluded) to {_MAX_DELAY:g}")
     elif seconds is not None:
-        raise InvalidRequest(f"seconds is only for slow_operation faults, not {kind}")
+        raise InvalidRequest(f"seconds is only for slow_operation and stalled_write faults, not {kind}")
     if delay_seconds is not None and (kind != "lost_answer" or not 0 < delay_seconds <= _MAX_DELAY):
         raise InvalidRequest(f"delay_seconds is only for lost_answer faults, from 0 (excluded) to {_MAX_DELAY:g}")
     if kind == "operation_end" and end not in OPERATION_ENDS:

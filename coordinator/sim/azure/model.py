@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -27,7 +28,17 @@ from coordinator.sim.azure.answers import (
 from coordinator.sim.azure.faults import _FaultsMixin
 from coordinator.sim.azure.identity import _IdentityMixin
 from coordinator.sim.azure.pools import _PoolsMixin
-from coordinator.sim.azure.records import _Bucket, _Fault, _Identity, _Limits, _Operation, _Pool, _Resource, _Token
+from coordinator.sim.azure.records import (
+    _Bucket,
+    _Fault,
+    _Identity,
+    _Limits,
+    _Operation,
+    _Pool,
+    _Resource,
+    _Stalled,
+    _Token,
+)
 from coordinator.sim.azure.resources import _ResourcesMixin
 from coordinator.sim.azure.throttle import _ThrottleMixin
 from coordinator.sim.errors import InvalidRequest
@@ -75,6 +86,7 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
         self._tokens: dict[str, _Token] = {}
         self._pools: dict[str, _Pool] = {}
         self._operations: dict[str, _Operation] = {}
+        self._stalled: list[_Stalled] = []
         self._faults: list[_Fault] = []
         self._calls: Counter[str] = Counter()
         self._statuses: Counter[str] = Counter()
@@ -187,6 +199,14 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
             # Another writer got in between this client's read and its write.
             pool.etag = _new_etag()
             pool.writes += 1
+        stall = self._take_fault("arm", "PUT", ("stalled_write",))
+        if stall is not None and stall.seconds is not None:
+            # Held on its way: nothing of it shows until it reaches the pool (``_PoolsMixin._land``); the
+            # connection is closed then, unanswered (a client that waited that long learns nothing either).
+            due = now + stall.seconds
+            self._stalled.append(_Stalled(due, pool.id, dict(headers), body, base_url))
+            self._stalled.sort(key=lambda s: s.due)
+            return dataclasses.replace(_dropped(), delay=stall.seconds)
         return self._put(pool, headers, body, base_url)
 
 

@@ -182,10 +182,26 @@ class _PoolsMixin(_FaultsMixin):
             return ArmAnswer(200, {"status": operation.outcome, "error": {"code": code, "message": message}})
         return ArmAnswer(200, {"status": "Succeeded"})
 
+    def _land(self) -> None:
+        """Hand every stalled PUT that is due to its pool, in the order they are due, as if it arrived now:
+        judged against the pool as it is (its ``If-Match`` above all), applied or refused. Nobody hears the
+        answer: it is counted (``pool_put landed {status}``) and logged."""
+        now = self._clock()
+        while self._stalled and self._stalled[0].due <= now:
+            stalled = self._stalled.pop(0)
+            pool = self._pools.get(stalled.pool_id.lower())
+            if pool is None:
+                continue
+            answer = self._put(pool, stalled.headers, stalled.body, stalled.base_url)
+            self._statuses[f"pool_put landed {answer.status}"] += 1
+            log.info("a stalled PUT reached pool %s: %s", pool.id.rsplit("/", 1)[-1], answer.status)
+
     def _settle(self) -> None:
-        """End every operation that is due, in the order they were accepted: the admin states of one that
-        succeeds become effective (the data plane); one that fails or is canceled changes nothing there. A
-        pool with no operation left is Succeeded again, or Failed if the last one to end did not succeed."""
+        """Land the stalled PUTs that are due, then end every operation that is due, in the order they were
+        accepted: the admin states of one that succeeds become effective (the data plane); one that fails or
+        is canceled changes nothing there. A pool with no operation left is Succeeded again, or Failed if the
+        last one to end did not succeed."""
+        self._land()
         now = self._clock()
         for operation in self._operations.values():
             if operation.done or operation.due > now:

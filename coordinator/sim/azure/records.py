@@ -15,7 +15,7 @@ from coordinator.sim.azure.answers import EffectiveChange, _new_etag
 from coordinator.sim.errors import InvalidRequest
 
 __all__ = ["_Address", "_AzureState", "_Bucket", "_Fault", "_Identity", "_Limits", "_Operation", "_Pool", "_Resource",
-           "_Token"]
+           "_Stalled", "_Token"]
 
 
 @dataclass
@@ -81,8 +81,20 @@ class _Fault:
     retry_after: int | None
     remaining: int | None
     methods: tuple[str, ...]
-    seconds: float | None = None  # slow_operation: how long; lost_answer: the delay (None: no answer at all)
+    # slow_operation: how long; stalled_write: how long the write is held; lost_answer: the delay (None: no answer)
+    seconds: float | None = None
     end: str | None = None  # operation_end: Failed or Canceled
+
+
+@dataclass(frozen=True)
+class _Stalled:
+    """A PUT held on its way (a ``stalled_write`` fault): it reaches its pool at ``due``, and is handled then."""
+
+    due: float
+    pool_id: str
+    headers: dict[str, str]
+    body: bytes
+    base_url: str
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,7 @@ class _AzureState:
     _tokens: dict[str, _Token]
     _pools: dict[str, _Pool]
     _operations: dict[str, _Operation]
+    _stalled: list[_Stalled]  # PUTs on their way to their pool, in the order they will reach it
     _faults: list[_Fault]
     _calls: Counter[str]
     _statuses: Counter[str]

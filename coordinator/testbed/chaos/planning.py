@@ -92,6 +92,8 @@ ARM_FAULTS: tuple[dict[str, Any], ...] = (
     {"target": "arm", "kind": "status_after_apply", "status": 502, "count": 2},
     {"target": "arm", "kind": "status_after_apply", "status": 504, "count": None},
     {"target": "arm", "kind": "slow_operation", "seconds": 12, "count": 1},  # past the action's 10 s deadline
+    # Every PUT of the window held on its way past the action's deadline, landing after the action gave up.
+    {"target": "arm", "kind": "stalled_write", "seconds": 14, "count": None},
     {"target": "arm", "kind": "operation_end", "end": "Failed", "count": 1},  # not applied, the pool left Failed
     {"target": "arm", "kind": "operation_end", "end": "Canceled", "count": 1},
     {"target": "arm", "kind": "unreachable", "count": None},  # every connection closed unanswered, the window
@@ -430,8 +432,9 @@ def _arm_items(seed: int, config: ChaosConfig) -> list[Step]:
 
 def arm_linger_seconds(body: dict[str, Any]) -> float:
     """How long the effects of the ARM fault ``body`` may outlast its clearing: a slow operation accepted in
-    its window goes on (and a later write of the pool ends behind it) for its ``seconds``; nothing else."""
-    return float(body.get("seconds") or 0.0) if body.get("kind") == "slow_operation" else 0.0
+    its window goes on (and a later write of the pool ends behind it) for its ``seconds``, and a write held in
+    its window lands that long after it was sent; nothing else."""
+    return float(body.get("seconds") or 0.0) if body.get("kind") in ("slow_operation", "stalled_write") else 0.0
 
 
 def describe_arm_stretch(stretch: dict[str, Any]) -> str:
