@@ -534,12 +534,31 @@ def _will_not_make_it(event: EventStatus, status: GroupStatus, read: GroupRead, 
     for vm in event.missing_acks:
         if vm in failed:
             return f" without an approval unless unblocked ({vm} has not acknowledged: {failed[vm]})"
+    behind = _behind_a_failing_drain(event, status, failed)
+    if behind is not None:
+        return f" without an approval unless unblocked ({behind}; fix or cancel that drain)"
     needed = _drain_left(event, read, policy)
     if needed is not None and needed[0] > left:
         seconds, vm = needed
         return (f", before it can be approved: {vm} needs {_span(seconds)} more to drain before it can "
                 f"acknowledge (drain.wait_seconds for a {event.type}: "
                 f"{policy.drain_wait_by_type.get(event.type, policy.drain_wait):g} s)")
+    return None
+
+
+def _behind_a_failing_drain(event: EventStatus, status: GroupStatus, failed: dict[str, str]) -> str | None:
+    """The chain that holds ``event`` for good in the budget: it waits to be admitted (or for the budget at
+    approval) while an admitted, unapproved event holds the budget and a VM of that one keeps failing its
+    drain, so that one is never acknowledged and never frees the budget. None when no such event holds it."""
+    if not any(blocked_reason(b.reason) in ("budget", "not_admitted") for b in event.blockers):
+        return None
+    for other in status.events:
+        if other.event_id == event.event_id or other.admitted_at is None or other.approval is not None:
+            continue
+        for vm in other.missing_acks:
+            if vm in failed:
+                return (f"held by the budget behind {other.type} {other.event_id}, whose drain on {vm} fails: "
+                        f"{failed[vm]}")
     return None
 
 

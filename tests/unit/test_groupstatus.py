@@ -348,6 +348,28 @@ def test_an_event_that_cannot_be_approved_before_its_not_before_needs_attention(
         f"Reboot {E2} starts in 15 min without an approval unless unblocked (vm9 runs no agent)"]
 
 
+def test_an_event_held_in_the_budget_behind_a_drain_that_keeps_failing_needs_attention_with_the_chain() -> None:
+    # A Reboot of vm2 holds the budget (one event at a time); vm2's drain fails (its HAProxy socket is
+    # missing), so it never acknowledges. A Freeze of the healthy vm0 waits behind it for its whole notice.
+    policy = Policy(max_events=1)
+    failing = "drain failed: haproxy: cannot connect to /run/haproxy/admin.sock: No such file or directory"
+    records = {"E-HAP": _record("E-HAP", ("vm2",), event_type="Reboot", not_before=NOW + 800, admitted=NOW - 60),
+               E1: _record(E1, ("vm0",), not_before=NOW + 600)}
+    agents = {"vm0": _agent("vm0", "serving"), "vm1": _agent("vm1", "serving"), "vm2": _agent("vm2", "draining")}
+    agents["vm2"] = AgentAnswer(agents["vm2"].url, body={**(agents["vm2"].body or {}), "action_error": failing})
+    out = {"vm2": OutMark(since=NOW - 60, events=("E-HAP",))}
+    status = build_status(_read(records, agents=agents, out=out), policy, "t")
+    assert _event(status, E1).state == "blocked"
+    held = [a for a in status.attention if a.event_id == E1]
+    assert [a.message for a in held] == [
+        f"Freeze {E1} starts in 10 min without an approval unless unblocked (held by the budget behind Reboot "
+        f"E-HAP, whose drain on vm2 fails: {failing}; fix or cancel that drain)"], status.attention
+    # Once vm2's drain works again, the Freeze follows when the Reboot is done: nothing to say about it.
+    agents["vm2"] = _agent("vm2", "draining")
+    assert [a for a in build_status(_read(records, agents=agents, out=out), policy, "t").attention
+            if a.event_id == E1] == []
+
+
 def test_an_unreachable_loopback_admin_is_not_called_stuck() -> None:
     agents = {vm: AgentAnswer("http://127.0.0.1:9110/status", error="answered as 'vm5'") for vm in ("vm0", "vm1")}
     status = build_status(_read({}, members=("vm0", "vm1"), leader="vm0", agents=agents), Policy(), "t")
