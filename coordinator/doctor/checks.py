@@ -256,6 +256,13 @@ def _read_members(ctx: Context) -> dict[str, dict[str, object]]:
         assert ctx.zookeeper is not None
         read = ctx.zookeeper.read()
         ctx.members = {vm: dict(read.member_info.get(vm, {})) for vm in sorted(read.view.members)}
+        ctx.registered = frozenset(read.view.known)
+        for key, record in sorted(read.view.records.items()):
+            if record.done_at is not None:
+                continue
+            for vm in record.resources:
+                if vm not in read.view.members:
+                    ctx.unattended.setdefault(vm, []).append(record.event_id or key)
     return ctx.members
 
 
@@ -336,7 +343,8 @@ def check_members(ctx: Context) -> Verdict:
         with ThreadPoolExecutor(max_workers=min(16, len(urls)), thread_name_prefix="doctor-probe") as pool:
             futures = {vm: pool.submit(_ask_probe, url, timeout) for vm, url in urls.items()}
             answers = {vm: future.result() for vm, future in futures.items()}
-    return members_verdict(me=me or None, version=__version__, members=members, answers=answers)
+    return members_verdict(me=me or None, version=__version__, members=members, answers=answers,
+                           unattended=ctx.unattended, registered=ctx.registered)
 
 
 def check_delivery(ctx: Context) -> Verdict:

@@ -78,6 +78,10 @@ class Context:
     cluster_exists: bool = False
     granted: float | None = None
     members: dict[str, dict[str, object]] | None = None
+    # Read with the members: each VM an open event record names that runs no agent -> those events, and
+    # every VM the group has seen (registered).
+    unattended: dict[str, list[str]] = field(default_factory=dict)
+    registered: frozenset[str] = frozenset()
     arm: ArmOptions = field(default_factory=ArmOptions)
     compute_resource_id: str | None = None  # IMDS compute.resourceId
     document: Document | None = None  # the Scheduled Events document the imds check read

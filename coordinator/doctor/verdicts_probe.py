@@ -5,7 +5,7 @@ advertised probes, whether those answer from this VM). Pure functions, no I/O.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -122,20 +122,29 @@ def members_verdict(
     version: str,
     members: Mapping[str, Mapping[str, object]],
     answers: Mapping[str, ProbeAnswer],
+    unattended: Mapping[str, Sequence[str]] | None = None,
+    registered: Collection[str] = (),
 ) -> Verdict:
     """The group's live members (vm -> member info), the agent version each runs against ``version`` (this
     installation's), whether each advertises a probe, and whether the peers' probes answer from this VM
-    (``answers``: vm -> what a GET of its advertised probe got)."""
+    (``answers``: vm -> what a GET of its advertised probe got). ``unattended``: each VM that an open event
+    record names and that runs no agent -> those events (``registered``: the VMs the group has seen)."""
+    unattended = {vm: list(ids) for vm, ids in sorted((unattended or {}).items()) if vm not in members}
     details: dict[str, Any] = {
         "members": {vm: {"version": info.get("version"), "probe": info.get("probe"),
                          "probe_answer": (answers[vm].status if vm in answers and answers[vm].error is None
                                           else (answers[vm].error if vm in answers else None))}
                     for vm, info in sorted(members.items())},
+        "named_without_agent": unattended,
     }
     if not members:
         return Verdict(Status.WARN, "no live member in the group", "start the agents, then run coordinator doctor "
                        "again", details)
     problems: list[str] = []
+    if unattended:
+        problems.append("named by an open event but running no agent: " + ", ".join(
+            f"{vm} ({', '.join(ids)}{'' if vm in registered else '; never seen in this group'})"
+            for vm, ids in unattended.items()))
     versions = {vm: str(info.get("version") or "unknown") for vm, info in members.items()}
     other = sorted(vm for vm, v in versions.items() if v != version)
     if other:
@@ -151,6 +160,9 @@ def members_verdict(
     listed = ", ".join(f"{vm} {versions[vm]}" for vm in sorted(members))
     if problems:
         fixes = []
+        if unattended:
+            fixes.append(f"start the agent on {', '.join(unattended)} (until then nothing drains it and those events "
+                         "are not approved early: they start at NotBefore)")
         if other:
             fixes.append("finish the rolling upgrade so every agent runs one version")
         if no_probe:

@@ -108,6 +108,25 @@ def test_doctor_on_a_vm_of_a_healthy_group_passes_all_but_its_loopback_probe(gro
     assert abs(checks["clock"]["details"]["offset_seconds"]) < 5
 
 
+def test_doctor_on_a_peer_warns_of_a_vm_named_by_an_open_event_whose_agent_is_stopped(group: LocalCluster) -> None:
+    group.stop_agent("vm1")
+    assert group.sim is not None
+    event = group.sim.schedule("Reboot", ["vm1"], not_before_in=900)
+    members: dict[str, object] = {}
+
+    def warned() -> bool:  # once vm0 has published the Reboot's record
+        nonlocal members
+        run = doctor(group.agents["vm0"].config_path, "--json")
+        members = {c["name"]: c for c in json.loads(run.stdout)["checks"]}["members"]
+        return members["status"] == "WARN"
+
+    group.wait(warned, 40, "the members check warns")
+    assert f"named by an open event but running no agent: vm1 ({event['event_id']})" in str(members["summary"])
+    assert "start the agent on vm1" in str(members["fix"])
+    details = members["details"]
+    assert isinstance(details, dict) and details["named_without_agent"] == {"vm1": [event["event_id"]]}
+
+
 def test_doctor_fails_an_unreachable_zookeeper_and_a_clock_two_minutes_behind(
     tmp_path: Path, imds_sim: SimulatorFactory
 ) -> None:

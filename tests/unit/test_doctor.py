@@ -367,6 +367,20 @@ def test_members_of_another_version_or_without_a_probe_or_unreachable_warn() -> 
     assert "rolling upgrade" in verdict.fix and "open the probe port" in verdict.fix
 
 
+def test_a_vm_named_by_an_open_event_that_runs_no_agent_warns_on_any_member() -> None:
+    verdict = members_verdict(me="vm0", version="1.0", members={"vm0": _member(), "vm1": _member()},
+                              answers={"vm1": SERVING}, unattended={"vm2": ["E-REBOOT"], "vm7": ["E-FREEZE"]},
+                              registered={"vm0", "vm1", "vm2"})
+    assert verdict.status is Status.WARN
+    assert ("named by an open event but running no agent: vm2 (E-REBOOT), vm7 (E-FREEZE; never seen in this "
+            "group)") in verdict.summary
+    assert "start the agent on vm2, vm7" in verdict.fix
+    assert verdict.details["named_without_agent"] == {"vm2": ["E-REBOOT"], "vm7": ["E-FREEZE"]}
+    # A member named by an open event is attended: nothing to say.
+    assert members_verdict(me="vm0", version="1.0", members={"vm0": _member()}, answers={},
+                           unattended={"vm0": ["E"]}).status is Status.PASS
+
+
 def test_no_member_warns() -> None:
     assert members_verdict(me=None, version="1.0", members={}, answers={}).status is Status.WARN
 
