@@ -274,6 +274,13 @@ class Metrics:
             "coordinator_zookeeper_connection_state", "1 for the current ZooKeeper connection state",
             ["state"], registry=registry,
         )
+        self._connected = False  # as the last set_connection said
+        self.disconnects = Counter(
+            "coordinator_zookeeper_disconnects_total",
+            "Times this agent's ZooKeeper connection left the connected state (suspended or lost), as its "
+            "cycles saw it: an outage too short to fire CoordinatorZooKeeperDisconnected still counts",
+            registry=registry,
+        )
         self.session_losses = Counter(
             "coordinator_zookeeper_session_losses_total",
             "ZooKeeper sessions of this agent that ended (expired or lost) while it ran", registry=registry,
@@ -356,6 +363,10 @@ class Metrics:
         self.next_not_before.set(float("nan"))
 
     def set_connection(self, current: ConnectionState) -> None:
+        connected = current is ConnectionState.CONNECTED
+        if self._connected and not connected:
+            self.disconnects.inc()
+        self._connected = connected
         for state in ConnectionState:
             self.zk_state.labels(state.value).set(1 if state is current else 0)
 

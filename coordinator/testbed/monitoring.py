@@ -78,7 +78,8 @@ class _Daemon:
 class LocalAlertmanager(_Daemon):
     """Alertmanager delivering alerts to ``webhook_url``: every alert at once (group_wait 0 s), or, given
     ``routing`` (an Alertmanager configuration), as its routes and inhibit rules say, every receiver it
-    names sending to the webhook instead. Resolved alerts are not sent."""
+    names sending to the webhook instead, resolved alerts too where that receiver sends them (its first
+    webhook's ``send_resolved``). Without ``routing``, resolved alerts are not sent."""
 
     binary = ALERTMANAGER
     what = "Debian's prometheus-alertmanager package"
@@ -93,8 +94,13 @@ class LocalAlertmanager(_Daemon):
         webhook = {"webhook_configs": [{"url": self.webhook_url, "send_resolved": False}]}
         if self.routing is not None:
             config = copy.deepcopy(dict(self.routing))
-            names = sorted({str(r["name"]) for r in config.get("receivers", [])})
-            config["receivers"] = [{"name": name, **webhook} for name in names]
+            receivers = []
+            for receiver in sorted(config.get("receivers", []), key=lambda r: str(r["name"])):
+                hooks = receiver.get("webhook_configs") or [{}]
+                resolved = bool(hooks[0].get("send_resolved", True))
+                receivers.append({"name": str(receiver["name"]),
+                                  "webhook_configs": [{"url": self.webhook_url, "send_resolved": resolved}]})
+            config["receivers"] = receivers
             return config
         return {
             "route": {"receiver": "webhook", "group_by": ["alertname", "cluster", "vm"],

@@ -161,6 +161,7 @@ def test_a_zookeeper_outage_pages_once_for_the_group_and_not_for_its_missing_lea
     (tmp_path / "alerts.yml").write_text(rules)
     no_leader_for = _seconds(rules, "for", "alert: CoordinatorNoLeader")
     group_wait = _seconds(routing, "group_wait", "route:")
+    resolve_within = _seconds(routing, "group_interval", 'alertname="CoordinatorZooKeeperDisconnected"')
     alertmanager = LocalAlertmanager(tmp_path / "alertmanager", receiver.url, routing=yaml.safe_load(routing))
     prometheus = LocalPrometheus(
         tmp_path / "prometheus",
@@ -190,7 +191,13 @@ def test_a_zookeeper_outage_pages_once_for_the_group_and_not_for_its_missing_lea
         zk.start()
         _wait(lambda: len(prometheus.query(connected)) == 3 and bool(prometheus.query(leader)), 90,
               "the agents to reconnect and a leader again", lambda: prometheus.query("coordinator_is_leader"))
-        # Whatever was firing is resolved on both sides: anything to deliver about the outage has been.
+        back = time.monotonic()
+        # The page is resolved within its route's group_interval of the agents reconnecting, not minutes on.
+        _wait(lambda: any(n.get("status") == "resolved" for n in receiver.notifications), 3 * resolve_within + 30,
+              "Alertmanager to deliver the resolution",
+              lambda: f"prometheus alerts: {prometheus.alerts()}\nalertmanager: {alertmanager.alerts()}")
+        resolved_after = time.monotonic() - back
+        # Whatever was firing is resolved on both sides, and the outage, paged, is not ticketed as well.
         _wait(lambda: not prometheus.alerts() and not alertmanager.alerts(), 60,
               "every alert resolved in Prometheus and Alertmanager",
               lambda: f"prometheus alerts: {prometheus.alerts()}\nalertmanager: {alertmanager.alerts()}")
@@ -199,10 +206,59 @@ def test_a_zookeeper_outage_pages_once_for_the_group_and_not_for_its_missing_lea
         alertmanager.stop()
 
     notifications = list(receiver.notifications)
-    assert [_names(n) for n in notifications] == [{"CoordinatorZooKeeperDisconnected"}], notifications
-    [page] = notifications
+    assert {name for n in notifications for name in _names(n)} == {"CoordinatorZooKeeperDisconnected"}, notifications
+    page, *later = notifications
+    assert page["status"] == "firing"
     assert sorted(a["labels"]["vm"] for a in page["alerts"]) == ["vm0", "vm1", "vm2"]  # one page for the group
     assert {a["labels"]["cluster"] for a in page["alerts"]} == {cluster.cluster}
+    assert [n["status"] for n in later][-1:] == ["resolved"], later
+    assert resolved_after < 2 * resolve_within + 15, f"resolved {resolved_after:.1f} s after the agents reconnected"
+
+
+def test_a_zookeeper_outage_shorter_than_the_pages_minute_is_one_ticket_once_the_agents_are_back(
+    make_cluster: ClusterFactory, zk_server_factory: Callable[[], LocalZooKeeper], receiver: Receiver,
+    tmp_path: Path,
+) -> None:
+    zk = zk_server_factory()
+    cluster = make_cluster(zk_hosts=zk.hosts)
+    rules, routing = _scaled(RULES.read_text()), _scaled(ALERTMANAGER.read_text())
+    (tmp_path / "alerts.yml").write_text(rules)
+    page_for = _seconds(rules, "for", "alert: CoordinatorZooKeeperDisconnected")
+    alertmanager = LocalAlertmanager(tmp_path / "alertmanager", receiver.url, routing=yaml.safe_load(routing))
+    prometheus = LocalPrometheus(
+        tmp_path / "prometheus",
+        [Scraped(agent.admin_url.removeprefix("http://"), vm, cluster.cluster) for vm, agent in cluster.agents.items()],
+        [tmp_path / "alerts.yml"], alertmanager="", interval=f"{15000 // SCALE}ms",
+    )
+    connected = 'coordinator_zookeeper_connection_state{state="connected"} == 1'
+    try:
+        alertmanager.start()
+        prometheus.alertmanager = f"127.0.0.1:{alertmanager.port}"
+        prometheus.start()
+        _wait(lambda: len(prometheus.query(connected)) == 3, 30, "Prometheus to see every agent connected",
+              lambda: prometheus.query("up"))
+        _wait(lambda: len(prometheus.query("coordinator_zookeeper_disconnects_total == 0")) == 3, 10,
+              "a first sample of every agent's disconnections")
+
+        zk.kill()
+        _wait(lambda: len(prometheus.query("coordinator_zookeeper_disconnects_total > 0")) == 3, page_for / 2,
+              "Prometheus to see every agent's disconnection")
+        zk.start()
+        _wait(lambda: len(prometheus.query(connected)) == 3, 60, "the agents to reconnect",
+              lambda: prometheus.query("coordinator_zookeeper_connection_state"))
+        _wait(lambda: any(_names(n) == {"CoordinatorZooKeeperInterrupted"} for n in receiver.notifications), 60,
+              "Alertmanager to deliver CoordinatorZooKeeperInterrupted",
+              lambda: f"prometheus alerts: {prometheus.alerts()}\nalertmanager: {alertmanager.alerts()}")
+        time.sleep(page_for)  # long enough for a page that was pending to have fired
+    finally:
+        prometheus.stop()
+        alertmanager.stop()
+
+    notifications = list(receiver.notifications)
+    assert {name for n in notifications for name in _names(n)} == {"CoordinatorZooKeeperInterrupted"}, notifications
+    ticket = notifications[0]
+    assert sorted(a["labels"]["vm"] for a in ticket["alerts"]) == ["vm0", "vm1", "vm2"]  # one for the group
+    assert {a["labels"]["severity"] for a in ticket["alerts"]} == {"info"}
 
 
 def _names(notification: dict[str, Any]) -> set[str]:

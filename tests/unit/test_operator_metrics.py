@@ -220,6 +220,24 @@ def test_zookeeper_session_losses_are_counted_even_when_the_loop_never_saw_lost(
     assert value(bench.vms["vm1"], "coordinator_zookeeper_session_losses_total") == 0
 
 
+def test_a_zookeeper_disconnection_is_counted_each_time_the_connection_leaves_connected(tmp_path: Path) -> None:
+    bench = three(tmp_path)
+    bench.run(3)
+    vm0 = bench.vms["vm0"]
+    assert value(vm0, "coordinator_zookeeper_disconnects_total") == 0  # exported at 0 from the start
+    vm0.store.partition()  # suspended: one disconnection, however many cycles it lasts
+    bench.run(3)
+    assert value(vm0, "coordinator_zookeeper_disconnects_total") == 1
+    vm0.store.heal()
+    bench.run(2)
+    vm0.store.partition()
+    bench.run(1)
+    vm0.store.heal()
+    bench.run(2)
+    assert value(vm0, "coordinator_zookeeper_disconnects_total") == 2
+    assert value(bench.vms["vm1"], "coordinator_zookeeper_disconnects_total") == 0
+
+
 def test_last_completed_cycle_is_a_unix_time(tmp_path: Path) -> None:
     bench = three(tmp_path)
     bench.run(1)
