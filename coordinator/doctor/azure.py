@@ -36,7 +36,8 @@ __all__ = ["ArmOptions", "AzureSeen", "check_approve", "check_azure", "check_pro
            "check_spot", "check_terminate", "scope_of"]
 
 NETWORK_API_VERSION = "2023-09-01"
-COMPUTE_API_VERSION = "2024-07-01"
+# The first Compute api-version with every field of scheduledEventsPolicy (allInstancesDown among them).
+COMPUTE_API_VERSION = "2025-04-01"
 DEFAULT_ARM_URL = "https://management.azure.com"
 _SCALE_SET_VM = re.compile(r"^(?P<ss>/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Compute/"
                            r"virtualMachineScaleSets/[^/]+)/virtualMachines/[^/]+$", re.IGNORECASE)
@@ -150,13 +151,19 @@ def check_azure(ctx: Context) -> Verdict:
                     seen.load_balancers[match.group("lb").lower()] = body
         if seen.vm_id:
             seen.vm = read(seen.vm_id, COMPUTE_API_VERSION)
+            availability_set = _get(seen.vm, "properties", "availabilitySet", "id")
+            if isinstance(availability_set, str) and availability_set:
+                seen.availability_set_id = availability_set
+                seen.availability_set = read(availability_set, COMPUTE_API_VERSION)
     finally:
         client.close()
         identity.close()
     ctx.azure = seen
     read_names = [f"load balancer {body.get('name') or _short(i)}" for i, body in seen.load_balancers.items()] + \
         [f"{what} {_short(i)}" for what, i, body in (("scale set", seen.scale_set_id, seen.scale_set),
-                                                      ("VM", seen.vm_id, seen.vm)) if i and body]
+                                                      ("VM", seen.vm_id, seen.vm),
+                                                      ("availability set", seen.availability_set_id,
+                                                       seen.availability_set)) if i and body]
     details = {"arm_url": arm_url, "identity": who, "read": read_names, "errors": seen.errors}
     if seen.errors:
         role = " (the role is missing: 403)" if 403 in refused else ""
@@ -351,10 +358,27 @@ def check_approve(ctx: Context) -> Verdict:
     name, body, skipped = _compute(ctx)
     if skipped is not None:
         return skipped
-    policy = _get(body, "properties", "scheduledEventsPolicy") or {}
-    return auto_approve_verdict(reboot=_get(policy, "userInitiatedReboot", "automaticallyApprove") is True,
-                                redeploy=_get(policy, "userInitiatedRedeploy", "automaticallyApprove") is True,
-                                resource=name)
+    assert ctx.azure is not None
+    seen = ctx.azure
+    # One policy for every VM of a set: a VM in an availability set is judged by the set's (and its own).
+    policies = [_get(body, "properties", "scheduledEventsPolicy") or {}]
+    if seen.scale_set is None and seen.availability_set is not None:
+        policies.append(_get(seen.availability_set, "properties", "scheduledEventsPolicy") or {})
+        name = f"{name} in availability set {_short(seen.availability_set_id or '')}"
+
+    def setting(key: str) -> bool | None:
+        values = [_get(policy, key, "automaticallyApprove") for policy in policies]
+        return True if True in values else False if False in values else None
+
+    if seen.scale_set is not None:
+        command = f"az vmss update --ids {seen.scale_set_id}"
+    elif seen.availability_set is not None:
+        command = f"az vm availability-set update --ids {seen.availability_set_id}"
+    else:
+        command = f"az vm update --ids {seen.vm_id}"
+    return auto_approve_verdict(reboot=setting("userInitiatedReboot") is True,
+                                redeploy=setting("userInitiatedRedeploy") is True,
+                                all_down=setting("allInstancesDown"), resource=name, command=command)
 
 
 def check_spot(ctx: Context) -> Verdict:

@@ -47,8 +47,10 @@ class AzureSeen:
     load_balancers: dict[str, dict[str, Any]] = field(default_factory=dict)
     scale_set: dict[str, Any] | None = None
     vm: dict[str, Any] | None = None
+    availability_set: dict[str, Any] | None = None  # the VM's, when it is in one
     scale_set_id: str | None = None
     vm_id: str | None = None
+    availability_set_id: str | None = None
     errors: list[str] = field(default_factory=list)
 
 

@@ -200,22 +200,35 @@ def terminate_verdict(*, enabled: bool | None, not_before_timeout: str | None, d
                    details=details)
 
 
-def auto_approve_verdict(*, reboot: bool | None, redeploy: bool | None, resource: str) -> Verdict:
-    """``scheduledEventsPolicy``: ``userInitiatedReboot`` / ``userInitiatedRedeploy`` with
-    ``automaticallyApprove`` true make Azure approve those events itself: the Scheduled phase never
-    appears, so nothing drains before a user-initiated reboot or redeploy (WARN)."""
-    details = {"user_initiated_reboot": reboot, "user_initiated_redeploy": redeploy, "resource": resource}
+def auto_approve_verdict(*, reboot: bool | None, redeploy: bool | None, resource: str,
+                         all_down: bool | None = None, command: str = "az vmss update --name NAME "
+                         "--resource-group RG") -> Verdict:
+    """``scheduledEventsPolicy`` of the scale set, availability set or VM (``resource``):
+    ``userInitiatedReboot`` / ``userInitiatedRedeploy`` with ``automaticallyApprove`` true make Azure
+    approve those events itself, so they appear as Started with no Scheduled phase and hit a serving VM:
+    FAIL, with the ``command`` (``az vmss update ...``, ``az vm update ...``) that turns each off.
+    ``allInstancesDown.automaticallyApprove`` (``all_down``; absent means Azure's default, true) lets Azure
+    start an event at once when it judges every instance down, when no agent runs to approve it: said on
+    the PASS line; false warns, since such an event then waits its whole notice with nothing serving."""
+    details = {"user_initiated_reboot": reboot, "user_initiated_redeploy": redeploy,
+               "all_instances_down": all_down, "resource": resource}
     auto = [name for name, on in (("reboot", reboot), ("redeploy", redeploy)) if on]
-    if not auto:
-        return Verdict(Status.PASS, f"{resource}: user-initiated reboots and redeploys wait for approval (no "
-                       "automaticallyApprove)", details=details)
-    listed = " and ".join(f"user-initiated {name}s" for name in auto)
-    settings = " and ".join(f"scheduledEventsPolicy.userInitiated{name.capitalize()}.automaticallyApprove=false"
+    if auto:
+        listed = " and ".join(f"user-initiated {name}s" for name in auto)
+        settings = " ".join(f"scheduledEventsPolicy.userInitiated{name.capitalize()}.automaticallyApprove=false"
                             for name in auto)
-    return Verdict(Status.WARN, f"{resource}: {listed} are approved automatically: their events never appear as "
-                   "Scheduled, so no drain happens before them",
-                   f"set {settings} (az vmss update / az vm update --set ...), or drain by hand before such a restart",
-                   details)
+        return Verdict(Status.FAIL, f"{resource}: {listed} are approved by Azure at once: their events appear as "
+                       "Started with no Scheduled phase, so nothing drains and they hit a VM while it serves",
+                       f"{command} --set {settings}", details)
+    down = ("Azure starts an event at once when it judges every instance down (allInstancesDown, the default)"
+            if all_down is not False else "")
+    if all_down is False:
+        return Verdict(Status.WARN, f"{resource}: user-initiated reboots and redeploys wait for approval, but "
+                       "allInstancesDown.automaticallyApprove is false: an event while every instance is down (no "
+                       "agent left to approve it) waits its whole notice with nothing serving",
+                       f"{command} --set scheduledEventsPolicy.allInstancesDown.automaticallyApprove=true", details)
+    return Verdict(Status.PASS, f"{resource}: user-initiated reboots and redeploys wait for approval (no "
+                   f"automaticallyApprove); {down}", details=details)
 
 
 def spot_verdict(*, priority: str | None, resource: str) -> Verdict:

@@ -255,6 +255,10 @@ class SimControl:
         ``health_probe``, ``health_extension``, ``location``)."""
         return self._call("POST", "/arm/scalesets", json={"id": scale_set_id, **settings})
 
+    def add_availability_set(self, availability_set_id: str, **settings: Any) -> dict[str, Any]:
+        """An availability set in the simulated ARM (``scheduled_events_policy``)."""
+        return self._call("POST", "/arm/availabilitysets", json={"id": availability_set_id, **settings})
+
     def add_vm_resource(self, vm_id: str, **settings: Any) -> dict[str, Any]:
         """A virtual machine (``priority``, ``scheduled_events_policy``, ``availability_set``, ``location``)."""
         return self._call("POST", "/arm/vms", json={"id": vm_id, **settings})

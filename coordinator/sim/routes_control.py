@@ -16,6 +16,7 @@ from coordinator.sim.lb_haproxy import HAProxyDataPlane
 from coordinator.sim.routes_common import _Handler
 from coordinator.sim.schema import (
     ArmSettingsRequest,
+    AvailabilitySetRequest,
     AzureFaultRequest,
     FaultRequest,
     IdentityRequest,
@@ -155,6 +156,8 @@ def _azure_route(
             return lambda q, b: (201, azure.add_load_balancer(**_fields(LoadBalancerRequest, b)))
         case "POST", ["arm", "scalesets"]:
             return lambda q, b: (201, azure.add_scale_set(**_fields(ScaleSetRequest, b)))
+        case "POST", ["arm", "availabilitysets"]:
+            return lambda q, b: (201, azure.add_availability_set(**_fields(AvailabilitySetRequest, b)))
         case "POST", ["arm", "vms"]:
             return lambda q, b: (201, azure.add_vm(**_fields(VmResourceRequest, b)))
         case "GET", ["arm", "resources"]:

@@ -276,6 +276,18 @@ class ScaleSetRequest(Request):
                 **{k: v for k, v in self.model_dump().items() if k not in ("scale_set_id", "location")}}
 
 
+class AvailabilitySetRequest(Request):
+    """``POST /arm/availabilitysets``: an availability set by resource id, with its ``scheduled_events_policy``."""
+
+    availability_set_id: StrictStr = Field(alias="id")
+    location: StrictStr = "westeurope"
+    scheduled_events_policy: dict[str, Any] | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {"availability_set_id": self.availability_set_id, "location": self.location,
+                "scheduled_events_policy": self.scheduled_events_policy}
+
+
 class VmResourceRequest(Request):
     """``POST /arm/vms``: a virtual machine (not of a scale set) by resource id."""
 

@@ -737,6 +737,13 @@ def test_the_vms_and_outputs(data: dict[str, Any], ssh_key: dict[str, str]) -> N
                  if s["name"] == template.variable("appAvailabilitySetName")]
     assert app_set["properties"]["platformFaultDomainCount"] == template.parameters["platformFaultDomainCount"]
     assert app_set["properties"]["platformUpdateDomainCount"] == template.parameters["platformUpdateDomainCount"]
+    # What the agents need of the platform: user reboots and redeploys wait for their approval, and an event
+    # while every instance is down (no agent left to approve) starts at once (doctor's azure-approve).
+    assert app_set["properties"]["scheduledEventsPolicy"] == {
+        "userInitiatedReboot": {"automaticallyApprove": False},
+        "userInitiatedRedeploy": {"automaticallyApprove": False},
+        "allInstancesDown": {"automaticallyApprove": True}}
+    assert app_set["apiVersion"] >= "2025-04-01"  # the first Compute api-version with every field of the policy
     outputs = data["outputs"]
     assert set(outputs) == {"loadBalancerFrontend", "loadBalancerFrontendPort", "appVmNames", "zookeeperVmNames",
                             "zookeeperHosts"}

@@ -21,6 +21,9 @@ POOL = f"{LB}/backendAddressPools/web-pool"
 SCALE_SET = f"{SUB}/Microsoft.Compute/virtualMachineScaleSets/web"  # what IMDS's compute.resourceId names
 BAD_SCALE_SET = f"{SUB}/Microsoft.Compute/virtualMachineScaleSets/batch"
 AVSET_VM = f"{SUB}/Microsoft.Compute/virtualMachines/spot-vm"
+AVSET = f"{SUB}/Microsoft.Compute/availabilitySets/avset-web"
+LAX_AVSET = f"{SUB}/Microsoft.Compute/availabilitySets/avset-lax"  # auto-approves user redeploys
+LAX_AVSET_VM = f"{SUB}/Microsoft.Compute/virtualMachines/lax-vm"
 SKIP = ("--skip", "zookeeper,zookeeper-acl,session-timeout,probe,members")  # no ZooKeeper here: ARM only
 AZURE = ["azure", "azure-probe", "azure-repairs", "azure-terminate", "azure-approve", "azure-spot"]
 
@@ -60,7 +63,13 @@ def _setup(sim: RunningSimulator, probe_port: int) -> None:
     control.add_scale_set(BAD_SCALE_SET, automatic_repairs={"enabled": True, "grace_period": "PT10M"},
                           health_probe=f"{LB}/probes/drain-probe", priority="Spot",
                           scheduled_events_policy={"user_initiated_reboot": True})
-    control.add_vm_resource(AVSET_VM, priority="Spot", scheduled_events_policy={"user_initiated_redeploy": False})
+    control.add_availability_set(AVSET, scheduled_events_policy={"user_initiated_reboot": False,
+                                                                 "all_instances_down": True})
+    control.add_vm_resource(AVSET_VM, priority="Spot", scheduled_events_policy={"user_initiated_redeploy": False},
+                            availability_set=AVSET)
+    control.add_availability_set(LAX_AVSET, scheduled_events_policy={"user_initiated_redeploy": True,
+                                                                     "all_instances_down": False})
+    control.add_vm_resource(LAX_AVSET_VM, availability_set=LAX_AVSET)
     # Network Contributor on the load balancer (the azure-lb action) and Reader (doctor).
     control.set_role("web_0", roles=["network-contributor", "reader"])
 
@@ -103,8 +112,11 @@ def test_a_ten_minute_repair_grace_on_the_drain_probe_fails_and_spot_warns(
         in repairs["summary"]
     assert "gracePeriod=PT20M" in repairs["fix"]
     assert checks["azure-spot"]["status"] == "WARN" and "Preempt with 30 s of notice" in checks["azure-spot"]["summary"]
-    assert checks["azure-approve"]["status"] == "WARN" and "user-initiated reboots are approved automatically" \
-        in checks["azure-approve"]["summary"]
+    approve = checks["azure-approve"]
+    assert approve["status"] == "FAIL" and "user-initiated reboots are approved by Azure at once" \
+        in approve["summary"] and "hit a VM while it serves" in approve["summary"], approve
+    assert approve["fix"] == (f"az vmss update --ids {BAD_SCALE_SET} --set "
+                              "scheduledEventsPolicy.userInitiatedReboot.automaticallyApprove=false")
     terminate = checks["azure-terminate"]
     assert terminate["status"] == "WARN" and "terminate notifications are off" in terminate["summary"]
     assert checks["azure"]["status"] == "PASS" and checks["azure-probe"]["status"] == "PASS"
@@ -118,7 +130,25 @@ def test_an_availability_set_vm_has_no_scale_set_checks_and_spot_warns(tmp_path:
     assert (found["azure-repairs"], found["azure-terminate"]) == ("SKIP", "SKIP"), run.stdout
     assert "not a scale set" in _lines(run.stdout)["azure-repairs"]
     assert (found["azure-approve"], found["azure-spot"]) == ("PASS", "WARN"), run.stdout
+    approve = _lines(run.stdout)["azure-approve"]
+    assert "in availability set avset-web" in approve and "allInstancesDown, the default" in approve, approve
     assert run.returncode == 1
+
+
+def test_an_availability_set_that_auto_approves_redeploys_fails_its_vm_and_says_how_to_turn_it_off(
+    tmp_path: Path, sim: RunningSimulator,
+) -> None:
+    probe_port = free_port()
+    _setup(sim, probe_port)
+    run = doctor(_config(tmp_path, sim, probe_port), *SKIP, "--resource-id", LAX_AVSET_VM, "--json")
+    checks = {c["name"]: c for c in json.loads(run.stdout)["checks"]}
+    approve = checks["azure-approve"]
+    assert approve["status"] == "FAIL", approve
+    assert "availability set avset-lax: user-initiated redeploys are approved by Azure at once" in approve["summary"]
+    assert approve["fix"] == (f"az vm availability-set update --ids {LAX_AVSET} --set "
+                              "scheduledEventsPolicy.userInitiatedRedeploy.automaticallyApprove=false")
+    assert approve["details"]["all_instances_down"] is False
+    assert run.returncode == 2
 
 
 def test_without_the_reader_role_doctor_says_so_and_passes_nothing_it_did_not_read(

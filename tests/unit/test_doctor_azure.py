@@ -160,12 +160,23 @@ def test_os_image_notifications_are_reported() -> None:
     assert "OS image notifications on (PT15M)" in verdict.summary
 
 
-def test_automatic_approvals_warn_and_name_the_setting() -> None:
-    assert auto_approve_verdict(reboot=False, redeploy=None, resource="scale set web").status is Status.PASS
-    verdict = auto_approve_verdict(reboot=True, redeploy=True, resource="scale set web")
-    assert verdict.status is Status.WARN and "never appear as Scheduled" in verdict.summary
-    assert "userInitiatedReboot.automaticallyApprove=false" in verdict.fix
-    assert "userInitiatedRedeploy.automaticallyApprove=false" in verdict.fix
+def test_automatic_approvals_fail_and_say_how_to_turn_them_off() -> None:
+    passed = auto_approve_verdict(reboot=False, redeploy=None, resource="scale set web")
+    assert passed.status is Status.PASS and "allInstancesDown, the default" in passed.summary
+    verdict = auto_approve_verdict(reboot=True, redeploy=True, resource="scale set web",
+                                   command="az vmss update --ids ID")
+    assert verdict.status is Status.FAIL and "appear as Started with no Scheduled phase" in verdict.summary
+    assert verdict.fix == ("az vmss update --ids ID --set scheduledEventsPolicy.userInitiatedReboot."
+                           "automaticallyApprove=false scheduledEventsPolicy.userInitiatedRedeploy.automaticallyApprove"
+                           "=false")
+
+
+def test_all_instances_down_turned_off_warns_that_such_an_event_waits_its_notice() -> None:
+    verdict = auto_approve_verdict(reboot=False, redeploy=False, all_down=False, resource="VM vm0",
+                                   command="az vm update --ids ID")
+    assert verdict.status is Status.WARN and "waits its whole notice with nothing serving" in verdict.summary
+    assert verdict.fix == "az vm update --ids ID --set scheduledEventsPolicy.allInstancesDown.automaticallyApprove=true"
+    assert auto_approve_verdict(reboot=False, redeploy=False, all_down=True, resource="VM vm0").status is Status.PASS
 
 
 @pytest.mark.parametrize(("priority", "status"), [(None, Status.PASS), ("Regular", Status.PASS),

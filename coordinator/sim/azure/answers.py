@@ -15,6 +15,7 @@ __all__ = [
     "ARM_API_VERSIONS",
     "ARM_RESOURCES",
     "AUTHORIZATION_API_VERSIONS",
+    "AVAILABILITY_SET_ID",
     "COMPUTE_API_VERSIONS",
     "IDENTITY_API_VERSIONS",
     "LB_ID",
@@ -42,7 +43,7 @@ IDENTITY_API_VERSIONS = ("2018-02-01", "2019-08-01")
 #: api-versions of Microsoft.Network the simulated ARM accepts (backend address admin state is in all).
 ARM_API_VERSIONS = ("2023-09-01", "2023-11-01", "2024-01-01", "2024-03-01", "2024-05-01")
 #: api-versions of Microsoft.Compute the simulated ARM accepts (``scheduledEventsPolicy`` is in all).
-COMPUTE_API_VERSIONS = ("2024-03-01", "2024-07-01", "2024-11-01")
+COMPUTE_API_VERSIONS = ("2024-03-01", "2024-07-01", "2024-11-01", "2025-04-01")
 #: api-versions of Microsoft.Authorization (``permissions``) the simulated ARM accepts.
 AUTHORIZATION_API_VERSIONS = ("2015-07-01", "2022-04-01")
 ADMIN_STATES = ("None", "Up", "Down")
@@ -68,6 +69,11 @@ _PROBE = re.compile(
 SCALE_SET_ID = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/"
     r"virtualMachineScaleSets/(?P<name>[^/]+)$",
+    re.IGNORECASE,
+)
+AVAILABILITY_SET_ID = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/"
+    r"availabilitySets/(?P<name>[^/]+)$",
     re.IGNORECASE,
 )
 VM_ID = re.compile(
@@ -144,13 +150,16 @@ def _new_etag() -> str:
 
 
 def _resource_kind(path: str) -> str | None:
-    """Which read-only resource a path names: ``lb``, ``probe``, ``scale_set``, ``vm``, or None."""
+    """Which read-only resource a path names: ``lb``, ``probe``, ``scale_set``, ``availability_set``, ``vm``,
+    or None."""
     if LB_ID.match(path):
         return "lb"
     if _PROBE.match(path):
         return "probe"
     if SCALE_SET_ID.match(path):
         return "scale_set"
+    if AVAILABILITY_SET_ID.match(path):
+        return "availability_set"
     if VM_ID.match(path):
         return "vm"
     return None

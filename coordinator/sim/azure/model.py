@@ -144,7 +144,7 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
         resource_kind = _resource_kind(path)
         permissions = _permissions_scope(path) is not None
         versions = AUTHORIZATION_API_VERSIONS if permissions else \
-            COMPUTE_API_VERSIONS if resource_kind in ("scale_set", "vm") else ARM_API_VERSIONS
+            COMPUTE_API_VERSIONS if resource_kind in ("scale_set", "availability_set", "vm") else ARM_API_VERSIONS
         if version is None:
             return _arm_error(400, "MissingApiVersionParameter",
                               "The api-version query parameter (?api-version=) is required for all requests.")

@@ -8,6 +8,7 @@ from typing import Any
 
 from coordinator.sim.azure.answers import (
     _PROBE,
+    AVAILABILITY_SET_ID,
     LB_ID,
     PRIORITIES,
     PROBE_PROTOCOLS,
@@ -46,8 +47,9 @@ class _ResourcesMixin(_PoolsMixin, _IdentityMixin):
         """A virtual machine scale set; ``settings`` (all optional): ``automatic_repairs`` ``{"enabled",
         "grace_period" (ISO 8601, PT10M to PT90M), "repair_action"}``, ``terminate_notification`` ``{"enable",
         "not_before_timeout" (PT5M to PT15M)}``, ``os_image_notification`` ``{"enable", "not_before_timeout"}``,
-        ``scheduled_events_policy`` ``{"user_initiated_reboot": bool, "user_initiated_redeploy": bool}``,
-        ``priority`` (Regular, Low, Spot), ``health_probe`` (a load balancer probe's id) and
+        ``scheduled_events_policy`` ``{"user_initiated_reboot": bool, "user_initiated_redeploy": bool,
+        "all_instances_down": bool}``, ``priority`` (Regular, Low, Spot), ``health_probe`` (a load balancer
+        probe's id) and
         ``health_extension`` ``{"protocol", "port", "request_path"}`` (the Application Health extension)."""
         if not SCALE_SET_ID.match(scale_set_id):
             raise InvalidRequest("id must be a scale set resource id: /subscriptions/{sub}/resourceGroups/{rg}/"
@@ -110,6 +112,16 @@ class _ResourcesMixin(_PoolsMixin, _IdentityMixin):
         given = {k: v for k, v in config.items() if v is not None}
         return self._add_resource(vm_id, location, self._vm_resource, given)
 
+    def add_availability_set(self, availability_set_id: str, location: str = "westeurope", *,
+                             scheduled_events_policy: dict[str, Any] | None = None) -> dict[str, Any]:
+        """An availability set and its ``scheduled_events_policy`` (one policy for every VM of the set)."""
+        if not AVAILABILITY_SET_ID.match(availability_set_id):
+            raise InvalidRequest("id must be an availability set resource id: /subscriptions/{sub}/resourceGroups/"
+                                 "{rg}/providers/Microsoft.Compute/availabilitySets/{name}")
+        self._check_policy(scheduled_events_policy)
+        given = {} if scheduled_events_policy is None else {"scheduled_events_policy": scheduled_events_policy}
+        return self._add_resource(availability_set_id, location, self._availability_set_resource, given)
+
     def resources(self) -> list[dict[str, Any]]:
         with self._lock:
             return [{"id": r.id, "location": r.location, "config": r.config} for r in self._resources.values()]
@@ -132,7 +144,8 @@ class _ResourcesMixin(_PoolsMixin, _IdentityMixin):
     def _check_policy(self, policy: Any) -> None:
         if policy is None:
             return
-        self._check_object(policy, "scheduled_events_policy", {"user_initiated_reboot", "user_initiated_redeploy"})
+        self._check_object(policy, "scheduled_events_policy",
+                           {"user_initiated_reboot", "user_initiated_redeploy", "all_instances_down"})
         if not all(isinstance(v, bool) for v in policy.values()):
             raise InvalidRequest("scheduled_events_policy values must be true or false")
 
@@ -175,6 +188,7 @@ class _ResourcesMixin(_PoolsMixin, _IdentityMixin):
         top = probe.group("lb") if probe else path
         action = {"lb": "Microsoft.Network/loadBalancers/read", "probe": "Microsoft.Network/loadBalancers/probes/read",
                   "scale_set": "Microsoft.Compute/virtualMachineScaleSets/read",
+                  "availability_set": "Microsoft.Compute/availabilitySets/read",
                   "vm": "Microsoft.Compute/virtualMachines/read"}[kind]
         if not self._may(identity, action):
             return self._forbidden(identity, action, path)
@@ -219,7 +233,8 @@ class _ResourcesMixin(_PoolsMixin, _IdentityMixin):
     def _policy_resource(policy: dict[str, Any]) -> dict[str, Any]:
         body: dict[str, Any] = {}
         for key, name in (("user_initiated_reboot", "userInitiatedReboot"),
-                          ("user_initiated_redeploy", "userInitiatedRedeploy")):
+                          ("user_initiated_redeploy", "userInitiatedRedeploy"),
+                          ("all_instances_down", "allInstancesDown")):
             if key in policy:
                 body[name] = {"automaticallyApprove": policy[key]}
         return body
@@ -271,6 +286,21 @@ class _ResourcesMixin(_PoolsMixin, _IdentityMixin):
         return {"name": match.group("name"), "id": scale_set.id, "type": "Microsoft.Compute/virtualMachineScaleSets",
                 "location": scale_set.location, "etag": scale_set.etag.removeprefix("W/").strip('"'),
                 "sku": {"name": "Standard_D2s_v5", "tier": "Standard", "capacity": 3}, "properties": properties}
+
+    def _availability_set_resource(self, availability_set: _Resource) -> dict[str, Any]:
+        """``AvailabilitySet`` of availabilitySet.json: its fault and update domain counts, its VMs (those
+        added with this ``availability_set``) and ``scheduledEventsPolicy``."""
+        match = AVAILABILITY_SET_ID.match(availability_set.id)
+        assert match is not None
+        members = [{"id": r.id} for r in self._resources.values()
+                   if str(r.config.get("availability_set", "")).lower() == availability_set.id.lower()]
+        properties: dict[str, Any] = {"platformFaultDomainCount": 2, "platformUpdateDomainCount": 5,
+                                      "virtualMachines": members}
+        if "scheduled_events_policy" in availability_set.config:
+            policy = availability_set.config["scheduled_events_policy"]
+            properties["scheduledEventsPolicy"] = self._policy_resource(policy)
+        return {"name": match.group("name"), "id": availability_set.id, "type": "Microsoft.Compute/availabilitySets",
+                "location": availability_set.location, "sku": {"name": "Aligned"}, "properties": properties}
 
     def _vm_resource(self, vm: _Resource) -> dict[str, Any]:
         """``VirtualMachine`` of virtualMachine.json: ``priority``, ``scheduledEventsPolicy``, the availability set."""
