@@ -273,9 +273,10 @@ class AzureLbAction:
             pool = get_pool(self._client, pool_id, deadline)
             body, current = with_admin_state(pool, self.address, state)
             provisioning = provisioning_state(pool) or "(none)"
+            reads_wanted = all(c == state for c in current)
             # Applied after this attempt's write was sent: that write, or a later one that kept this state.
             moved = written_against is not None and pool["etag"] != written_against
-            if moved and all(c == state for c in current):
+            if moved and reads_wanted:
                 if provisioning == _SUCCEEDED:
                     log.info("%s: %s %s in %s, confirmed (provisioningState Succeeded; %d poll(s), %d "
                              "conflict(s)) (vm=%s)", self.name, self.address, state, pool_name, polls, conflicts,
@@ -290,7 +291,7 @@ class AzureLbAction:
                 if wrote:
                     raise ArmError(f"{pool_name}: the write of {self.address} {state} ended {provisioning}",
                                    cause="operation_failed")
-            if all(c == state for c in current) and provisioning in _ENDED_BADLY:
+            if reads_wanted and provisioning in _ENDED_BADLY:
                 log.warning("%s: %s reads %s in %s but the pool is %s: writing it again (vm=%s)", self.name,
                             self.address, state, pool_name, provisioning, ctx.vm)
             written_against = pool["etag"]

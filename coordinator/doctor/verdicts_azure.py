@@ -200,9 +200,8 @@ def terminate_verdict(*, enabled: bool | None, not_before_timeout: str | None, d
                    details=details)
 
 
-def auto_approve_verdict(*, reboot: bool | None, redeploy: bool | None, resource: str,
-                         all_down: bool | None = None, command: str = "az vmss update --name NAME "
-                         "--resource-group RG") -> Verdict:
+def auto_approve_verdict(*, reboot: bool | None, redeploy: bool | None, resource: str, command: str,
+                         all_down: bool | None = None) -> Verdict:
     """``scheduledEventsPolicy`` of the scale set, availability set or VM (``resource``):
     ``userInitiatedReboot`` / ``userInitiatedRedeploy`` with ``automaticallyApprove`` true make Azure
     approve those events itself, so they appear as Started with no Scheduled phase and hit a serving VM:
@@ -220,15 +219,14 @@ def auto_approve_verdict(*, reboot: bool | None, redeploy: bool | None, resource
         return Verdict(Status.FAIL, f"{resource}: {listed} are approved by Azure at once: their events appear as "
                        "Started with no Scheduled phase, so nothing drains and they hit a VM while it serves",
                        f"{command} --set {settings}", details)
-    down = ("Azure starts an event at once when it judges every instance down (allInstancesDown, the default)"
-            if all_down is not False else "")
     if all_down is False:
         return Verdict(Status.WARN, f"{resource}: user-initiated reboots and redeploys wait for approval, but "
                        "allInstancesDown.automaticallyApprove is false: an event while every instance is down (no "
                        "agent left to approve it) waits its whole notice with nothing serving",
                        f"{command} --set scheduledEventsPolicy.allInstancesDown.automaticallyApprove=true", details)
     return Verdict(Status.PASS, f"{resource}: user-initiated reboots and redeploys wait for approval (no "
-                   f"automaticallyApprove); {down}", details=details)
+                   "automaticallyApprove); Azure starts an event at once when it judges every instance down "
+                   "(allInstancesDown, the default)", details=details)
 
 
 def spot_verdict(*, priority: str | None, resource: str) -> Verdict:

@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from coordinator.support.quiethttp import QuietThreadingHTTPServer
+from coordinator.testbed.cluster import LocalCluster
 from coordinator.testbed.monitoring import LocalAlertmanager, LocalPrometheus, Scraped
 from coordinator.testbed.zookeeper import LocalZooKeeper
 from tests.e2e.support import ClusterFactory, sim
@@ -38,6 +39,7 @@ ALERTMANAGER = ROOT / "deploy" / "prometheus" / "alertmanager.yml"
 SCALE = 10  # the shipped durations, ten times shorter
 _DURATION = re.compile(r"\b(for|group_wait|group_interval|repeat_interval): (\d+)([smh])\b")
 _SECONDS = {"s": 1, "m": 60, "h": 3600}
+CONNECTED = 'coordinator_zookeeper_connection_state{state="connected"} == 1'
 
 pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
 
@@ -96,6 +98,28 @@ def _seconds(text: str, key: str, where: str) -> float:
     return int(match[1]) / 1000
 
 
+def _shipped_monitoring(tmp_path: Path, cluster: LocalCluster,
+                        receiver: Receiver) -> tuple[str, str, LocalAlertmanager, LocalPrometheus]:
+    """The shipped rules and routing, scaled (``_scaled``), and an Alertmanager and a Prometheus (scraping
+    every agent of ``cluster`` at the scaled interval) that run them, not started yet."""
+    rules, routing = _scaled(RULES.read_text()), _scaled(ALERTMANAGER.read_text())
+    (tmp_path / "alerts.yml").write_text(rules)
+    alertmanager = LocalAlertmanager(tmp_path / "alertmanager", receiver.url, routing=yaml.safe_load(routing))
+    prometheus = LocalPrometheus(
+        tmp_path / "prometheus",
+        [Scraped(agent.admin_url.removeprefix("http://"), vm, cluster.cluster) for vm, agent in cluster.agents.items()],
+        [tmp_path / "alerts.yml"], alertmanager="", interval=f"{15000 // SCALE}ms",
+    )
+    return rules, routing, alertmanager, prometheus
+
+
+def _start(alertmanager: LocalAlertmanager, prometheus: LocalPrometheus) -> None:
+    """Alertmanager first: Prometheus is pointed at its port once it listens."""
+    alertmanager.start()
+    prometheus.alertmanager = f"127.0.0.1:{alertmanager.port}"
+    prometheus.start()
+
+
 def _wait(predicate: Any, timeout: float, what: str, detail: Any = lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -118,9 +142,7 @@ def test_a_failed_drain_fires_its_alert_and_alertmanager_delivers_it(
         [RULES], alertmanager="",
     )
     try:
-        alertmanager.start()
-        prometheus.alertmanager = f"127.0.0.1:{alertmanager.port}"
-        prometheus.start()
+        _start(alertmanager, prometheus)
         # Every agent scraped, and the action errors seen at 0 before the fault.
         _wait(lambda: len([s for s in prometheus.query('up{job="coordinator"} == 1')]) == 2, 20,
               "Prometheus scraping both agents", lambda: prometheus.query("up"))
@@ -157,24 +179,14 @@ def test_a_zookeeper_outage_pages_once_for_the_group_and_not_for_its_missing_lea
 ) -> None:
     zk = zk_server_factory()
     cluster = make_cluster(zk_hosts=zk.hosts)  # three VMs, one of them leading
-    rules, routing = _scaled(RULES.read_text()), _scaled(ALERTMANAGER.read_text())
-    (tmp_path / "alerts.yml").write_text(rules)
+    rules, routing, alertmanager, prometheus = _shipped_monitoring(tmp_path, cluster, receiver)
     no_leader_for = _seconds(rules, "for", "alert: CoordinatorNoLeader")
     group_wait = _seconds(routing, "group_wait", "route:")
     resolve_within = _seconds(routing, "group_interval", 'alertname="CoordinatorZooKeeperDisconnected"')
-    alertmanager = LocalAlertmanager(tmp_path / "alertmanager", receiver.url, routing=yaml.safe_load(routing))
-    prometheus = LocalPrometheus(
-        tmp_path / "prometheus",
-        [Scraped(agent.admin_url.removeprefix("http://"), vm, cluster.cluster) for vm, agent in cluster.agents.items()],
-        [tmp_path / "alerts.yml"], alertmanager="", interval=f"{15000 // SCALE}ms",
-    )
-    connected = 'coordinator_zookeeper_connection_state{state="connected"} == 1'
     leader = f'max by (cluster) (coordinator_is_leader{{cluster="{cluster.cluster}"}}) == 1'
     try:
-        alertmanager.start()
-        prometheus.alertmanager = f"127.0.0.1:{alertmanager.port}"
-        prometheus.start()
-        _wait(lambda: len(prometheus.query(connected)) == 3 and bool(prometheus.query(leader)), 30,
+        _start(alertmanager, prometheus)
+        _wait(lambda: len(prometheus.query(CONNECTED)) == 3 and bool(prometheus.query(leader)), 30,
               "Prometheus to see every agent connected and a leader", lambda: prometheus.query("up"))
 
         zk.kill()  # the whole ensemble, for every agent at once
@@ -189,7 +201,7 @@ def test_a_zookeeper_outage_pages_once_for_the_group_and_not_for_its_missing_lea
         _wait(lambda: bool(prometheus.query(no_leader)), 60, f"{window} s without a leader in Prometheus")
 
         zk.start()
-        _wait(lambda: len(prometheus.query(connected)) == 3 and bool(prometheus.query(leader)), 90,
+        _wait(lambda: len(prometheus.query(CONNECTED)) == 3 and bool(prometheus.query(leader)), 90,
               "the agents to reconnect and a leader again", lambda: prometheus.query("coordinator_is_leader"))
         back = time.monotonic()
         # The page is resolved within its route's group_interval of the agents reconnecting, not minutes on.
@@ -221,21 +233,11 @@ def test_a_zookeeper_outage_shorter_than_the_pages_minute_is_one_ticket_once_the
 ) -> None:
     zk = zk_server_factory()
     cluster = make_cluster(zk_hosts=zk.hosts)
-    rules, routing = _scaled(RULES.read_text()), _scaled(ALERTMANAGER.read_text())
-    (tmp_path / "alerts.yml").write_text(rules)
+    rules, _, alertmanager, prometheus = _shipped_monitoring(tmp_path, cluster, receiver)
     page_for = _seconds(rules, "for", "alert: CoordinatorZooKeeperDisconnected")
-    alertmanager = LocalAlertmanager(tmp_path / "alertmanager", receiver.url, routing=yaml.safe_load(routing))
-    prometheus = LocalPrometheus(
-        tmp_path / "prometheus",
-        [Scraped(agent.admin_url.removeprefix("http://"), vm, cluster.cluster) for vm, agent in cluster.agents.items()],
-        [tmp_path / "alerts.yml"], alertmanager="", interval=f"{15000 // SCALE}ms",
-    )
-    connected = 'coordinator_zookeeper_connection_state{state="connected"} == 1'
     try:
-        alertmanager.start()
-        prometheus.alertmanager = f"127.0.0.1:{alertmanager.port}"
-        prometheus.start()
-        _wait(lambda: len(prometheus.query(connected)) == 3, 30, "Prometheus to see every agent connected",
+        _start(alertmanager, prometheus)
+        _wait(lambda: len(prometheus.query(CONNECTED)) == 3, 30, "Prometheus to see every agent connected",
               lambda: prometheus.query("up"))
         _wait(lambda: len(prometheus.query("coordinator_zookeeper_disconnects_total == 0")) == 3, 10,
               "a first sample of every agent's disconnections")
@@ -244,7 +246,7 @@ def test_a_zookeeper_outage_shorter_than_the_pages_minute_is_one_ticket_once_the
         _wait(lambda: len(prometheus.query("coordinator_zookeeper_disconnects_total > 0")) == 3, page_for / 2,
               "Prometheus to see every agent's disconnection")
         zk.start()
-        _wait(lambda: len(prometheus.query(connected)) == 3, 60, "the agents to reconnect",
+        _wait(lambda: len(prometheus.query(CONNECTED)) == 3, 60, "the agents to reconnect",
               lambda: prometheus.query("coordinator_zookeeper_connection_state"))
         _wait(lambda: any(_names(n) == {"CoordinatorZooKeeperInterrupted"} for n in receiver.notifications), 60,
               "Alertmanager to deliver CoordinatorZooKeeperInterrupted",

@@ -161,7 +161,7 @@ def test_os_image_notifications_are_reported() -> None:
 
 
 def test_automatic_approvals_fail_and_say_how_to_turn_them_off() -> None:
-    passed = auto_approve_verdict(reboot=False, redeploy=None, resource="scale set web")
+    passed = auto_approve_verdict(reboot=False, redeploy=None, resource="scale set web", command="az vmss update")
     assert passed.status is Status.PASS and "allInstancesDown, the default" in passed.summary
     verdict = auto_approve_verdict(reboot=True, redeploy=True, resource="scale set web",
                                    command="az vmss update --ids ID")
@@ -176,7 +176,8 @@ def test_all_instances_down_turned_off_warns_that_such_an_event_waits_its_notice
                                    command="az vm update --ids ID")
     assert verdict.status is Status.WARN and "waits its whole notice with nothing serving" in verdict.summary
     assert verdict.fix == "az vm update --ids ID --set scheduledEventsPolicy.allInstancesDown.automaticallyApprove=true"
-    assert auto_approve_verdict(reboot=False, redeploy=False, all_down=True, resource="VM vm0").status is Status.PASS
+    assert auto_approve_verdict(reboot=False, redeploy=False, all_down=True, resource="VM vm0",
+                                command="az vm update --ids ID").status is Status.PASS
 
 
 @pytest.mark.parametrize(("priority", "status"), [(None, Status.PASS), ("Regular", Status.PASS),

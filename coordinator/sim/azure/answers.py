@@ -42,7 +42,8 @@ __all__ = [
 IDENTITY_API_VERSIONS = ("2018-02-01", "2019-08-01")
 #: api-versions of Microsoft.Network the simulated ARM accepts (backend address admin state is in all).
 ARM_API_VERSIONS = ("2023-09-01", "2023-11-01", "2024-01-01", "2024-03-01", "2024-05-01")
-#: api-versions of Microsoft.Compute the simulated ARM accepts (``scheduledEventsPolicy`` is in all).
+#: api-versions of Microsoft.Compute the simulated ARM accepts. It serves every field of ``scheduledEventsPolicy``
+#: at each; Azure has all of them (``allInstancesDown`` among them) only from 2025-04-01.
 COMPUTE_API_VERSIONS = ("2024-03-01", "2024-07-01", "2024-11-01", "2025-04-01")
 #: api-versions of Microsoft.Authorization (``permissions``) the simulated ARM accepts.
 AUTHORIZATION_API_VERSIONS = ("2015-07-01", "2022-04-01")
