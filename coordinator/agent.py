@@ -52,7 +52,7 @@ from coordinator.plan_writes import write_plan
 from coordinator.poller import ReadEachCycle, Reading, Readings
 from coordinator.quiet import QuietCycles
 from coordinator.state import PersistedState, StateFile
-from coordinator.store.base import ClusterView, ConnectionState, Part, Store
+from coordinator.store.base import BY_HAND, ClusterView, ConnectionState, Part, Store
 from coordinator.telemetry import Health, Telemetry, status_dict
 
 __all__ = ["Agent", "Clock", "Imds", "Peers", "SystemClock"]
@@ -168,14 +168,15 @@ class Agent:
         self._full_recovery_at_start = saved is None or not saved.was_serving
         self._saved = saved
         # An unreadable file: maybe drained for anything, so everything naming this VM in the first
-        # fresh document holds it. A missing one: the VM's own /out node, if ZooKeeper has one, says
-        # what it was out for.
+        # fresh document holds it, and a drain by hand until a view of the group says there is none. A
+        # missing one: the VM's own /out node, if ZooKeeper has one, says what it was out for.
         self._assume_worst = self._state_file.unreadable
         self._restore_from_store = saved is None and not self._state_file.unreadable
+        held = frozenset(e.upper() for e in saved.draining_for) if saved else frozenset()
         self._local = LocalState(
             phase=Phase.UNKNOWN,
             phase_since=self._started,
-            draining_for=frozenset(e.upper() for e in saved.draining_for) if saved else frozenset(),
+            draining_for=held | {BY_HAND} if self._state_file.unreadable else held,
         )
         if saved is not None and not saved.was_serving:
             log.info("restarted while %s for %s: staying drained until IMDS no longer names this VM (vm=%s)",
@@ -317,15 +318,16 @@ class Agent:
                   (decided - snap.mono) * 1e3, (self._clock.monotonic() - decided) * 1e3, self.vm)
         if snap.cluster is not None:
             if self._peers is not None:
-                # Peers are probed by those who admit or approve, while there is something to admit or
-                # approve: the approver of an event (its first live VM, by the last fresh plan) and the
-                # leader while any event is known; not every VM an event names, which would cost a group
-                # of N agents (VMs named + 1) x N probes a second. An idle group probes nothing; the
-                # first round starts at once when an event appears. An approver new to the role waits
-                # for that round (its peers count as unconfirmed until then), and every approval probes
-                # all of them again right before its POST (``confirm``).
+                # Peers are probed by those who admit or approve, while there is something to admit or approve: the
+                # approver of an event (its first live VM, by the last fresh plan) and the leader while any event is
+                # known or a drain by hand waits; not every VM an event names, which would cost a group of N agents
+                # (VMs named + 1) x N probes a second. An idle group probes nothing; the first round starts at once
+                # when an event appears. An approver new to the role waits for that round (its peers count as
+                # unconfirmed until then), and every approval probes all of them again right before its POST
+                # (``confirm``).
                 busy = bool(snap.last_document and snap.last_document.events) or any(
-                    record.done_at is None for record in snap.cluster.records.values())
+                    record.done_at is None for record in snap.cluster.records.values()) or any(
+                    drain.admitted_at is None for drain in snap.cluster.drains.values())
                 self._peers.follow(self._store, snap.cluster, self.vm,
                                    self._approving or (snap.cluster.i_am_leader and busy))
             members = sorted(snap.cluster.members)

@@ -224,6 +224,56 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_drain(args: argparse.Namespace) -> int:
+    import time
+
+    from coordinator.control import ControlError, drain
+    from coordinator.errors import ConfigError
+    from coordinator.groupstatus.command import quiet_logging
+
+    group = _group_address(args)
+    if isinstance(group, int):
+        return group
+    try:
+        with quiet_logging(args.verbose):
+            found, created = drain(group, args.vm, args.reason)
+    except (ControlError, ConfigError) as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        return 1
+    vm = args.vm.lower()
+    if created:
+        print(f"group {group.cluster}: {vm} to be drained by hand ({found.reason}): its agent drains it once the "
+              f"leader admits it into the maintenance budget, and keeps it out of rotation until: coordinator "
+              f"undrain {vm} {_same_group_options(args)}")
+        print(f"follow it with: coordinator status {_same_group_options(args)}")
+        return 0
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(found.at))
+    state = "admitted" if found.admitted_at is not None else "waiting for the maintenance budget"
+    print(f"group {group.cluster}: {vm} already drained by hand since {since} by {found.by} ({found.reason}), "
+          f"{state}; kept as it is")
+    return 0
+
+
+def _cmd_undrain(args: argparse.Namespace) -> int:
+    from coordinator.control import ControlError, undrain
+    from coordinator.errors import ConfigError
+    from coordinator.groupstatus.command import quiet_logging
+
+    group = _group_address(args)
+    if isinstance(group, int):
+        return group
+    try:
+        with quiet_logging(args.verbose):
+            undone = undrain(group, args.vm)
+    except (ControlError, ConfigError) as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        return 1
+    vm = args.vm.lower()
+    print(f"group {group.cluster}: " + (f"drain by hand of {vm} undone: its agent puts it back in rotation unless "
+                                       "an event holds it" if undone else f"{vm} was not drained by hand"))
+    return 0
+
+
 def _cmd_zk_digest(args: argparse.Namespace) -> int:
     """Print the ACL identity of a digest user, reading the password from standard input (one line) or
     from a prompt, so that it never appears in the shell's history or the process list."""
@@ -366,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, summary in (
         ("pause", _cmd_pause, "stop early approvals for the whole group (drains go on)"),
         ("resume", _cmd_resume, "lift a pause: early approvals resume"),
+        ("drain", _cmd_drain, "take a VM out of rotation by hand, through the group's maintenance budget"),
+        ("undrain", _cmd_undrain, "undo a drain by hand: the VM's agent puts it back in rotation"),
     ):
         control = sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".")
         control.add_argument("--config", type=Path, help="an agent's configuration file: its zookeeper and cluster")
@@ -378,7 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "configuration's zookeeper.operation_timeout, 5 s)")
         control.add_argument("-v", "--verbose", action="store_true",
                              help="log what the ZooKeeper client does to stderr")
-        if name == "pause":
+        if name in ("drain", "undrain"):
+            control.add_argument("vm", metavar="VM", help="the VM, as its agent's configuration names it")
+        if name in ("pause", "drain"):
             control.add_argument("--reason", required=True, help="why; shown in status and in the agents' logs")
         control.set_defaults(func=func)
 

@@ -1,4 +1,5 @@
-"""Group-wide controls an operator runs from any machine that reaches ZooKeeper: ``pause`` and ``resume``.
+"""Group-wide controls an operator runs from any machine that reaches ZooKeeper: ``pause`` and ``resume``,
+``drain`` and ``undrain``.
 
 ``pause`` writes ``{root}/{cluster}/pause`` (reason, who, when; its ACL follows the base node's, see
 ``coordinator.store.zk_security.pause_acl``); while it exists no agent approves an
@@ -6,8 +7,14 @@ event early, neither in its decision nor in the approval gate, which checks the 
 right before it records an approval. Drains, acknowledgements and recoveries go on, so a paused group
 behaves as it would without this product: events start at NotBefore. ``resume`` deletes the node.
 
-Both are idempotent, and print what they found: pausing a paused group keeps the first pause (its
-reason and author) and says so.
+``drain VM`` writes ``{root}/{cluster}/drains/{vm}`` (reason, who, when; the pause's ACL): the leader
+admits it into the group's disruption budget when taking the VM out keeps the budget (at once in a group
+without one), and the VM's agent then drains it as for an event and keeps it out of rotation, across
+restarts, until ``undrain VM`` deletes the node. Only a VM that has run an agent in the group may be
+drained (a typo names no VM).
+
+Each is idempotent, and prints what it found: pausing a paused group keeps the first pause (its reason and
+author) and says so; draining a VM already drained by hand keeps the first drain.
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNod
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import Id
 
-from coordinator.store.base import Pause
-from coordinator.store.payloads import PauseNode, PayloadError
+from coordinator.errors import InvalidName
+from coordinator.names import normalize_vm_name
+from coordinator.store.base import HandDrain, Pause
+from coordinator.store.payloads import DrainAdmittedNode, DrainNode, PauseNode, PayloadError
 from coordinator.store.zk_paths import ZooKeeperPaths, validate_cluster, validate_root
 from coordinator.store.zk_security import identity_words, pause_acl
 from coordinator.store.zk_session import ClientOptions, TlsOptions, client_arguments
@@ -33,7 +42,7 @@ from coordinator.store.zk_session import ClientOptions, TlsOptions, client_argum
 if TYPE_CHECKING:
     from coordinator.config import Settings
 
-__all__ = ["ControlError", "GroupAddress", "operator_name", "pause", "resume"]
+__all__ = ["ControlError", "GroupAddress", "drain", "operator_name", "pause", "resume", "undrain"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +122,67 @@ def resume(group: GroupAddress) -> bool:
             return False
 
 
+def drain(group: GroupAddress, vm: str, reason: str, by: str | None = None,
+          at: float | None = None) -> tuple[HandDrain, bool]:
+    """Ask for ``vm`` to be taken out of rotation by hand, through the group's budget. Returns the drain in
+    force and whether this call asked for it (False: it was drained by hand already, and that is kept)."""
+    if not reason.strip():
+        raise ControlError("a drain needs a reason (--reason TEXT): the on-call engineer reads it in status")
+    try:
+        name = normalize_vm_name(vm)
+    except InvalidName as exc:
+        raise ControlError(str(exc)) from None
+    paths = group.paths
+    node = DrainNode(vm=name, reason=reason.strip(), by=by or operator_name(), at=time.time() if at is None else at)
+    with _connected(group) as client:
+        if not client.exists(paths.base):
+            raise ControlError(f"no group {group.cluster!r} under {group.root} on {group.hosts}: "
+                               "check the cluster name, or start an agent first")
+        if not client.exists(paths.registered(name)):
+            known = sorted(client.get_children(paths.registry)) if client.exists(paths.registry) else []
+            raise ControlError(f"{name} has never run an agent in group {group.cluster}"
+                               + (f" (its VMs: {', '.join(known)})" if known else "")
+                               + ": only a VM whose agent runs can drain")
+        if not client.exists(paths.drains):
+            raise ControlError(f"group {group.cluster} has no {paths.drains}: its agents are of a version without "
+                               "drains by hand; upgrade them first (docs/deployment.md)")
+        try:
+            base_acl, _ = client.get_acls(paths.base)
+            client.create(paths.drain(name), node.to_bytes(), acl=pause_acl(base_acl, group.known))
+            return HandDrain(reason=node.reason, by=node.by, at=node.at), True
+        except NodeExistsError:
+            pass
+        data, stat = client.get(paths.drain(name))
+        try:
+            found = DrainNode.from_bytes(data, paths.drain(name))
+            drain = HandDrain(reason=found.reason, by=found.by, at=found.at, asked=stat.czxid)
+        except PayloadError:
+            drain = HandDrain(reason="undecodable drain node", by="?", at=stat.ctime / 1000.0, asked=stat.czxid)
+        try:
+            admission = DrainAdmittedNode.from_bytes(client.get(paths.drain_admitted(name))[0],
+                                                     paths.drain_admitted(name))
+        except (NoNodeError, PayloadError):
+            return drain, False
+        if admission.drain != drain.asked:
+            return drain, False
+        return HandDrain(drain.reason, drain.by, drain.at, admission.by, admission.at, drain.asked), False
+
+
+def undrain(group: GroupAddress, vm: str) -> bool:
+    """Undo the drain by hand of ``vm``: its agent puts it back in rotation, unless an event holds it.
+    Returns False when it was not drained by hand."""
+    try:
+        name = normalize_vm_name(vm)
+    except InvalidName as exc:
+        raise ControlError(str(exc)) from None
+    with _connected(group) as client:
+        try:
+            client.delete(group.paths.drain(name))
+            return True
+        except NoNodeError:
+            return False
+
+
 class _connected:
     """A short-lived kazoo session for one command; errors become ``ControlError``."""
 
@@ -139,7 +209,8 @@ class _connected:
         self._client.close()
         if isinstance(exc, NoAuthError):
             who = identity_words(self._group.auth_data, self._group.tls)
-            raise ControlError(f"ZooKeeper refused it: not authorised {who}; pausing and resuming need an agent "
-                               "or operator identity (zookeeper.auth, zookeeper.acl.operators)") from None
+            raise ControlError(f"ZooKeeper refused it: not authorised {who}; pausing, resuming, draining and "
+                               "undraining need an agent or operator identity (zookeeper.auth, "
+                               "zookeeper.acl.operators)") from None
         if isinstance(exc, KazooException):
             raise ControlError(f"ZooKeeper request failed: {exc!r}") from None

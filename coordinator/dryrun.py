@@ -26,6 +26,7 @@ from coordinator.errors import DuplicateMember
 from coordinator.models import Document
 from coordinator.state import PersistedState, StateFile
 from coordinator.store.base import (
+    BY_HAND,
     ApprovalOutcome,
     ApprovalResult,
     ClusterView,
@@ -185,13 +186,21 @@ class DryRunStore:
         return WriteResult.DONE
 
     def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
-        why = (f"for {', '.join(events)}" if events else
+        named = ["its drain by hand" if e == BY_HAND else e for e in events]
+        why = (f"for {', '.join(named)}" if events else
                "while it starts (the budget counts it serving once its return wait ends)")
         self.planned.say(("rotation", vm), f"would mark {vm} out of rotation {why}")
         return WriteResult.DONE
 
     def clear_out(self, vm: str) -> WriteResult:
         self.planned.say(("rotation", vm), f"would mark {vm} back in rotation")
+        return WriteResult.DONE
+
+    def admit_drain(self, vm: str, asked: int, by: str, at: float) -> WriteResult:
+        self.planned.say(("admit-drain", vm), f"would admit the drain by hand of {vm} into the maintenance budget")
+        return WriteResult.DONE
+
+    def forget_drain_admission(self, vm: str) -> WriteResult:
         return WriteResult.DONE
 
     def purge_done(self, older_than: float) -> int:

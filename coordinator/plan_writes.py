@@ -1,11 +1,11 @@
 """Carrying out a plan's writes to the coordination store, in the order the decision relies on.
 
-``/out/{me}`` first (the budget must see this VM out before anything else it does), then records,
-reopenings and admissions, acks and withdrawals, done marks, absences, the ``/out`` marks of VMs an approval
-will go ahead without, and ``/out`` cleared last. A write
-that fails stops the rest for this cycle (logged and counted): the next cycle decides again from what the
-store then shows, so nothing is half-remembered. Approvals are not written here: they go through the
-store's last check and the fenced POST (``coordinator.plan_approvals``).
+``/out/{me}`` first (the budget must see this VM out before anything else it does), then records, reopenings
+and admissions (of events, then of drains by hand), acks and withdrawals, done marks, absences, the ``/out``
+marks of VMs an approval will go ahead without, and ``/out`` cleared last. A write that fails stops the rest
+for this cycle (logged and counted): the next cycle decides again from what the store then shows, so nothing
+is half-remembered. Approvals are not written here: they go through the store's last check and the fenced POST
+(``coordinator.plan_approvals``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ def write_plan(store: Store, vm: str, snap: Snapshot, local: LocalState, plan: P
         for key in plan.admit:
             if store.admit(key, vm, snap.now) is WriteResult.DONE:
                 log.info("admitted into the maintenance budget (vm=%s event=%s)", vm, key, extra={"event_id": key})
+        for other, asked in sorted(plan.admit_drains.items()):
+            if store.admit_drain(other, asked, vm, snap.now) is WriteResult.DONE:
+                log.info("admitted the drain by hand of %s into the maintenance budget (vm=%s)", other, vm)
+        for other in plan.forget_admissions:
+            store.forget_drain_admission(other)
         for key in plan.ack:
             if store.acknowledge(key, vm, snap.now) is WriteResult.DONE:
                 metrics.acknowledged(local.drain_started, snap.mono - local.drain_started)

@@ -246,6 +246,11 @@ class Plan:
     # write /out/{vm} for other VMs, with these events: VMs an approval goes ahead without (absent past the
     # grace), marked out before it does, since their agents cannot say so (docs/safety.md S4)
     mark_out_for: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # the leader admits these drains by hand into the budget (VM -> ``HandDrain.asked``), and forgets the
+    # admissions of drains undone since
+    admit_drains: Mapping[str, int] = field(default_factory=dict)
+    forget_admissions: tuple[str, ...] = ()
+    drain_waits: Mapping[str, str] = field(default_factory=dict)  # the leader's reason for each it does not
     purge_before: float | None = None
     holding: tuple[str, ...] = ()  # ids of the events that hold this VM drained
     approvers: Mapping[str, str] = field(default_factory=dict)  # event key -> approver (or "")
@@ -276,6 +281,8 @@ class Plan:
             or self.mark_out is not None
             or self.clear_out
             or bool(self.mark_out_for)
+            or bool(self.admit_drains)
+            or bool(self.forget_admissions)
         )
 
     def describe(self) -> str:
@@ -296,10 +303,14 @@ class Plan:
             parts.append("back in rotation")
         for other, events in sorted(self.mark_out_for.items()):
             parts.append(f"mark {other} out for {','.join(events)}")
+        if self.admit_drains:
+            parts.append(f"admit the drain by hand of {','.join(sorted(self.admit_drains))}")
         if self.waiting:
             parts.append(f"stays out: {self.waiting}")
         for key, reasons in sorted(self.blocked.items()):
             parts.append(f"{key} waits: {'; '.join(reasons)}")
+        for other, reason in sorted(self.drain_waits.items()):
+            parts.append(f"drain by hand of {other} waits: {reason}")
         if self.unseen:
             # Blind to ZooKeeper or IMDS, a cycle approves nothing; the VM still drains when its own evidence
             # says so (NotBefore close, cut off long enough), and recovers on it: say so, never "stays as it is".

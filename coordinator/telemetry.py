@@ -369,6 +369,8 @@ def status_dict(vm: str, local: LocalState, plan: Plan | None, snap: Snapshot | 
         "members": sorted(cluster.members),
         "paused": None if cluster.paused is None else {
             "reason": cluster.paused.reason, "by": cluster.paused.by, "at": cluster.paused.at},
+        # the leader's reason for each drain by hand it does not admit yet (``coordinator status`` shows it)
+        "drain_waits": dict(sorted(plan.drain_waits.items())),
     }
     if snap.peers is not None:
         # What this agent's probes of its peers showed, as the budget counts them (leader and named VMs).

@@ -757,6 +757,34 @@ MUTATIONS = [
         '    if False:\n',
         'tests/unit/test_apphealth.py::test_a_recovery_failing_outside_this_vm_stays_healthy_and_the_kinds_are_timed_apart',
     ),
+    (
+        'hand-drain-admitted-holds-its-slot-before-the-vm-is-out',
+        'coordinator/decide/budget.py',
+        '        if drain.admitted_at is not None and (vm in cluster.members\n',
+        '        if False and (vm in cluster.members\n',
+        'tests/unit/test_hand_drain.py::test_an_admitted_drain_holds_its_slot_before_its_vm_is_out',
+    ),
+    (
+        'hand-drain-holds-without-a-view',
+        'coordinator/decide/drain.py',
+        '        return BY_HAND in local.draining_for\n',
+        '        return False\n',
+        'tests/unit/test_hand_drain.py::test_without_a_view_a_vm_drained_by_hand_stays_out',
+    ),
+    (
+        'hand-drain-unreadable-state-file-holds-it',
+        'coordinator/agent.py',
+        '            draining_for=held | {BY_HAND} if self._state_file.unreadable else held,\n',
+        '            draining_for=held,\n',
+        'tests/unit/test_hand_drain_agent.py::test_an_unreadable_state_file_holds_a_drain_by_hand_until_a_view_says_there_is_none',
+    ),
+    (
+        'hand-drain-an-old-admission-admits-no-new-drain',
+        'coordinator/store/memory_drains.py',
+        "            found[vm] = replace(drain, admitted_by=by, admitted_at=at) if asked == drain.asked else drain\n",
+        "            found[vm] = replace(drain, admitted_by=by, admitted_at=at) if asked is not None else drain\n",
+        'tests/integration/test_store_contract.py::test_a_drain_by_hand_is_admitted_once_and_an_undone_ones_admission_admits_no_later_drain',
+    ),
 ]
 
 

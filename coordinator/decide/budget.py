@@ -4,14 +4,15 @@ admissions in order, and why taking more VMs out would break the budget."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from coordinator.decide.events import _approvable, _Event, _from_store
 from coordinator.models import EventType
 from coordinator.snapshot import Policy, Snapshot
-from coordinator.store.base import ClusterView
+from coordinator.store.base import BY_HAND, ClusterView
 
-__all__ = ["_Budget", "_admissions", "_budget", "_in_flight", "_out_vms", "_over_budget", "_unconfirmed", "_unit"]
+__all__ = ["_Budget", "_admissions", "_budget", "_drain_admissions", "_in_flight", "_out_vms", "_over_budget",
+           "_unconfirmed", "_unit"]
 
 
 @dataclass(frozen=True)
@@ -22,19 +23,24 @@ class _Budget:
     admit: list[str]  # the leader's admissions
     wait_slot: Mapping[str, str]  # the leader's reason for each event it does not admit
     flight: Mapping[str, frozenset[str]]  # what holds the budget, as unit key -> VMs (complete views only)
+    admit_drains: list[str] = field(default_factory=list)  # the leader's admissions of drains by hand
+    drain_waits: Mapping[str, str] = field(default_factory=dict)  # its reason for each drain it does not admit
 
 
 def _budget(by_key: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy) -> _Budget:
     """The budget of this cycle: what it weighs (this VM's events, and those known only from records its
     documents never listed: groups whose IMDS shows each VM only the events naming it), what the leader
-    admits on a fresh document, and what is in flight."""
+    admits on a fresh document (events first, then drains by hand), and what is in flight."""
     known = {**_from_store(cluster, snap, policy), **by_key} if policy.budgeted else by_key
     admit: list[str] = []
     wait_slot: dict[str, str] = {}
+    admit_drains: list[str] = []
+    drain_waits: dict[str, str] = {}
     if snap.document is not None and policy.budgeted and cluster.i_am_leader:
         admit, wait_slot = _admissions(known, cluster, snap, policy)
+        admit_drains, drain_waits = _drain_admissions(admit, known, cluster, snap, policy)
     flight = _in_flight(known, cluster, snap, policy) if policy.budgeted and cluster.complete else {}
-    return _Budget(known, admit, wait_slot, flight)
+    return _Budget(known, admit, wait_slot, flight, admit_drains, drain_waits)
 
 
 def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, tuple[str, ...]]:
@@ -102,9 +108,15 @@ def _in_flight(
         if vm not in covered:
             # Out for events that no longer name it (Resources changed, or an EventId came back): under
             # every one of them, so that each counts as in maintenance and the VM stays busy whichever
-            # of them is being admitted or approved.
-            for unit in keys or (f"vm:{vm}",):
+            # of them is being admitted or approved. Out by hand: a VM out, not an event in maintenance.
+            for unit in [key if key != BY_HAND else f"vm:{vm}" for key in keys] or [f"vm:{vm}"]:
                 flight[unit] = flight.get(unit, frozenset()) | {vm}
+    for vm, drain in cluster.drains.items():
+        # Admitted by hand: the VM's slot is taken from the admission on, as an admitted event's are, while
+        # its agent drains it (or until it is gone past the grace, as a VM out of rotation is).
+        if drain.admitted_at is not None and (vm in cluster.members
+                                              or snap.absent_for.get(vm, 0.0) < policy.recovery_grace):
+            flight[f"vm:{vm}"] = flight.get(f"vm:{vm}", frozenset()) | {vm}
     return flight
 
 
@@ -169,13 +181,45 @@ def _admissions(
     return admit, why
 
 
+def _drain_admissions(
+    admitted: list[str], events: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
+) -> tuple[list[str], dict[str, str]]:
+    """The leader's admissions of drains by hand, after this cycle's admissions of events (an event has a
+    NotBefore it starts at anyway, a drain by hand has no deadline): first asked, first admitted, each while
+    taking its VM out keeps the budget (``max_vms``, ``keep_one_serving``; a VM out by hand is not an event
+    in maintenance, so ``max_events`` does not count it). One waits for its VM's agent, and for those asked
+    before it. Returns the VMs admitted, and why each of the others waits."""
+    flight = dict(_in_flight(events, cluster, snap, policy))
+    for key in admitted:
+        if key in events:
+            flight[key] = frozenset(events[key].resources)
+    admit: list[str] = []
+    why: dict[str, str] = {}
+    waiting = sorted((drain.at, vm) for vm, drain in cluster.drains.items() if drain.admitted_at is None)
+    for position, (_, vm) in enumerate(waiting):
+        if vm not in cluster.members:
+            why[vm] = f"{vm} runs no agent: its drain is admitted once its agent runs"
+            continue
+        alone = _over_budget(set(), frozenset({vm}), {}, events, cluster, snap, policy, an_event=False)
+        reason = (f"{alone} even with nothing else in maintenance" if alone
+                  else _over_budget(set(), frozenset({vm}), flight, events, cluster, snap, policy, an_event=False))
+        if reason:
+            for _, rest in waiting[position:]:
+                why.setdefault(rest, reason)
+            break
+        admit.append(vm)
+        flight[f"vm:{vm}"] = frozenset({vm})
+    return admit, why
+
+
 def _over_budget(
     keys: set[str], vms: frozenset[str], flight: Mapping[str, frozenset[str]], events: Mapping[str, _Event],
-    cluster: ClusterView, snap: Snapshot, policy: Policy,
+    cluster: ClusterView, snap: Snapshot, policy: Policy, *, an_event: bool = True,
 ) -> str:
     """Why taking ``vms`` out for the events ``keys`` would break the budget, given what else is in
     flight (empty: it would not). Used at admission, and again at approval: between the two, VMs may
-    have gone out of rotation for other reasons (a forced drain, a restart, an event with no notice)."""
+    have gone out of rotation for other reasons (a forced drain, a restart, an event with no notice).
+    ``an_event``: False for a drain by hand, which takes a VM and no event slot."""
     others = {k: v for k, v in flight.items() if k not in keys}
     # Busy: every VM out of rotation but those the event itself is about to take; a VM filed under one
     # of ``keys`` without being named by it (out for an earlier instance of the id) is busy too.
@@ -186,7 +230,7 @@ def _over_budget(
     # admitted) is the same operation, not another one: the batch is approved only together.
     in_maintenance = ({_unit(k, events, policy) for k in others if not k.startswith("vm:")}
                       - {_unit(k, events, policy) for k in keys})
-    if policy.max_events is not None and len(in_maintenance) >= policy.max_events:
+    if an_event and policy.max_events is not None and len(in_maintenance) >= policy.max_events:
         return f"maintenance budget: {len(in_maintenance)} event(s) in maintenance ({', '.join(sorted(others))})"
     if policy.max_vms is not None and busy and len(busy | vms) > policy.max_vms:
         return f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}"

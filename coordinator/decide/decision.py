@@ -111,6 +111,10 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         mark_out=group.mark_out,
         clear_out=group.clear_out,
         mark_out_for=group.approvals.mark_out_for,
+        admit_drains={vm: snap.cluster.drains[vm].asked for vm in group.admit_drains} if snap.cluster else {},
+        forget_admissions=tuple(sorted(snap.cluster.stale_admissions))
+        if snap.cluster is not None and snap.cluster.i_am_leader and snap.cluster.complete else (),
+        drain_waits=group.drain_waits,
         purge_before=_purge_before(snap, snap.cluster, policy),
         holding=tuple(holding),
         approvers=group.approvals.approvers,
@@ -130,6 +134,8 @@ class _GroupPlan:
     """The part of a plan that needs a view of the group (empty without one)."""
 
     admit: list[str] = field(default_factory=list)
+    admit_drains: list[str] = field(default_factory=list)
+    drain_waits: dict[str, str] = field(default_factory=dict)
     ack: list[str] = field(default_factory=list)
     withdraw: list[str] = field(default_factory=list)
     approvals: _Approvals = field(default_factory=_Approvals)
@@ -154,7 +160,8 @@ def _with_the_group(
     holding_keys = set(holding)
     # An ack stands for a drain that holds now, never for one that did.
     withdraw = [key for key, record in cluster.records.items() if snap.me in record.acks and key not in holding_keys]
-    group = _GroupPlan(admit=budget.admit, ack=ack, withdraw=withdraw,
+    group = _GroupPlan(admit=budget.admit, admit_drains=budget.admit_drains, drain_waits=dict(budget.drain_waits),
+                       ack=ack, withdraw=withdraw,
                        approvals=_approvals(parsed, by_key, budget, ack, posted, cluster, snap, policy))
     if snap.document is not None:
         group.reopen, group.mark_done = _closing(by_key, cluster, snap, policy)

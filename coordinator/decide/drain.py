@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from coordinator.config import ApprovalRule
 from coordinator.decide.events import _approvable, _Event
 from coordinator.snapshot import LocalState, Phase, Policy, Snapshot, is_gone, session_lapses_after
-from coordinator.store.base import ClusterView, ConnectionState, OutMark
+from coordinator.store.base import BY_HAND, ClusterView, ConnectionState, OutMark
 
-__all__ = ["_acks", "_acks_outstanding", "_acks_released_by", "_drains", "_holding", "_local", "_mark_naming",
-           "_out_mark"]
+__all__ = ["_acks", "_acks_outstanding", "_acks_released_by", "_by_hand", "_drains", "_holding", "_local",
+           "_mark_naming", "_out_mark"]
 
 
 def _drains(ev: _Event, snap: Snapshot, local: LocalState, policy: Policy) -> bool:
@@ -51,13 +51,28 @@ def _holding(
 ) -> tuple[list[_Event], list[str]]:
     """What holds this VM: the events of the document naming it that it must drain for, and every event it
     was drained for that is not gone yet (still named by a recent document, or known only from before a
-    restart). Returns those events of the document, and the keys of everything that holds it."""
+    restart), and an operator's drain by hand (``_by_hand``). Returns those events of the document, and the
+    keys of everything that holds it."""
     holding_events = [ev for ev in parsed if ev.event.names(snap.me) and _drains(ev, snap, local, policy)]
     holding = list(dict.fromkeys(ev.held_as for ev in holding_events))
-    for key in sorted(local.draining_for):
+    for key in sorted(local.draining_for - {BY_HAND}):
         if key not in holding and not is_gone(snap.named.get(key), policy.gone_after):
             holding.append(key)
+    if _by_hand(snap, local, policy):
+        holding.append(BY_HAND)
     return holding_events, holding
+
+
+def _by_hand(snap: Snapshot, local: LocalState, policy: Policy) -> bool:
+    """Whether an operator's drain by hand (``coordinator drain``) holds this VM: once the leader admitted
+    it into the budget (at once without a budget), and from then on for as long as the view shows it.
+    Without a view it holds as it did: only a view without it puts the VM back (``coordinator undrain``)."""
+    if snap.cluster is None:
+        return BY_HAND in local.draining_for
+    drain = snap.cluster.drains.get(snap.me)
+    if drain is None:
+        return False
+    return BY_HAND in local.draining_for or drain.admitted_at is not None or not policy.budgeted
 
 
 def _local(

@@ -49,6 +49,7 @@ from coordinator.decide import (
     decide,
 )
 from coordinator.delivery import Delivery
+from coordinator.groupstatus.by_hand import drained_by_hand
 from coordinator.groupstatus.model import (
     Absent,
     Ack,
@@ -69,7 +70,7 @@ from coordinator.groupstatus.model import (
 from coordinator.groupstatus.read import AgentAnswer, GroupRead
 from coordinator.metrics import blocked_reason
 from coordinator.models import Document
-from coordinator.store.base import ClusterView, EventRecord
+from coordinator.store.base import BY_HAND, ClusterView, EventRecord
 
 __all__ = ["NOT_ADMITTED", "STUCK_AFTER", "build_status", "event_statuses"]
 
@@ -100,6 +101,7 @@ def build_status(read: GroupRead, policy: Policy, policy_source: str) -> GroupSt
     out = [OutOfRotation(vm=vm, since=utc(mark.since), events=[e.upper() for e in mark.events],
                          member=vm in view.members) for vm, mark in sorted(view.out.items())]
     absent = [Absent(vm=vm, since=utc(since)) for vm, since in sorted(view.absent_since.items())]
+    by_hand = drained_by_hand(read, reports)
     events = event_statuses(read, policy)
     active = sorted((e for e in events if e.done_at is None),
                     key=lambda e: (e.not_before is None, e.not_before or e.published_at, e.event_id))
@@ -117,7 +119,7 @@ def build_status(read: GroupRead, policy: Policy, policy_source: str) -> GroupSt
     status = GroupStatus(
         cluster=read.cluster, base_path=read.base_path, zookeeper=read.hosts, read_at=utc(now),
         read_only_server=read.read_only_server, policy=policy_source, paused=paused, leader=leader,
-        members=members, registered=sorted(view.known), out_of_rotation=out, absent=absent,
+        members=members, registered=sorted(view.known), out_of_rotation=out, drained_by_hand=by_hand, absent=absent,
         events=active, done=done, attention=[],
     )
     return status.model_copy(update={"attention": _attention(status, read, policy)})
@@ -499,6 +501,8 @@ def _attention(status: GroupStatus, read: GroupRead, policy: Policy) -> list[Att
                 found.append(Attention(vm=vm, event_id=event.event_id,
                                        message=f"{vm} is named by {event.event_id} but runs no agent{never}"))
     for mark in status.out_of_rotation:
+        if mark.events == [BY_HAND] and mark.vm in read.view.drains:
+            continue  # an operator's drain by hand: as long as it is asked for (its section says since when)
         if read_at - mark.since.timestamp() > OUT_LONG:
             why = f" for {', '.join(mark.events)}" if mark.events else ""
             found.append(Attention(vm=mark.vm, message=(

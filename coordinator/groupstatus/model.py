@@ -113,6 +113,20 @@ class OutOfRotation(_Model):
     member: bool = Field(description="whether the VM has a live agent")
 
 
+class DrainedByHand(_Model):
+    """``drains/{vm}``: an operator takes the VM out of rotation by hand (``coordinator drain``)."""
+
+    vm: str
+    reason: str
+    by: str
+    at: datetime
+    admitted_by: str | None = Field(default=None, description="the leader that admitted it into the budget")
+    admitted_at: datetime | None = None
+    out: bool = Field(description="the VM's /out mark names the drain by hand: its agent has taken it out")
+    phase: str | None = Field(default=None, description="the VM's drain state, as its agent reports it")
+    waiting: str | None = Field(default=None, description="not admitted yet: the leader's reason")
+
+
 class Absent(_Model):
     """``absent/{vm}``: a registered VM the leader has seen without an agent since ``since``."""
 
@@ -191,6 +205,7 @@ class GroupStatus(_Model):
     members: list[Member]
     registered: list[str] = Field(description="every VM that has ever run an agent in the group")
     out_of_rotation: list[OutOfRotation]
+    drained_by_hand: list[DrainedByHand] = Field(default_factory=list)
     absent: list[Absent]
     events: list[EventStatus] = Field(description="event records not marked done, soonest NotBefore first")
     done: list[EventStatus] = Field(description="records marked done and not purged yet, latest first")

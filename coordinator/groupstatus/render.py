@@ -65,6 +65,8 @@ def render(status: GroupStatus) -> RenderableType:
     parts.append(_leader(status))
     parts.append(_attention(status))
     parts.append(_members(status))
+    if status.drained_by_hand:
+        parts.append(_by_hand(status))
     if status.out_of_rotation or status.absent:
         parts.append(_out_and_absent(status))
     if status.events:
@@ -150,6 +152,25 @@ def _members(status: GroupStatus) -> Table:
         unit = f"{placement.unit or '?'} ({placement.delivery or '?'})"
         table.add_row(name, Text(member.version or "-"), Text(domains), Text(unit), _phase(member), cycle,
                       Text(member.probe or "-"), Text(member.admin or "-"))
+    return table
+
+
+def _by_hand(status: GroupStatus) -> Table:
+    table = Table(title="Drained by hand (coordinator undrain VM puts it back)", title_justify="left",
+                  title_style="bold")
+    for column in ("VM", "Asked", "Reason", "State"):
+        table.add_column(column, overflow="fold")
+    now = status.read_at
+    for drain in status.drained_by_hand:
+        if drain.admitted_at is None:
+            state = Text("waiting for the maintenance budget" + (f": {drain.waiting}" if drain.waiting else ""),
+                         style="yellow")
+        else:
+            admitted = f"admitted {relative(drain.admitted_at, now)} by {drain.admitted_by or '?'}"
+            doing = ("out of rotation" + (f", {drain.phase}" if drain.phase else "")) if drain.out else "draining"
+            state = Text(f"{doing} ({admitted})")
+        table.add_row(Text(drain.vm, style="bold"), Text(f"{relative(drain.at, now)} by {drain.by}"),
+                      Text(drain.reason), state)
     return table
 
 

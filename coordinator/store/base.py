@@ -17,6 +17,10 @@ Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``):
                                             the record: never on a record marked done)
     /events/{EVENT_ID}/approval persistent  {"by", "at", "as_leader"}: written once, before the POST
                                             (likewise with a versioned rewrite of the record)
+    /drains/{vm}                persistent  {"vm", "reason", "by", "at"}: an operator's drain of the VM by hand
+                                            (``coordinator drain``), deleted by ``coordinator undrain``
+    /drains-admitted/{vm}       persistent  {"by", "at", "drain"}: the leader admitted the drain by hand whose
+                                            node has the creation zxid ``drain`` into the budget
     /layout                     persistent  {"version"}: the layout version of the group's nodes, written once
                                             (``zk_paths.LAYOUT_VERSION``; absent in groups made before it: 1)
 
@@ -43,12 +47,14 @@ from typing import Protocol
 from coordinator.errors import DuplicateMember
 
 __all__ = [
+    "BY_HAND",
     "Approval",
     "ApprovalOutcome",
     "ApprovalResult",
     "ClusterView",
     "ConnectionState",
     "EventRecord",
+    "HandDrain",
     "OutMark",
     "Part",
     "Pause",
@@ -147,6 +153,25 @@ class Pause:
     at: float
 
 
+# What an ``/out`` mark, a plan's ``holding`` and the state file's ``draining_for`` name for a drain by hand,
+# beside event keys: not an event id (``coordinator.names``), so no event of IMDS is ever taken for it.
+BY_HAND = "(BY HAND)"
+
+
+@dataclass(frozen=True)
+class HandDrain:
+    """An operator's drain of one VM by hand (``coordinator drain VM --reason``): the VM goes out of
+    rotation once the leader admitted it into the disruption budget (``admitted_at``; at once in a group
+    without a budget) and stays out until ``coordinator undrain`` deletes it."""
+
+    reason: str
+    by: str
+    at: float
+    admitted_by: str | None = None
+    admitted_at: float | None = None
+    asked: int = 0  # which drain of the VM this is (its node's creation zxid): what an admission names
+
+
 @dataclass(frozen=True)
 class ClusterView:
     """One consistent-enough read of the store, taken once per cycle and never mutated."""
@@ -160,6 +185,9 @@ class ClusterView:
     absent_since: Mapping[str, float] = field(default_factory=dict)  # leader-observed, may be stale
     out: Mapping[str, OutMark] = field(default_factory=dict)  # VMs out of rotation, by their own account
     paused: Pause | None = None  # early approvals paused by an operator: none is approved, drains go on
+    drains: Mapping[str, HandDrain] = field(default_factory=dict)  # VM -> its drain by hand (OWN, NAMED: its own)
+    # VMs with an admission that admits no drain of theirs (undone since): the leader deletes it (WHOLE only)
+    stale_admissions: frozenset[str] = frozenset()
     # What of the group was read (``Part``): less than WHOLE for a VM that leads nothing and approves and
     # closes nothing, which then reads neither the other VMs' ``/out`` marks and absences nor (OWN) any record
     # or (NAMED) any other VM's ack, and is told of no change to them.
@@ -181,7 +209,8 @@ def named_view(view: ClusterView, vm: str) -> ClusterView:
     records = {key: replace(record, acks={vm: record.acks[vm]} if vm in record.acks else {})
                for key, record in view.records.items()}
     out = {vm: view.out[vm]} if vm in view.out else {}
-    return replace(view, records=records, out=out, absent_since={}, part=Part.NAMED)
+    drains = {vm: view.drains[vm]} if vm in view.drains else {}
+    return replace(view, records=records, out=out, drains=drains, absent_since={}, part=Part.NAMED)
 
 
 def own_view(view: ClusterView, vm: str) -> ClusterView:
@@ -189,9 +218,10 @@ def own_view(view: ClusterView, vm: str) -> ClusterView:
     pause and its own ``/out`` mark; no record, no other VM's mark, no absence. What it must know of an
     event (that one names it), its own documents show it: IMDS shows a VM every event naming it, in every
     delivery mode. Whoever decides on it must not publish, admit, approve, close a record or weigh the
-    budget (``coordinator.decide.view_needed``)."""
+    budget (``coordinator.decide.view_needed``). Its own drain by hand, if any, it reads in every part."""
     out = {vm: view.out[vm]} if vm in view.out else {}
-    return replace(view, records={}, out=out, absent_since={}, part=Part.OWN)
+    drains = {vm: view.drains[vm]} if vm in view.drains else {}
+    return replace(view, records={}, out=out, drains=drains, absent_since={}, part=Part.OWN)
 
 
 class ApprovalOutcome(Enum):
@@ -337,6 +367,16 @@ class Store(Protocol):
 
     def clear_out(self, vm: str) -> WriteResult:
         """Delete ``/out/{vm}``: the VM is back in its load balancer's rotation. MISSING if absent."""
+
+    def admit_drain(self, vm: str, asked: int, by: str, at: float) -> WriteResult:
+        """Create ``/drains-admitted/{vm}``: the leader ``by`` admits the drain by hand ``asked``
+        (``HandDrain.asked``) of ``vm`` into the disruption budget (EXISTS if it is admitted already; MISSING
+        if that drain is gone: undone meanwhile). An admission of an earlier drain of the VM is replaced.
+        Only the leader calls it; an admission is never revoked while its drain lasts."""
+
+    def forget_drain_admission(self, vm: str) -> WriteResult:
+        """Delete ``/drains-admitted/{vm}`` if it admits no drain of ``vm`` there is now (EXISTS if it still
+        admits one, MISSING if there is none). Only the leader calls it, for ``stale_admissions``."""
 
     def purge_done(self, older_than: float) -> int:
         """Delete records (with their children) whose ``done_at`` is older than ``older_than``.

@@ -49,6 +49,7 @@ from coordinator.store.base import (
 )
 from coordinator.store.gate import AckFact, GateFacts, refusal
 from coordinator.store.members import duplicate_member, predecessor
+from coordinator.store.memory_drains import HandDrains
 
 __all__ = ["MemoryCluster", "MemoryStore"]
 
@@ -90,6 +91,7 @@ class MemoryCluster:
         self.events: dict[str, _Event] = {}
         self.out: dict[str, OutMark] = {}
         self.paused: Pause | None = None  # ``/pause``: set by ``pause`` / ``resume`` (an operator's command)
+        self.hand = HandDrains()  # ``/drains``, ``/drains-admitted``: set by ``drain`` / ``undrain`` (likewise)
         # The session timeout the "ensemble" grants (None: what was asked, which the store does not know).
         self.granted_session: float | None = None
         self._stores: list[MemoryStore] = []
@@ -134,6 +136,17 @@ class MemoryCluster:
     def resume(self) -> None:
         with self.lock:
             self.paused = None
+        self.changed()
+
+    def drain(self, vm: str, reason: str, by: str, at: float) -> None:
+        """What ``coordinator drain VM`` does to the ZooKeeper store: a drain by hand, not admitted yet."""
+        with self.lock:
+            self.hand.ask(vm, reason, by, at)
+        self.changed()
+
+    def undrain(self, vm: str) -> None:
+        with self.lock:
+            self.hand.undo(vm)
         self.changed()
 
     # Convenience for tests.
@@ -347,6 +360,7 @@ class MemoryStore:
                 for event_id, event in self._cluster.events.items()
             }
             members = frozenset(self._cluster.members)
+            drains, stale = self._cluster.hand.view()
             duplicate = self._duplicate
             if duplicate is not None and duplicate.vm == vm:
                 members -= {vm}  # the node under its name is another agent's
@@ -360,6 +374,8 @@ class MemoryStore:
                 absent_since=dict(self._cluster.absent),
                 out=dict(self._cluster.out),
                 paused=self._cluster.paused,
+                drains=drains,
+                stale_admissions=stale,
             )
 
     def read_pause(self) -> Pause | None:
@@ -538,6 +554,22 @@ class MemoryStore:
                 return WriteResult.MISSING
         self._cluster.changed()
         return WriteResult.DONE
+
+    def admit_drain(self, vm: str, asked: int, by: str, at: float) -> WriteResult:
+        with self._cluster.lock:
+            self._session_for(write=True)
+            result = self._cluster.hand.admit(vm, asked, by, at)
+        if result is WriteResult.DONE:
+            self._cluster.changed()
+        return result
+
+    def forget_drain_admission(self, vm: str) -> WriteResult:
+        with self._cluster.lock:
+            self._session_for(write=True)
+            result = self._cluster.hand.forget(vm)
+        if result is WriteResult.DONE:
+            self._cluster.changed()
+        return result
 
     def purge_done(self, older_than: float) -> int:
         with self._cluster.lock:

@@ -36,6 +36,8 @@ __all__ = [
     "AckNode",
     "AdmittedNode",
     "ApprovalNode",
+    "DrainAdmittedNode",
+    "DrainNode",
     "EventNode",
     "LayoutNode",
     "LeaderNode",
@@ -144,6 +146,26 @@ class PauseNode(NodePayload):
     reason: str
     by: str
     at: float
+
+
+class DrainNode(NodePayload):
+    """``/drains/{vm}``: an operator takes the VM out of rotation by hand (``coordinator drain``), why, who
+    and when. Deleted by ``coordinator undrain``."""
+
+    vm: str | None = None
+    reason: str
+    by: str
+    at: float
+
+
+class DrainAdmittedNode(NodePayload):
+    """``/drains-admitted/{vm}``: the leader ``by`` admitted, at ``at``, the drain by hand of the VM whose
+    node was created with zxid ``drain`` (its ``czxid``): an admission of an earlier drain of the VM, undone
+    since, admits nothing."""
+
+    by: str
+    at: float
+    drain: int
 
 
 class EventNode(NodePayload):

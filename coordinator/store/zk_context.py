@@ -46,6 +46,10 @@ class StoreContext:
                 acl = list(acls.for_path(path, self.paths.base, self.paths.pause))
                 with contextlib.suppress(NodeExistsError):
                     self.session.wait(client.create_async(path, b"", acl=acl), deadline)
+            # Operators create and delete its children (``coordinator drain``): the base's ACL, not the default.
+            acl = list(acls.for_path(self.paths.drains, self.paths.base, self.paths.pause, self.paths.drains))
+            with contextlib.suppress(NodeExistsError):
+                self.session.wait(client.create_async(self.paths.drains, b"", acl=acl), deadline)
         for result in [client.ensure_path_async(path) for path in self.paths.layout()]:
             self.session.wait(result, deadline)
         with contextlib.suppress(NodeExistsError):  # written once, by the first agent of the group
@@ -67,7 +71,7 @@ class StoreContext:
         changed, pending = 0, [self.paths.base]
         while pending:
             path = pending.pop()
-            want = list(acls.for_path(path, self.paths.base, self.paths.pause))
+            want = list(acls.for_path(path, self.paths.base, self.paths.pause, self.paths.drains))
             try:
                 wait(client.set_acls_async(path, want), deadline)
                 changed += 1

@@ -45,6 +45,8 @@ NODES: tuple[tuple[str, str], ...] = (
     ("/events/{EVENT_ID}/acks/{vm}", "ephemeral"),
     ("/events/{EVENT_ID}/approval", "persistent"),
     ("/pause", "persistent"),
+    ("/drains/{vm}", "persistent"),
+    ("/drains-admitted/{vm}", "persistent"),
     ("/layout", "persistent"),
 )
 
@@ -64,6 +66,8 @@ class ZooKeeperPaths:
         self.events = f"{base}/events"
         self.out = f"{base}/out"
         self.pause = f"{base}/pause"  # present while an operator has paused early approvals
+        self.drains = f"{base}/drains"  # an operator's drains by hand, one child per VM
+        self.drains_admitted = f"{base}/drains-admitted"  # the leader's admissions of them
         self.layout_version = f"{base}/layout"  # {"version": N}: the layout the group's nodes are written in
 
     def member(self, vm: str) -> str:
@@ -77,6 +81,12 @@ class ZooKeeperPaths:
 
     def out_vm(self, vm: str) -> str:
         return f"{self.out}/{vm}"
+
+    def drain(self, vm: str) -> str:
+        return f"{self.drains}/{vm}"
+
+    def drain_admitted(self, vm: str) -> str:
+        return f"{self.drains_admitted}/{vm}"
 
     def event(self, event_id: str) -> str:
         return f"{self.events}/{event_id}"
@@ -95,7 +105,7 @@ class ZooKeeperPaths:
 
     def layout(self) -> tuple[str, ...]:
         """The persistent parents that must exist before any node is created under them."""
-        return (self.members, self.registry, self.absent, self.events, self.out)
+        return (self.members, self.registry, self.absent, self.events, self.out, self.drains, self.drains_admitted)
 
 
 def validate_root(root: str) -> str:

@@ -4,9 +4,10 @@ Three roles, each a list of ZooKeeper identities (``scheme:id``):
 
 * **agents** may do everything below ``{root}/{cluster}``: join, acknowledge, record approvals, purge.
   An agent configured with a digest credential is always one of them.
-* **operators** may read everything, and pause and resume the group: create and delete the ``pause``
-  child of the base node. They cannot write anything an agent trusts (acknowledgements, approvals,
-  absence marks live deeper, in nodes whose ACL gives operators ``read`` only).
+* **operators** may read everything, pause and resume the group (create and delete the ``pause``
+  child of the base node), and drain a VM by hand and undo it (create and delete a child of ``drains``).
+  They cannot write anything an agent trusts (acknowledgements, approvals, absence marks live deeper, in
+  nodes whose ACL gives operators ``read`` only).
 * **readers** may read everything (``coordinator status``, dashboards).
 
 Nobody else may read or write the namespace. The components of ``root`` above the base, when an agent
@@ -77,11 +78,12 @@ class NodeAcls:
     pause: tuple[ACL, ...]  # the pause node: agents and operators all, readers read
     ancestors: tuple[ACL, ...]  # root's components: agents all, anyone read and create
 
-    def for_path(self, path: str, base: str, pause: str) -> tuple[ACL, ...]:
-        """The ACL a node at ``path`` should carry."""
-        if path == base:
+    def for_path(self, path: str, base: str, pause: str, drains: str | None = None) -> tuple[ACL, ...]:
+        """The ACL a node at ``path`` should carry. ``drains``, the parent of the operators' drains by hand,
+        is like the base (operators create and delete its children), and each drain like the pause."""
+        if path in (base, drains):
             return self.base
-        if path == pause:
+        if path == pause or (drains is not None and path.startswith(drains + "/")):
             return self.pause
         if path.startswith(base + "/"):
             return self.default

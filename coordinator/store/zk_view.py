@@ -7,13 +7,15 @@ and sends the rest, all the requests of one round at once (kazoo pipelines them)
 deadline. A read of an unchanged group sends nothing; a change costs the nodes it touched. Every request
 carries a watch, so that what it answered stays current until one fires:
 
-* the lists ``/members``, ``/registry``, ``/absent``, ``/out`` and ``/events`` (a list that does not
-  exist yet gets an ``exists`` watch instead, so that its creation is seen);
+* the lists ``/members``, ``/registry``, ``/absent``, ``/out``, ``/drains``, ``/drains-admitted`` and
+  ``/events`` (a list that does not exist yet gets an ``exists`` watch instead, so that its creation is
+  seen);
 * ``/leader`` and ``/pause`` (``exists``, whether or not they are there, and their data), and
   ``/members/{vm}`` of the reading VM (``exists``: whose session owns it);
-* the data of ``/absent/{vm}``, ``/out/{vm}`` and ``/events/{EVENT_ID}``, the children of each event's
-  ``acks``, and the data of each ack (only ever created and deleted, never rewritten: a delete fires the
-  data watch, so a node deleted and created again between two reads is never served from the first). A
+* the data of ``/absent/{vm}``, ``/out/{vm}``, ``/drains/{vm}``, ``/drains-admitted/{vm}`` and
+  ``/events/{EVENT_ID}``, the children of each event's ``acks``, and the data of each ack (only ever
+  created and deleted, never rewritten: a delete fires the data watch, so a node deleted and created
+  again between two reads is never served from the first). A
   record's data holds a copy of its ``admitted`` and ``approval`` (``EventNode.mirrors``): a record
   written by a version that does not keep it is read with its children and their data, as they were;
 * the data of each ``/members/{vm}`` that ``read_member_info`` reads (a member node is rewritten only by
@@ -25,6 +27,8 @@ Nodes that do not parse (see ``coordinator.store.payloads``) never make the read
 * ``/pause``: approvals count as paused (for "undecodable pause node"), with a warning;
 * ``/absent/{vm}``: that absence is left out, with a warning;
 * ``/out/{vm}``: the VM is counted out of rotation, for no known event, with a warning;
+* ``/drains/{vm}``: the VM is drained by hand all the same, asked at the node's creation;
+* ``/drains-admitted/{vm}``: it admits nothing (the drain waits for the budget), with a warning;
 * ``/events/{EVENT_ID}``: the record is left out, with a warning;
 * an ack: it does not count (the VM has not acknowledged), with a warning; so too an ack whose payload
   names another VM than the node's name. An ack stands for a drain that holds now: a node that cannot
@@ -64,6 +68,7 @@ from coordinator.store.payloads import (
     PayloadError,
 )
 from coordinator.store.zk_context import StoreContext
+from coordinator.store.zk_drains import DrainReads
 from coordinator.store.zk_nodes import Key, NodeCache
 from coordinator.store.zk_paths import LAYOUT_VERSION, ZooKeeperPaths, is_canonical_event_id, is_canonical_vm
 from coordinator.store.zk_session import ZooKeeperSession
@@ -91,12 +96,12 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
               part: Part = Part.WHOLE, ack_times: bool = False) -> ViewRead:
     """The cluster as seen now by ``vm`` (already normalised): every node through ``fetch``, which answers
     from what it keeps and sends a watched request for the rest. With ``part`` less than WHOLE, only what
-    ``coordinator.store.base.own_view`` or ``named_view`` keeps: the lists ``/absent`` and ``/out`` are
-    neither read nor watched, ``exists`` of ``/out/{vm}`` is; OWN reads no record (nor ``/events``), NAMED
-    reads each record with ``exists`` of this VM's ack instead of the list of acks. The acks are listed by
-    name; with ``ack_times`` (``coordinator status``) each one's data is read too, for its time. Raises
-    ``StoreUnavailable`` if not connected, or if a request fails or is not answered within the operation
-    timeout."""
+    ``coordinator.store.base.own_view`` or ``named_view`` keeps: the lists ``/absent``, ``/out``, ``/drains``
+    and ``/drains-admitted`` are neither read nor watched, ``exists`` of this VM's node in the last three
+    is; OWN reads no record (nor ``/events``), NAMED reads each record with ``exists`` of this VM's ack
+    instead of the list of acks. The acks are listed by name; with ``ack_times`` (``coordinator status``)
+    each one's data is read too, for its time. Raises ``StoreUnavailable`` if not connected, or if a request
+    fails or is not answered within the operation timeout."""
     session_id = fetch.session_id
     with session.reading("read the cluster view"):
         members_r = fetch.children(paths.members)
@@ -113,6 +118,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         absent_r = fetch.children(paths.absent) if whole else None
         out_r = fetch.children(paths.out) if whole else None
         own_out_r = None if whole else fetch.exists(paths.out_vm(vm))
+        drains = DrainReads(fetch, paths, None if whole else vm)
         pause_r = fetch.exists(paths.pause)
         layout_r = fetch.exists(paths.layout_version)
         lists = _Lists(session, fetch)
@@ -144,6 +150,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         else:
             out_names = [vm] if own_out_r is not None and own_out_r.get() is not None else []
         out_data = {name: fetch.data(paths.out_vm(name)) for name in out_names}
+        drains.send_data(lists)
         for name, result in absent_data.items():
             try:
                 data, _ = result.get()
@@ -167,6 +174,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
                 log.warning("undecodable out-of-rotation node, counted as out: %s", exc)
                 out[name] = OutMark(since=0.0)
 
+        hand_drains, stale_admissions = drains.finish()
         paused = _read_pause(session, fetch, paths, pause_r)
 
         records: dict[str, EventRecord] = {}
@@ -183,6 +191,8 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         absent_since=absent_since,
         out=out,
         paused=paused,
+        drains=hand_drains,
+        stale_admissions=stale_admissions,
         part=part,
     )
     return ViewRead(view, session_id, leader_owner, member_owner)

@@ -18,6 +18,7 @@ The modules behind it:
   ``campaign`` answered with no request while nothing changed (an idle agent sends nothing);
 * ``coordinator.store.zk_records``: the writes of event records, absences and out-of-rotation marks;
 * ``coordinator.store.zk_gate``: ``approve``, the last gate before the POST to IMDS;
+* ``coordinator.store.zk_drains``: drains by hand, as the view reads them, and the leader's admissions;
 * ``coordinator.store.payloads``: the node data (UTF-8 JSON, one pydantic model per node kind).
 """
 
@@ -33,7 +34,7 @@ from kazoo.client import KazooClient
 
 from coordinator.errors import ConfigError, DuplicateMember, InvalidName, LayoutMismatch
 from coordinator.names import normalize_event_id, normalize_vm_name
-from coordinator.store import zk_gate, zk_membership, zk_records, zk_view
+from coordinator.store import zk_drains, zk_gate, zk_membership, zk_records, zk_view
 from coordinator.store.base import (
     ApprovalOutcome,
     ApprovalResult,
@@ -259,6 +260,12 @@ class ZooKeeperStore:
 
     def clear_out(self, vm: str) -> WriteResult:
         return zk_records.clear_out(self._ctx, vm)
+
+    def admit_drain(self, vm: str, asked: int, by: str, at: float) -> WriteResult:
+        return zk_drains.admit_drain(self._ctx, vm, asked, by, at)
+
+    def forget_drain_admission(self, vm: str) -> WriteResult:
+        return zk_drains.forget_drain_admission(self._ctx, vm)
 
     def purge_done(self, older_than: float) -> int:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import subprocess
 import sys
 
@@ -84,3 +85,50 @@ def test_an_event_inside_a_maintenance_window_is_approved_early(make_cluster: Cl
     assert cluster.sim is not None
     event_id = cluster.sim.schedule("Reboot", ["vm0"], not_before_in=600)["event_id"]
     cluster.wait(lambda: approvals(cluster, event_id) != [], 20, "an early approval inside the window")
+
+
+def _probe_is(cluster: LocalCluster, vm: str, code: int) -> bool:
+    return cluster.agents[vm].probe() == code
+
+
+def test_a_drain_by_hand_waits_for_the_budget_lasts_across_a_restart_and_undrain_puts_the_vm_back(
+    make_cluster: ClusterFactory,
+) -> None:
+    cluster = make_cluster(drain_wait=0.5, extra_config={"policy": {"max_vms_in_maintenance": 1}})
+    first = _control(cluster, "drain", "vm1", "--reason", "disk swap [CHG-7]")
+    assert first.returncode == 0 and "vm1 to be drained by hand (disk swap [CHG-7])" in first.stdout, first.stderr
+    cluster.wait(lambda: _probe_is(cluster, "vm1", 503), 15, "vm1 out of rotation")
+    cluster.wait(lambda: (cluster.agents["vm1"].status() or {}).get("phase") == "drained", 15, "vm1 drained")
+
+    # A second drain waits: one VM at most may be out, and vm1 is.
+    second = _control(cluster, "drain", "vm0", "--reason", "kernel debugging")
+    assert second.returncode == 0, second.stderr
+
+    def by_hand() -> dict[str, dict[str, object]]:
+        run = subprocess.run([sys.executable, "-m", "coordinator", "status", "--json", "--config",
+                              str(cluster.agents["vm2"].config_path)], capture_output=True, text=True, timeout=30,
+                             check=False)
+        assert run.returncode == 0, run.stderr
+        return {d["vm"]: d for d in json.loads(run.stdout)["drained_by_hand"]}
+
+    cluster.wait(lambda: (by_hand().get("vm0") or {}).get("waiting") == (
+        "maintenance budget: 1 VM(s) in maintenance, at most 1"), 15, "vm0's drain to wait for the budget")
+    assert _probe_is(cluster, "vm0", 200)
+    drained = by_hand()["vm1"]
+    assert drained["out"] is True and drained["phase"] == "drained" and drained["admitted_by"] in cluster.vms
+
+    # vm1's agent restarts: its VM stays out, without a moment back in rotation.
+    cluster.stop_agent("vm1")
+    cluster.start_agent("vm1")
+    cluster.wait(lambda: (cluster.agents["vm1"].status() or {}).get("phase") == "drained", 20,
+                 "vm1 drained again after its restart")
+    assert _probe_is(cluster, "vm1", 503)
+
+    # Undone: vm1 comes back, and then vm0's drain is admitted.
+    undone = _control(cluster, "undrain", "vm1")
+    assert undone.returncode == 0 and "undone" in undone.stdout, undone.stderr
+    cluster.wait(lambda: _probe_is(cluster, "vm1", 200), 20, "vm1 back in rotation")
+    cluster.wait(lambda: _probe_is(cluster, "vm0", 503), 20, "vm0 drained once vm1 is back")
+    assert _probe_is(cluster, "vm1", 200)
+    assert _control(cluster, "undrain", "vm0").returncode == 0
+    cluster.wait(lambda: _probe_is(cluster, "vm0", 200), 20, "vm0 back in rotation")

@@ -56,7 +56,8 @@ def test_the_page_names_its_ports_and_runs_every_step_it_promises() -> None:
     for step in ("org.apache.zookeeper.server.quorum.QuorumPeerMain", "/usr/share/java/zookeeper.jar",
                  "coordinator imds-sim --vms vm0,vm1,vm2", "coordinator run --config", "coordinator check-config",
                  "coordinator status --config vm0.yaml --watch", "/events", "prometheus --config.file",
-                 "prometheus-alertmanager --config.file", "CoordinatorDrainFailed"):
+                 "prometheus-alertmanager --config.file", "CoordinatorDrainFailed", "coordinator run --config vm1.yaml "
+                 "--dry-run", "coordinator drain vm2", "coordinator undrain vm2"):
         assert step in script, step
     assert script.rstrip().endswith('rm -rf "$GROUP"'), "the page ends by stopping everything"
 
@@ -64,9 +65,9 @@ def test_the_page_names_its_ports_and_runs_every_step_it_promises() -> None:
 def test_the_page_runs_as_written(tmp_path: Path) -> None:
     _require_tools()
     script = substitute(_script(), free_ports(SINGLE, RUNS))
-    run = run_blocks(script, cwd=ROOT, workdir=tmp_path, timeout=150)
+    run = run_blocks(script, cwd=ROOT, workdir=tmp_path, timeout=240)
     said = f"\n--- the page's output ({run.seconds:.0f} s) ---\n{run.output[-12000:]}"
-    assert run.returncode is not None, f"the page did not finish within 150 s{said}"
+    assert run.returncode is not None, f"the page did not finish within 240 s{said}"
     assert run.returncode == 0, f"a step failed (exit {run.returncode}){said}"
     assert run.left_running == [], f"the page left processes running: {run.left_running}{said}"
     out = run.output
@@ -77,5 +78,8 @@ def test_the_page_runs_as_written(tmp_path: Path) -> None:
     assert '"vm":"vm0"' in out, said
     assert "=> 3" in out, said  # Prometheus scrapes the three agents
     assert "CoordinatorDrainFailed" in out and "failing-drain" in out, said
+    assert "dry-run: would acknowledge event E-DRY for vm1" in out, said  # the dry run beside the agent
+    assert re.search(r"dry-run: event E-DRY held: .*paused by", out), said
+    assert "Drained by hand" in out and "drain by hand of vm2 undone" in out, said
     assert not any(tmp_path.glob("tmp.*")), "the page left its working directory behind"
     print(f"docs/local-group.md ran in {run.seconds:.1f} s")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from coordinator import control
 from coordinator.errors import DuplicateMember, InvalidName, StoreError, StoreUnavailable, StoreUnknownOutcome
 from coordinator.store.base import (
     ApprovalOutcome,
@@ -46,6 +47,8 @@ class Harness:
     kind: str
     make: Callable[..., Store]
     expire: Callable[[Store], None]
+    drain: Callable[[str, str], None]  # an operator's ``coordinator drain VM --reason``
+    undrain: Callable[[str], None]
 
 
 @pytest.fixture(params=["memory", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
@@ -65,6 +68,12 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
             assert isinstance(store, MemoryStore)
             store.expire_session()
 
+        def drain(vm: str, reason: str) -> None:
+            clusters["alpha"].drain(vm, reason, "ops", T0)
+
+        def undrain(vm: str) -> None:
+            clusters["alpha"].undrain(vm)
+
     else:
         hosts: str = request.getfixturevalue("zk_hosts")
         root: str = request.getfixturevalue("zk_chroot")
@@ -80,8 +89,14 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
             expire_session(store)
             wait_until(lambda: store.connection_state is ConnectionState.CONNECTED, message="reconnected")
 
+        def drain(vm: str, reason: str) -> None:
+            control.drain(control.GroupAddress(hosts, root, "alpha"), vm, reason, by="ops", at=T0)
+
+        def undrain(vm: str) -> None:
+            control.undrain(control.GroupAddress(hosts, root, "alpha"), vm)
+
     try:
-        yield Harness(request.param, make, expire)
+        yield Harness(request.param, make, expire, drain, undrain)
     finally:
         for store in stores:
             store.stop()
@@ -593,3 +608,34 @@ def test_a_node_not_provably_this_vms_previous_agent_is_never_replaced(harness: 
         second.join("vm-a", member_identity(T0 + 10))
     assert second.duplicate is not None
     assert first.join("vm-a", info) is WriteResult.EXISTS
+
+
+def test_a_drain_by_hand_is_admitted_once_and_an_undone_ones_admission_admits_no_later_drain(
+    harness: Harness,
+) -> None:
+    leader = harness.make()
+    leader.join("vm-a", {})
+    harness.drain("vm-a", "disk swap")
+    asked = wait_until(lambda: leader.read_view("vm-a").drains.get("vm-a"), message="the drain in the view")
+    assert (asked.reason, asked.by, asked.at, asked.admitted_at) == ("disk swap", "ops", T0, None)
+    assert leader.admit_drain("vm-a", asked.asked + 1, "vm-a", T0 + 1) is WriteResult.MISSING  # another drain
+    assert leader.admit_drain("vm-a", asked.asked, "vm-a", T0 + 1) is WriteResult.DONE
+    assert leader.admit_drain("vm-a", asked.asked, "vm-a", T0 + 2) is WriteResult.EXISTS
+    admitted = wait_until(lambda: leader.read_view("vm-a").drains["vm-a"].admitted_at, message="admitted")
+    assert admitted == T0 + 1 and leader.read_view("vm-a").drains["vm-a"].admitted_by == "vm-a"
+    assert leader.forget_drain_admission("vm-a") is WriteResult.EXISTS
+
+    harness.undrain("vm-a")
+    wait_until(lambda: leader.read_view("vm-a").stale_admissions == frozenset({"vm-a"}), message="stale")
+    assert leader.read_view("vm-a").drains == {}
+    harness.drain("vm-a", "asked again")
+    again = wait_until(lambda: leader.read_view("vm-a").drains.get("vm-a"), message="asked again")
+    assert again.admitted_at is None and again.asked != asked.asked  # the old admission admits it not
+    assert leader.admit_drain("vm-a", again.asked, "vm-a", T0 + 3) is WriteResult.DONE  # replacing the old one
+    wait_until(lambda: leader.read_view("vm-a").drains["vm-a"].admitted_at == T0 + 3, message="admitted again")
+    assert leader.read_view("vm-a").stale_admissions == frozenset()
+    harness.undrain("vm-a")
+    wait_until(lambda: "vm-a" in leader.read_view("vm-a").stale_admissions, message="stale again")
+    assert leader.forget_drain_admission("vm-a") is WriteResult.DONE
+    assert leader.forget_drain_admission("vm-a") is WriteResult.MISSING
+    wait_until(lambda: leader.read_view("vm-a").stale_admissions == frozenset(), message="forgotten")

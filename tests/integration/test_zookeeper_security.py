@@ -20,7 +20,7 @@ from kazoo.exceptions import NoAuthError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_digest_acl_credential
 
-from coordinator.control import ControlError, GroupAddress, pause, resume
+from coordinator.control import ControlError, GroupAddress, drain, pause, resume, undrain
 from coordinator.errors import StoreUnavailable
 from coordinator.store.base import EventRecord, WriteResult
 from coordinator.store.zk_paths import ZooKeeperPaths
@@ -171,6 +171,45 @@ def test_operators_pause_and_resume_and_readers_cannot(
         reader.close()
     assert resume(address(OPERATOR)) is True
     assert store.read_view("vm-a").paused is None
+
+
+def test_operators_drain_and_undrain_by_hand_the_agents_admit_and_readers_cannot(
+    secured: tuple[ZooKeeperStore, ZooKeeperPaths], zk_hosts: str, zk_chroot: str
+) -> None:
+    store, paths = secured
+
+    def address(who: tuple[str, str]) -> GroupAddress:
+        return GroupAddress(zk_hosts, zk_chroot, "group", auth_data=credential(who))
+
+    with pytest.raises(ControlError, match="not authorised as reader"):
+        drain(address(READER), "vm-a", "disk swap")
+    _, created = drain(address(OPERATOR), "vm-a", "disk swap")
+    assert created
+    # The agent admits it (a rewrite of the operator's node): the node's ACL lets it.
+    asked = store.read_view("vm-a").drains["vm-a"].asked
+    assert store.admit_drain("vm-a", asked, "vm-a", 1.0) is WriteResult.DONE
+    assert store.read_view("vm-a").drains["vm-a"].admitted_by == "vm-a"
+    reader = client(zk_hosts, READER)
+    try:  # readers read the drain, and can neither undo it nor make one
+        assert b"disk swap" in reader.get(paths.drain("vm-a"))[0]
+        with pytest.raises(NoAuthError):
+            reader.delete(paths.drain("vm-a"))
+        with pytest.raises(NoAuthError):
+            reader.create(paths.drain("vm-b"), b"{}")
+    finally:
+        reader.stop()
+        reader.close()
+    operator = client(zk_hosts, OPERATOR)
+    try:  # an operator cannot admit a drain past the budget, nor take an admission back
+        with pytest.raises(NoAuthError):
+            operator.create(paths.drain_admitted("vm-b"), b'{"by": "vm-a", "at": 1, "drain": 1}')
+        with pytest.raises(NoAuthError):
+            operator.delete(paths.drain_admitted("vm-a"))
+    finally:
+        operator.stop()
+        operator.close()
+    assert undrain(address(OPERATOR), "vm-a") is True
+    assert store.read_view("vm-a").drains == {}
 
 
 def test_a_pause_node_the_agents_cannot_read_still_pauses_and_the_rest_is_read(

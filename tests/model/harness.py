@@ -256,10 +256,11 @@ class ModelStore:
 
     def __init__(
         self, inner: MemoryStore, on_admit: Callable[[str], None], pause: Callable[[], None],
-        now: Callable[[], float],
+        now: Callable[[], float], on_admit_drain: Callable[[str], None] = lambda vm: None,
     ) -> None:
         self.inner = inner
         self._on_admit = on_admit
+        self._on_admit_drain = on_admit_drain
         self._pause = pause
         self._now = now
         self.view_session: int | None = None  # the session under which this cycle's view was read
@@ -385,6 +386,12 @@ class ModelStore:
         result = self.inner.admit(event_id, vm, at, **kwargs)
         if result is WriteResult.DONE:
             self._on_admit(event_id)
+        return result
+
+    def admit_drain(self, vm: str, asked: int, by: str, at: float) -> WriteResult:
+        result = self.inner.admit_drain(vm, asked, by, at)
+        if result is WriteResult.DONE:
+            self._on_admit_drain(vm)
         return result
 
     def mark_absent(self, vm: str, at: float) -> WriteResult:

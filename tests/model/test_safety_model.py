@@ -171,7 +171,7 @@ from coordinator.metrics import Metrics
 from coordinator.models import parse_document
 from coordinator.names import normalize_event_id
 from coordinator.state import StateFile
-from coordinator.store.base import ConnectionState, EventRecord, Store
+from coordinator.store.base import BY_HAND, ConnectionState, EventRecord, Store
 from coordinator.store.memory import MemoryCluster, MemoryStore
 from tests.model.harness import (
     STORE_FAULT_POINTS,
@@ -307,6 +307,8 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.committed_by_ack: set[tuple[str, int]] = set()  # those of ``committed`` held by an ack only
         self.early: list[EarlyRelease] = []
         self.admitted: set[int] = set()  # event serials admitted by the leader while present
+        # VMs drained by hand whose agent has taken them out for it: they stay out while the drain lasts
+        self.hand_committed: set[str] = set()
         self.sequence = 0  # orders job submissions and reads (see ``_stamp``)
 
     def teardown(self) -> None:
@@ -454,6 +456,8 @@ class CoordinatorModel(RuleBasedStateMachine):
                 del self.committed[key]
                 self.committed_by_ack.discard(key)
         if state_file == "delete":
+            # A missing state file: the drain by hand is known again from the view only (docs/safety.md S2).
+            self.hand_committed.discard(slot.vm)
             slot.state_path.unlink(missing_ok=True)
         elif state_file == "corrupt":
             slot.state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -471,6 +475,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         executor = ModelExecutor("held" if slot.hold_cycles else slot.exec_mode, before_run=self._observe,
                                  stamp=self._stamp)
         store = ModelStore(MemoryStore(self.cluster, clock=slot.clock.now), on_admit=self._on_admit,
+                           on_admit_drain=self._on_admit_drain,
                            pause=lambda: self._advance(self.lapse_after + 1), now=lambda: self.time.now)
         store.suspended_at_start = store_down > 0 and not unreachable
         store.unreachable_at_start = store_down > 0 and unreachable
@@ -586,6 +591,13 @@ class CoordinatorModel(RuleBasedStateMachine):
                     self.committed_by_ack.add((vm, event.serial))
                 if why is not None:
                     self.committed[(vm, event.serial)] = f"{why} ({self._t()})"
+        with self.cluster.lock:
+            drains, _ = self.cluster.hand.view()
+        self.hand_committed &= set(drains)
+        for slot in self.slots.values():
+            if (slot.agent is not None and not slot.dry_run and slot.vm in drains and not slot.serving
+                    and BY_HAND in slot.agent._local.draining_for):
+                self.hand_committed.add(slot.vm)
         for vm, serial in list(self.committed):
             present = self.group.events.get(serial)
             if present is None or vm not in present.named:
@@ -618,6 +630,8 @@ class CoordinatorModel(RuleBasedStateMachine):
                 slot.out_since = self.time.now
             return
         self._observe()  # the probe still fails here
+        if slot.vm in self.hand_committed:
+            self._violation("S2", f"{self._t()} {slot.vm} answers 200 again while its drain by hand lasts")
         for (vm, serial), why in self.committed.items():
             if vm == slot.vm:
                 event = self.group.events[serial]
@@ -640,13 +654,30 @@ class CoordinatorModel(RuleBasedStateMachine):
                 f"live={sorted(self._live())} in maintenance={busy}"
             )
 
-    def _in_maintenance(self, vm: str, event: ModelEvent) -> str | None:
+    def _on_admit_drain(self, vm: str) -> None:
+        """The leader admits a drain by hand: it must leave a live VM outside it serving (keep_one_serving),
+        and take a VM within ``max_vms_in_maintenance`` (none set here: only the first counts)."""
+        outside = self._live() - {vm}
+        busy = {other: self._in_maintenance(other, None) for other in outside}
+        if self.policy.keep_one_serving and all(busy.values()):
+            self._violation("S4", f"{self._t()} admitted the drain by hand of {vm} with no live VM outside it "
+                                  f"left serving: live={sorted(self._live())} in maintenance={busy}")
+
+    def _by_hand(self, vm: str) -> bool:
+        """Whether ``vm`` is out by an admitted drain by hand (the budget counts it as in maintenance)."""
+        with self.cluster.lock:
+            drain = self.cluster.hand.view()[0].get(vm)
+        return drain is not None and drain.admitted_at is not None
+
+    def _in_maintenance(self, vm: str, event: ModelEvent | None) -> str | None:
         """Why ``vm`` (out of rotation) counts as in maintenance for the budget, if it does."""
         slot = self.slots[vm]
         if slot.serving:
             return None
+        if self._by_hand(vm):
+            return "drained by hand"
         for other in self.group.events.values():
-            if other is event or self._same_batch(other, event) or vm not in other.named:
+            if other is event or (event is not None and self._same_batch(other, event)) or vm not in other.named:
                 continue
             if other.status == STARTED or other.early or other.serial in self.admitted or self._acked(vm, other):
                 return f"held by {other.event_id}"
@@ -658,10 +689,13 @@ class CoordinatorModel(RuleBasedStateMachine):
         return None
 
     def _avoidably_out(self, vm: str, event: ModelEvent) -> str | None:
-        """Why ``vm`` is out of rotation because of another event the budget let in, if it is."""
+        """Why ``vm`` is out of rotation because of another event (or a drain by hand) the budget let in, if
+        it is."""
         slot = self.slots[vm]
         if slot.serving:
             return None
+        if self._by_hand(vm):
+            return "drained by hand"
         for other in self.group.events.values():
             if other is event or self._same_batch(other, event) or vm not in other.named:
                 continue
@@ -976,6 +1010,15 @@ class CoordinatorModel(RuleBasedStateMachine):
         else:
             self.cluster.resume()
 
+    @rule(vm=vm_names, drained=st.booleans())
+    def operator_drain(self, vm: str, drained: bool) -> None:
+        """``coordinator drain VM`` / ``coordinator undrain VM``: a VM out of rotation by hand, through the
+        budget, until undone."""
+        if drained:
+            self.cluster.drain(vm, "model: operator drain", "operator", self.time.now)
+        else:
+            self.cluster.undrain(vm)
+
     # -- rules: time and cycles --------------------------------------------------------------------------
 
     @rule(seconds=st.sampled_from((1, 5, 15, 35, 60, 120, 300, 900, 3600)))
@@ -1227,7 +1270,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         # A VM cut off from the store may wait until every session that could hold its acks has lapsed.
         cycles = max(SETTLE_CYCLES, math.ceil(2 * self._lapses_after() / SETTLE_STEP))
         for _ in range(cycles):
-            if any(vm in e.named for e in self.group.events.values()):
+            if any(vm in e.named for e in self.group.events.values()) or self._held_by_hand(slot):
                 return
             try:
                 parse_document(self.group.serve(vm, consume=False)[1])
@@ -1242,6 +1285,15 @@ class CoordinatorModel(RuleBasedStateMachine):
                 f"{self._t()} {vm} is named by no event, reads documents fine, and still fails its probe "
                 f"after {cycles} cycles and {cycles * SETTLE_STEP:.0f}s"
             )
+
+    def _held_by_hand(self, slot: VmSlot) -> bool:
+        """Whether the VM may stay out for a drain by hand: one lasts, or its agent holds one it cannot check,
+        cut off from the store since it started on an unreadable state file (docs/safety.md S2)."""
+        with self.cluster.lock:
+            drained = slot.vm in self.cluster.hand.drains
+        agent, store = slot.agent, slot.store
+        return drained or (agent is not None and store is not None and BY_HAND in agent._local.draining_for
+                           and store.inner.connection_state is not ConnectionState.CONNECTED)
 
     def _lapses_after(self) -> float:
         return session_lapses_after(self.policy, self.cluster.granted_session)
@@ -1321,8 +1373,12 @@ class CoordinatorModel(RuleBasedStateMachine):
 
     def _calm(self) -> None:
         """Every fault heals: each running agent's IMDS feed, executor and actions work again, its store
-        reaches the ensemble again with no fault armed, and no operator pause holds approvals."""
+        reaches the ensemble again with no fault armed, and no operator pause or drain by hand holds anything."""
         self.cluster.resume()
+        with self.cluster.lock:
+            drained = list(self.cluster.hand.drains)
+        for vm in drained:
+            self.cluster.undrain(vm)
         for slot in self.slots.values():
             if slot.agent is not None and not slot.dry_run:
                 self._heal_vm(slot)

@@ -478,7 +478,8 @@ def test_relative_and_clock_times() -> None:
 # -- JSON -----------------------------------------------------------------------------------------------------
 
 TOP_LEVEL = {"schema_version", "cluster", "base_path", "zookeeper", "read_at", "read_only_server", "policy",
-             "paused", "leader", "members", "registered", "out_of_rotation", "absent", "events", "done", "attention"}
+             "paused", "leader", "members", "registered", "out_of_rotation",
+             "drained_by_hand", "absent", "events", "done", "attention"}
 EVENT_KEYS = {"event_id", "type", "status", "status_reported_by", "resources", "published_by", "published_at",
               "not_before", "not_before_in_seconds", "acks", "missing_acks", "admitted_at", "approval", "done_at",
               "approver", "approver_as_leader", "state", "blockers", "approver_reports"}

@@ -11,7 +11,7 @@ def test_every_node_of_the_layout_table_is_a_path_the_store_builds() -> None:
     built = {
         paths.member("vm1"), paths.leader, paths.event("E1"), paths.registered("vm1"), paths.absent_vm("vm1"),
         paths.out_vm("vm1"), paths.admitted("E1"), paths.ack("E1", "vm1"), paths.approval("E1"), paths.pause,
-        paths.layout_version,
+        paths.layout_version, paths.drain("vm1"), paths.drain_admitted("vm1"),
     }
     table = {"/root/group" + pattern.format(vm="vm1", EVENT_ID="E1") for pattern, _ in NODES}
     assert table == built
