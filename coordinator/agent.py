@@ -48,7 +48,7 @@ from coordinator.logsetup import log_context
 from coordinator.metrics import Metrics
 from coordinator.models import Document
 from coordinator.plan_approvals import send_approvals
-from coordinator.plan_writes import write_plan
+from coordinator.plan_writes import note_started, write_plan
 from coordinator.poller import ReadEachCycle, Reading, Readings
 from coordinator.quiet import QuietCycles
 from coordinator.state import PersistedState, StateFile
@@ -153,6 +153,8 @@ class Agent:
         self._document_fresh = 1.5 * poll_interval
         self._reading = Reading(0, self._clock.monotonic())
         self._asked: set[str] = set()  # records published by peers for which an early read was asked
+        # Event key -> wall time this process first saw it Started, for the done mark (``note_started``).
+        self._started_seen: dict[str, float] = {}
         self._executor = executor or JobExecutor(on_done=self.wake)
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
         self._state_file = state_file or StateFile(None)
@@ -432,10 +434,12 @@ class Agent:
                 self._assume_worst = False
                 naming = {e.event_id for e in document.events if e.names(self.vm)}
                 evidence = self._hold_also(evidence, naming, "the state file was unreadable", mono)
+            records = set(cluster.records) if cluster is not None else None
             evidence = after_reading(evidence, document, me=self.vm, sent=reading.sent, answered=reading.at,
-                                     draining_for=self._local.draining_for,
-                                     records=set(cluster.records) if cluster is not None else None,
+                                     draining_for=self._local.draining_for, records=records,
                                      gone_after=self._policy.gone_after)
+            arrived = self._clock.now() - max(0.0, mono - reading.at)  # the answer's arrival, on the wall clock
+            self._started_seen = note_started(self._started_seen, document, records, arrived)
         if cluster is not None and self._restore_from_store:
             self._restore_from_store = False
             mark = cluster.out.get(self.vm)
@@ -527,7 +531,7 @@ class Agent:
         if plan.purge_before is not None and snap.mono - self._last_purge >= self.PURGE_EVERY:
             self._last_purge, purge = snap.mono, plan.purge_before
         if not write_plan(self._store, self.vm, snap, local, plan, metrics=self._metrics, purge_before=purge,
-                          wake=self.wake) or not plan.approve:
+                          wake=self.wake, started=self._started_seen) or not plan.approve:
             return local
         posted = send_approvals(self._store, self._imds.approve, self.vm, snap, plan, policy=self._policy,
                                 metrics=self._metrics, telemetry=self._telemetry, mono=self._clock.monotonic,

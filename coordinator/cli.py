@@ -78,8 +78,11 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from coordinator.groupstatus.options import group_mode
+    from coordinator.groupstatus.options import group_mode, history_refusal
 
+    if (refused := history_refusal(args)) is not None:
+        print(f"coordinator: status: {refused}", file=sys.stderr)
+        return 2
     if group_mode(args):
         from coordinator.groupstatus.command import run
 

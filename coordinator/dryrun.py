@@ -179,7 +179,7 @@ class DryRunStore:
     def clear_absent(self, vm: str) -> WriteResult:
         return WriteResult.DONE
 
-    def mark_done(self, event_id: str, at: float) -> WriteResult:
+    def mark_done(self, event_id: str, at: float, *, started_at: float | None = None) -> WriteResult:
         return WriteResult.DONE
 
     def reopen(self, event_id: str) -> WriteResult:

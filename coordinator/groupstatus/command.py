@@ -1,5 +1,6 @@
 """``coordinator status --config FILE`` / ``--zookeeper HOSTS --cluster NAME``: the whole group, read
-from ZooKeeper (read-only) and from each member's admin ``/status``, once or live (``--watch``).
+from ZooKeeper (read-only) and from each member's admin ``/status``, once or live (``--watch``); with
+``--history``, once, the finished events the store keeps (ZooKeeper only: the agents are not asked).
 
 Exit status: 0 once shown (and on Ctrl-C or SIGTERM under ``--watch``), 1 when ZooKeeper cannot be reached
 or the cluster does not exist (a one-line message on stderr), 2 for bad arguments or configuration.
@@ -23,12 +24,14 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from coordinator.config import Settings
+from coordinator.decide import Policy
 from coordinator.errors import ConfigError
 from coordinator.groupstatus.analyse import build_status
+from coordinator.groupstatus.history import build_history
 from coordinator.groupstatus.model import GroupStatus
-from coordinator.groupstatus.options import group_settings
+from coordinator.groupstatus.options import group_settings, history_refusal
 from coordinator.groupstatus.read import GroupRead, GroupReader, GroupStatusError
-from coordinator.groupstatus.render import render, render_error
+from coordinator.groupstatus.render import render, render_error, render_history
 
 __all__ = ["quiet_logging", "run"]
 
@@ -51,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         print("coordinator: status: --url reads one agent; do not combine it with --config, --zookeeper, "
               "--cluster or --root", file=sys.stderr)
         return 2
+    if (refused := history_refusal(args)) is not None:
+        print(f"coordinator: status: {refused}", file=sys.stderr)
+        return 2
     try:
         settings = group_settings(args, "status")
     except ConfigError as exc:
@@ -71,15 +77,18 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     policy = policy_from(settings)
     source = str(args.config) if args.config is not None else "defaults (no --config)"
     timeout = args.timeout if args.timeout is not None else settings.zookeeper.operation_timeout
+    history = bool(getattr(args, "history", False))
     try:
         zk = settings.zookeeper.client_options()
         reader = GroupReader(zk.hosts, settings.zookeeper.root, settings.cluster, timeout=timeout,
-                             http_timeout=args.http_timeout, ask_agents_too=not args.no_agents,
+                             http_timeout=args.http_timeout, ask_agents_too=not (args.no_agents or history),
                              auth_data=zk.auth_data, tls=zk.tls)
         reader.open()
     except GroupStatusError as exc:
         print(f"coordinator: {exc}", file=sys.stderr)
         return 1
+    if history:
+        return _history(reader, policy, source, as_json=args.json)
 
     def build(read: GroupRead) -> GroupStatus:
         return build_status(read, policy, source)
@@ -98,6 +107,22 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         print(status.to_json())
     else:
         _console().print(render(status))
+    return 0
+
+
+def _history(reader: GroupReader, policy: Policy, source: str, *, as_json: bool) -> int:
+    """``--history``: one read, the finished events the store keeps."""
+    try:
+        history = build_history(reader.read(), policy, source)
+    except GroupStatusError as exc:
+        print(f"coordinator: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        _close(reader)
+    if as_json:
+        print(history.to_json())
+    else:
+        _console().print(render_history(history))
     return 0
 
 

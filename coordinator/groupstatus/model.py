@@ -24,7 +24,11 @@ __all__ = [
     "Blocker",
     "EventState",
     "EventStatus",
+    "GroupHistory",
     "GroupStatus",
+    "HistoryAdmission",
+    "HistoryApproval",
+    "HistoryEntry",
     "Leader",
     "Member",
     "OutOfRotation",
@@ -210,6 +214,67 @@ class GroupStatus(_Model):
     events: list[EventStatus] = Field(description="event records not marked done, soonest NotBefore first")
     done: list[EventStatus] = Field(description="records marked done and not purged yet, latest first")
     attention: list[Attention]
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+
+# -- the history (``coordinator status --history``) ----------------------------------------------------
+
+
+class HistoryAdmission(_Model):
+    """When the leader admitted the event into the maintenance budget, and which leader."""
+
+    at: datetime
+    by: str | None = Field(description="the leader that admitted it (None: its admission node did not say)")
+
+
+class HistoryApproval(_Model):
+    """The approval, as the approver wrote it before its POST."""
+
+    by: str = Field(description='who approved it ("?": its approval node did not parse)')
+    at: datetime | None = Field(description="when (None: not known, its approval node did not parse)")
+    as_leader: bool = Field(description="approved as the leader; else as the first live VM named in Resources")
+    acks: list[str] | None = Field(
+        description="the VMs whose acknowledgements released it, as the approval gate found them (empty: none "
+        "was required; None: not recorded, approved by an agent of an earlier version)")
+
+
+class HistoryEntry(_Model):
+    """One finished event (its record marked done, not purged yet), with its timeline."""
+
+    event_id: str
+    type: str
+    resources: list[str]
+    not_before: datetime | None
+    published_by: str = Field(description="the VM that announced it to the group (created its record)")
+    published_at: datetime
+    recorded: bool = Field(
+        description="whether the agent that marked it done kept its admission and approval in the record "
+        "(False: marked done by an agent of an earlier version; admitted and approval are then not known)")
+    admitted: HistoryAdmission | None = Field(description="None: not admitted (or not recorded)")
+    approval: HistoryApproval | None = Field(
+        description="None: not approved early (it started at NotBefore, or was gone before), or not recorded")
+    started_at: datetime | None = Field(
+        description="when the agent that marked it done first saw it Started in its IMDS document (None: not "
+        "recorded: that agent never saw it Started, was restarted since, or is of an earlier version)")
+    done_at: datetime = Field(description="when its record was marked done: it had left the IMDS documents")
+
+
+class GroupHistory(_Model):
+    """Every finished event the group's store still keeps, newest first: kept as long as the records are,
+    until the leader purges them ``done_retention_seconds`` after they were done."""
+
+    schema_version: int = SCHEMA_VERSION
+    cluster: str
+    base_path: str
+    zookeeper: str
+    read_at: datetime
+    read_only_server: bool
+    policy: str = Field(description="where the policy (its budget, its retention) was taken from")
+    budgeted: bool = Field(description="whether the policy admits events into a budget: admitted means something")
+    kept_for_seconds: float = Field(description="done_retention_seconds: how long a finished record is kept")
+    events: list[HistoryEntry] = Field(description="records marked done and not purged yet, latest done first")
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)

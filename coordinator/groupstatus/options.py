@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from coordinator.config import Settings
 
-__all__ = ["DEFAULT_WATCH_INTERVAL", "add_arguments", "group_mode", "group_settings"]
+__all__ = ["DEFAULT_WATCH_INTERVAL", "add_arguments", "group_mode", "group_settings", "history_refusal"]
 
 DEFAULT_WATCH_INTERVAL = 2.0
 
@@ -30,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"re-read and re-render until Ctrl-C or SIGTERM: on every ZooKeeper change and at "
                        f"least every SECONDS (default {DEFAULT_WATCH_INTERVAL:g}); with --json, one JSON object per "
                        "line")
+    group.add_argument("--history", action="store_true",
+                       help="every finished event the store still keeps, newest first, each with its timeline "
+                       "(announced, admitted, approved: by whom and on which acks, started, gone); kept as long "
+                       "as the records are (done_retention_seconds); not with --watch")
     group.add_argument("--timeout", type=float, metavar="SECONDS",
                        help="bound on connecting to ZooKeeper and on each read (default: the configuration's "
                        "zookeeper.operation_timeout, 5 s)")
@@ -42,6 +46,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def group_mode(args: argparse.Namespace) -> bool:
     """Whether the arguments ask for the whole group rather than one agent's ``--url``."""
     return any(getattr(args, name, None) is not None for name in ("config", "zookeeper", "cluster", "root"))
+
+
+def history_refusal(args: argparse.Namespace) -> str | None:
+    """Why ``--history`` cannot run with these arguments (None: it can, or it was not asked for): it reads
+    the group from ZooKeeper once, so neither ``--watch`` nor one agent's ``--url``."""
+    if not getattr(args, "history", False):
+        return None
+    if args.watch is not None:
+        return "--history shows what the store keeps, once: it does not combine with --watch"
+    if args.url is not None or not group_mode(args):
+        return "--history reads the group from ZooKeeper: give --config, or --zookeeper and --cluster (not --url)"
+    return None
 
 
 def group_settings(args: argparse.Namespace, command: str) -> Settings:

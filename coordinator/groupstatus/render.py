@@ -1,5 +1,6 @@
 """The group status as a terminal view (rich): pause banner, leader, what needs attention, members, VMs
-out of rotation or absent, one panel per pending event, and the recently finished ones.
+out of rotation or absent, one panel per pending event, and the recently finished ones; and the group's
+history (``--history``): every finished event the store keeps, each with its timeline.
 
 Times are shown relative to the read ("12 s ago", "in 4 min"), with the clock time where it matters
 (NotBefore). Every value that comes from ZooKeeper or an agent goes through ``Text``, never through rich
@@ -15,9 +16,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from coordinator.groupstatus.model import EventStatus, GroupStatus, Member
+from coordinator.groupstatus.model import EventStatus, GroupHistory, GroupStatus, HistoryEntry, Member
 
-__all__ = ["DONE_SHOWN", "clock", "relative", "render", "render_error"]
+__all__ = ["DONE_SHOWN", "clock", "relative", "render", "render_error", "render_history"]
 
 DONE_SHOWN = 5  # recently finished events in the table (--json lists every one)
 
@@ -263,3 +264,86 @@ def _done(status: GroupStatus) -> Table:
         table.add_row(Text(event.event_id), Text(event.type), Text(", ".join(event.resources)),
                       Text(relative(event.done_at, now)), Text(", ".join(a.vm for a in event.acks) or "-"))
     return table
+
+
+# -- the history ------------------------------------------------------------------------------------------
+
+_EARLIER_VERSION = "not recorded (marked done by an agent of an earlier version)"
+
+
+def render_history(history: GroupHistory) -> RenderableType:
+    """``--history``: a header, one timeline per finished event (newest first), and how long they are kept."""
+    now = history.read_at
+    header = Text()
+    header.append(f"History of group {history.cluster}", style="bold")
+    header.append(f"  ZooKeeper {history.zookeeper} {history.base_path}  read at {clock(now, now)}"
+                  f"  policy: {history.policy}", style="dim")
+    if history.read_only_server:
+        header.append("  (read-only server)", style="yellow")
+    parts: list[RenderableType] = [header]
+    count = len(history.events)
+    if count:
+        parts.append(Text(f"Finished events ({count} kept, newest first)", style="bold"))
+        parts.extend(_timeline(entry, history) for entry in history.events)
+    else:
+        parts.append(Text("No finished event is kept in the store.", style="green"))
+    kept = f"{_span(history.kept_for_seconds)} (done_retention_seconds: {history.kept_for_seconds:g})"
+    parts.append(Text())
+    parts.append(Text(f"Kept as long as the records are: the leader purges a finished event's record {kept} after "
+                      "it was done; no history is kept beyond that.", style="dim"))
+    return Group(*parts)
+
+
+def _timeline(entry: HistoryEntry, history: GroupHistory) -> RenderableType:
+    now = history.read_at
+    title = Text(f"{entry.type} {entry.event_id}", style="bold")
+    title.append(f"  on {', '.join(entry.resources)}" if entry.resources else "  on no VM named")
+    if entry.not_before is not None:
+        title.append(f"  NotBefore {clock(entry.not_before, now)}", style="dim")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("  announced", Text(f"{clock(entry.published_at, now)} by {entry.published_by}"))
+    admitted = _admitted(entry, history)
+    if admitted is not None:
+        grid.add_row("  admitted", Text(admitted))
+    grid.add_row("  approved", Text(_approved(entry, now), style="green" if entry.approval is not None else ""))
+    started = entry.started_at
+    grid.add_row("  started", Text(f"{clock(started, now)}: first seen Started in the IMDS document of the agent "
+                                   "that marked it done" if started is not None else "not recorded"))
+    grid.add_row("  gone", Text(f"{clock(entry.done_at, now)} ({relative(entry.done_at, now)}): it left the IMDS "
+                                "documents and its record was marked done"))
+    return Group(Text(), title, grid)
+
+
+def _admitted(entry: HistoryEntry, history: GroupHistory) -> str | None:
+    """The admission line; None (no line) when the group has no budget and the event was not admitted."""
+    if entry.admitted is not None:
+        by = f"the leader {entry.admitted.by}" if entry.admitted.by else "the leader (its admission does not say which)"
+        return f"{clock(entry.admitted.at, history.read_at)} by {by}"
+    if not entry.recorded:
+        return _EARLIER_VERSION
+    return "not admitted" if history.budgeted else None
+
+
+def _approved(entry: HistoryEntry, now: datetime) -> str:
+    approval = entry.approval
+    if approval is None:
+        if not entry.recorded:
+            return _EARLIER_VERSION
+        if entry.started_at is not None:
+            return "not approved early: it started at NotBefore"
+        if entry.not_before is not None and entry.done_at < entry.not_before:
+            return "not approved early: it was gone before its NotBefore"
+        return "not approved early: it started at NotBefore, or was gone before it started"
+    if approval.at is None:
+        return "approved, by whom and when not recorded (its approval node did not parse)"
+    role = "as the leader" if approval.as_leader else "as the first live VM named in Resources"
+    text = f"{clock(approval.at, now)} by {approval.by} {role}"
+    if entry.not_before is not None and approval.at < entry.not_before:
+        text += f", {_span((entry.not_before - approval.at).total_seconds())} before NotBefore"
+    if approval.acks is None:
+        return text + "; the acks it was released on not recorded"
+    if not approval.acks:
+        return text + "; no acknowledgement was required"
+    return text + f"; released by the acks of {', '.join(approval.acks)}"

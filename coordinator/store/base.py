@@ -8,15 +8,23 @@ Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``):
     /absent/{vm}                persistent  the leader saw this registered VM without an agent since {"since"}
     /leader                     ephemeral   held by the leader: {"vm", "since"}
     /events/{EVENT_ID}          persistent  the event as first seen: {"event_id", "event_type", "resources",
-                                            "not_before", "published_by", "published_at", "unit", "done_at"}
-                                            (``unit``: the publisher's delivery unit, null if it did not know it)
+                                            "not_before", "published_by", "published_at", "unit", "done_at",
+                                            "started_at", "closed"}
+                                            (``unit``: the publisher's delivery unit, null if it did not know it;
+                                            optional, set by ``mark_done``: ``started_at``, when the closing
+                                            agent first saw the event Started in its own documents, and
+                                            ``closed``, {"done_at", "admitted", "approval"}: what the record's
+                                            ``admitted`` and ``approval`` held when ``mark_done`` deleted
+                                            them, kept for ``coordinator status --history``)
     /out/{vm}                   persistent  the VM is out of its load balancer's rotation: {"vm", "since", "events"}
     /events/{EVENT_ID}/acks/{vm} ephemeral  {"vm", "at"}: the VM is drained for this event now (its session)
     /events/{EVENT_ID}/admitted persistent  {"by", "at"}: the leader admitted the event into the
                                             disruption budget (written once, with a versioned rewrite of
                                             the record: never on a record marked done)
-    /events/{EVENT_ID}/approval persistent  {"by", "at", "as_leader"}: written once, before the POST
-                                            (likewise with a versioned rewrite of the record)
+    /events/{EVENT_ID}/approval persistent  {"by", "at", "as_leader", "acks"}: written once, before the POST
+                                            (likewise with a versioned rewrite of the record); ``acks``
+                                            (optional): the VMs whose acknowledgements the approval gate
+                                            found, and released the approval on
     /drains/{vm}                persistent  {"vm", "reason", "by", "at"}: an operator's drain of the VM by hand
                                             (``coordinator drain``), deleted by ``coordinator undrain``
     /drains-admitted/{vm}       persistent  {"by", "at", "drain"}: the leader admitted the drain by hand whose
@@ -51,6 +59,7 @@ __all__ = [
     "Approval",
     "ApprovalOutcome",
     "ApprovalResult",
+    "Closed",
     "ClusterView",
     "ConnectionState",
     "EventRecord",
@@ -108,9 +117,26 @@ class Part(Enum):
 
 @dataclass(frozen=True)
 class Approval:
+    """Who approved an event, when, and whether as the leader (else as the first live VM in Resources).
+    ``acks``: the VMs whose acknowledgements the approval gate found and released it on, in name order
+    (empty: none was required; None: not recorded, an approval written by an earlier version)."""
+
     by: str
     at: float
     as_leader: bool
+    acks: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Closed:
+    """What a record held when it was marked done, which ``mark_done`` deletes (``admitted``, ``approval``)
+    and keeps in the record's data for the group's history (``coordinator status --history``): the
+    admission (when, and by which leader: None when its node did not say) and the approval, each None when
+    the record had none. Never read by a decision: a record reopened holds nothing of before."""
+
+    admitted_at: float | None = None
+    admitted_by: str | None = None
+    approval: Approval | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +157,11 @@ class EventRecord:
     # The delivery unit of the VM that published the record (None: it did not know it). IMDS shows a VM only
     # events of its own unit, so this is the event's unit (``coordinator.snapshot.Delivery``).
     unit: str | None = None
+    # Set when the record is marked done, for the history only (None: not known, or not done): when the
+    # agent that marked it done first saw the event Started in its own documents, and what the record held
+    # of its admission and approval then (``Closed``; None: marked done by an earlier version).
+    started_at: float | None = None
+    closed: Closed | None = None
 
 
 @dataclass(frozen=True)
@@ -336,8 +367,9 @@ class Store(Protocol):
         In order: the connection is CONNECTED; a synced read shows that this session owns
         ``/leader`` (``as_leader``) or ``/members/{vm}``; the record is not marked done; with
         ``admission``, the event is admitted; every VM of ``required`` has an ack; then ``approval`` is
-        created (or found, written by anyone: approval is idempotent). Any failed check returns REFUSED
-        with the reason. Raises ``StoreUnknownOutcome`` when it cannot tell."""
+        created, naming the VMs whose acks it found (``Approval.acks``), or found, written by anyone
+        (approval is idempotent). Any failed check returns REFUSED with the reason. Raises
+        ``StoreUnknownOutcome`` when it cannot tell."""
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
         """Create ``admitted`` under the event (EXISTS if present, MISSING if the record is gone or marked
@@ -351,15 +383,17 @@ class Store(Protocol):
     def clear_absent(self, vm: str) -> WriteResult:
         """Delete ``/absent/{vm}`` (MISSING if it was not there): the leader sees the VM live again."""
 
-    def mark_done(self, event_id: str, at: float) -> WriteResult:
+    def mark_done(self, event_id: str, at: float, *, started_at: float | None = None) -> WriteResult:
         """Set ``done_at`` on the record and delete its ``admitted`` and ``approval``, in one
         transaction (EXISTS if already set, MISSING if no record): should the event come back (a
         flap, or a reused EventId) nothing of before counts. An admission or approval written
-        concurrently either is deleted too or is refused: none survives on a record marked done."""
+        concurrently either is deleted too or is refused: none survives on a record marked done.
+        The same rewrite of the record keeps, for the history, what those two held (``EventRecord.closed``)
+        and ``started_at`` (when this agent first saw the event Started; None: it did not)."""
 
     def reopen(self, event_id: str) -> WriteResult:
-        """Clear ``done_at`` (the event is present again). EXISTS if it was not set, MISSING if no
-        record. Only the leader calls it."""
+        """Clear ``done_at`` (the event is present again), and with it ``started_at`` and ``closed``. EXISTS
+        if it was not set, MISSING if no record. Only the leader calls it."""
 
     def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
         """Create or update ``/out/{vm}`` (persistent) with the events it is out for; ``since`` is kept

@@ -17,7 +17,8 @@ Test controls on ``MemoryStore``:
 Wakeup callbacks are called after the cluster lock is released, from the thread that made the change.
 
 Every method runs under the cluster's one lock, so writes cannot interleave: ``mark_done`` drops the
-admission and approval it sees, and ``admit`` and ``approve`` see a record marked done, atomically (the
+admission and approval it sees (keeping what they held in the record's ``closed``, as the ZooKeeper store
+does), and ``admit`` and ``approve`` see a record marked done, atomically (the
 ZooKeeper store needs versioned transactions for the same, see ``coordinator.store.zk_records``).
 """
 
@@ -36,6 +37,7 @@ from coordinator.store.base import (
     Approval,
     ApprovalOutcome,
     ApprovalResult,
+    Closed,
     ClusterView,
     ConnectionState,
     EventRecord,
@@ -403,7 +405,8 @@ class MemoryStore:
             if event_id in self._cluster.events:
                 return WriteResult.EXISTS
             self._cluster.events[event_id] = _Event(
-                replace(record, event_id=event_id, published_by=published_by, acks={}, approval=None, admitted_at=None)
+                replace(record, event_id=event_id, published_by=published_by, acks={}, approval=None, admitted_at=None,
+                        started_at=None, closed=None)
             )
         self._cluster.changed()
         return WriteResult.DONE
@@ -469,7 +472,7 @@ class MemoryStore:
             assert event is not None  # a record that exists: refused above otherwise
             if event.approval is not None:
                 return ApprovalResult(ApprovalOutcome.APPROVED, reason="approved before", record=event.approval)
-            event.approval = Approval(by=vm, at=at, as_leader=as_leader)
+            event.approval = Approval(by=vm, at=at, as_leader=as_leader, acks=tuple(sorted(acks)))
             result = ApprovalResult(ApprovalOutcome.APPROVED, record=event.approval)
         self._cluster.changed()
         return result
@@ -507,7 +510,7 @@ class MemoryStore:
         self._cluster.changed()
         return WriteResult.DONE
 
-    def mark_done(self, event_id: str, at: float) -> WriteResult:
+    def mark_done(self, event_id: str, at: float, *, started_at: float | None = None) -> WriteResult:
         event_id = normalize_event_id(event_id)
         with self._cluster.lock:
             self._session_for(write=True)
@@ -516,7 +519,9 @@ class MemoryStore:
                 return WriteResult.MISSING
             if event.record.done_at is not None:
                 return WriteResult.EXISTS
-            event.record = replace(event.record, done_at=at)
+            admitted_by, admitted_at = event.admitted if event.admitted is not None else (None, None)
+            closed = Closed(admitted_at=admitted_at, admitted_by=admitted_by, approval=event.approval)
+            event.record = replace(event.record, done_at=at, started_at=started_at, closed=closed)
             event.admitted = None
             event.approval = None
         self._cluster.changed()
@@ -531,7 +536,7 @@ class MemoryStore:
                 return WriteResult.MISSING
             if event.record.done_at is None:
                 return WriteResult.EXISTS
-            event.record = replace(event.record, done_at=None)
+            event.record = replace(event.record, done_at=None, started_at=None, closed=None)
         self._cluster.changed()
         return WriteResult.DONE
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from coordinator.store.base import Approval, EventRecord
+from coordinator.store.base import Approval, Closed, EventRecord
 
 if TYPE_CHECKING:
     from kazoo.protocol.states import ZnodeStat
@@ -36,6 +36,7 @@ __all__ = [
     "AckNode",
     "AdmittedNode",
     "ApprovalNode",
+    "ClosedNode",
     "DrainAdmittedNode",
     "DrainNode",
     "EventNode",
@@ -181,6 +182,12 @@ class EventNode(NodePayload):
     write of this version sets it to what the write makes them. A child created or deleted by hand, or a
     rewrite by an agent of a version that keeps no copy (it rewrites the bytes it read), moves the one
     or the other and not ``mirrored``: readers then read the record's children, as before.
+
+    ``started_at`` and ``closed`` (optional, for the history only) are set by the rewrite of ``mark_done``:
+    when the agent that marked it done first saw the event Started in its own documents, and what the
+    ``admitted`` and ``approval`` it deleted held (``ClosedNode``); a reopening clears both. A ``closed``
+    whose ``done_at`` is not the record's is stale (a record reopened and marked done again by a version
+    that keeps none, preserving it as an unknown field) and is not read.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -196,6 +203,8 @@ class EventNode(NodePayload):
     admitted: AdmittedNode | None = None
     approval: ApprovalNode | None = None
     mirrored: tuple[int, int] | None = None  # (data version, cversion) at which the copy holds
+    started_at: float | None = None
+    closed: ClosedNode | None = None
 
     def mirrors(self, stat: ZnodeStat) -> bool:
         """Whether ``admitted`` and ``approval`` are those of the children of the node whose stat is ``stat``."""
@@ -246,6 +255,9 @@ class EventNode(NodePayload):
             done_at=self.done_at,
             admitted_at=admitted_at,
             unit=self.unit,
+            started_at=self.started_at if self.done_at is not None else None,
+            closed=(self.closed.to_closed() if self.closed is not None and self.done_at is not None
+                    and self.closed.done_at == self.done_at else None),
         )
 
 
@@ -282,18 +294,21 @@ class AdmittedNode(NodePayload):
 
 
 class ApprovalNode(NodePayload):
-    """``/events/{EVENT_ID}/approval``: who approved the event, when, and whether as the leader."""
+    """``/events/{EVENT_ID}/approval``: who approved the event, when, and whether as the leader; ``acks``
+    (optional: null in a node written by an earlier version), the VMs whose acknowledgements the approval
+    gate found, right before it wrote the node, and released the approval on."""
 
     by: str
     at: float
     as_leader: bool
+    acks: tuple[str, ...] | None = None
 
     @classmethod
     def of(cls, approval: Approval) -> ApprovalNode:
-        return cls(by=approval.by, at=approval.at, as_leader=approval.as_leader)
+        return cls(by=approval.by, at=approval.at, as_leader=approval.as_leader, acks=approval.acks)
 
     def to_approval(self) -> Approval:
-        return Approval(by=self.by, at=self.at, as_leader=self.as_leader)
+        return Approval(by=self.by, at=self.at, as_leader=self.as_leader, acks=self.acks)
 
     @classmethod
     def unknown(cls) -> ApprovalNode:
@@ -302,4 +317,18 @@ class ApprovalNode(NodePayload):
         return cls(by="?", at=0.0, as_leader=False)
 
 
-EventNode.model_rebuild()  # its ``admitted`` and ``approval`` are defined below it
+class ClosedNode(NodePayload):
+    """``closed`` in the data of a record marked done: its ``admitted`` and ``approval`` as they were when
+    ``mark_done`` (at ``done_at``) deleted them, each null when the record had none. For the history only."""
+
+    done_at: float
+    admitted: AdmittedNode | None = None
+    approval: ApprovalNode | None = None
+
+    def to_closed(self) -> Closed:
+        return Closed(admitted_at=self.admitted.at if self.admitted is not None else None,
+                      admitted_by=self.admitted.by if self.admitted is not None else None,
+                      approval=self.approval.to_approval() if self.approval is not None else None)
+
+
+EventNode.model_rebuild()  # its ``admitted``, ``approval`` and ``closed`` are defined below it

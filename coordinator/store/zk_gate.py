@@ -5,9 +5,10 @@ CONNECTED; after a ``sync``, the facts the gate's rules judge (``coordinator.sto
 ``/leader``, held for this VM, or ``/members/{vm}``; no operator has paused approvals; the record exists
 and is not done; with ``admission``, the event is admitted; every required VM has acknowledged); the
 session did not change meanwhile. Only then is ``approval`` created (or found: approval is idempotent,
-whoever wrote it), in one transaction with a rewrite of the record at the version the checks read (see
-``coordinator.store.zk_records``): should the record have changed since (marked done, reopened), the
-approval is not written and the checks are made again.
+whoever wrote it), naming the VMs whose acks the checks found (``ApprovalNode.acks``), in one transaction
+with a rewrite of the record at the version the checks read (see ``coordinator.store.zk_records``):
+should the record have changed since (marked done, reopened), the approval is not written and the checks
+are made again.
 
 Node data that does not parse: the leader node counts as held by nobody (REFUSED); a record that does not
 parse is REFUSED, and so is a required ack that does not parse, names another VM, or is not an ephemeral
@@ -103,7 +104,8 @@ def _approve(
             return _refused("the ZooKeeper session changed during the checks")
         # Written with the record as checked: it fails if the record was marked done (or reopened, or
         # approved by another) since, and a done mark that listed the record's children before fails.
-        approval = Approval(by=vm, at=at, as_leader=as_leader)
+        # The acks the checks found (every required one: ``refusal`` passed), recorded with the approval.
+        approval = Approval(by=vm, at=at, as_leader=as_leader, acks=tuple(sorted(facts.acks)))
         written = create_on_record(ctx, client, paths.event(event_id), record_node, record_stat, "approval",
                                    ApprovalNode.of(approval), deadline)
         if written is None:

@@ -30,7 +30,16 @@ from kazoo.protocol.states import ZnodeStat
 from coordinator.errors import StoreUnknownOutcome
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store.base import EventRecord, WriteResult
-from coordinator.store.payloads import AbsentNode, AckNode, AdmittedNode, ApprovalNode, EventNode, OutNode, PayloadError
+from coordinator.store.payloads import (
+    AbsentNode,
+    AckNode,
+    AdmittedNode,
+    ApprovalNode,
+    ClosedNode,
+    EventNode,
+    OutNode,
+    PayloadError,
+)
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_session import Deadline
 
@@ -226,13 +235,15 @@ def clear_absent(ctx: StoreContext, vm: str) -> WriteResult:
 
 
 def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *,
-             drop: tuple[Literal["admitted", "approval"], ...]) -> WriteResult:
+             drop: tuple[Literal["admitted", "approval"], ...], started_at: float | None = None) -> WriteResult:
     """Rewrite the record's ``done_at`` (EXISTS if it already is set, or clear, as asked) and delete the
     children named in ``drop`` (and their copies in the record's data), in one transaction, versioned so
     that a concurrent writer is never overwritten: re-read and decide again. A child created since the
     record was read moved its version (``create_on_record``): the transaction fails and it is read again.
-    Every other field of the record is kept (including fields unknown to this version). Raises
-    ``StoreUnknownOutcome`` if the record does not parse."""
+    Every other field of the record is kept (including fields unknown to this version), but the history's:
+    marking done sets ``started_at`` and ``closed`` (what ``admitted`` and ``approval`` held, from the copy
+    the rewrite reads anyway: no request more), reopening clears them. Raises ``StoreUnknownOutcome`` if the
+    record does not parse."""
     event_id = normalize_event_id(event_id)
     client, _ = ctx.session.connected(write=True)
     deadline = ctx.session.deadline()
@@ -253,8 +264,14 @@ def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *,
             copied = _copy_of_children(ctx, client, path, node, stat, deadline)
             deleted = [child for child in drop if copied.get(child) is not None]
             kept = {name: (None if name in drop else child) for name, child in copied.items()}
+            closed = None
+            if done_at is not None:
+                admitted, approval = copied["admitted"], copied["approval"]
+                closed = ClosedNode(done_at=done_at, admitted=admitted if isinstance(admitted, AdmittedNode) else None,
+                                    approval=approval if isinstance(approval, ApprovalNode) else None)
+            history = {"started_at": started_at if done_at is not None else None, "closed": closed}
             transaction = client.transaction()
-            transaction.set_data(path, node.rewritten(stat, len(deleted), **kept, done_at=done_at),
+            transaction.set_data(path, node.rewritten(stat, len(deleted), **kept, **history, done_at=done_at),
                                  version=stat.version)
             for child in deleted:
                 transaction.delete(f"{path}/{child}")

@@ -244,14 +244,16 @@ class ZooKeeperStore:
     def clear_absent(self, vm: str) -> WriteResult:
         return zk_records.clear_absent(self._ctx, vm)
 
-    def mark_done(self, event_id: str, at: float) -> WriteResult:
+    def mark_done(self, event_id: str, at: float, *, started_at: float | None = None) -> WriteResult:
         """Set ``done_at``, and delete ``admitted`` and ``approval``, in one versioned transaction: an
-        event that comes back (a flap, a reused EventId) inherits neither."""
+        event that comes back (a flap, a reused EventId) inherits neither. The record's data keeps what
+        they held (``closed``) and ``started_at``, for the history."""
         with self._touching(event_id):
-            return zk_records.set_done(self._ctx, event_id, at, drop=("admitted", "approval"))
+            return zk_records.set_done(self._ctx, event_id, at, drop=("admitted", "approval"), started_at=started_at)
 
     def reopen(self, event_id: str) -> WriteResult:
-        """Clear ``done_at`` with a versioned write, keeping every other field of the record."""
+        """Clear ``done_at`` with a versioned write, keeping every other field of the record but the history's
+        (``started_at``, ``closed``)."""
         with self._touching(event_id):
             return zk_records.set_done(self._ctx, event_id, None, drop=())
 

@@ -15,17 +15,24 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from prometheus_client import CollectorRegistry
 
+from coordinator.actions import ProbeAction, ProbeState
+from coordinator.agent import Agent
+from coordinator.decide import Policy
+from coordinator.metrics import Metrics
+from coordinator.models import Document, format_not_before, parse_document
 from coordinator.store.base import EventRecord
 from coordinator.testbed.processes import free_port
 from coordinator.testbed.zookeeper import LocalZooKeeper
-from tests.plugins.zookeeper import StoreMaker
+from tests.plugins.zookeeper import StoreMaker, wait_until
 
 ROOT = Path(__file__).parent.parent.parent
 #: What opening and closing a session costs the ensemble, whoever opens it: createSession and
@@ -230,3 +237,99 @@ def test_watch_follows_changes_until_interrupted(group: dict[str, Any]) -> None:
         proc.send_signal(signal.SIGINT)
         # The command waits for kazoo's close 5 s at most (it waits for its writer up to the session timeout).
         assert proc.wait(timeout=15) == 0
+
+
+# -- the history (--history) --------------------------------------------------------------------------------
+
+HISTORY_EVENT = "5AA1A3F2-3C39-4E5B-9C4B-9E3E5D2B1A01"
+
+
+class SharedImds:
+    """One IMDS document that every agent of the test reads; an approval records who posted it and starts the
+    event, as the platform does."""
+
+    def __init__(self, resources: list[str]) -> None:
+        self.events = [{"EventId": HISTORY_EVENT, "EventStatus": "Scheduled", "EventType": "Reboot",
+                        "ResourceType": "VirtualMachine", "Resources": resources,
+                        "NotBefore": format_not_before(datetime.fromtimestamp(time.time() + 900, UTC))}]
+        self.incarnation = 1
+        self.posted: list[list[str]] = []
+
+    def get_document(self) -> Document:
+        return parse_document({"DocumentIncarnation": self.incarnation, "Events": self.events})
+
+    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
+        self.posted.append(list(event_ids))
+        for event in self.events:
+            event["EventStatus"], event["NotBefore"] = "Started", ""
+        self.incarnation += 1
+
+    def end(self) -> None:
+        self.events, self.incarnation = [], self.incarnation + 1
+
+
+@pytest.fixture
+def finished(zk_hosts: str, zk_chroot: str, make_store: StoreMaker) -> dict[str, Any]:
+    """A group of three agents on ZooKeeper (the default budget: one event at a time, one VM kept serving)
+    through one Reboot of vm0 and vm1, from announced to gone: admitted by the leader, approved on the acks
+    of both, Started, gone from the documents and its record marked done."""
+    imds = SharedImds(["vm0", "vm1"])
+    stores = [make_store(zk_hosts, zk_chroot, "beta") for _ in range(3)]
+    agents = [Agent(vm=f"vm{i}", imds=imds, store=store, actions=[ProbeAction(ProbeState())],
+                    policy=Policy(drain_wait=0.0, gone_after=1.0), metrics=Metrics(CollectorRegistry()),
+                    poll_interval=0.1) for i, store in enumerate(stores)]
+
+    def cycle_until(condition: Callable[[], bool], message: str) -> None:
+        def step() -> bool:
+            for agent in agents:
+                agent.cycle()
+            return condition()
+
+        wait_until(step, timeout=30, interval=0.05, message=message)
+
+    began = time.time()
+    cycle_until(lambda: bool(imds.posted), "the event approved")
+    cycle_until(lambda: all(a.status()["events"] and a.status()["events"][0]["status"] == "Started"
+                            for a in agents[:2]), "the event seen Started")
+    imds.end()
+    cycle_until(lambda: stores[2].read_view("vm2").records[HISTORY_EVENT].done_at is not None,
+                "the record marked done")
+    leader = agents[0].status()["cluster"]["leader"]
+    return {"hosts": zk_hosts, "root": zk_chroot, "began": began, "leader": leader}
+
+
+def test_history_shows_a_finished_event_from_announced_to_gone(finished: dict[str, Any]) -> None:
+    address = ("--zookeeper", finished["hosts"], "--root", finished["root"], "--cluster", "beta")
+    run = status_command(*address, "--history", "--json")
+    assert run.returncode == 0, run.stderr
+    history = json.loads(run.stdout)
+    assert (history["cluster"], history["budgeted"], history["kept_for_seconds"]) == ("beta", True, 7 * 86400)
+    [event] = history["events"]
+    assert (event["event_id"], event["type"], event["resources"]) == (HISTORY_EVENT, "Reboot", ["vm0", "vm1"])
+    assert event["recorded"] is True and event["published_by"] in ("vm0", "vm1")
+    assert event["admitted"]["by"] == finished["leader"]
+    approval = event["approval"]
+    assert (approval["by"], approval["as_leader"], approval["acks"]) == ("vm0", False, ["vm0", "vm1"])
+    times = [datetime.fromisoformat(event[k]).timestamp() if k != "approval" and k != "admitted" else
+             datetime.fromisoformat(event[k]["at"]).timestamp()
+             for k in ("published_at", "admitted", "approval", "started_at", "done_at")]
+    assert finished["began"] - 1 <= times[0] and times == sorted(times)  # in the order it went through
+    text = status_command(*address, "--history")
+    assert text.returncode == 0, text.stderr
+    out = text.stdout
+    assert f"Reboot {HISTORY_EVENT}  on vm0, vm1" in out
+    for line in ("announced", f"by the leader {finished['leader']}",
+                 "by vm0 as the first live VM named in Resources", "released by the acks of vm0, vm1",
+                 "first seen Started in the IMDS document of the agent that marked it done",
+                 "it left the IMDS documents and its record was marked done",
+                 "Kept as long as the records are", "done_retention_seconds: 604800"):
+        assert line in out, (line, out)
+    assert "None" not in out
+
+
+def test_history_is_refused_with_watch_in_one_line(finished: dict[str, Any]) -> None:
+    run = status_command("--zookeeper", finished["hosts"], "--root", finished["root"], "--cluster", "beta",
+                         "--history", "--watch")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == "coordinator: status: --history shows what the store keeps, once: it does not combine " \
+                         "with --watch\n"

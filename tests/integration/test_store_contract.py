@@ -15,7 +15,9 @@ import pytest
 from coordinator import control
 from coordinator.errors import DuplicateMember, InvalidName, StoreError, StoreUnavailable, StoreUnknownOutcome
 from coordinator.store.base import (
+    Approval,
     ApprovalOutcome,
+    Closed,
     ClusterView,
     ConnectionState,
     EventRecord,
@@ -254,6 +256,40 @@ def test_mark_done_and_purge_done(harness: Harness) -> None:
     assert a.purge_done(older_than=T0 + 101) == 1
     assert a.purge_done(older_than=T0 + 101) == 0
     assert set(a.read_view("vm-a").records) == {other}  # the record not done is kept
+
+
+def test_the_history_of_a_record_marked_done_is_kept_in_it_until_it_is_reopened(harness: Harness) -> None:
+    """``status --history``'s facts, the same in both stores: the acks the approval was released on, and, once
+    marked done, what its admission and approval held and when the closing agent saw it Started."""
+    a, b = harness.make(), harness.make()
+    a.join("vm-a", {})
+    b.join("vm-b", {})
+    assert a.campaign("vm-a") is True
+    a.publish_event(record())
+    assert a.admit(EVENT, "vm-a", T0 + 1) is WriteResult.DONE
+    a.acknowledge(EVENT, "vm-a", T0 + 2)
+    b.acknowledge(EVENT, "vm-b", T0 + 3)
+    approved = a.approve(EVENT, "vm-a", ["vm-b", "vm-a"], as_leader=True, at=T0 + 4, admission=True)
+    assert approved.outcome is ApprovalOutcome.APPROVED, approved.reason
+    released = Approval(by="vm-a", at=T0 + 4, as_leader=True, acks=("vm-a", "vm-b"))
+    assert approved.record == released
+    wait_until(lambda: b.read_view("vm-b").records[EVENT].approval == released, timeout=5,
+               message="the approval with its acks in b's view")
+    assert a.read_view("vm-a").records[EVENT].closed is None  # open: no history yet
+
+    assert a.mark_done(EVENT, T0 + 9, started_at=T0 + 6) is WriteResult.DONE
+    done = a.read_view("vm-a").records[EVENT]
+    assert (done.done_at, done.started_at, done.approval, done.admitted_at) == (T0 + 9, T0 + 6, None, None)
+    assert done.closed == Closed(admitted_at=T0 + 1, admitted_by="vm-a", approval=released)
+    assert a.mark_done(EVENT, T0 + 10, started_at=T0 + 7) is WriteResult.EXISTS
+    assert a.read_view("vm-a").records[EVENT].started_at == T0 + 6  # the first done mark's
+
+    assert a.reopen(EVENT) is WriteResult.DONE  # back: nothing of before, not even in the history
+    reopened = a.read_view("vm-a").records[EVENT]
+    assert (reopened.started_at, reopened.closed) == (None, None)
+    assert a.mark_done(EVENT, T0 + 20) is WriteResult.DONE  # closed by an agent that never saw it Started
+    again = a.read_view("vm-a").records[EVENT]
+    assert (again.started_at, again.closed) == (None, Closed())
 
 
 def test_admission_is_written_once(harness: Harness) -> None:

@@ -400,8 +400,8 @@ class ModelStore:
     def clear_absent(self, vm: str) -> WriteResult:
         return self.inner.clear_absent(vm)
 
-    def mark_done(self, event_id: str, at: float) -> WriteResult:
-        return self.inner.mark_done(event_id, at)
+    def mark_done(self, event_id: str, at: float, *, started_at: float | None = None) -> WriteResult:
+        return self.inner.mark_done(event_id, at, started_at=started_at)
 
     def purge_done(self, older_than: float) -> int:
         return self.inner.purge_done(older_than)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +19,7 @@ from coordinator.cli import main
 from coordinator.decide import Policy
 from coordinator.groupstatus import analyse
 from coordinator.groupstatus.analyse import NOT_ADMITTED, build_status
+from coordinator.groupstatus.history import build_history
 from coordinator.groupstatus.model import (
     SCHEMA_VERSION,
     Absent,
@@ -25,7 +27,10 @@ from coordinator.groupstatus.model import (
     AgentReport,
     Blocker,
     EventStatus,
+    GroupHistory,
     GroupStatus,
+    HistoryAdmission,
+    HistoryApproval,
     Leader,
     Member,
     OutOfRotation,
@@ -41,8 +46,8 @@ from coordinator.groupstatus.read import (
     admin_status_url,
     ask_agents,
 )
-from coordinator.groupstatus.render import clock, relative, render
-from coordinator.store.base import Approval, ClusterView, ConnectionState, EventRecord, OutMark
+from coordinator.groupstatus.render import clock, relative, render, render_history
+from coordinator.store.base import Approval, Closed, ClusterView, ConnectionState, EventRecord, OutMark
 
 NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
 E1 = "E1-FREEZE"
@@ -678,3 +683,124 @@ def test_members_not_asked_with_no_agents_say_so() -> None:
     assert status.attention == []
     member_lines = [line for line in _rendered(status).splitlines() if "│ vm" in line]
     assert member_lines and all("not asked" in line and "unreachable" not in line for line in member_lines)
+
+
+# -- the history (--history) ---------------------------------------------------------------------------------
+
+E3 = "E3-REDEPLOY"
+E4 = "E4-OLD"
+
+
+def _history_read() -> GroupRead:
+    """Four finished events and one pending: E1 admitted and approved on two acks, seen Started, done last;
+    E2 never approved early, gone before its NotBefore; E3 started at NotBefore unapproved; E4 marked done
+    by an agent of an earlier version (no history kept)."""
+    released = Approval(by="vm0", at=NOW - 500, as_leader=False, acks=("vm0", "vm1"))
+    e1 = replace(_record(E1, ("vm0", "vm1"), not_before=NOW - 200, done=NOW - 60), published_at=NOW - 700,
+                 started_at=NOW - 480, closed=Closed(admitted_at=NOW - 600, admitted_by="vm2", approval=released))
+    e2 = replace(_record(E2, ("vm1",), event_type="Reboot", not_before=NOW - 100, done=NOW - 3000),
+                 published_at=NOW - 3600, closed=Closed())
+    e3 = replace(_record(E3, ("vm2",), event_type="Redeploy", not_before=NOW - 2000, done=NOW - 1000),
+                 published_at=NOW - 2500, started_at=NOW - 1990, closed=Closed())
+    e4 = replace(_record(E4, ("vm0",), event_type="Reboot", not_before=NOW - 90000, done=NOW - 86000),
+                 published_at=NOW - 90500)
+    pending = _record("E5-PENDING", ("vm0",))
+    return _read({r.event_id: r for r in (e1, e2, e3, e4, pending)})
+
+
+def _history_text(history: GroupHistory, width: int = 200) -> str:
+    console = Console(file=io.StringIO(), width=width, color_system=None)
+    console.print(render_history(history))
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    assert isinstance(output, str)
+    return output
+
+
+def test_the_history_lists_every_finished_event_newest_first_with_its_timeline() -> None:
+    history = build_history(_history_read(), Policy(done_retention=3 * 86400), "test")
+    assert [e.event_id for e in history.events] == [E1, E3, E2, E4]  # the pending record is no history
+    assert history.kept_for_seconds == 3 * 86400 and history.budgeted is True
+    e1, e3, e2, e4 = history.events
+    assert (e1.published_by, e1.published_at, e1.recorded) == ("vm0", utc(NOW - 700), True)
+    assert e1.admitted == HistoryAdmission(at=utc(NOW - 600), by="vm2")
+    assert e1.approval == HistoryApproval(by="vm0", at=utc(NOW - 500), as_leader=False, acks=["vm0", "vm1"])
+    assert (e1.started_at, e1.done_at) == (utc(NOW - 480), utc(NOW - 60))
+    assert (e2.admitted, e2.approval, e2.started_at, e2.recorded) == (None, None, None, True)
+    assert (e3.approval, e3.started_at) == (None, utc(NOW - 1990))
+    assert (e4.recorded, e4.admitted, e4.approval, e4.started_at) == (False, None, None, None)
+    assert GroupHistory.model_validate_json(history.to_json()) == history
+    data = json.loads(history.to_json())
+    assert data["events"][0]["approval"]["acks"] == ["vm0", "vm1"]
+    assert data["events"][0]["admitted"] == {"at": "2027-01-15T07:50:00Z", "by": "vm2"}
+
+
+def test_the_history_as_text_has_each_timeline_line_and_no_placeholder() -> None:
+    text = _history_text(build_history(_history_read(), Policy(), "test"))
+    assert "None" not in text and "null" not in text
+    assert "Finished events (4 kept, newest first)" in text
+    e1 = text[text.index(f"Freeze {E1}"):text.index(f"Redeploy {E3}")]
+    assert "on vm0, vm1" in e1 and "NotBefore 07:56:40 UTC" in e1
+    assert "announced  07:48:20 UTC by vm0" in e1
+    assert "admitted   07:50:00 UTC by the leader vm2" in e1
+    assert ("approved   07:51:40 UTC by vm0 as the first live VM named in Resources, 5 min before NotBefore; "
+            "released by the acks of vm0, vm1") in e1
+    assert "started    07:52:00 UTC: first seen Started in the IMDS document of the agent that marked it done" in e1
+    assert "gone       07:59:00 UTC (60 s ago): it left the IMDS documents and its record was marked done" in e1
+    e3 = text[text.index(f"Redeploy {E3}"):text.index(f"Reboot {E2}")]
+    assert "admitted   not admitted" in e3 and "approved   not approved early: it started at NotBefore" in e3
+    e2 = text[text.index(f"Reboot {E2}"):text.index(f"Reboot {E4}")]
+    assert "not approved early: it was gone before its NotBefore" in e2 and "started    not recorded" in e2
+    e4 = text[text.index(f"Reboot {E4}"):]
+    assert e4.count("not recorded (marked done by an agent of an earlier version)") == 2  # admitted, approved
+    assert "announced  2027-01-14 06:51:40 UTC by vm0" in e4  # another day: with its date
+    assert ("Kept as long as the records are: the leader purges a finished event's record 7.0 d "
+            "(done_retention_seconds: 604800) after it was done") in text
+
+
+def test_the_history_of_a_group_without_a_budget_leaves_the_admission_out() -> None:
+    unbudgeted = Policy(max_events=None, max_vms=None, keep_one_serving=False)
+    text = _history_text(build_history(_history_read(), unbudgeted, "test"))
+    e3 = text[text.index(f"Redeploy {E3}"):text.index(f"Reboot {E2}")]
+    assert "admitted" not in e3 and "not approved early" in e3
+    assert "admitted   07:50:00 UTC by the leader vm2" in text  # E1's admission is still shown
+
+
+def test_an_approval_without_its_acks_recorded_or_unreadable_says_so() -> None:
+    older = Approval(by="vm2", at=NOW - 400, as_leader=True)
+    unreadable = Approval(by="?", at=0.0, as_leader=False)
+    none_needed = Approval(by="vm2", at=NOW - 400, as_leader=True, acks=())
+    for approval, said in ((older, "by vm2 as the leader, "), (none_needed, "no acknowledgement was required"),
+                           (unreadable, "approved, by whom and when not recorded (its approval node did not parse)")):
+        record = replace(_record(E1, ("vm0",), done=NOW - 10), closed=Closed(approval=approval))
+        text = _history_text(build_history(_read({E1: record}), Policy(), "test"))
+        assert said in text and "None" not in text
+    record = replace(_record(E1, ("vm0",), done=NOW - 10), closed=Closed(approval=older))
+    assert "the acks it was released on not recorded" in _history_text(build_history(_read({E1: record}), Policy(),
+                                                                                      "test"))
+
+
+def test_an_empty_history_says_so_and_how_long_it_would_be_kept() -> None:
+    text = _history_text(build_history(_read({}), Policy(done_retention=7200), "test"))
+    assert "No finished event is kept in the store." in text
+    assert "2.0 h (done_retention_seconds: 7200)" in text
+
+
+@pytest.mark.parametrize("argv", [
+    ["status", "--zookeeper", "127.0.0.1:2181", "--cluster", "demo", "--history", "--watch"],
+    ["status", "--config", "/nonexistent.yaml", "--history", "--watch", "5"],
+    ["status", "--history", "--watch"],
+])
+def test_history_is_refused_with_watch(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "coordinator: status: --history shows what the store keeps, once: it does not combine " \
+                           "with --watch\n"
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize("argv", [["status", "--history"], ["status", "--history", "--url", "http://127.0.0.1:9"],
+                                  ["status", "--history", "--cluster", "demo", "--url", "http://127.0.0.1:9"]])
+def test_history_reads_the_group_never_one_agent(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--history reads the group from ZooKeeper" in err and "not --url" in err
