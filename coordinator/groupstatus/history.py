@@ -43,8 +43,9 @@ def history_entry(record: EventRecord) -> HistoryEntry:
     if closed is not None and closed.approval is not None:
         given = closed.approval
         unknown = given.by == "?" and given.at == 0.0  # an approval node that did not parse (``ApprovalNode.unknown``)
+        acked_at = {vm: utc(t) for vm, t in sorted(given.acked_at.items())} if given.acked_at is not None else None
         approval = HistoryApproval(by=given.by, at=None if unknown else utc(given.at), as_leader=given.as_leader,
-                                   acks=list(given.acks) if given.acks is not None else None)
+                                   acks=list(given.acks) if given.acks is not None else None, acked_at=acked_at)
     return HistoryEntry(
         event_id=record.event_id,
         type=record.event_type,

@@ -238,6 +238,8 @@ class HistoryApproval(_Model):
     acks: list[str] | None = Field(
         description="the VMs whose acknowledgements released it, as the approval gate found them (empty: none "
         "was required; None: not recorded, approved by an agent of an earlier version)")
+    acked_at: dict[str, datetime] | None = Field(
+        default=None, description="when each of those VMs acknowledged, as its ack said (None: not recorded)")
 
 
 class HistoryEntry(_Model):

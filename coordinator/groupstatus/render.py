@@ -307,6 +307,10 @@ def _timeline(entry: HistoryEntry, history: GroupHistory) -> RenderableType:
     admitted = _admitted(entry, history)
     if admitted is not None:
         grid.add_row("  admitted", Text(admitted))
+    acked = entry.approval.acked_at if entry.approval is not None else None
+    if acked:
+        grid.add_row("  acked", Text(", ".join(f"{vm} {clock(at, now)}" for vm, at in acked.items())
+                                     + ": drained for it, each by its own acknowledgement"))
     grid.add_row("  approved", Text(_approved(entry, now), style="green" if entry.approval is not None else ""))
     started = entry.started_at
     grid.add_row("  started", Text(f"{clock(started, now)}: first seen Started in the IMDS document of the agent "

@@ -21,10 +21,11 @@ Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``):
     /events/{EVENT_ID}/admitted persistent  {"by", "at"}: the leader admitted the event into the
                                             disruption budget (written once, with a versioned rewrite of
                                             the record: never on a record marked done)
-    /events/{EVENT_ID}/approval persistent  {"by", "at", "as_leader", "acks"}: written once, before the POST
-                                            (likewise with a versioned rewrite of the record); ``acks``
-                                            (optional): the VMs whose acknowledgements the approval gate
-                                            found, and released the approval on
+    /events/{EVENT_ID}/approval persistent  {"by", "at", "as_leader", "acks", "acked_at"}: written once,
+                                            before the POST (likewise with a versioned rewrite of the
+                                            record); ``acks``, ``acked_at`` (optional): the VMs whose
+                                            acknowledgements the approval gate found, and released the
+                                            approval on, and when each acknowledged
     /drains/{vm}                persistent  {"vm", "reason", "by", "at"}: an operator's drain of the VM by hand
                                             (``coordinator drain``), deleted by ``coordinator undrain``
     /drains-admitted/{vm}       persistent  {"by", "at", "drain"}: the leader admitted the drain by hand whose
@@ -119,12 +120,14 @@ class Part(Enum):
 class Approval:
     """Who approved an event, when, and whether as the leader (else as the first live VM in Resources).
     ``acks``: the VMs whose acknowledgements the approval gate found and released it on, in name order
-    (empty: none was required; None: not recorded, an approval written by an earlier version)."""
+    (empty: none was required; None: not recorded, an approval written by an earlier version), and
+    ``acked_at`` when each of them acknowledged, as its ack says (those whose ack gives it)."""
 
     by: str
     at: float
     as_leader: bool
     acks: tuple[str, ...] | None = None
+    acked_at: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)

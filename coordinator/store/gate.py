@@ -26,6 +26,7 @@ class AckFact:
     session: int
     member_session: int | None
     unreadable: str | None = None
+    at: float | None = None  # when the VM acknowledged, as its ack says (recorded with the approval)
 
 
 @dataclass(frozen=True)

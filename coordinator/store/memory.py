@@ -460,8 +460,9 @@ class MemoryStore:
             record = None if event is not None and event.record.done_at is None else (
                 "missing" if event is None else "done")
             acks = {} if event is None else {
-                name: AckFact(ack_session, holder.session if (holder := cluster.members.get(name)) else None)
-                for name, (_, ack_session) in event.acks.items() if name in needed}
+                name: AckFact(ack_session, holder.session if (holder := cluster.members.get(name)) else None,
+                              at=acked_at)
+                for name, (acked_at, ack_session) in event.acks.items() if name in needed}
             facts = GateFacts(event_id, vm, as_leader, session, "/leader" if as_leader else f"/members/{vm}", owner,
                               leader.vm if as_leader and leader is not None else None, cluster.paused is not None,
                               record, (event is not None and event.admitted is not None) if admission else None,
@@ -472,7 +473,8 @@ class MemoryStore:
             assert event is not None  # a record that exists: refused above otherwise
             if event.approval is not None:
                 return ApprovalResult(ApprovalOutcome.APPROVED, reason="approved before", record=event.approval)
-            event.approval = Approval(by=vm, at=at, as_leader=as_leader, acks=tuple(sorted(acks)))
+            event.approval = Approval(by=vm, at=at, as_leader=as_leader, acks=tuple(sorted(acks)),
+                                      acked_at={name: fact.at for name, fact in acks.items() if fact.at is not None})
             result = ApprovalResult(ApprovalOutcome.APPROVED, record=event.approval)
         self._cluster.changed()
         return result

@@ -296,19 +296,23 @@ class AdmittedNode(NodePayload):
 class ApprovalNode(NodePayload):
     """``/events/{EVENT_ID}/approval``: who approved the event, when, and whether as the leader; ``acks``
     (optional: null in a node written by an earlier version), the VMs whose acknowledgements the approval
-    gate found, right before it wrote the node, and released the approval on."""
+    gate found, right before it wrote the node, and released the approval on; ``acked_at`` (optional), when
+    each of them acknowledged, as its ack node says."""
 
     by: str
     at: float
     as_leader: bool
     acks: tuple[str, ...] | None = None
+    acked_at: dict[str, float] | None = None
 
     @classmethod
     def of(cls, approval: Approval) -> ApprovalNode:
-        return cls(by=approval.by, at=approval.at, as_leader=approval.as_leader, acks=approval.acks)
+        acked_at = dict(approval.acked_at) if approval.acked_at is not None else None
+        return cls(by=approval.by, at=approval.at, as_leader=approval.as_leader, acks=approval.acks,
+                   acked_at=acked_at)
 
     def to_approval(self) -> Approval:
-        return Approval(by=self.by, at=self.at, as_leader=self.as_leader, acks=self.acks)
+        return Approval(by=self.by, at=self.at, as_leader=self.as_leader, acks=self.acks, acked_at=self.acked_at)
 
     @classmethod
     def unknown(cls) -> ApprovalNode:

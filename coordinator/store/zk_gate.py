@@ -105,7 +105,8 @@ def _approve(
         # Written with the record as checked: it fails if the record was marked done (or reopened, or
         # approved by another) since, and a done mark that listed the record's children before fails.
         # The acks the checks found (every required one: ``refusal`` passed), recorded with the approval.
-        approval = Approval(by=vm, at=at, as_leader=as_leader, acks=tuple(sorted(facts.acks)))
+        approval = Approval(by=vm, at=at, as_leader=as_leader, acks=tuple(sorted(facts.acks)),
+                            acked_at={name: fact.at for name, fact in facts.acks.items() if fact.at is not None})
         written = create_on_record(ctx, client, paths.event(event_id), record_node, record_stat, "approval",
                                    ApprovalNode.of(approval), deadline)
         if written is None:
@@ -176,13 +177,14 @@ class _Reads:
             except NoNodeError:
                 continue  # withdrawn meanwhile: no ack
             unreadable: str | None = None
+            acked_at: float | None = None
             try:
-                AckNode.of_vm(ack_data, paths.ack(asked.event_id, name), name)
+                acked_at = AckNode.of_vm(ack_data, paths.ack(asked.event_id, name), name).at
             except PayloadError as exc:
                 unreadable = str(exc)
             member = wait(self.member[name], deadline)
             acks[name] = AckFact(ack_stat.ephemeralOwner, member.ephemeralOwner if member is not None else None,
-                                 unreadable)
+                                 unreadable, acked_at)
         return replace(asked, owner=owner, holder=holder, paused=wait(self.pause, deadline) is not None,
                        record=record, admitted=None if self.admitted is None else wait(self.admitted, deadline)
                        is not None, acks=acks)

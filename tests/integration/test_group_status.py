@@ -310,16 +310,20 @@ def test_history_shows_a_finished_event_from_announced_to_gone(finished: dict[st
     assert event["admitted"]["by"] == finished["leader"]
     approval = event["approval"]
     assert (approval["by"], approval["as_leader"], approval["acks"]) == ("vm0", False, ["vm0", "vm1"])
+    acked = {vm: datetime.fromisoformat(at).timestamp() for vm, at in approval["acked_at"].items()}
+    assert set(acked) == {"vm0", "vm1"}
     times = [datetime.fromisoformat(event[k]).timestamp() if k != "approval" and k != "admitted" else
              datetime.fromisoformat(event[k]["at"]).timestamp()
              for k in ("published_at", "admitted", "approval", "started_at", "done_at")]
     assert finished["began"] - 1 <= times[0] and times == sorted(times)  # in the order it went through
+    assert all(times[0] <= at <= times[2] for at in acked.values())  # acked after announced, before approved
     text = status_command(*address, "--history")
     assert text.returncode == 0, text.stderr
     out = text.stdout
     assert f"Reboot {HISTORY_EVENT}  on vm0, vm1" in out
     for line in ("announced", f"by the leader {finished['leader']}",
                  "by vm0 as the first live VM named in Resources", "released by the acks of vm0, vm1",
+                 "drained for it, each by its own acknowledgement",
                  "first seen Started in the IMDS document of the agent that marked it done",
                  "it left the IMDS documents and its record was marked done",
                  "Kept as long as the records are", "done_retention_seconds: 604800"):

@@ -271,7 +271,8 @@ def test_the_history_of_a_record_marked_done_is_kept_in_it_until_it_is_reopened(
     b.acknowledge(EVENT, "vm-b", T0 + 3)
     approved = a.approve(EVENT, "vm-a", ["vm-b", "vm-a"], as_leader=True, at=T0 + 4, admission=True)
     assert approved.outcome is ApprovalOutcome.APPROVED, approved.reason
-    released = Approval(by="vm-a", at=T0 + 4, as_leader=True, acks=("vm-a", "vm-b"))
+    released = Approval(by="vm-a", at=T0 + 4, as_leader=True, acks=("vm-a", "vm-b"),
+                        acked_at={"vm-a": T0 + 2, "vm-b": T0 + 3})
     assert approved.record == released
     wait_until(lambda: b.read_view("vm-b").records[EVENT].approval == released, timeout=5,
                message="the approval with its acks in b's view")

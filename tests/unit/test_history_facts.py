@@ -58,6 +58,9 @@ def test_a_finished_event_keeps_its_start_its_admission_and_the_acks_its_approva
     assert record.started_at is not None and approved_at <= record.started_at <= record.done_at
     assert record.closed is not None and record.closed.approval is not None  # ...and kept for the history
     assert record.closed.approval.acks == ("vm0", "vm1")
+    acked_at = record.closed.approval.acked_at
+    assert acked_at is not None and set(acked_at) == {"vm0", "vm1"}
+    assert all(acked <= record.closed.approval.at for acked in acked_at.values())
     leader = bench.cluster.leader_name
     assert record.closed.admitted_by == leader and record.closed.admitted_at is not None
     entry = history_entry(record)
