@@ -184,6 +184,14 @@ class GroupCore:
         with self._lock:
             self._faults.on_refuse = handler
 
+    def set_platform_policy(self, approves: Callable[[str, Sequence[tuple[str, str]]], bool] | None) -> None:
+        """Who says whether ``scheduledEventsPolicy`` approves a user-initiated Reboot or Redeploy at once:
+        ``approves(event_type, [(vm, scale set name or "")])`` (the server hands its ``AzureModel``'s), called
+        under the group's lock; such an event is then created Started (``Lifecycle``)."""
+        with self._lock:
+            self._lifecycle.auto_approved = None if approves is None else (
+                lambda event_type, infos: approves(event_type, [(i.name, i.scale_set_name) for i in infos]))
+
     def approval_status(self, results: Mapping[str, str]) -> int:
         """The HTTP status IMDS answers for an approval with these per-id results.
 

@@ -13,6 +13,10 @@ Rules (see the Scheduled Events documentation):
   document while the VMs it names are still frozen or down.
 * ``cancel`` removes an event at once (a Scheduled event vanishing without ever starting).
 * Hardware failure: an event may be created directly as ``Started``.
+* A user-initiated Reboot or Redeploy (``EventSource: User``) of a VM whose ``scheduledEventsPolicy``
+  approves it automatically (``userInitiatedReboot`` / ``userInitiatedRedeploy``: the VM's own, its
+  availability set's or its scale set's, as the simulated ARM holds them; ``auto_approved``) is created
+  ``Started``: it has no Scheduled phase, and no time to drain.
 * Delivery units: an event belongs to the unit of the VMs of the group it names (see ``unit_of``); one
   naming VMs of two units is refused, since Azure names several VMs in one event only for one atomic
   operation, and that is inside one availability set or placement group.
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from coordinator.sim.catalogue import DEFAULT_IMPACT, SCHEDULED, STARTED, VmInfo, default_description, notice
@@ -77,6 +81,9 @@ class Lifecycle:
         self.events: dict[str, Event] = {}
         self.incarnation = 1
         self._rollouts: dict[int, Rollout] = {}
+        # Whether the platform policy approves a user event of this type naming these VMs at once (None:
+        # no simulated ARM holds a policy); set by the simulator's server from its ``AzureModel``.
+        self.auto_approved: Callable[[str, Sequence[VmInfo]], bool] | None = None
 
     def get(self, event_id: object) -> Event:
         """The current event ``event_id``; raises ``UnknownEvent``."""
@@ -133,7 +140,11 @@ class Lifecycle:
         now = self._time.now()
         not_before: int | None = None
         started_at: float | None = None
-        if request.status == STARTED:
+        status = request.status
+        why = "scheduled"
+        if status == SCHEDULED and self._auto_approved(request):
+            status, why = STARTED, "scheduled: approved at once by the platform's scheduledEventsPolicy"
+        if status == STARTED:
             started_at = now
         else:
             if request.not_before_at is not None:
@@ -162,7 +173,7 @@ class Lifecycle:
                 else max(float(request.duration_in_seconds or 0), self._started_for)
             ),
             created_at=now,
-            status=request.status,
+            status=status,
             not_before=not_before,
             started_at=started_at,
             impact=request.impact if request.impact is not None else DEFAULT_IMPACT.get(request.event_type, "none"),
@@ -172,10 +183,17 @@ class Lifecycle:
             rollout=rollout,
         )
         self.events[event_id] = event
-        self._transition(event, None, event.status, "scheduled")
+        self._transition(event, None, event.status, why)
         if event.status == STARTED:
             self._hit(event, now)
         return event
+
+    def _auto_approved(self, request: ScheduleRequest) -> bool:
+        """Whether the platform approves this user event at once (``scheduledEventsPolicy``)."""
+        if self.auto_approved is None or request.source != "User" or request.event_type not in ("Reboot", "Redeploy"):
+            return False
+        named = [self._by_key[name.lower()] for name in request.resources if name.lower() in self._by_key]
+        return bool(named) and self.auto_approved(request.event_type, named)
 
     def cancel(self, event_id: object) -> Event:
         """Remove an event at once, whatever its status; returns it. Raises ``UnknownEvent``."""

@@ -170,6 +170,7 @@ class SimulatorServer:
         ticker.start()
         self._threads.append(ticker)
         if self.azure is not None:
+            self.group.set_platform_policy(self.azure.approves_user_event)
             self._outer_hook = self.azure.on_effective  # a hook the model was built with is still called
             self.azure.on_effective = self._on_effective
             arm_ticker = threading.Thread(target=self._arm_tick_loop, args=(self.azure,), name="imds-sim-arm-ticker",

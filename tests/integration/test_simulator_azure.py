@@ -255,3 +255,33 @@ def test_the_control_api_refuses_what_arm_would_refuse(sim: RunningSimulator) ->
                                             "request_path": "/"}])
     with pytest.raises(SimControlError, match="request_path"):
         sim.control.add_load_balancer(LB, [{"name": "p", "protocol": "Tcp", "port": 80, "request_path": "/"}])
+
+
+def test_a_user_reboot_the_policy_approves_appears_started_with_no_scheduled_phase(sim: RunningSimulator) -> None:
+    """``scheduledEventsPolicy.userInitiatedReboot.automaticallyApprove``: Azure approves a user's reboot at
+    once, so it appears Started, with no NotBefore and no time to drain (what ``coordinator doctor`` FAILs)."""
+    app = f"{SUB}/Microsoft.Compute/availabilitySets/app"
+    sim.control.add_availability_set(app, scheduled_events_policy={"user_initiated_reboot": True,
+                                                                    "user_initiated_redeploy": False})
+    sim.control.add_vm_resource(f"{SUB}/Microsoft.Compute/virtualMachines/vm0", availability_set=app)
+    rebooted = sim.control.schedule("Reboot", ["vm0"], source="User", event_id="E-USER-REBOOT")
+    assert rebooted["status"] == "Started" and rebooted["not_before"] is None
+    [event] = sim.control.document("vm0")["Events"]
+    assert (event["EventId"], event["EventStatus"], event["NotBefore"], event["EventSource"]) == (
+        "E-USER-REBOOT", "Started", "", "User")
+    transitions = [entry for entry in sim.control.log(kind="transition") if entry.get("event_id") == "E-USER-REBOOT"]
+    assert [(t.get("from"), t.get("to")) for t in transitions][:1] == [(None, "Started")]
+    assert "scheduledEventsPolicy" in transitions[0].get("reason", "")
+    # What the policy does not approve keeps its Scheduled phase: a user redeploy (false here), a platform
+    # reboot, and a user reboot of a VM the simulated ARM holds no policy for.
+    for event_type, vm, source in (("Redeploy", "vm0", "User"), ("Reboot", "vm0", "Platform"),
+                                   ("Reboot", "vm1", "User")):
+        scheduled = sim.control.schedule(event_type, [vm], source=source)
+        assert scheduled["status"] == "Scheduled" and scheduled["not_before"] is not None, (event_type, vm, source)
+
+
+def test_a_scale_set_policy_approves_its_instances_user_redeploys(imds_sim: SimulatorFactory) -> None:
+    sim = imds_sim(("web_0", "web_1"), extra_args=["--arm", "127.0.0.1:0", "--scale-set", "web"])
+    sim.control.add_scale_set(SCALE_SET, scheduled_events_policy={"user_initiated_redeploy": True})
+    assert sim.control.schedule("Redeploy", ["web_0", "web_1"], source="User")["status"] == "Started"
+    assert sim.control.schedule("Reboot", ["web_1"], source="User")["status"] == "Scheduled"

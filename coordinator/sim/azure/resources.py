@@ -122,6 +122,32 @@ class _ResourcesMixin(_PoolsMixin, _IdentityMixin):
         given = {} if scheduled_events_policy is None else {"scheduled_events_policy": scheduled_events_policy}
         return self._add_resource(availability_set_id, location, self._availability_set_resource, given)
 
+    def approves_user_event(self, event_type: str, vms: Sequence[tuple[str, str]]) -> bool:
+        """Whether ``scheduledEventsPolicy`` approves, at once, a user-initiated ``event_type`` (Reboot or
+        Redeploy) of every one of ``vms`` (``(name, scale set name or "")``): a scale-set instance by its
+        scale set's policy, any other VM by its availability set's if it is in one (one policy for every VM
+        of a set), else by its own. A VM the simulated ARM does not hold has no policy: not approved."""
+        key = {"Reboot": "user_initiated_reboot", "Redeploy": "user_initiated_redeploy"}.get(event_type)
+        if key is None or not vms:
+            return False
+        with self._lock:
+            by_kind_name: dict[tuple[str, str], _Resource] = {}
+            for resource in self._resources.values():
+                for kind, pattern in (("vmss", SCALE_SET_ID), ("vm", VM_ID), ("avset", AVAILABILITY_SET_ID)):
+                    match = pattern.match(resource.id)
+                    if match is not None:
+                        by_kind_name[(kind, match.group("name").lower())] = resource
+            for name, scale_set in vms:
+                holder = by_kind_name.get(("vmss", scale_set.lower())) if scale_set else None
+                if holder is None and not scale_set:
+                    vm = by_kind_name.get(("vm", name.lower()))
+                    avset = vm.config.get("availability_set") if vm is not None else None
+                    holder = self._resources.get(avset.lower()) if isinstance(avset, str) else vm
+                policy = holder.config.get("scheduled_events_policy") if holder is not None else None
+                if not isinstance(policy, dict) or policy.get(key) is not True:
+                    return False
+            return True
+
     def resources(self) -> list[dict[str, Any]]:
         with self._lock:
             return [{"id": r.id, "location": r.location, "config": r.config} for r in self._resources.values()]
