@@ -237,6 +237,9 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     group = _group_address(args)
     if isinstance(group, int):
         return group
+    if args.wait is not None and not 0 < args.wait <= 86400:
+        print("coordinator: drain: --wait must be between 0 and 86400 seconds", file=sys.stderr)
+        return 2
     try:
         with quiet_logging(args.verbose):
             found, created = drain(group, args.vm, args.reason)
@@ -248,13 +251,47 @@ def _cmd_drain(args: argparse.Namespace) -> int:
         print(f"group {group.cluster}: {vm} to be drained by hand ({found.reason}): its agent drains it once the "
               f"leader admits it into the maintenance budget, and keeps it out of rotation until: coordinator "
               f"undrain {vm} {_same_group_options(args)}")
-        print(f"follow it with: coordinator status {_same_group_options(args)}")
+        if args.wait is None:
+            print(f"follow it with: coordinator status {_same_group_options(args)}")
+    else:
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(found.at))
+        state = "admitted" if found.admitted_at is not None else "waiting for the maintenance budget"
+        print(f"group {group.cluster}: {vm} already drained by hand since {since} by {found.by} ({found.reason}), "
+              f"{state}; kept as it is")
+    return _follow(args, vm, undo=False)
+
+
+def _follow(args: argparse.Namespace, vm: str, *, undo: bool) -> int:
+    """``--wait``: each change of the VM's state until it is drained (or back in rotation); exit 1 if it cannot
+    get there, or is not there by the deadline."""
+    if args.wait is None:
         return 0
-    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(found.at))
-    state = "admitted" if found.admitted_at is not None else "waiting for the maintenance budget"
-    print(f"group {group.cluster}: {vm} already drained by hand since {since} by {found.by} ({found.reason}), "
-          f"{state}; kept as it is")
-    return 0
+    from coordinator.groupstatus.command import quiet_logging
+    from coordinator.groupstatus.follow import Outcome, drain_state, follow, undrain_state
+    from coordinator.groupstatus.options import group_settings
+    from coordinator.groupstatus.read import GroupReader, GroupStatusError
+    from coordinator.runtime import policy_from
+
+    settings = group_settings(args, args.command)
+    zk = settings.zookeeper.client_options()
+    timeout = args.timeout if args.timeout is not None else settings.zookeeper.operation_timeout
+    with quiet_logging(args.verbose):
+        reader = GroupReader(zk.hosts, settings.zookeeper.root, settings.cluster, timeout=timeout,
+                             auth_data=zk.auth_data, tls=zk.tls)
+        try:
+            reader.open()
+        except GroupStatusError as exc:
+            print(f"coordinator: {exc}", file=sys.stderr)
+            return 1
+        try:
+            outcome = follow(reader, policy_from(settings), vm, undrain_state if undo else drain_state,
+                             timeout=args.wait, say=lambda line: print(line, flush=True))
+        finally:
+            reader.close()
+    if outcome is Outcome.WAIT:
+        print(f"coordinator: {vm}: not {'back in rotation' if undo else 'drained'} within {args.wait:g} s "
+              "(--wait); the request stands: coordinator status shows it", file=sys.stderr)
+    return 0 if outcome is Outcome.DONE else 1
 
 
 def _cmd_undrain(args: argparse.Namespace) -> int:
@@ -265,6 +302,9 @@ def _cmd_undrain(args: argparse.Namespace) -> int:
     group = _group_address(args)
     if isinstance(group, int):
         return group
+    if args.wait is not None and not 0 < args.wait <= 86400:
+        print("coordinator: undrain: --wait must be between 0 and 86400 seconds", file=sys.stderr)
+        return 2
     try:
         with quiet_logging(args.verbose):
             undone = undrain(group, args.vm)
@@ -274,7 +314,7 @@ def _cmd_undrain(args: argparse.Namespace) -> int:
     vm = args.vm.lower()
     print(f"group {group.cluster}: " + (f"drain by hand of {vm} undone: its agent puts it back in rotation unless "
                                        "an event holds it" if undone else f"{vm} was not drained by hand"))
-    return 0
+    return _follow(args, vm, undo=True)
 
 
 def _cmd_zk_digest(args: argparse.Namespace) -> int:
@@ -435,6 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
                              help="log what the ZooKeeper client does to stderr")
         if name in ("drain", "undrain"):
             control.add_argument("vm", metavar="VM", help="the VM, as its agent's configuration names it")
+            control.add_argument("--wait", type=float, nargs="?", const=600.0, metavar="SECONDS",
+                                 help="then say each change until the VM is " + ("drained" if name == "drain" else
+                                      "back in rotation") + " (exit 0), or SECONDS pass (default 600; exit 1)")
         if name in ("pause", "drain"):
             control.add_argument("--reason", required=True, help="why; shown in status and in the agents' logs")
         control.set_defaults(func=func)

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
 def _control(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
     config = cluster.agents["vm2"].config_path  # any agent's file names the group
     return subprocess.run([sys.executable, "-m", "coordinator", *args, "--config", str(config)],
-                          capture_output=True, text=True, timeout=30, check=False)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def _acked_by(cluster: LocalCluster, vm: str, event_id: str) -> bool:
@@ -95,14 +95,18 @@ def test_a_drain_by_hand_waits_for_the_budget_lasts_across_a_restart_and_undrain
     make_cluster: ClusterFactory,
 ) -> None:
     cluster = make_cluster(drain_wait=0.5, extra_config={"policy": {"max_vms_in_maintenance": 1}})
-    first = _control(cluster, "drain", "vm1", "--reason", "disk swap [CHG-7]")
+    first = _control(cluster, "drain", "vm1", "--reason", "disk swap [CHG-7]", "--wait", "30")
     assert first.returncode == 0 and "vm1 to be drained by hand (disk swap [CHG-7])" in first.stdout, first.stderr
-    cluster.wait(lambda: _probe_is(cluster, "vm1", 503), 15, "vm1 out of rotation")
-    cluster.wait(lambda: (cluster.agents["vm1"].status() or {}).get("phase") == "drained", 15, "vm1 drained")
+    assert first.stdout.rstrip().endswith("vm1: drained: out of rotation, its drain actions done"), first.stdout
+    assert _probe_is(cluster, "vm1", 503)
+    assert (cluster.agents["vm1"].status() or {}).get("phase") == "drained"
 
-    # A second drain waits: one VM at most may be out, and vm1 is.
-    second = _control(cluster, "drain", "vm0", "--reason", "kernel debugging")
-    assert second.returncode == 0, second.stderr
+    # A second drain waits: one VM at most may be out, and vm1 is. --wait says why, and gives up in time.
+    second = _control(cluster, "drain", "vm0", "--reason", "kernel debugging", "--wait", "4")
+    assert second.returncode == 1, second.stdout
+    assert "vm0: waiting for the maintenance budget: " in second.stdout, second.stdout
+    assert second.stderr.strip() == ("coordinator: vm0: not drained within 4 s (--wait); the request stands: "
+                                     "coordinator status shows it")
 
     def by_hand() -> dict[str, dict[str, object]]:
         run = subprocess.run([sys.executable, "-m", "coordinator", "status", "--json", "--config",
@@ -125,9 +129,10 @@ def test_a_drain_by_hand_waits_for_the_budget_lasts_across_a_restart_and_undrain
     assert _probe_is(cluster, "vm1", 503)
 
     # Undone: vm1 comes back, and then vm0's drain is admitted.
-    undone = _control(cluster, "undrain", "vm1")
+    undone = _control(cluster, "undrain", "vm1", "--wait", "30")
     assert undone.returncode == 0 and "undone" in undone.stdout, undone.stderr
-    cluster.wait(lambda: _probe_is(cluster, "vm1", 200), 20, "vm1 back in rotation")
+    assert undone.stdout.rstrip().endswith("vm1: back in rotation: serving"), undone.stdout
+    assert _probe_is(cluster, "vm1", 200)
     cluster.wait(lambda: _probe_is(cluster, "vm0", 503), 20, "vm0 drained once vm1 is back")
     assert _probe_is(cluster, "vm1", 200)
     assert _control(cluster, "undrain", "vm0").returncode == 0
