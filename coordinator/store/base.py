@@ -121,13 +121,17 @@ class Approval:
     """Who approved an event, when, and whether as the leader (else as the first live VM in Resources).
     ``acks``: the VMs whose acknowledgements the approval gate found and released it on, in name order
     (empty: none was required; None: not recorded, an approval written by an earlier version), and
-    ``acked_at`` when each of them acknowledged, as its ack says (those whose ack gives it)."""
+    ``acked_at`` when each of them acknowledged, as its ack says (those whose ack gives it). ``vouched``: the
+    VMs an operator vouched for (``coordinator approve``: VMs that run no agent, approved without their ack;
+    ``by`` is then the operator), with the operator's ``reason``; None for an agent's approval."""
 
     by: str
     at: float
     as_leader: bool
     acks: tuple[str, ...] | None = None
     acked_at: Mapping[str, float] | None = None
+    vouched: tuple[str, ...] | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -373,6 +377,13 @@ class Store(Protocol):
         created, naming the VMs whose acks it found (``Approval.acks``), or found, written by anyone
         (approval is idempotent). Any failed check returns REFUSED with the reason. Raises
         ``StoreUnknownOutcome`` when it cannot tell."""
+
+    def approve_vouched(self, event_id: str, by: str, required: Collection[str], vouched: Collection[str], *,
+                        reason: str, at: float) -> ApprovalResult:
+        """An operator's approval (``coordinator approve``, never the agent loop): the checks of ``approve``
+        but ownership, with each VM of ``vouched`` (which the event names, and none of which has a member
+        node: it runs no agent) standing in for its ack; ``by`` is the operator, and the approval names the
+        VMs vouched for and ``reason``. Every VM the event names is in ``required`` or ``vouched``."""
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
         """Create ``admitted`` under the event (EXISTS if present, MISSING if the record is gone or marked

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["AckFact", "GateFacts", "refusal"]
+__all__ = ["AckFact", "GateFacts", "refusal", "vouched_refusal"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,29 @@ def refusal(facts: GateFacts) -> str | None:
         return f"{f.owner_path} belongs to session 0x{f.owner:x}, not ours (0x{f.session:x})"
     if f.as_leader and f.holder != f.vm:
         return f"{f.owner_path} is held by this session for {f.holder!r}, not {f.vm!r}"
+    return _record_and_acks(f)
+
+
+def vouched_refusal(facts: GateFacts, vouched: Mapping[str, int | None], named: frozenset[str] | None) -> str | None:
+    """Why an operator's approval vouching for ``vouched`` (VM -> the session holding its member node, None:
+    it has none) may not be written (``coordinator approve``): it is for VMs that run no agent, all named by
+    the event (``named``: the record's Resources, None when the record could not be read), and every other VM
+    it names must have acknowledged as for any approval. No ownership: the operator approves as no member."""
+    if not vouched:
+        return "no VM to vouch for: every VM it names runs an agent, and the group approves it itself"
+    if named is not None:
+        strangers = sorted(set(vouched) - named)
+        if strangers:
+            return f"event {facts.event_id} does not name {', '.join(strangers)}"
+    running = sorted(vm for vm, session in vouched.items() if session is not None)
+    if running:
+        return f"{', '.join(running)} runs an agent now: its agent acknowledges for itself"
+    return _record_and_acks(facts)
+
+
+def _record_and_acks(f: GateFacts) -> str | None:
+    """The rules every approval follows: not paused, the record there and open, admitted if asked, every
+    required ack held by its VM's own live session."""
     if f.paused:
         return "approvals are paused for the group (coordinator resume lifts it)"
     if f.record == "missing":

@@ -18,8 +18,8 @@ Wakeup callbacks are called after the cluster lock is released, from the thread 
 
 Every method runs under the cluster's one lock, so writes cannot interleave: ``mark_done`` drops the
 admission and approval it sees (keeping what they held in the record's ``closed``, as the ZooKeeper store
-does), and ``admit`` and ``approve`` see a record marked done, atomically (the
-ZooKeeper store needs versioned transactions for the same, see ``coordinator.store.zk_records``).
+does), and ``admit`` and ``approve`` see a record marked done, atomically (the ZooKeeper store needs
+versioned transactions for the same, see ``coordinator.store.zk_records``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from coordinator.store.base import (
     named_view,
     own_view,
 )
-from coordinator.store.gate import AckFact, GateFacts, refusal
+from coordinator.store.gate import AckFact, GateFacts, refusal, vouched_refusal
 from coordinator.store.members import duplicate_member, predecessor
 from coordinator.store.memory_drains import HandDrains
 
@@ -129,26 +129,23 @@ class MemoryCluster:
         for store in stores:
             store.notify()
 
+    # What the operators' commands do to the ZooKeeper store: ``coordinator pause`` stops early approvals
+    # group-wide, ``resume`` lifts it; ``drain VM`` asks for a drain by hand (not admitted yet), ``undrain``.
     def pause(self, reason: str, by: str, at: float) -> None:
-        """What ``coordinator pause`` does to the ZooKeeper store: early approvals stop group-wide."""
-        with self.lock:
-            self.paused = Pause(reason=reason, by=by, at=at)
-        self.changed()
+        self._operator(lambda: setattr(self, "paused", Pause(reason=reason, by=by, at=at)))
 
     def resume(self) -> None:
-        with self.lock:
-            self.paused = None
-        self.changed()
+        self._operator(lambda: setattr(self, "paused", None))
 
     def drain(self, vm: str, reason: str, by: str, at: float) -> None:
-        """What ``coordinator drain VM`` does to the ZooKeeper store: a drain by hand, not admitted yet."""
-        with self.lock:
-            self.hand.ask(vm, reason, by, at)
-        self.changed()
+        self._operator(lambda: self.hand.ask(vm, reason, by, at))
 
     def undrain(self, vm: str) -> None:
+        self._operator(lambda: self.hand.undo(vm))
+
+    def _operator(self, change: Callable[[], object]) -> None:
         with self.lock:
-            self.hand.undo(vm)
+            change()
         self.changed()
 
     # Convenience for tests.
@@ -342,11 +339,8 @@ class MemoryStore:
     # -- reads ----------------------------------------------------------------------------------------
 
     def read_view(self, vm: str, *, part: Part = Part.WHOLE) -> ClusterView:
-        vm = normalize_vm_name(vm)
-        view = self._read_view(vm)
-        if part is Part.OWN:
-            return own_view(view, vm)
-        return named_view(view, vm) if part is Part.NAMED else view
+        view = self._read_view(vm := normalize_vm_name(vm))
+        return own_view(view, vm) if part is Part.OWN else named_view(view, vm) if part is Part.NAMED else view
 
     def _read_view(self, vm: str) -> ClusterView:
         with self._cluster.lock:
@@ -437,12 +431,17 @@ class MemoryStore:
         self._cluster.changed()
         return WriteResult.DONE
 
+    def approve_vouched(self, event_id: str, by: str, required: Collection[str], vouched: Collection[str], *,
+                        reason: str, at: float) -> ApprovalResult:
+        return self.approve(event_id, by, required, as_leader=False, at=at,
+                            vouched=frozenset(normalize_vm_name(name) for name in vouched), reason=reason)
+
     def approve(
         self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float,
-        admission: bool = False,
+        admission: bool = False, vouched: frozenset[str] | None = None, reason: str | None = None,
     ) -> ApprovalResult:
         event_id = normalize_event_id(event_id)
-        vm = normalize_vm_name(vm)
+        vm = normalize_vm_name(vm) if vouched is None else vm  # vouched: an operator's approval, ``vm`` is them
         needed = {normalize_vm_name(name) for name in required}
         duplicate = self._duplicate
         if duplicate is not None:
@@ -467,14 +466,20 @@ class MemoryStore:
                               leader.vm if as_leader and leader is not None else None, cluster.paused is not None,
                               record, (event is not None and event.admitted is not None) if admission else None,
                               frozenset(needed), acks)
-            reason = refusal(facts)
-            if reason is not None:
-                return _refused(reason)
+            named = frozenset(event.record.resources) if event is not None else None
+            unaccounted = sorted(named - vouched - needed) if named is not None and vouched is not None else []
+            refused = refusal(facts) if vouched is None else vouched_refusal(
+                facts, {name: m.session if (m := cluster.members.get(name)) else None for name in vouched}, named) or (
+                f"event {event_id} names {', '.join(unaccounted)}, neither acknowledged nor vouched for"
+                if unaccounted else None)
+            if refused is not None:
+                return _refused(refused)
             assert event is not None  # a record that exists: refused above otherwise
             if event.approval is not None:
                 return ApprovalResult(ApprovalOutcome.APPROVED, reason="approved before", record=event.approval)
             event.approval = Approval(by=vm, at=at, as_leader=as_leader, acks=tuple(sorted(acks)),
-                                      acked_at={name: fact.at for name, fact in acks.items() if fact.at is not None})
+                                      acked_at={name: fact.at for name, fact in acks.items() if fact.at is not None},
+                                      vouched=tuple(sorted(vouched)) if vouched is not None else None, reason=reason)
             result = ApprovalResult(ApprovalOutcome.APPROVED, record=event.approval)
         self._cluster.changed()
         return result
@@ -563,17 +568,15 @@ class MemoryStore:
         return WriteResult.DONE
 
     def admit_drain(self, vm: str, asked: int, by: str, at: float) -> WriteResult:
-        with self._cluster.lock:
-            self._session_for(write=True)
-            result = self._cluster.hand.admit(vm, asked, by, at)
-        if result is WriteResult.DONE:
-            self._cluster.changed()
-        return result
+        return self._hand_write(lambda: self._cluster.hand.admit(vm, asked, by, at))
 
     def forget_drain_admission(self, vm: str) -> WriteResult:
+        return self._hand_write(lambda: self._cluster.hand.forget(vm))
+
+    def _hand_write(self, write: Callable[[], WriteResult]) -> WriteResult:
         with self._cluster.lock:
             self._session_for(write=True)
-            result = self._cluster.hand.forget(vm)
+            result = write()
         if result is WriteResult.DONE:
             self._cluster.changed()
         return result

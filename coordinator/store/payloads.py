@@ -304,15 +304,18 @@ class ApprovalNode(NodePayload):
     as_leader: bool
     acks: tuple[str, ...] | None = None
     acked_at: dict[str, float] | None = None
+    vouched: tuple[str, ...] | None = None  # an operator's approval (``coordinator approve``): for these VMs
+    reason: str | None = None
 
     @classmethod
     def of(cls, approval: Approval) -> ApprovalNode:
         acked_at = dict(approval.acked_at) if approval.acked_at is not None else None
         return cls(by=approval.by, at=approval.at, as_leader=approval.as_leader, acks=approval.acks,
-                   acked_at=acked_at)
+                   acked_at=acked_at, vouched=approval.vouched, reason=approval.reason)
 
     def to_approval(self) -> Approval:
-        return Approval(by=self.by, at=self.at, as_leader=self.as_leader, acks=self.acks, acked_at=self.acked_at)
+        return Approval(by=self.by, at=self.at, as_leader=self.as_leader, acks=self.acks, acked_at=self.acked_at,
+                        vouched=self.vouched, reason=self.reason)
 
     @classmethod
     def unknown(cls) -> ApprovalNode:

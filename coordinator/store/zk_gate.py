@@ -29,13 +29,13 @@ from kazoo.protocol.states import ZnodeStat
 from coordinator.errors import StoreUnknownOutcome
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.store.base import Approval, ApprovalOutcome, ApprovalResult, ConnectionState, WriteResult
-from coordinator.store.gate import AckFact, GateFacts, refusal
+from coordinator.store.gate import AckFact, GateFacts, refusal, vouched_refusal
 from coordinator.store.payloads import AckNode, ApprovalNode, EventNode, LeaderNode, PayloadError
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_records import create_on_record
 from coordinator.store.zk_session import Deadline
 
-__all__ = ["approve"]
+__all__ = ["approve", "approve_vouched"]
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,28 @@ def approve(
     return _refused(f"event {event_id}: the record kept changing during the checks")
 
 
+def approve_vouched(ctx: StoreContext, event_id: str, by: str, required: Collection[str], vouched: Collection[str],
+                    *, reason: str, at: float) -> ApprovalResult:
+    """An operator's approval (``Store.approve_vouched``): the gate's checks, from the ensemble after a sync,
+    with the VMs of ``vouched`` (none of which may have a member node) in place of their acks, and no
+    ownership (the operator approves as no member)."""
+    event_id = normalize_event_id(event_id)
+    needed = {normalize_vm_name(name) for name in required}
+    vouching = frozenset(normalize_vm_name(name) for name in vouched)
+    for _ in range(ATTEMPTS):
+        result = _approve(ctx, event_id, by, needed, as_leader=False, at=at, admission=False, vouched=vouching,
+                          reason=reason)
+        if result is not None:
+            return result
+    return _refused(f"event {event_id}: the record kept changing during the checks")
+
+
 def _approve(
     ctx: StoreContext, event_id: str, vm: str, needed: set[str], *, as_leader: bool, at: float, admission: bool,
+    vouched: frozenset[str] | None = None, reason: str | None = None,
 ) -> ApprovalResult | None:
-    """One round of checks, then the write; None if the record changed since the checks read it."""
+    """One round of checks, then the write; None if the record changed since the checks read it. With
+    ``vouched``, an operator's approval (``vm`` is the operator): ``vouched_refusal`` judges it."""
     paths, wait = ctx.paths, ctx.session.wait
 
     # 1. The connection is CONNECTED (SUSPENDED may mean that our session, and leadership, are gone).
@@ -74,7 +92,7 @@ def _approve(
         # 2. Synced reads: the server we talk to has caught up with the ensemble's leader, so a node
         # deleted elsewhere (an expired leader) is not still seen here. All are sent at once: a server
         # answers one session's requests in order, so the reads are served after the sync is done.
-        owner_path = paths.leader if as_leader else paths.member(vm)
+        owner_path = paths.base if vouched is not None else paths.leader if as_leader else paths.member(vm)
         sync_r = client.sync_async(paths.base)
         reads = _Reads(
             owner=client.get_async(owner_path),
@@ -86,15 +104,25 @@ def _approve(
             ack=(ack_rs := {name: client.get_async(paths.ack(event_id, name)) for name in sorted(needed)}),
             member={name: client.exists_async(paths.member(name)) for name in ack_rs},
             pause=client.exists_async(paths.pause),
+            vouched={name: client.exists_async(paths.member(name)) for name in sorted(vouched or ())},
         )
         wait(sync_r, deadline)
         # 3. What they answered, judged by the gate's rules (``coordinator.store.gate``).
         facts = reads.facts(ctx, GateFacts(event_id, vm, as_leader, session, owner_path, None, None, False, None,
                                            None, frozenset(needed)), deadline)
-        reason = refusal(facts)
-        if reason is not None:
-            return _refused(reason)
         record_node, record_stat = reads.record_read
+        if vouched is None:
+            refused = refusal(facts)
+        else:
+            members = {name: (stat.ephemeralOwner or None) if (stat := wait(result, deadline)) is not None else None
+                       for name, result in reads.vouched.items()}
+            named = frozenset(record_node.resources) if record_node is not None else None
+            unaccounted = sorted(named - vouched - needed) if named is not None else []
+            refused = vouched_refusal(facts, members, named) or (
+                f"event {event_id} names {', '.join(unaccounted)}, neither acknowledged nor vouched for"
+                if unaccounted else None)
+        if refused is not None:
+            return _refused(refused)
         assert record_node is not None and record_stat is not None  # or ``refusal`` would have refused
 
         # 4. Nothing changed locally meanwhile, then write the approval once (or find it).
@@ -106,7 +134,8 @@ def _approve(
         # approved by another) since, and a done mark that listed the record's children before fails.
         # The acks the checks found (every required one: ``refusal`` passed), recorded with the approval.
         approval = Approval(by=vm, at=at, as_leader=as_leader, acks=tuple(sorted(facts.acks)),
-                            acked_at={name: fact.at for name, fact in facts.acks.items() if fact.at is not None})
+                            acked_at={name: fact.at for name, fact in facts.acks.items() if fact.at is not None},
+                            vouched=tuple(sorted(vouched)) if vouched is not None else None, reason=reason)
         written = create_on_record(ctx, client, paths.event(event_id), record_node, record_stat, "approval",
                                    ApprovalNode.of(approval), deadline)
         if written is None:
@@ -114,6 +143,10 @@ def _approve(
             return None
         if written is WriteResult.MISSING:
             return _refused(f"event {event_id} has no record in the store")
+        if written is WriteResult.DONE and vouched is not None:
+            log.warning("event %s: approval recorded by %s, vouching for %s (%s)", event_id, vm,
+                        ", ".join(sorted(vouched)), reason)
+            return ApprovalResult(ApprovalOutcome.APPROVED, record=approval)
         if written is WriteResult.DONE:
             log.info("event %s: approval recorded by %s (as leader: %s)", event_id, vm, as_leader)
             return ApprovalResult(ApprovalOutcome.APPROVED, record=approval)
@@ -136,6 +169,7 @@ class _Reads:
     ack: Mapping[str, IAsyncResult[tuple[bytes, ZnodeStat]]]
     member: Mapping[str, IAsyncResult[ZnodeStat | None]]
     pause: IAsyncResult[ZnodeStat | None]
+    vouched: Mapping[str, IAsyncResult[ZnodeStat | None]]  # the member nodes of the VMs an operator vouches for
     record_read: tuple[EventNode | None, ZnodeStat | None] = (None, None)  # the record and its stat, as read
 
     def facts(self, ctx: StoreContext, asked: GateFacts, deadline: Deadline) -> GateFacts:

@@ -220,6 +220,12 @@ class ZooKeeperStore:
             return zk_gate.approve(self._ctx, event_id, vm, required, as_leader=as_leader, at=at,
                                    admission=admission)
 
+    def approve_vouched(self, event_id: str, by: str, required: Collection[str], vouched: Collection[str], *,
+                        reason: str, at: float) -> ApprovalResult:
+        """See ``coordinator.store.zk_gate.approve_vouched``."""
+        with self._touching(event_id):
+            return zk_gate.approve_vouched(self._ctx, event_id, by, required, vouched, reason=reason, at=at)
+
     # -- writes (``coordinator.store.zk_records``) ----------------------------------------------------
 
     def publish_event(self, record: EventRecord) -> WriteResult:

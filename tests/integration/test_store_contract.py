@@ -51,6 +51,8 @@ class Harness:
     expire: Callable[[Store], None]
     drain: Callable[[str, str], None]  # an operator's ``coordinator drain VM --reason``
     undrain: Callable[[str], None]
+    pause: Callable[[str], None]  # ``coordinator pause --reason``
+    resume: Callable[[], None]
 
 
 @pytest.fixture(params=["memory", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
@@ -76,6 +78,12 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
         def undrain(vm: str) -> None:
             clusters["alpha"].undrain(vm)
 
+        def pause(reason: str) -> None:
+            clusters["alpha"].pause(reason, "ops", T0)
+
+        def resume() -> None:
+            clusters["alpha"].resume()
+
     else:
         hosts: str = request.getfixturevalue("zk_hosts")
         root: str = request.getfixturevalue("zk_chroot")
@@ -97,8 +105,14 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
         def undrain(vm: str) -> None:
             control.undrain(control.GroupAddress(hosts, root, "alpha"), vm)
 
+        def pause(reason: str) -> None:
+            control.pause(control.GroupAddress(hosts, root, "alpha"), reason)
+
+        def resume() -> None:
+            control.resume(control.GroupAddress(hosts, root, "alpha"))
+
     try:
-        yield Harness(request.param, make, expire, drain, undrain)
+        yield Harness(request.param, make, expire, drain, undrain, pause, resume)
     finally:
         for store in stores:
             store.stop()
@@ -676,3 +690,52 @@ def test_a_drain_by_hand_is_admitted_once_and_an_undone_ones_admission_admits_no
     assert leader.forget_drain_admission("vm-a") is WriteResult.DONE
     assert leader.forget_drain_admission("vm-a") is WriteResult.MISSING
     wait_until(lambda: leader.read_view("vm-a").stale_admissions == frozenset(), message="forgotten")
+
+
+def test_an_operators_approval_vouches_only_for_named_vms_without_an_agent_and_waits_for_every_other_ack(
+    harness: Harness,
+) -> None:
+    """``coordinator approve``: the gate's checks from the store itself, each VM vouched for standing in for
+    its ack only while it runs no agent, every other VM the event names acknowledged."""
+    a, b = harness.make(), harness.make()
+    a.join("vm-a", {})
+    b.join("vm-b", {})
+    a.publish_event(record(resources=("vm-a", "vm-b", "vm-z")))
+    a.acknowledge(EVENT, "vm-a", T0 + 1)
+
+    def vouch(required: tuple[str, ...], vouched: tuple[str, ...]) -> str:
+        result = a.approve_vouched(EVENT, "ops@bastion", required, vouched, reason="vm-z is gone [INC-9]", at=T0 + 5)
+        assert result.outcome is ApprovalOutcome.REFUSED
+        return result.reason
+
+    assert vouch(("vm-a", "vm-b"), ()) == "no VM to vouch for: every VM it names runs an agent, and the group " \
+                                          "approves it itself"
+    assert vouch(("vm-a",), ("vm-b", "vm-z")) == "vm-b runs an agent now: its agent acknowledges for itself"
+    assert vouch(("vm-a", "vm-b"), ("vm-q",)) == f"event {EVENT} does not name vm-q"
+    assert vouch(("vm-a", "vm-b"), ("vm-z",)) == f"event {EVENT}: no ack yet from vm-b"
+    assert vouch(("vm-a",), ("vm-z",)) == f"event {EVENT} names vm-b, neither acknowledged nor vouched for"
+    b.acknowledge(EVENT, "vm-b", T0 + 2)
+    approved = a.approve_vouched(EVENT, "ops@bastion", ("vm-a", "vm-b"), ("vm-z",), reason="vm-z is gone [INC-9]",
+                                 at=T0 + 5)
+    assert approved.outcome is ApprovalOutcome.APPROVED, approved.reason
+    expected = Approval(by="ops@bastion", at=T0 + 5, as_leader=False, acks=("vm-a", "vm-b"),
+                        acked_at={"vm-a": T0 + 1, "vm-b": T0 + 2}, vouched=("vm-z",), reason="vm-z is gone [INC-9]")
+    assert approved.record == expected
+    wait_until(lambda: b.read_view("vm-b").records[EVENT].approval == expected, timeout=5,
+               message="the operator's approval in b's view")
+    again = a.approve_vouched(EVENT, "someone@else", ("vm-a", "vm-b"), ("vm-z",), reason="again", at=T0 + 6)
+    assert again.outcome is ApprovalOutcome.APPROVED and again.record == expected  # written once
+
+
+def test_an_operators_approval_is_refused_while_paused_or_once_done(harness: Harness) -> None:
+    a = harness.make()
+    a.join("vm-a", {})
+    a.publish_event(record(resources=("vm-a", "vm-z")))
+    a.acknowledge(EVENT, "vm-a", T0 + 1)
+    harness.pause("incident")
+    refused = a.approve_vouched(EVENT, "ops", ("vm-a",), ("vm-z",), reason="r", at=T0 + 2)
+    assert refused.reason == "approvals are paused for the group (coordinator resume lifts it)"
+    harness.resume()
+    assert a.mark_done(EVENT, T0 + 3) is WriteResult.DONE
+    assert a.approve_vouched(EVENT, "ops", ("vm-a",), ("vm-z",), reason="r", at=T0 + 4).reason == (
+        f"event {EVENT} is marked done")

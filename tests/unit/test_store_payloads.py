@@ -103,7 +103,7 @@ def test_what_is_written_has_the_field_names_of_the_previous_format() -> None:
     approval = Approval(by="vm-a", at=T0, as_leader=False)
     # Added since: the acks the approval was released on, and their times (null: not recorded).
     assert json.loads(ApprovalNode.of(approval).to_bytes()) == {"by": "vm-a", "at": T0, "as_leader": False,
-                                                                "acks": None, "acked_at": None}
+                                                                "acks": None, "acked_at": None, "vouched": None, "reason": None}
     assert json.loads(AckNode(vm="vm-a", at=T0).to_bytes()) == {"vm": "vm-a", "at": T0}
     assert json.loads(AdmittedNode(by="vm-a", at=T0).to_bytes()) == {"by": "vm-a", "at": T0}
     assert json.loads(AbsentNode(since=T0).to_bytes()) == {"since": T0}
@@ -155,11 +155,11 @@ def test_a_done_record_of_an_earlier_version_or_a_stale_history_reads_as_not_rec
 
 
 def test_extra_fields_are_ignored() -> None:
-    data = previous({"by": "vm-a", "at": T0, "as_leader": True, "reason": "added later", "nested": {"x": [1]}})
+    data = previous({"by": "vm-a", "at": T0, "as_leader": True, "note": "added later", "nested": {"x": [1]}})
     node = ApprovalNode.from_bytes(data, PATH)
     assert node.to_approval() == Approval(by="vm-a", at=T0, as_leader=True)
     assert json.loads(node.to_bytes()) == {"by": "vm-a", "at": T0, "as_leader": True, "acks": None,
-                                           "acked_at": None}
+                                           "acked_at": None, "vouched": None, "reason": None}
     assert LeaderNode.from_bytes(previous({"vm": "vm-a", "since": T0, "term": 7}), PATH).vm == "vm-a"
 
 
