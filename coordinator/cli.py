@@ -317,6 +317,12 @@ def _cmd_undrain(args: argparse.Namespace) -> int:
     return _follow(args, vm, undo=True)
 
 
+def _cmd_approve(args: argparse.Namespace) -> int:
+    from coordinator.override import command
+
+    return command(args)
+
+
 def _cmd_zk_digest(args: argparse.Namespace) -> int:
     """Print the ACL identity of a digest user, reading the password from standard input (one line) or
     from a prompt, so that it never appears in the shell's history or the process list."""
@@ -481,6 +487,23 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("pause", "drain"):
             control.add_argument("--reason", required=True, help="why; shown in status and in the agents' logs")
         control.set_defaults(func=func)
+
+    approve = sub.add_parser(
+        "approve", help="approve by hand an event that waits only on VMs that run no agent, vouching for them",
+        description="Record, through the approval gate, an operator's approval of an event whose VMs with an agent "
+        "have all acknowledged, vouching for those without one; then send it through this VM's IMDS, or through "
+        "the Maintenance API from outside the group. Needs an agent's configuration (its ZooKeeper identity).")
+    approve.add_argument("event_id", metavar="EVENT_ID")
+    approve.add_argument("--config", type=Path, required=True, help="an agent's configuration file")
+    approve.add_argument("--reason", required=True, help="why the VMs vouched for may be hit; kept in the record")
+    approve.add_argument("--via", choices=("imds", "maintenance"), default="imds",
+                         help="send it through this VM's IMDS (default), or the Maintenance API (--resource)")
+    approve.add_argument("--resource", metavar="ID", help="with --via maintenance: the VM, scale set or "
+                         "availability set the event is of (/subscriptions/...)")
+    approve.add_argument("--auth", choices=("msi", "cli"), default="msi",
+                         help="with --via maintenance: a managed-identity token (default) or the Azure CLI's")
+    approve.add_argument("--arm-url", default="https://management.azure.com", help="Azure Resource Manager")
+    approve.set_defaults(func=_cmd_approve, zookeeper=None, cluster=None, root=None)
 
     doctor = sub.add_parser(
         "doctor", arguments=_doctor_arguments,

@@ -170,6 +170,9 @@ class DryRunStore:
                          + (f"(required acks: {', '.join(sorted(required))})" if required else "(no ack required)"))
         return ApprovalResult(ApprovalOutcome.REFUSED, "dry-run")
 
+    def vouch(self, event_id: str, vms: Collection[str], *, by: str, reason: str, at: float) -> WriteResult:
+        return WriteResult.DONE
+
     def approve_vouched(self, event_id: str, by: str, required: Collection[str], vouched: Collection[str], *,
                         reason: str, at: float) -> ApprovalResult:
         return ApprovalResult(ApprovalOutcome.REFUSED, "dry-run")

@@ -75,7 +75,9 @@ def _approvals(
             continue
         mine = approver == snap.me and ev.key not in posted
         after_drain = ev.rule is ApprovalRule.AFTER_DRAIN
-        required = tuple(vm for vm in ev.resources if _waited_for(vm, cluster, policy, snap)) if after_drain else ()
+        record = cluster.records.get(ev.key)
+        required = tuple(vm for vm in ev.resources if _waited_for(vm, cluster, policy, snap, record)) if after_drain \
+            else ()
         past_grace = tuple(vm for vm in ev.resources if vm in cluster.known and vm not in required)
         if mine and after_drain and past_grace:
             unmarked = _unmarked(ev.key, past_grace, cluster)
@@ -153,7 +155,7 @@ def _approval_blockers(
         acking = set(acking_now)
         for vm in ev.resources:
             acked = vm in record.acks or (vm == snap.me and ev.key in acking)
-            if acked or not _waited_for(vm, cluster, policy, snap):
+            if acked or not _waited_for(vm, cluster, policy, snap, record):
                 continue  # an ack written this very cycle is re-checked by Store.approve before the POST
             reasons.append(f"{vm} runs no agent" if vm not in cluster.members else f"{vm} has not acknowledged")
     if cluster.connection is not ConnectionState.CONNECTED:

@@ -164,13 +164,17 @@ def _in_own_documents(record: EventRecord, snap: Snapshot, policy: Policy) -> bo
     return snap.me in record.resources or policy.delivery.covers(record, snap.seen_unnamed)
 
 
-def _waited_for(vm: str, cluster: ClusterView, policy: Policy, snap: Snapshot) -> bool:
+def _waited_for(vm: str, cluster: ClusterView, policy: Policy, snap: Snapshot,
+                record: EventRecord | None = None) -> bool:
     """Whether ``vm``'s ack is required: always, unless it has never run an agent and policy ignores
     such VMs, or this agent has itself seen its agent gone for ``absent_grace`` (measured on this
-    agent's monotonic clock, never across machines). A cut-off agent drains itself before that
+    agent's monotonic clock, never across machines), or an operator vouched for it in the event's open
+    ``record`` (``coordinator approve``) while it runs no agent. A cut-off agent drains itself before that
     (``_drains``), and a dead one took its probe endpoint with it. A live member is always waited for."""
     if vm in cluster.members:
         return True
+    if record is not None and record.done_at is None and record.vouched is not None and vm in record.vouched.vms:
+        return False
     if policy.unknown_peers is PeersPolicy.IGNORE and vm not in cluster.known:
         return False
     if policy.absent_grace is None or vm not in cluster.known:
@@ -189,4 +193,5 @@ def _approvable(ev: _Event, cluster: ClusterView | None, snap: Snapshot, policy:
         return False
     if cluster is None:
         return True
-    return all(vm in cluster.members or not _waited_for(vm, cluster, policy, snap) for vm in ev.resources)
+    record = cluster.records.get(ev.key)
+    return all(vm in cluster.members or not _waited_for(vm, cluster, policy, snap, record) for vm in ev.resources)

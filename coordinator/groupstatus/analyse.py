@@ -65,6 +65,7 @@ from coordinator.groupstatus.model import (
     OutOfRotation,
     Paused,
     Placement,
+    Vouched,
     utc,
 )
 from coordinator.groupstatus.read import AgentAnswer, GroupRead
@@ -359,6 +360,8 @@ def _event(record: EventRecord, read: GroupRead, policy: Policy, approver: str |
         missing_acks=[vm for vm in resources if vm not in record.acks],
         admitted_at=utc(record.admitted_at) if record.admitted_at is not None else None,
         approval=Approval(by=approval.by, at=utc(approval.at), as_leader=approval.as_leader) if approval else None,
+        vouched=Vouched(by=record.vouched.by, at=utc(record.vouched.at), reason=record.vouched.reason,
+                        vms=list(record.vouched.vms)) if record.vouched is not None else None,
         done_at=utc(record.done_at) if record.done_at is not None else None,
         approver=None if done else approver,
         approver_as_leader=None if done or approver is None else as_leader,

@@ -45,7 +45,9 @@ def history_entry(record: EventRecord) -> HistoryEntry:
         unknown = given.by == "?" and given.at == 0.0  # an approval node that did not parse (``ApprovalNode.unknown``)
         acked_at = {vm: utc(t) for vm, t in sorted(given.acked_at.items())} if given.acked_at is not None else None
         approval = HistoryApproval(by=given.by, at=None if unknown else utc(given.at), as_leader=given.as_leader,
-                                   acks=list(given.acks) if given.acks is not None else None, acked_at=acked_at)
+                                   acks=list(given.acks) if given.acks is not None else None, acked_at=acked_at,
+                                   vouched=list(given.vouched) if given.vouched is not None else None,
+                                   reason=given.reason, vouched_by=given.vouched_by)
     return HistoryEntry(
         event_id=record.event_id,
         type=record.event_type,

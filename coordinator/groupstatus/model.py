@@ -34,6 +34,7 @@ __all__ = [
     "OutOfRotation",
     "Paused",
     "Placement",
+    "Vouched",
     "utc",
 ]
 
@@ -149,6 +150,15 @@ class Approval(_Model):
     as_leader: bool
 
 
+class Vouched(_Model):
+    """An operator's word for the VMs an event names that run no agent (``coordinator approve``)."""
+
+    by: str
+    at: datetime
+    reason: str
+    vms: list[str]
+
+
 class Blocker(_Model):
     """One reason an event is not approved yet; ``vm`` is the VM the reason is about, if any."""
 
@@ -178,6 +188,7 @@ class EventStatus(_Model):
     missing_acks: list[str] = Field(description="VMs of Resources without an ack")
     admitted_at: datetime | None
     approval: Approval | None
+    vouched: Vouched | None = Field(default=None, description="an operator's word for its VMs without an agent")
     done_at: datetime | None
     approver: str | None = Field(description="who approves it now (policy approver mode); None if nobody can")
     approver_as_leader: bool | None
@@ -238,6 +249,9 @@ class HistoryApproval(_Model):
     acks: list[str] | None = Field(
         description="the VMs whose acknowledgements released it, as the approval gate found them (empty: none "
         "was required; None: not recorded, approved by an agent of an earlier version)")
+    vouched: list[str] | None = Field(default=None, description="the VMs an operator vouched for (no agent)")
+    reason: str | None = Field(default=None, description="the operator's reason, with vouched")
+    vouched_by: str | None = Field(default=None, description="the operator, with vouched")
     acked_at: dict[str, datetime] | None = Field(
         default=None, description="when each of those VMs acknowledged, as its ack said (None: not recorded)")
 

@@ -229,6 +229,10 @@ def _event_panel(event: EventStatus, status: GroupStatus) -> Panel:
     grid.add_row("Published", Text(f"by {event.published_by} {relative(event.published_at, now)}"))
     grid.add_row("Acks", _acks(event, now))
     grid.add_row("Admitted", Text(relative(event.admitted_at, now) if event.admitted_at else "no"))
+    if event.vouched is not None:
+        word = event.vouched
+        grid.add_row("Vouched", Text(f"{', '.join(word.vms)} (no agent), by {word.by} {relative(word.at, now)}: "
+                                     f"{word.reason}", style="yellow"))
     if event.approval is not None:
         approval = event.approval
         role = "as leader" if approval.as_leader else "as first live VM in Resources"
@@ -346,6 +350,9 @@ def _approved(entry: HistoryEntry, now: datetime) -> str:
     text = f"{clock(approval.at, now)} by {approval.by} {role}"
     if entry.not_before is not None and approval.at < entry.not_before:
         text += f", {_span((entry.not_before - approval.at).total_seconds())} before NotBefore"
+    if approval.vouched:
+        text += (f"; {', '.join(approval.vouched)} (no agent) vouched for by {approval.vouched_by or 'an operator'}"
+                 + (f": {approval.reason}" if approval.reason else ""))
     if approval.acks is None:
         return text + "; the acks it was released on not recorded"
     if not approval.acks:

@@ -234,7 +234,8 @@ class SimControl:
         return expired
 
     def set_role(self, principal: str, role: str | None = None, roles: Sequence[str] | None = None) -> dict[str, Any]:
-        """The role (``network-contributor``, ``reader``, ``none``), or roles, of an identity over every resource."""
+        """The role (``network-contributor``, ``reader``, ``scheduled-event-contributor``, ``none``), or roles, of an
+        identity over every resource."""
         body: dict[str, Any] = {"principal": principal}
         if role is not None:
             body["role"] = role

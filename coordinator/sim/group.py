@@ -140,6 +140,18 @@ class SimulatedGroup(GroupCore):
             self._advance()
             return results
 
+    def approve_from_outside(self, event_ids: Sequence[str]) -> dict[str, str]:
+        """Approve events through the Maintenance resource provider (``acknowledge``): the same approval as
+        one through any VM's IMDS, logged as by ``maintenance-api``; results as ``approve``'s, by the ids as
+        given (matched case-insensitively: ARM's are GUIDs)."""
+        with self._lock:
+            self._advance()
+            current = {event_id.upper(): event_id for event_id in self._lifecycle.events}
+            spelled = {event_id: current.get(event_id.upper(), event_id) for event_id in event_ids}
+            results = self._approve("maintenance-api", list(spelled.values()))
+            self._advance()
+            return {event_id: results[spelled[event_id]] for event_id in event_ids}
+
     def reject_approval(self, vm: str, reason: str, status: int = 400) -> None:
         """Log an approval request that never reached ``approve`` (malformed body)."""
         self.record("approval", vm=vm, event_ids=[], accepted=[], results={}, status=status, error=reason)

@@ -50,5 +50,24 @@ class _ArmHandler(_Handler):
         except Exception:
             log.exception("bug in the ARM simulator for %s %s", method, self.path)
             answer = ArmAnswer(500, {"error": {"code": "InternalServerError", "message": "simulator bug"}})
+        if answer.acknowledge:
+            answer = self._acknowledged(answer)
         log.debug("arm %s %s -> %s", method, split.path, "dropped" if answer.drop else answer.status)
         self._send_answer(answer)
+
+    def _acknowledged(self, answer: ArmAnswer) -> ArmAnswer:
+        """The Maintenance API's acknowledgement carried out in the group, outside the model's lock (the group
+        asks the model for policies under its own): the same approval as one through IMDS, logged as
+        approved by ``maintenance-api``. An id no current event has: 404 for the one-event form, and for the
+        list form 400 naming each (the simulator's error codes: the specification gives none)."""
+        results = self.server.owner.group.approve_from_outside(answer.acknowledge)
+        unknown = [event_id for event_id in answer.acknowledge if results.get(event_id) == "unknown"]
+        if not unknown:
+            return answer
+        if answer.single:
+            return ArmAnswer(404, {"error": {"code": "ScheduledEventNotFound",
+                                             "message": f"The scheduled event '{unknown[0]}' was not found."}})
+        return ArmAnswer(400, {"error": {"code": "ScheduledEventsNotFound", "message": "Some scheduled events were "
+                                         "not found.", "details": [{"code": "ScheduledEventNotFound", "target": e,
+                                                                    "message": f"The scheduled event '{e}' was not "
+                                                                    "found."} for e in unknown]}})

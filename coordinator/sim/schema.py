@@ -243,8 +243,8 @@ class RoleRequest(Request):
     identity)."""
 
     principal: Annotated[StrictStr, Field(min_length=1)]
-    role: Literal["network-contributor", "reader", "none"] | None = None
-    roles: list[Literal["network-contributor", "reader", "none"]] | None = None
+    role: Literal["network-contributor", "reader", "scheduled-event-contributor", "none"] | None = None
+    roles: list[Literal["network-contributor", "reader", "scheduled-event-contributor", "none"]] | None = None
 
 
 class LoadBalancerRequest(Request):

@@ -69,6 +69,7 @@ __all__ = [
     "Part",
     "Pause",
     "Store",
+    "Vouch",
     "Wakeup",
     "WriteResult",
     "named_view",
@@ -132,6 +133,20 @@ class Approval:
     acked_at: Mapping[str, float] | None = None
     vouched: tuple[str, ...] | None = None
     reason: str | None = None
+    vouched_by: str | None = None  # the operator whose word it is
+
+
+@dataclass(frozen=True)
+class Vouch:
+    """An operator's word for the VMs an event names that run no agent (``coordinator approve``): while the
+    record is open, the group waits for every other VM's ack only, and approves the event itself; the VMs
+    vouched for that ever ran an agent here are marked out of rotation first, as VMs absent past the grace
+    are. Cleared when the record is marked done."""
+
+    by: str
+    at: float
+    reason: str
+    vms: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -169,6 +184,7 @@ class EventRecord:
     # of its admission and approval then (``Closed``; None: marked done by an earlier version).
     started_at: float | None = None
     closed: Closed | None = None
+    vouched: Vouch | None = None  # an operator's word for the VMs it names that run no agent (open records only)
 
 
 @dataclass(frozen=True)
@@ -377,6 +393,11 @@ class Store(Protocol):
         created, naming the VMs whose acks it found (``Approval.acks``), or found, written by anyone
         (approval is idempotent). Any failed check returns REFUSED with the reason. Raises
         ``StoreUnknownOutcome`` when it cannot tell."""
+
+    def vouch(self, event_id: str, vms: Collection[str], *, by: str, reason: str, at: float) -> WriteResult:
+        """Write an operator's word for ``vms`` into the open record (``coordinator approve``, never the agent
+        loop): a versioned rewrite of the record, keeping what it holds. DONE; EXISTS if the record holds a
+        word already (the first is kept); MISSING if there is no record, or it is marked done."""
 
     def approve_vouched(self, event_id: str, by: str, required: Collection[str], vouched: Collection[str], *,
                         reason: str, at: float) -> ApprovalResult:

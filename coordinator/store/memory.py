@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from coordinator.errors import DuplicateMember, StoreUnavailable, StoreUnknownOutcome
 from coordinator.names import normalize_event_id, normalize_vm_name
@@ -44,6 +44,7 @@ from coordinator.store.base import (
     OutMark,
     Part,
     Pause,
+    Vouch,
     Wakeup,
     WriteResult,
     named_view,
@@ -52,32 +53,11 @@ from coordinator.store.base import (
 from coordinator.store.gate import AckFact, GateFacts, refusal, vouched_refusal
 from coordinator.store.members import duplicate_member, predecessor
 from coordinator.store.memory_drains import HandDrains
+from coordinator.store.memory_nodes import _Event, _Leader, _Member
 
 __all__ = ["MemoryCluster", "MemoryStore"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Member:
-    session: int
-    info: dict[str, object]
-    since: float | None = None  # when the node was created (by the store's clock)
-
-
-@dataclass
-class _Leader:
-    vm: str
-    session: int
-    since: float
-
-
-@dataclass
-class _Event:
-    record: EventRecord  # without acks, approval and admission
-    acks: dict[str, tuple[float, int]] = field(default_factory=dict)  # vm -> (at, owning session)
-    approval: Approval | None = None
-    admitted: tuple[str, float] | None = None  # (by, at)
 
 
 class MemoryCluster:
@@ -477,9 +457,13 @@ class MemoryStore:
             assert event is not None  # a record that exists: refused above otherwise
             if event.approval is not None:
                 return ApprovalResult(ApprovalOutcome.APPROVED, reason="approved before", record=event.approval)
+            word = event.record.vouched  # an operator's word the group approves on, kept with the approval
             event.approval = Approval(by=vm, at=at, as_leader=as_leader, acks=tuple(sorted(acks)),
                                       acked_at={name: fact.at for name, fact in acks.items() if fact.at is not None},
-                                      vouched=tuple(sorted(vouched)) if vouched is not None else None, reason=reason)
+                                      vouched=tuple(sorted(vouched)) if vouched is not None else
+                                      word.vms if word is not None else None,
+                                      reason=reason if vouched is not None else word.reason if word else None,
+                                      vouched_by=vm if vouched is not None else word.by if word else None)
             result = ApprovalResult(ApprovalOutcome.APPROVED, record=event.approval)
         self._cluster.changed()
         return result
@@ -528,7 +512,7 @@ class MemoryStore:
                 return WriteResult.EXISTS
             admitted_by, admitted_at = event.admitted if event.admitted is not None else (None, None)
             closed = Closed(admitted_at=admitted_at, admitted_by=admitted_by, approval=event.approval)
-            event.record = replace(event.record, done_at=at, started_at=started_at, closed=closed)
+            event.record = replace(event.record, done_at=at, started_at=started_at, closed=closed, vouched=None)
             event.admitted = None
             event.approval = None
         self._cluster.changed()
@@ -544,6 +528,20 @@ class MemoryStore:
             if event.record.done_at is None:
                 return WriteResult.EXISTS
             event.record = replace(event.record, done_at=None, started_at=None, closed=None)
+        self._cluster.changed()
+        return WriteResult.DONE
+
+    def vouch(self, event_id: str, vms: Collection[str], *, by: str, reason: str, at: float) -> WriteResult:
+        event_id = normalize_event_id(event_id)
+        word = Vouch(by=by, at=at, reason=reason, vms=tuple(sorted(normalize_vm_name(vm) for vm in vms)))
+        with self._cluster.lock:
+            self._session_for(write=True)
+            event = self._cluster.events.get(event_id)
+            if event is None or event.record.done_at is not None:
+                return WriteResult.MISSING
+            if event.record.vouched is not None:
+                return WriteResult.EXISTS
+            event.record = replace(event.record, vouched=word)
         self._cluster.changed()
         return WriteResult.DONE
 

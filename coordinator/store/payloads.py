@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from coordinator.store.base import Approval, Closed, EventRecord
+from coordinator.store.base import Approval, Closed, EventRecord, Vouch
 
 if TYPE_CHECKING:
     from kazoo.protocol.states import ZnodeStat
@@ -48,6 +48,7 @@ __all__ = [
     "PauseNode",
     "PayloadError",
     "RegistryNode",
+    "VouchNode",
 ]
 
 _MAX_ERRORS = 3  # in a PayloadError message; the rest are counted
@@ -169,6 +170,16 @@ class DrainAdmittedNode(NodePayload):
     drain: int
 
 
+class VouchNode(NodePayload):
+    """An operator's word for the VMs an event names that run no agent (``coordinator approve``): who, when,
+    why, and which; the group then waits for every other VM's ack only, and approves it itself."""
+
+    by: str
+    at: float
+    reason: str
+    vms: tuple[str, ...]
+
+
 class EventNode(NodePayload):
     """``/events/{EVENT_ID}``: the event as first seen, and when it was done.
 
@@ -205,6 +216,7 @@ class EventNode(NodePayload):
     mirrored: tuple[int, int] | None = None  # (data version, cversion) at which the copy holds
     started_at: float | None = None
     closed: ClosedNode | None = None
+    vouched: VouchNode | None = None  # ``coordinator approve``: a versioned rewrite; cleared with the done mark
 
     def mirrors(self, stat: ZnodeStat) -> bool:
         """Whether ``admitted`` and ``approval`` are those of the children of the node whose stat is ``stat``."""
@@ -258,6 +270,8 @@ class EventNode(NodePayload):
             started_at=self.started_at if self.done_at is not None else None,
             closed=(self.closed.to_closed() if self.closed is not None and self.done_at is not None
                     and self.closed.done_at == self.done_at else None),
+            vouched=(Vouch(by=self.vouched.by, at=self.vouched.at, reason=self.vouched.reason,
+                           vms=self.vouched.vms) if self.vouched is not None and self.done_at is None else None),
         )
 
 
@@ -306,16 +320,17 @@ class ApprovalNode(NodePayload):
     acked_at: dict[str, float] | None = None
     vouched: tuple[str, ...] | None = None  # an operator's approval (``coordinator approve``): for these VMs
     reason: str | None = None
+    vouched_by: str | None = None
 
     @classmethod
     def of(cls, approval: Approval) -> ApprovalNode:
         acked_at = dict(approval.acked_at) if approval.acked_at is not None else None
         return cls(by=approval.by, at=approval.at, as_leader=approval.as_leader, acks=approval.acks,
-                   acked_at=acked_at, vouched=approval.vouched, reason=approval.reason)
+                   acked_at=acked_at, vouched=approval.vouched, reason=approval.reason, vouched_by=approval.vouched_by)
 
     def to_approval(self) -> Approval:
         return Approval(by=self.by, at=self.at, as_leader=self.as_leader, acks=self.acks, acked_at=self.acked_at,
-                        vouched=self.vouched, reason=self.reason)
+                        vouched=self.vouched, reason=self.reason, vouched_by=self.vouched_by)
 
     @classmethod
     def unknown(cls) -> ApprovalNode:

@@ -133,9 +133,14 @@ def _approve(
         # Written with the record as checked: it fails if the record was marked done (or reopened, or
         # approved by another) since, and a done mark that listed the record's children before fails.
         # The acks the checks found (every required one: ``refusal`` passed), recorded with the approval.
+        # An operator's word the group approves on (``coordinator approve``) is kept with the approval.
+        word = record_node.vouched
         approval = Approval(by=vm, at=at, as_leader=as_leader, acks=tuple(sorted(facts.acks)),
                             acked_at={name: fact.at for name, fact in facts.acks.items() if fact.at is not None},
-                            vouched=tuple(sorted(vouched)) if vouched is not None else None, reason=reason)
+                            vouched=tuple(sorted(vouched)) if vouched is not None else
+                            word.vms if word is not None else None,
+                            reason=reason if vouched is not None else word.reason if word is not None else None,
+                            vouched_by=vm if vouched is not None else word.by if word is not None else None)
         written = create_on_record(ctx, client, paths.event(event_id), record_node, record_stat, "approval",
                                    ApprovalNode.of(approval), deadline)
         if written is None:

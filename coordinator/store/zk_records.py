@@ -21,6 +21,7 @@ Node data that does not parse: the record read by ``admit``, ``mark_done`` or ``
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Literal
 
 from kazoo.client import KazooClient
@@ -39,6 +40,7 @@ from coordinator.store.payloads import (
     EventNode,
     OutNode,
     PayloadError,
+    VouchNode,
 )
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_session import Deadline
@@ -271,13 +273,52 @@ def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *,
                                     approval=approval if isinstance(approval, ApprovalNode) else None)
             history = {"started_at": started_at if done_at is not None else None, "closed": closed}
             transaction = client.transaction()
-            transaction.set_data(path, node.rewritten(stat, len(deleted), **kept, **history, done_at=done_at),
-                                 version=stat.version)
+            # An operator's word for VMs without an agent holds for the event as it was: neither a done mark
+            # nor a reopening keeps it.
+            transaction.set_data(path, node.rewritten(stat, len(deleted), **kept, **history, done_at=done_at,
+                                                      vouched=None), version=stat.version)
             for child in deleted:
                 transaction.delete(f"{path}/{child}")
             results = wait(transaction.commit_async(), deadline)
             if not any(isinstance(result, Exception) for result in results):
                 return WriteResult.DONE
+    raise StoreUnknownOutcome(f"event {event_id}: record keeps changing")
+
+
+def vouch(ctx: StoreContext, event_id: str, vms: Collection[str], *, by: str, reason: str, at: float) -> WriteResult:
+    """Write an operator's word for ``vms`` into the open record (``Store.vouch``), with the version read and
+    the copy of its children as they are (as ``set_done`` does)."""
+    event_id = normalize_event_id(event_id)
+    named = tuple(sorted(normalize_vm_name(vm) for vm in vms))
+    client, _ = ctx.session.connected(write=True)
+    deadline = ctx.session.deadline()
+    wait = ctx.session.wait
+    path = ctx.paths.event(event_id)
+    with ctx.session.writing(f"event {event_id}: vouch for {', '.join(named)} (by {by})"):
+        for _ in range(3):
+            try:
+                data, stat = wait(client.get_async(path), deadline)
+            except NoNodeError:
+                return WriteResult.MISSING
+            try:
+                node = EventNode.from_bytes(data, path)
+            except PayloadError as exc:
+                raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
+            if node.done_at is not None:
+                return WriteResult.MISSING
+            if node.vouched is not None:
+                return WriteResult.EXISTS
+            copied = _copy_of_children(ctx, client, path, node, stat, deadline)
+            word = VouchNode(by=by, at=at, reason=reason, vms=named)
+            try:
+                wait(client.set_async(path, node.rewritten(stat, 0, **copied, vouched=word), version=stat.version),
+                     deadline)
+            except NoNodeError:
+                return WriteResult.MISSING
+            except BadVersionError:
+                continue  # rewritten meanwhile (acked, admitted): read it again
+            log.warning("event %s: %s vouches for %s: %s", event_id, by, ", ".join(named), reason)
+            return WriteResult.DONE
     raise StoreUnknownOutcome(f"event {event_id}: record keeps changing")
 
 

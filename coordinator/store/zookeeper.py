@@ -220,6 +220,10 @@ class ZooKeeperStore:
             return zk_gate.approve(self._ctx, event_id, vm, required, as_leader=as_leader, at=at,
                                    admission=admission)
 
+    def vouch(self, event_id: str, vms: Collection[str], *, by: str, reason: str, at: float) -> WriteResult:
+        with self._touching(event_id):
+            return zk_records.vouch(self._ctx, event_id, vms, by=by, reason=reason, at=at)
+
     def approve_vouched(self, event_id: str, by: str, required: Collection[str], vouched: Collection[str], *,
                         reason: str, at: float) -> ApprovalResult:
         """See ``coordinator.store.zk_gate.approve_vouched``."""

@@ -285,3 +285,30 @@ def test_a_scale_set_policy_approves_its_instances_user_redeploys(imds_sim: Simu
     sim.control.add_scale_set(SCALE_SET, scheduled_events_policy={"user_initiated_redeploy": True})
     assert sim.control.schedule("Redeploy", ["web_0", "web_1"], source="User")["status"] == "Started"
     assert sim.control.schedule("Reboot", ["web_1"], source="User")["status"] == "Scheduled"
+
+
+def test_the_maintenance_api_acknowledges_events_as_imds_approves_them(sim: RunningSimulator) -> None:
+    """``ScheduledEvents_Acknowledge`` and its list form: the same approval as one through IMDS, for the role
+    that may make it."""
+    vm0 = f"{SUB}/Microsoft.Compute/virtualMachines/vm0"
+    maintenance = f"{sim.arm_url}{vm0}/providers/Microsoft.Maintenance/scheduledevents"
+    version = {"api-version": "2025-11-01"}
+    one = sim.control.schedule("Reboot", ["vm0"], event_id="E-ONE")["event_id"]
+    two = sim.control.schedule("Freeze", ["vm1"], event_id="E-TWO")["event_id"]
+    denied = httpx.post(f"{maintenance}/{one}/acknowledge", params=version, headers=_bearer(sim), trust_env=False)
+    assert denied.status_code == 403 and denied.json()["error"]["code"] == "AuthorizationFailed"
+    sim.control.set_role("vm0", "scheduled-event-contributor")
+    wrong = httpx.post(f"{maintenance}/{one}/acknowledge", params={"api-version": "2023-09-01"}, headers=_bearer(sim),
+                       trust_env=False)
+    assert wrong.status_code == 400 and wrong.json()["error"]["code"] == "InvalidApiVersionParameter"
+    acked = httpx.post(f"{maintenance}/{one.lower()}/acknowledge", params=version, headers=_bearer(sim),
+                       trust_env=False)
+    assert acked.status_code == 200 and acked.json() == {"value": "Successfully Approved"}
+    approvals = [e for e in sim.control.log(kind="approval") if e["vm"] == "maintenance-api"]
+    assert [e["accepted"] for e in approvals] == [[one]]
+    listed = httpx.post(maintenance, params=version, json={"value": [two, "E-NONE"]}, headers=_bearer(sim),
+                        trust_env=False)
+    assert listed.status_code == 400 and [d["target"] for d in listed.json()["error"]["details"]] == ["E-NONE"]
+    unknown = httpx.post(f"{maintenance}/E-NONE/acknowledge", params=version, headers=_bearer(sim), trust_env=False)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "ScheduledEventNotFound"
+    assert sim.control.event(two)["approved_by"] == ["maintenance-api"]

@@ -22,6 +22,7 @@ from coordinator.store.base import (
     ConnectionState,
     EventRecord,
     Store,
+    Vouch,
     WriteResult,
 )
 from coordinator.store.memory import MemoryCluster, MemoryStore
@@ -739,3 +740,31 @@ def test_an_operators_approval_is_refused_while_paused_or_once_done(harness: Har
     assert a.mark_done(EVENT, T0 + 3) is WriteResult.DONE
     assert a.approve_vouched(EVENT, "ops", ("vm-a",), ("vm-z",), reason="r", at=T0 + 4).reason == (
         f"event {EVENT} is marked done")
+
+
+def test_an_operators_word_is_written_once_into_the_open_record_and_the_approval_keeps_it(harness: Harness) -> None:
+    a = harness.make()
+    a.join("vm-a", {})
+    assert a.vouch(EVENT, ("vm-z",), by="ops", reason="gone", at=T0) is WriteResult.MISSING  # no record yet
+    a.publish_event(record(resources=("vm-a", "vm-z")))
+    assert a.vouch(EVENT, ("VM-Z",), by="ops@bastion", reason="vm-z is gone [INC-9]", at=T0 + 1) is WriteResult.DONE
+    assert a.vouch(EVENT, ("vm-z",), by="someone", reason="again", at=T0 + 2) is WriteResult.EXISTS
+    word = Vouch(by="ops@bastion", at=T0 + 1, reason="vm-z is gone [INC-9]", vms=("vm-z",))
+    wait_until(lambda: a.read_view("vm-a").records[EVENT].vouched == word, timeout=5, message="the word in the view")
+    # The record keeps what it holds: an ack and an admission written around the word stay.
+    a.acknowledge(EVENT, "vm-a", T0 + 3)
+    assert a.campaign("vm-a") is True
+    assert a.admit(EVENT, "vm-a", T0 + 4) is WriteResult.DONE
+    approved = a.approve(EVENT, "vm-a", ("vm-a",), as_leader=False, at=T0 + 5, admission=True)
+    assert approved.outcome is ApprovalOutcome.APPROVED, approved.reason
+    assert approved.record is not None
+    assert (approved.record.by, approved.record.vouched, approved.record.reason) == (
+        "vm-a", ("vm-z",), "vm-z is gone [INC-9]")
+    held = a.read_view("vm-a").records[EVENT]
+    assert held.vouched == word and held.admitted_at == T0 + 4 and held.approval == approved.record
+    # Marked done, and reopened: the word held for the event as it was.
+    assert a.mark_done(EVENT, T0 + 9) is WriteResult.DONE
+    assert a.read_view("vm-a").records[EVENT].vouched is None
+    assert a.vouch(EVENT, ("vm-z",), by="ops", reason="late", at=T0 + 10) is WriteResult.MISSING
+    assert a.reopen(EVENT) is WriteResult.DONE
+    assert a.read_view("vm-a").records[EVENT].vouched is None

@@ -486,7 +486,8 @@ TOP_LEVEL = {"schema_version", "cluster", "base_path", "zookeeper", "read_at", "
              "paused", "leader", "members", "registered", "out_of_rotation",
              "drained_by_hand", "absent", "events", "done", "attention"}
 EVENT_KEYS = {"event_id", "type", "status", "status_reported_by", "resources", "published_by", "published_at",
-              "not_before", "not_before_in_seconds", "acks", "missing_acks", "admitted_at", "approval", "done_at",
+              "not_before", "not_before_in_seconds", "acks", "missing_acks", "admitted_at", "approval", "vouched",
+              "done_at",
               "approver", "approver_as_leader", "state", "blockers", "approver_reports"}
 
 

@@ -97,13 +97,14 @@ def test_what_is_written_has_the_field_names_of_the_previous_format() -> None:
     # ``started_at`` and ``closed`` (set by ``mark_done``). Older agents keep them.
     assert json.loads(EventNode.of(record).to_bytes()) == {**PREVIOUS_EVENT, "unit": None, "admitted": None,
                                                            "approval": None, "mirrored": [0, 1],
-                                                           "started_at": None, "closed": None}
+                                                           "started_at": None, "closed": None, "vouched": None}
     assert EventNode.from_bytes(previous(PREVIOUS_EVENT), PATH).to_record(EVENT).unit is None
     assert EventNode.of(replace(record, unit="pg-1")).to_record(EVENT).unit == "pg-1"
     approval = Approval(by="vm-a", at=T0, as_leader=False)
     # Added since: the acks the approval was released on, and their times (null: not recorded).
     assert json.loads(ApprovalNode.of(approval).to_bytes()) == {"by": "vm-a", "at": T0, "as_leader": False,
-                                                                "acks": None, "acked_at": None, "vouched": None, "reason": None}
+                                                                "acks": None, "acked_at": None, "vouched": None,
+                                                                "reason": None, "vouched_by": None}
     assert json.loads(AckNode(vm="vm-a", at=T0).to_bytes()) == {"vm": "vm-a", "at": T0}
     assert json.loads(AdmittedNode(by="vm-a", at=T0).to_bytes()) == {"by": "vm-a", "at": T0}
     assert json.loads(AbsentNode(since=T0).to_bytes()) == {"since": T0}
@@ -159,7 +160,8 @@ def test_extra_fields_are_ignored() -> None:
     node = ApprovalNode.from_bytes(data, PATH)
     assert node.to_approval() == Approval(by="vm-a", at=T0, as_leader=True)
     assert json.loads(node.to_bytes()) == {"by": "vm-a", "at": T0, "as_leader": True, "acks": None,
-                                           "acked_at": None, "vouched": None, "reason": None}
+                                           "acked_at": None, "vouched": None, "reason": None,
+                                           "vouched_by": None}
     assert LeaderNode.from_bytes(previous({"vm": "vm-a", "since": T0, "term": 7}), PATH).vm == "vm-a"
 
 
@@ -168,7 +170,7 @@ def test_an_event_record_keeps_extra_fields_when_rewritten() -> None:
     assert node.to_record(EVENT).event_type == "Freeze"
     rewritten = json.loads(node.model_copy(update={"done_at": T0 + 100}).to_bytes())
     assert rewritten == {**PREVIOUS_EVENT, "priority": "high", "unit": None, "done_at": T0 + 100, "admitted": None,
-                         "approval": None, "mirrored": None, "started_at": None, "closed": None}
+                         "approval": None, "mirrored": None, "started_at": None, "closed": None, "vouched": None}
 
 
 def test_the_member_node_carries_the_member_info_and_its_own_vm_name() -> None:

@@ -19,6 +19,8 @@ __all__ = [
     "COMPUTE_API_VERSIONS",
     "IDENTITY_API_VERSIONS",
     "LB_ID",
+    "MAINTENANCE_ACK",
+    "MAINTENANCE_API_VERSIONS",
     "POOL_ID",
     "PRIORITIES",
     "PROBE_PROTOCOLS",
@@ -48,7 +50,9 @@ COMPUTE_API_VERSIONS = ("2024-03-01", "2024-07-01", "2024-11-01", "2025-04-01")
 #: api-versions of Microsoft.Authorization (``permissions``) the simulated ARM accepts.
 AUTHORIZATION_API_VERSIONS = ("2015-07-01", "2022-04-01")
 ADMIN_STATES = ("None", "Up", "Down")
-ROLES = ("network-contributor", "reader", "none")
+ROLES = ("network-contributor", "reader", "scheduled-event-contributor", "none")
+#: api-versions of Microsoft.Maintenance (``scheduledevents/{id}/acknowledge``) the simulated ARM accepts.
+MAINTENANCE_API_VERSIONS = ("2023-10-01-preview", "2025-10-01-preview", "2025-11-01")
 ARM_RESOURCES = frozenset({"https://management.azure.com/", "https://management.azure.com",
                            "https://management.core.windows.net/", "https://management.core.windows.net"})
 
@@ -93,6 +97,15 @@ _DURATION = re.compile(r"^PT(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)S)?$")
 PROBE_PROTOCOLS = ("Http", "Https", "Tcp")
 PRIORITIES = ("Regular", "Low", "Spot")
 REPAIR_ACTIONS = ("Replace", "Restart", "Reimage")
+#: The Maintenance resource provider's acknowledgement of scheduled events of a VM, scale set or availability
+#: set: one event (``.../scheduledevents/{id}/acknowledge``) or a list (``.../scheduledevents``, body
+#: ``{"value": [ids]}``).
+MAINTENANCE_ACK = re.compile(
+    r"^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Compute/"
+    r"(?:virtualMachines|virtualMachineScaleSets|availabilitySets)/[^/]+/providers/Microsoft\.Maintenance/"
+    r"scheduledevents(?:/(?P<id>[^/]+)/acknowledge)?$",
+    re.IGNORECASE,
+)
 _OPERATION = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Network/locations/(?P<loc>[^/]+)/"
     r"operations/(?P<op>[^/]+)$",
@@ -120,6 +133,10 @@ class ArmAnswer:
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False
     delay: float = 0.0
+    # Event ids the Maintenance API approves: the simulator's server approves them in the group once the
+    # model's lock is released, and answers for each (``routes_arm``); ``single``: the one-event form.
+    acknowledge: tuple[str, ...] = ()
+    single: bool = False
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ __all__ = ["ROLE_ACTIONS", "_IdentityMixin"]
 
 #: The actions each role allows, as ``Microsoft.Authorization/permissions`` lists them (``none``: nothing).
 ROLE_ACTIONS = {"network-contributor": ("Microsoft.Network/*", "Microsoft.Authorization/*/read"),
-                "reader": ("*/read",)}
+                "reader": ("*/read",),
+                "scheduled-event-contributor": ("Microsoft.Maintenance/scheduledevents/*",)}
 
 
 class _IdentityMixin(_FaultsMixin):
@@ -147,7 +148,8 @@ class _IdentityMixin(_FaultsMixin):
     def _may(self, identity: _Identity, action: str) -> bool:
         roles = self._held(identity)
         return ("reader" in roles and action.endswith("/read")) or \
-            ("network-contributor" in roles and action.startswith("Microsoft.Network/"))
+            ("network-contributor" in roles and action.startswith("Microsoft.Network/")) or \
+            ("scheduled-event-contributor" in roles and action.startswith("Microsoft.Maintenance/scheduledevents/"))
 
     @staticmethod
     def _forbidden(identity: _Identity, action: str, scope: str) -> ArmAnswer:

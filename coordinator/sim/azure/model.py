@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 import uuid
@@ -16,6 +17,8 @@ from coordinator.sim.azure.answers import (
     ARM_API_VERSIONS,
     AUTHORIZATION_API_VERSIONS,
     COMPUTE_API_VERSIONS,
+    MAINTENANCE_ACK,
+    MAINTENANCE_API_VERSIONS,
     POOL_ID,
     ArmAnswer,
     EffectiveChange,
@@ -143,8 +146,9 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
         version = query.get("api-version")
         resource_kind = _resource_kind(path)
         permissions = _permissions_scope(path) is not None
-        versions = AUTHORIZATION_API_VERSIONS if permissions else \
-            COMPUTE_API_VERSIONS if resource_kind in ("scale_set", "availability_set", "vm") else ARM_API_VERSIONS
+        maintenance = MAINTENANCE_ACK.match(path) if method == "POST" else None
+        versions = MAINTENANCE_API_VERSIONS if maintenance is not None else AUTHORIZATION_API_VERSIONS if permissions \
+            else COMPUTE_API_VERSIONS if resource_kind in ("scale_set", "availability_set", "vm") else ARM_API_VERSIONS
         if version is None:
             return _arm_error(400, "MissingApiVersionParameter",
                               "The api-version query parameter (?api-version=) is required for all requests.")
@@ -174,6 +178,8 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
         fault = self._take_fault("arm", method, ("status", "concurrent_write"))
         if fault is not None and fault.kind == "status":
             return self._fault_answer(fault, token=False)
+        if maintenance is not None:
+            return self._acknowledge(maintenance.group("id"), body, token.identity)
         operation = _OPERATION.match(path)
         if operation is not None and method == "GET":
             return self._operation(operation.group("op"))
@@ -208,6 +214,24 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
             self._stalled.sort(key=lambda s: s.due)
             return dataclasses.replace(_dropped(), delay=stall.seconds)
         return self._put(pool, headers, body, base_url)
+
+    def _acknowledge(self, event_id: str | None, body: bytes, identity: _Identity) -> ArmAnswer:
+        """The Maintenance API's acknowledgement: the caller's role, and the ids (one in the path, or the body's
+        ``{"value": [ids]}``), handed to the server to approve (``ArmAnswer.acknowledge``)."""
+        action = "Microsoft.Maintenance/scheduledevents/acknowledge/action"
+        if not self._may(identity, action):
+            return _arm_error(403, "AuthorizationFailed", f"The client '{identity.object_id}' does not have "
+                              f"authorization to perform action '{action}' over the scope, or the scope is invalid.")
+        if event_id is not None:
+            return ArmAnswer(200, {"value": "Successfully Approved"}, acknowledge=(event_id,), single=True)
+        try:
+            ids = json.loads(body or b"null").get("value")
+        except (ValueError, AttributeError):
+            ids = None
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) and i for i in ids):
+            return _arm_error(400, "InvalidRequestContent", 'The request body must be {"value": [event ids]}.')
+        return ArmAnswer(200, {"value": "Successfully Approved"}, acknowledge=tuple(ids))
+
 
 
 def _request_kind(method: str, path: str) -> str:
