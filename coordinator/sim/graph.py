@@ -38,9 +38,10 @@ from pydantic import Field, StrictInt
 
 from coordinator.sim.azure import ArmAnswer, AzureModel
 from coordinator.sim.azure.answers import _arm_error
-from coordinator.sim.catalogue import VmInfo
+from coordinator.sim.catalogue import VmInfo, default_description
 from coordinator.sim.errors import InvalidRequest
 from coordinator.sim.schema import Request
+from coordinator.support.httpdate import format_http_date
 
 __all__ = ["GRAPH_API_VERSIONS", "GRAPH_PATH", "GraphSettingsRequest", "ResourceGraph"]
 
@@ -73,6 +74,8 @@ class _Group(Protocol):
     def events(self) -> dict[str, Any]: ...
 
     def log(self, since: int = 0, kind: str | None = None) -> list[dict[str, Any]]: ...
+
+    def served_not_before(self, not_before: int) -> int: ...
 
 
 @dataclass
@@ -165,6 +168,12 @@ class ResourceGraph:
             if after is None:
                 return  # created and gone before any sync saw it: its creation is in the same batch, handled first
             row = self._rows[event_id] = _Row(event_id, entry["event_type"], list(entry["resources"]), after, at)
+            # What a current event's view refines at the next sync, should the event be gone by then.
+            row.source = entry.get("source") or row.source
+            row.description = default_description(row.event_type, row.source)
+            not_before = entry.get("not_before")
+            if after == "Scheduled" and not_before is not None:
+                row.not_before = format_http_date(self._group.served_not_before(int(not_before)))
             return
         if after is None:
             row.status = "Canceled" if before == "Scheduled" and entry["reason"] == "cancelled" else "Completed"
