@@ -157,3 +157,37 @@ def test_rows_carry_what_imds_serves(fleet: dict[str, Any]) -> None:
     assert rows[E_GONE]["NotBefore"] == fleet["scheduled"][E_GONE]["not_before_text"]
     assert rows[E_GONE]["EventStatus"] == "Canceled" and rows[E_LONE]["EventStatus"] == "Scheduled"
     assert rows[E_GONE]["Description"] == fleet["scheduled"][E_GONE]["description"]
+
+
+def test_fleet_takes_zookeeper_root_and_imds_from_an_agents_configuration(fleet: dict[str, Any],
+                                                                          tmp_path: Path) -> None:
+    args = dict(zip(fleet["args"][::2], fleet["args"][1::2], strict=True))
+    config = tmp_path / "agent.yaml"
+    config.write_text(json.dumps({"cluster": "web", "vm_name": "web_0",
+                                  "zookeeper": {"hosts": args["--zookeeper"], "root": args["--root"]},
+                                  "imds": {"url": args["--imds-url"]}}))
+    run = fleet_command("--subscription", SUB, "--config", str(config), "--arm-url", args["--arm-url"], "--json")
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["policy"] == str(config) and data["root"] == args["--root"]
+    assert {g["cluster"] for g in data["groups"]} == {"web", "db"}
+    assert {e["event_id"] for e in data["events"]} == {E_WEB, E_DB}
+
+
+def test_fleet_watch_reads_again_and_stops_on_sigterm(fleet: dict[str, Any]) -> None:
+    env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT)}.items() if not k.startswith("COORDINATOR__")}
+    process = subprocess.Popen([sys.executable, "-m", "coordinator", "fleet", *fleet["args"], "--json", "--watch", "5"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        assert process.stdout is not None
+        first = json.loads(process.stdout.readline())
+        fleet["sim"].control.cancel(E_LONE)  # the next read shows it Canceled
+        second = json.loads(process.stdout.readline())
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert [e["event_id"] for e in first["uncoordinated"]] == [E_LONE]
+    assert second["uncoordinated"] == []
+    assert {e["event_id"]: e["status"] for e in second["finished"]} == {E_GONE: "Canceled", E_LONE: "Canceled"}
+    assert second["read_at"] > first["read_at"]
