@@ -116,6 +116,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         groups.close()
         graph.close()
+        if isinstance(tokens, ManagedIdentity):
+            tokens.close()
     if args.json:
         print(fleet.to_json())
     else:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from coordinator.store.base import EventRecord
+from coordinator.testbed.zookeeper import LocalZooKeeper
 from tests.plugins.simulator import RunningSimulator, SimulatorFactory
 from tests.plugins.zookeeper import StoreMaker
 
@@ -26,6 +27,8 @@ E_DB = "A1B2C3D4-0000-4000-8000-000000000002"
 E_LONE = "A1B2C3D4-0000-4000-8000-000000000003"
 E_GONE = "A1B2C3D4-0000-4000-8000-000000000004"
 RG = f"/subscriptions/{SUB}/resourceGroups/maintenance-sim/providers/Microsoft.Compute"
+#: What opening and closing a session costs the ensemble: createSession and closeSession are transactions.
+SESSION_TRANSACTIONS = 2
 
 
 def fleet_command(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -68,9 +71,13 @@ def fleet(imds_sim: SimulatorFactory, zk_hosts: str, zk_chroot: str, make_store:
     return {"sim": sim, "scheduled": scheduled, "args": args}
 
 
-def test_fleet_json_joins_the_graph_with_both_groups_and_the_vm_without_agent(fleet: dict[str, Any]) -> None:
+def test_fleet_json_joins_the_graph_with_both_groups_and_the_vm_without_agent(fleet: dict[str, Any],
+                                                                             zk_server: LocalZooKeeper) -> None:
+    before = zk_server.zxid()
     run = fleet_command(*fleet["args"], "--json")
     assert run.returncode == 0, run.stderr
+    # Three sessions (one lists the root, one per group), each created and closed: no write at all.
+    assert zk_server.zxid() - before == 3 * SESSION_TRANSACTIONS
     data = json.loads(run.stdout)
     groups = {g["cluster"]: g for g in data["groups"]}
     assert set(groups) == {"web", "db"}
