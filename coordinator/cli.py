@@ -399,6 +399,18 @@ class _Subcommand(argparse.ArgumentParser):
         return super().format_help()
 
 
+def _cmd_fleet(args: argparse.Namespace) -> int:
+    from coordinator.fleet.command import run
+
+    return run(args)
+
+
+def _fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    from coordinator.fleet.options import add_arguments
+
+    add_arguments(parser)
+
+
 def _status_arguments(parser: argparse.ArgumentParser) -> None:
     from coordinator.groupstatus.options import add_arguments
 
@@ -461,6 +473,14 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true",
                         help="print JSON: the agent's raw /status, or the group's (schema in docs/status.md)")
     status.set_defaults(func=_cmd_status)
+
+    fleet = sub.add_parser(
+        "fleet", arguments=_fleet_arguments,
+        help="every pending Scheduled Event of subscriptions (Azure Resource Graph), with the group holding it",
+        description="Read the subscriptions' scheduled events from Azure Resource Graph and every group under the "
+        "ZooKeeper root (read-only): for each pending event, its VMs, their agents and groups, the group's record "
+        "and what holds it; the events no agent coordinates; those finished recently (docs/fleet.md).")
+    fleet.set_defaults(func=_cmd_fleet)
 
     for name, func, summary in (
         ("pause", _cmd_pause, "stop early approvals for the whole group (drains go on)"),

@@ -338,6 +338,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="real seconds one runtime API command may take before it counts as failed (default: %(default)s)",
     )
     azure.add_argument(
+        "--graph-page-size", type=_positive_int, default=1000, metavar="N",
+        help="rows per page of the Resource Graph query on the --arm port (default: %(default)s, as Azure's)",
+    )
+    azure.add_argument(
         "--no-system-identity", action="store_true",
         help="VMs have no system-assigned identity (user-assigned ones are added through the control API)",
     )
@@ -403,7 +407,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"coordinator imds-sim: error: --lb-haproxy: {exc}", file=sys.stderr)
         return 2
     server = SimulatorServer(group, addresses, args.control, rate_limit=args.rate_limit, azure=azure,
-                             arm_address=args.arm, date_skew=args.date_skew, data_plane=plane)
+                             arm_address=args.arm, date_skew=args.date_skew, data_plane=plane,
+                             graph_page_size=args.graph_page_size)
     try:
         server.start()
     except OSError as exc:

@@ -288,7 +288,8 @@ class SimControl:
                         retry_after: int | None = None, count: int | None = 1,
                         methods: Sequence[str] = ("GET", "PUT"), seconds: float | None = None,
                         delay_seconds: float | None = None, end: str | None = None) -> dict[str, Any]:
-        """A fault on the token endpoint (``target="token"``) or on ARM (``"arm"``): ``kind`` ``status``,
+        """A fault on the token endpoint (``target="token"``), on ARM (``"arm"``) or on the Resource Graph query
+        (``"graph"``: ``status`` or ``unreachable`` only): ``kind`` ``status``,
         ``unreachable``, ``concurrent_write``, ``lost_answer`` (``delay_seconds``), ``status_after_apply``
         (``status``), ``slow_operation`` (``seconds``), ``operation_end`` (``end``) or ``stalled_write``
         (``seconds``)."""
@@ -321,6 +322,13 @@ class SimControl:
 
     def throttling(self) -> dict[str, Any]:
         return self._call("GET", "/arm/throttling")
+
+    def graph_settings(self, **settings: Any) -> dict[str, Any]:
+        """Change the Resource Graph's settings (``page_size``, ``quota``, ``window_seconds``,
+        ``keep_finished_seconds``); returns them all (none given: reads them, with every row kept)."""
+        if not settings:
+            return self._call("GET", "/arm/graph")
+        return self._call("POST", "/arm/graph", json=settings)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._http.request(method, path, **kwargs)

@@ -357,6 +357,8 @@ class Lifecycle:
             **{"from": before, "to": after},
             reason=reason,
             incarnation=self.incarnation,
+            not_before=event.not_before,
+            source=event.source,
         )
 
 

@@ -1,4 +1,5 @@
-"""The simulated Azure Resource Manager's port: every request handed to ``AzureModel.arm``."""
+"""The simulated Azure Resource Manager's port: every request handed to ``AzureModel.arm``, but the Resource
+Graph query (``/providers/Microsoft.ResourceGraph/resources``), handed to ``ResourceGraph.query``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 from urllib.parse import parse_qsl, urlsplit
 
 from coordinator.sim.azure import ArmAnswer
+from coordinator.sim.graph import GRAPH_PATH
 from coordinator.sim.routes_common import _Handler
 
 __all__ = ["_ArmHandler"]
@@ -44,9 +46,13 @@ class _ArmHandler(_Handler):
             self._send_json(413, {"error": {"code": "RequestEntityTooLarge", "message": "The body is too large."}})
             return
         headers = {name.lower(): value for name, value in self.headers.items()}
+        graph = self.server.owner.graph
         try:
-            answer = azure.arm(method, split.path, dict(parse_qsl(split.query, keep_blank_values=True)), headers,
-                               body, self.server.owner.arm_url)
+            if graph is not None and split.path.rstrip("/").lower() == GRAPH_PATH.lower():
+                answer = graph.query(method, dict(parse_qsl(split.query, keep_blank_values=True)), headers, body)
+            else:
+                answer = azure.arm(method, split.path, dict(parse_qsl(split.query, keep_blank_values=True)), headers,
+                                   body, self.server.owner.arm_url)
         except Exception:
             log.exception("bug in the ARM simulator for %s %s", method, self.path)
             answer = ArmAnswer(500, {"error": {"code": "InternalServerError", "message": "simulator bug"}})

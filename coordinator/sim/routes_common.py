@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
 from coordinator.sim.azure import ArmAnswer, AzureModel
+from coordinator.sim.graph import ResourceGraph
 from coordinator.sim.group import SimulatedGroup
 from coordinator.sim.lb_haproxy import HAProxyDataPlane
 from coordinator.support.quiethttp import QuietThreadingHTTPServer
@@ -38,6 +39,9 @@ class _Owner(Protocol):
 
     @property
     def data_plane(self) -> HAProxyDataPlane | None: ...
+
+    @property
+    def graph(self) -> ResourceGraph | None: ...
 
     @property
     def date_skew(self) -> float: ...

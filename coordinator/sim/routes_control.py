@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from coordinator.sim.azure import AzureModel
 from coordinator.sim.errors import InvalidRequest, UnknownEvent, UnknownVm
+from coordinator.sim.graph import GraphSettingsRequest
 from coordinator.sim.group import SimulatedGroup
 from coordinator.sim.lb_haproxy import HAProxyDataPlane
 from coordinator.sim.routes_common import _Handler
@@ -132,6 +133,12 @@ class _ControlHandler(_Handler):
                 return lambda q, b: (200, {"cleared": group.clear_faults(q.get("vm"))})
             case "GET", ["document", vm]:
                 return lambda q, b: (200, group.document(vm, q.get("api-version")))
+        if owner.graph is not None and parts == ["arm", "graph"]:
+            graph = owner.graph
+            if method == "GET":
+                return lambda q, b: (200, {**graph.configure(), "rows": graph.rows()})
+            if method == "POST":
+                return lambda q, b: (200, graph.configure(**_fields(GraphSettingsRequest, b)))
         if owner.azure is not None:
             return _azure_route(owner.azure, owner.data_plane, method, parts)
         return None

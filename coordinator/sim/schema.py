@@ -334,7 +334,7 @@ class AzureFaultRequest(Request):
     ``concurrent_write``, for an applied PUT ``lost_answer`` (``delay_seconds``), ``status_after_apply``,
     ``slow_operation`` (``seconds``) and ``operation_end`` (``end``), and ``stalled_write`` (``seconds``)."""
 
-    target: Literal["token", "arm"]
+    target: Literal["token", "arm", "graph"]
     kind: Literal["status", "unreachable", "concurrent_write", "lost_answer", "status_after_apply", "slow_operation",
                   "operation_end", "stalled_write"] = "status"
     status: Annotated[StrictInt, Field(ge=400, le=599)] | None = None

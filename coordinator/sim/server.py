@@ -36,6 +36,7 @@ from typing import Any
 
 from coordinator.sim.azure import AzureModel, EffectiveChange
 from coordinator.sim.clock import Clock
+from coordinator.sim.graph import ResourceGraph
 from coordinator.sim.group import SimulatedGroup
 from coordinator.sim.lb_haproxy import HAProxyDataPlane
 from coordinator.sim.routes_arm import _ArmHandler
@@ -68,7 +69,9 @@ class SimulatorServer:
 
     With ``azure``, a second ticker settles its due ARM operations every ``arm_tick_interval`` real
     seconds, so effective admin states change on time; every change is logged (kind ``admin_state``) and,
-    with ``data_plane``, applied to HAProxy.
+    with ``data_plane``, applied to HAProxy. ARM's port also serves the Resource Graph query of the group's
+    scheduled events (``graph``, ``coordinator.sim.graph``; ``graph_page_size`` rows a page), its rows brought
+    up to date by the same ticker.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class SimulatorServer:
         arm_address: tuple[str, int] | None = None,
         data_plane: HAProxyDataPlane | None = None,
         arm_tick_interval: float = 0.1,
+        graph_page_size: int = 1000,
     ) -> None:
         names = {info.name for info in group.vms}
         resolved = {group.vm(name).name: address for name, address in vm_addresses.items()}
@@ -97,6 +101,7 @@ class SimulatorServer:
         self.group = group
         self.date_skew = date_skew
         self.azure = azure
+        self.graph = ResourceGraph(group, azure, page_size=graph_page_size) if azure is not None else None
         self._arm_address = arm_address
         self._vm_addresses = resolved
         self._control_address = control_address
@@ -173,8 +178,8 @@ class SimulatorServer:
             self.group.set_platform_policy(self.azure.approves_user_event)
             self._outer_hook = self.azure.on_effective  # a hook the model was built with is still called
             self.azure.on_effective = self._on_effective
-            arm_ticker = threading.Thread(target=self._arm_tick_loop, args=(self.azure,), name="imds-sim-arm-ticker",
-                                          daemon=True)
+            arm_ticker = threading.Thread(target=self._arm_tick_loop, args=(self.azure, self.graph),
+                                          name="imds-sim-arm-ticker", daemon=True)
             arm_ticker.start()
             self._threads.append(arm_ticker)
 
@@ -264,10 +269,12 @@ class SimulatorServer:
             except Exception:
                 log.exception("bug in the simulator's ticker")
 
-    def _arm_tick_loop(self, azure: AzureModel) -> None:
+    def _arm_tick_loop(self, azure: AzureModel, graph: ResourceGraph | None) -> None:
         while not self.stopping.wait(self._arm_tick_interval):
             try:
                 azure.tick()
+                if graph is not None:
+                    graph.sync()
             except Exception:
                 log.exception("bug in the simulator's ARM ticker")
 

@@ -1,7 +1,8 @@
 """Faults of the Azure model, queued for the token endpoint or ARM and each used up by the next ``count``
 requests it applies to:
 
-* ``status``: a status answer (429 with ``Retry-After``, 500...), on the token endpoint or ARM;
+* ``status``: a status answer (429 with ``Retry-After``, 500...), on the token endpoint, ARM or the Resource
+  Graph query (target ``graph``: ``POST /providers/Microsoft.ResourceGraph/resources`` on ARM's port);
 * ``unreachable``: the connection is closed without an answer, before the request does anything;
 * ``concurrent_write``: another writer changes a pool just before the next PUT (whose ``If-Match`` fails);
 * ``lost_answer``: the next PUT is applied, then no answer reaches the client (or only after ``seconds``);
@@ -49,7 +50,8 @@ class _FaultsMixin(_AzureState):
         ``methods`` (a PUT-only kind takes PUTs whatever ``methods`` says)."""
         _check_fault(target, kind, status, retry_after, count, seconds, delay_seconds, end)
         # Another writer, a lost answer, a slow or failed operation matter only to a write: they wait for a PUT.
-        verbs = ("PUT",) if kind in _PUT_KINDS else tuple(m.upper() for m in methods)
+        verbs = ("PUT",) if kind in _PUT_KINDS else ("POST",) if target == "graph" else \
+            tuple(m.upper() for m in methods)
         fault = _Fault(target, kind, status, retry_after, count, verbs,
                        seconds if kind in _WITH_SECONDS else delay_seconds, end)
         with self._lock:
@@ -106,12 +108,12 @@ class _FaultsMixin(_AzureState):
 def _check_fault(target: str, kind: str, status: int | None, retry_after: int | None, count: int | None,
                  seconds: float | None, delay_seconds: float | None, end: str | None) -> None:
     """Raise ``InvalidRequest`` naming the field at fault if these do not make a fault."""
-    if target not in ("token", "arm"):
-        raise InvalidRequest("target must be token or arm")
+    if target not in ("token", "arm", "graph"):
+        raise InvalidRequest("target must be token, arm or graph")
     if kind not in FAULT_KINDS:
         raise InvalidRequest(f"kind must be one of {', '.join(FAULT_KINDS)}")
-    if target == "token" and kind not in _TOKEN_KINDS:
-        raise InvalidRequest(f"kind {kind} applies to arm; the token endpoint takes {' or '.join(_TOKEN_KINDS)}")
+    if target in ("token", "graph") and kind not in _TOKEN_KINDS:
+        raise InvalidRequest(f"kind {kind} applies to arm; the {target} target takes {' or '.join(_TOKEN_KINDS)}")
     if kind == "status" and (status is None or not 400 <= status <= 599):
         raise InvalidRequest("status: a status fault needs a status between 400 and 599")
     if kind == "status_after_apply" and status not in _SERVER_ERRORS:

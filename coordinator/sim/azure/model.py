@@ -139,6 +139,50 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
         self._deliver()
         return answer
 
+    def graph_caller(self, headers: dict[str, str]) -> tuple[_Identity | None, ArmAnswer | None]:
+        """For the simulated Resource Graph (``coordinator.sim.graph``), on ARM's port: who sends a request
+        with these (lower-case) ``headers``, and whether it may read, as ARM judges any request: ``(identity,
+        None)``, or ``(identity or None, the answer that refuses it)``. A ``graph`` fault (``unreachable`` or
+        ``status``) is taken here, after authentication; every call is counted (``graph_query``)."""
+        with self._lock:
+            self._calls["graph_query"] += 1
+            if self._take_fault("graph", "POST", ("unreachable",)) is not None:
+                return None, _dropped()
+            identity, refused = self._authenticate(headers)
+            if refused is not None:
+                return identity, refused
+            assert identity is not None
+            fault = self._take_fault("graph", "POST", ("status",))
+            if fault is not None:
+                return identity, self._fault_answer(fault, token=False)
+            if not self._may(identity, "Microsoft.Maintenance/scheduledEvents/read"):
+                return identity, self._forbidden(identity, "Microsoft.ResourceGraph/resources/read",
+                                                 "/providers/Microsoft.ResourceGraph")
+            return identity, None
+
+    def count_graph_answer(self, status: int | str) -> None:
+        with self._lock:
+            self._statuses[f"graph_query {status}"] += 1
+
+    def _authenticate(self, headers: dict[str, str]) -> tuple[_Identity | None, ArmAnswer | None]:
+        """The identity of a request's bearer token, or the 401 ARM answers (missing, unknown, expired)."""
+        auth = headers.get("authorization", "")
+        if not auth:
+            return None, _arm_error(401, "AuthenticationFailed", "Authentication failed. The 'Authorization' header "
+                                    "is missing.", {"WWW-Authenticate": 'Bearer authorization_uri="https://login.'
+                                                    'microsoftonline.com/common", error="invalid_token"'})
+        scheme, _, credential = auth.partition(" ")
+        token = self._tokens.get(credential.strip()) if scheme.lower() == "bearer" else None
+        if token is None:
+            return None, _arm_error(401, "InvalidAuthenticationToken", "The access token is invalid.",
+                                    {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        if token.expires_at <= self._clock():
+            return token.identity, _arm_error(
+                401, "ExpiredAuthenticationToken", "The access token expiry UTC time is earlier than current UTC time.",
+                {"WWW-Authenticate": 'Bearer error="invalid_token", error_description='
+                 '"The access token expiry UTC time is earlier than current UTC time"'})
+        return token.identity, None
+
     def _arm(self, method: str, path: str, query: dict[str, str], headers: dict[str, str], body: bytes,
              base_url: str) -> ArmAnswer:
         if self._take_fault("arm", method, ("unreachable",)) is not None:
@@ -156,23 +200,12 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
             return _arm_error(400, "InvalidApiVersionParameter",
                               f"The api-version '{version}' is invalid. The supported versions are "
                               f"'{', '.join(versions)}'.")
-        auth = headers.get("authorization", "")
-        if not auth:
-            return _arm_error(401, "AuthenticationFailed", "Authentication failed. The 'Authorization' header is "
-                              "missing.", {"WWW-Authenticate": 'Bearer authorization_uri="https://login.'
-                                           'microsoftonline.com/common", error="invalid_token"'})
-        scheme, _, credential = auth.partition(" ")
-        token = self._tokens.get(credential.strip()) if scheme.lower() == "bearer" else None
-        if token is None:
-            return _arm_error(401, "InvalidAuthenticationToken", "The access token is invalid.",
-                              {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        identity, refused = self._authenticate(headers)
+        if refused is not None:
+            return refused
+        assert identity is not None
         now = self._clock()
-        if token.expires_at <= now:
-            return _arm_error(401, "ExpiredAuthenticationToken",
-                              "The access token expiry UTC time is earlier than current UTC time.",
-                              {"WWW-Authenticate": 'Bearer error="invalid_token", error_description='
-                               '"The access token expiry UTC time is earlier than current UTC time"'})
-        throttled = self._throttle(method, path, token.identity.object_id)
+        throttled = self._throttle(method, path, identity.object_id)
         if throttled is not None:
             return throttled
         fault = self._take_fault("arm", method, ("status", "concurrent_write"))
@@ -184,9 +217,9 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
         if operation is not None and method == "GET":
             return self._operation(operation.group("op"))
         if permissions:
-            return self._permissions(method, token.identity)
+            return self._permissions(method, identity)
         if resource_kind is not None:
-            return self._read_resource(method, path, resource_kind, token.identity)
+            return self._read_resource(method, path, resource_kind, identity)
         pool_match = POOL_ID.match(path)
         if pool_match is None:
             return _arm_error(404, "InvalidResourceType", "The resource type could not be found in the namespace "
@@ -194,8 +227,8 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
         if method not in ("GET", "PUT"):
             return _arm_error(405, "MethodNotAllowed", f"The simulator serves GET and PUT of pools, not {method}.")
         action = "Microsoft.Network/loadBalancers/backendAddressPools/" + ("read" if method == "GET" else "write")
-        if not self._may(token.identity, action):
-            return self._forbidden(token.identity, action, path)
+        if not self._may(identity, action):
+            return self._forbidden(identity, action, path)
         pool = self._pools.get(path.lower())
         if pool is None:
             return _arm_error(404, "NotFound", f"Resource {path} not found.")

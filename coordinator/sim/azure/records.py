@@ -75,7 +75,7 @@ class _Token:
 
 @dataclass
 class _Fault:
-    target: str  # "token" or "arm"
+    target: str  # "token", "arm" or "graph"
     kind: str  # one of faults.FAULT_KINDS
     status: int | None
     retry_after: int | None
