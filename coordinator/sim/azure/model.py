@@ -212,7 +212,7 @@ class AzureModel(_ResourcesMixin, _PoolsMixin, _IdentityMixin, _ThrottleMixin, _
         if fault is not None and fault.kind == "status":
             return self._fault_answer(fault, token=False)
         if maintenance is not None:
-            return self._acknowledge(maintenance.group("id"), body, token.identity)
+            return self._acknowledge(maintenance.group("id"), body, identity)
         operation = _OPERATION.match(path)
         if operation is not None and method == "GET":
             return self._operation(operation.group("op"))
