@@ -785,6 +785,22 @@ MUTATIONS = [
         "            found[vm] = replace(drain, admitted_by=by, admitted_at=at) if asked is not None else drain\n",
         'tests/integration/test_store_contract.py::test_a_drain_by_hand_is_admitted_once_and_an_undone_ones_admission_admits_no_later_drain',
     ),
+    (
+        'vouch-stands-only-for-a-vm-without-an-agent',
+        'coordinator/decide/events.py',
+        '    if vm in cluster.members:\n        return True\n    if record is not None and record.done_at is None and '
+        'record.vouched is not None and vm in record.vouched.vms:\n        return False\n',
+        '    if record is not None and record.done_at is None and record.vouched is not None and vm in '
+        'record.vouched.vms:\n        return False\n    if vm in cluster.members:\n        return True\n',
+        'tests/unit/test_vouched.py::test_a_word_for_a_vm_that_runs_an_agent_again_does_not_stand_for_its_ack',
+    ),
+    (
+        'vouch-cleared-by-the-done-mark',
+        'coordinator/store/memory.py',
+        'started_at=started_at, closed=closed, vouched=None)',
+        'started_at=started_at, closed=closed)',
+        'tests/integration/test_store_contract.py::test_an_operators_word_is_written_once_into_the_open_record_and_the_approval_keeps_it',
+    ),
 ]
 
 
