@@ -18,9 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from rich.console import RenderableType
-from rich.live import Live
-
 from coordinator.azure_arm import ManagedIdentity
 from coordinator.azure_graph import DEFAULT_ARM_URL, CliToken, GraphError, ResourceGraphClient, TokenSource
 from coordinator.config import Settings
@@ -30,7 +27,7 @@ from coordinator.fleet.model import FleetStatus
 from coordinator.fleet.options import MIN_WATCH_INTERVAL
 from coordinator.fleet.read import LISTER, Groups
 from coordinator.fleet.render import render, render_error
-from coordinator.groupstatus.command import _console, _sigterm_as_ctrl_c, _wait, quiet_logging
+from coordinator.groupstatus.command import _console, _sigterm_as_ctrl_c, _wait, frames, quiet_logging
 from coordinator.groupstatus.options import group_settings
 from coordinator.groupstatus.read import GroupStatusError
 
@@ -131,16 +128,8 @@ def _watch(build: Callable[[], FleetStatus], graph: ResourceGraphClient, interva
     console = _console()
     last: FleetStatus | None = None
     in_place = not as_json and console.is_terminal
-    live = Live(console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
+    live, show = frames(console, in_place)
     never = threading.Event()
-
-    def show(frame: RenderableType) -> None:
-        if in_place:
-            live.update(frame, refresh=True)
-            return
-        console.rule(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        console.print(frame)
-        console.file.flush()
 
     try:
         with _sigterm_as_ctrl_c(), live if in_place else contextlib.nullcontext():

@@ -33,7 +33,7 @@ from coordinator.groupstatus.options import group_settings, history_refusal
 from coordinator.groupstatus.read import GroupRead, GroupReader, GroupStatusError
 from coordinator.groupstatus.render import render, render_error, render_history
 
-__all__ = ["quiet_logging", "run"]
+__all__ = ["frames", "quiet_logging", "run"]
 
 _MIN_GAP = 0.5  # under --watch, at most two reads a second however many watches fire
 # The longest the main thread blocks in one wait under --watch. Python runs a signal's handler (Ctrl-C's
@@ -165,15 +165,9 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], interval: float, *, as_json: bool) -> int:
-    """Read and show until Ctrl-C or SIGTERM: at once when a watched node changes, at least every ``interval``.
-    On a terminal the table is redrawn in place; written elsewhere (``| tee incident.log``, a file), each
-    read is a frame of its own, headed by the time it was read, written as it is read."""
-    changed = threading.Event()
-    reader.set_wakeup(changed.set)
-    console = _console()
-    last: GroupStatus | None = None
-    in_place = not as_json and console.is_terminal
+def frames(console: Console, in_place: bool) -> tuple[Live, Callable[[RenderableType], None]]:
+    """How ``--watch`` shows each frame: redrawn in place on a terminal (through the ``Live`` returned, to be
+    entered), else written after the last, headed by its time, and flushed at once (``| tee``, a file)."""
     live = Live(console=console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
 
     def show(frame: RenderableType) -> None:
@@ -183,6 +177,20 @@ def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], inter
         console.rule(time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         console.print(frame)
         console.file.flush()
+
+    return live, show
+
+
+def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], interval: float, *, as_json: bool) -> int:
+    """Read and show until Ctrl-C or SIGTERM: at once when a watched node changes, at least every ``interval``.
+    On a terminal the table is redrawn in place; written elsewhere (``| tee incident.log``, a file), each
+    read is a frame of its own, headed by the time it was read, written as it is read."""
+    changed = threading.Event()
+    reader.set_wakeup(changed.set)
+    console = _console()
+    last: GroupStatus | None = None
+    in_place = not as_json and console.is_terminal
+    live, show = frames(console, in_place)
 
     try:
         with _sigterm_as_ctrl_c(), live if in_place else contextlib.nullcontext():
