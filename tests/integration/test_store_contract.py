@@ -720,7 +720,8 @@ def test_an_operators_approval_vouches_only_for_named_vms_without_an_agent_and_w
                                  at=T0 + 5)
     assert approved.outcome is ApprovalOutcome.APPROVED, approved.reason
     expected = Approval(by="ops@bastion", at=T0 + 5, as_leader=False, acks=("vm-a", "vm-b"),
-                        acked_at={"vm-a": T0 + 1, "vm-b": T0 + 2}, vouched=("vm-z",), reason="vm-z is gone [INC-9]")
+                        acked_at={"vm-a": T0 + 1, "vm-b": T0 + 2}, vouched=("vm-z",), reason="vm-z is gone [INC-9]",
+                        vouched_by="ops@bastion")
     assert approved.record == expected
     wait_until(lambda: b.read_view("vm-b").records[EVENT].approval == expected, timeout=5,
                message="the operator's approval in b's view")
@@ -758,8 +759,8 @@ def test_an_operators_word_is_written_once_into_the_open_record_and_the_approval
     approved = a.approve(EVENT, "vm-a", ("vm-a",), as_leader=False, at=T0 + 5, admission=True)
     assert approved.outcome is ApprovalOutcome.APPROVED, approved.reason
     assert approved.record is not None
-    assert (approved.record.by, approved.record.vouched, approved.record.reason) == (
-        "vm-a", ("vm-z",), "vm-z is gone [INC-9]")
+    assert (approved.record.by, approved.record.vouched, approved.record.reason, approved.record.vouched_by) == (
+        "vm-a", ("vm-z",), "vm-z is gone [INC-9]", "ops@bastion")
     held = a.read_view("vm-a").records[EVENT]
     assert held.vouched == word and held.admitted_at == T0 + 4 and held.approval == approved.record
     # Marked done, and reopened: the word held for the event as it was.
