@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -49,7 +48,7 @@ if TYPE_CHECKING:
     from coordinator.models import ScheduledEvent
 
 __all__ = ["MAINTENANCE_API_VERSION", "OverrideRefused", "Vouching", "acknowledge_via_maintenance", "approve_by_hand",
-           "cli_token", "command", "post_via_imds", "vouching"]
+           "command", "post_via_imds", "vouching"]
 
 log = logging.getLogger(__name__)
 
@@ -155,24 +154,6 @@ def acknowledge_via_maintenance(request: Callable[[str, str], tuple[int, str]], 
     hint = " (the identity needs the Scheduled Event Contributor role on it)" if status == 403 else ""
     raise OverrideRefused(f"recorded, but the Maintenance API answered {status} {code}: {message}{hint}; the event "
                           "starts at NotBefore, or run the command again")
-
-
-def cli_token(run: Callable[..., subprocess.CompletedProcess[str]] = subprocess.run) -> str:
-    """An ARM token from the Azure CLI (``az account get-access-token``); raises ``OverrideRefused``."""
-    try:
-        done = run(["az", "account", "get-access-token", "--resource", "https://management.azure.com/", "-o", "json"],
-                   capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise OverrideRefused(f"no Azure CLI token: {exc}") from None
-    if done.returncode != 0:
-        raise OverrideRefused(f"no Azure CLI token: az says {done.stderr.strip()[:200] or done.returncode}")
-    try:
-        token = json.loads(done.stdout)["accessToken"]
-    except (ValueError, KeyError, TypeError):
-        raise OverrideRefused("no Azure CLI token: az answered no accessToken") from None
-    if not isinstance(token, str) or not token:
-        raise OverrideRefused("no Azure CLI token: az answered an empty accessToken")
-    return token
 
 
 def command(args: argparse.Namespace) -> int:
@@ -307,10 +288,15 @@ def _maintenance(args: argparse.Namespace, settings: Settings, event_id: str) ->
     """The Maintenance API's ``acknowledge``, with a managed identity (this VM's IMDS) or an Azure CLI token."""
     import httpx
 
-    token = cli_token() if args.auth == "cli" else None
-    if token is None:
-        from coordinator.azure_arm import ArmError, ManagedIdentity
+    from coordinator.azure_arm import ArmError, ManagedIdentity
+    from coordinator.azure_graph import CliToken, GraphError
 
+    if args.auth == "cli":
+        try:
+            token = CliToken().token(time.monotonic() + 60.0)
+        except GraphError as exc:
+            raise OverrideRefused(str(exc)) from None
+    else:
         identity = ManagedIdentity(settings.imds.url, timeout=10.0)
         try:
             token = identity.token(time.monotonic() + 20.0)

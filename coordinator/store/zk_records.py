@@ -253,14 +253,10 @@ def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *,
     wait = ctx.session.wait
     with ctx.session.writing(f"event {event_id}: {'reopen' if done_at is None else 'mark done'}"):
         for _ in range(3):
-            try:
-                data, stat = wait(client.get_async(path), deadline)
-            except NoNodeError:
+            read = _record(ctx, client, event_id, deadline)
+            if read is None:
                 return WriteResult.MISSING
-            try:
-                node = EventNode.from_bytes(data, path)
-            except PayloadError as exc:
-                raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
+            node, stat = read
             if (node.done_at is None) == (done_at is None):
                 return WriteResult.EXISTS
             copied = _copy_of_children(ctx, client, path, node, stat, deadline)
@@ -296,16 +292,10 @@ def vouch(ctx: StoreContext, event_id: str, vms: Collection[str], *, by: str, re
     path = ctx.paths.event(event_id)
     with ctx.session.writing(f"event {event_id}: vouch for {', '.join(named)} (by {by})"):
         for _ in range(3):
-            try:
-                data, stat = wait(client.get_async(path), deadline)
-            except NoNodeError:
+            read = _record(ctx, client, event_id, deadline)
+            if read is None or read[0].done_at is not None:
                 return WriteResult.MISSING
-            try:
-                node = EventNode.from_bytes(data, path)
-            except PayloadError as exc:
-                raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
-            if node.done_at is not None:
-                return WriteResult.MISSING
+            node, stat = read
             if node.vouched is not None:
                 return WriteResult.EXISTS
             copied = _copy_of_children(ctx, client, path, node, stat, deadline)
@@ -320,6 +310,21 @@ def vouch(ctx: StoreContext, event_id: str, vms: Collection[str], *, by: str, re
             log.warning("event %s: %s vouches for %s: %s", event_id, by, ", ".join(named), reason)
             return WriteResult.DONE
     raise StoreUnknownOutcome(f"event {event_id}: record keeps changing")
+
+
+def _record(ctx: StoreContext, client: KazooClient, event_id: str,
+            deadline: Deadline) -> tuple[EventNode, ZnodeStat] | None:
+    """The record of ``event_id`` and its stat as the server holds them (None: no record). Raises
+    ``StoreUnknownOutcome`` when its data does not parse: a rewrite of it cannot keep what it holds."""
+    path = ctx.paths.event(event_id)
+    try:
+        data, stat = ctx.session.wait(client.get_async(path), deadline)
+    except NoNodeError:
+        return None
+    try:
+        return EventNode.from_bytes(data, path), stat
+    except PayloadError as exc:
+        raise StoreUnknownOutcome(f"event {event_id}: undecodable record: {exc}") from exc
 
 
 def mark_out(ctx: StoreContext, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
