@@ -509,15 +509,18 @@ def build_parser() -> argparse.ArgumentParser:
         control.set_defaults(func=func)
 
     approve = sub.add_parser(
-        "approve", help="approve by hand an event that waits only on VMs that run no agent, vouching for them",
-        description="Record, through the approval gate, an operator's approval of an event whose VMs with an agent "
-        "have all acknowledged, vouching for those without one; then send it through this VM's IMDS, or through "
-        "the Maintenance API from outside the group. Needs an agent's configuration (its ZooKeeper identity).")
+        "approve", help="vouch for the VMs an event names that run no agent, so that it is approved early",
+        description="Write an operator's word for the VMs the event names that run no agent into its record: the "
+        "group then admits it through its budget, drains and acknowledges on the other VMs, and approves it "
+        "itself. When no VM it names runs an agent, approve it here through the approval gate and send it "
+        "through this VM's IMDS, or through the Maintenance API from outside the group (--via maintenance). "
+        "Needs an agent's configuration (its ZooKeeper identity).")
     approve.add_argument("event_id", metavar="EVENT_ID")
     approve.add_argument("--config", type=Path, required=True, help="an agent's configuration file")
     approve.add_argument("--reason", required=True, help="why the VMs vouched for may be hit; kept in the record")
     approve.add_argument("--via", choices=("imds", "maintenance"), default="imds",
-                         help="send it through this VM's IMDS (default), or the Maintenance API (--resource)")
+                         help="when no VM it names runs an agent: send it through this VM's IMDS (default), or "
+                         "the Maintenance API (--resource)")
     approve.add_argument("--resource", metavar="ID", help="with --via maintenance: the VM, scale set or "
                          "availability set the event is of (/subscriptions/...)")
     approve.add_argument("--auth", choices=("msi", "cli"), default="msi",
