@@ -202,8 +202,8 @@ MUTATIONS = [
     (
         'out-vm-under-every-key',
         'coordinator/decide/budget.py',
-        '            for unit in keys or (f"vm:{vm}",):\n',
-        '            for unit in (keys[:1] or (f"vm:{vm}",)):\n',
+        '            for unit in [key if key != BY_HAND else f"vm:{vm}" for key in keys] or [f"vm:{vm}"]:\n',
+        '            for unit in [key if key != BY_HAND else f"vm:{vm}" for key in keys[:1]] or [f"vm:{vm}"]:\n',
         f'{FOUND}::test_a_vm_out_for_another_event_is_not_counted_when_it_was_out_for_the_reused_id_first',
     ),
     (
@@ -361,7 +361,7 @@ MUTATIONS = [
     (
         'gate-reads-every-ack',
         'coordinator/store/zk_gate.py',
-        '                AckNode.of_vm(ack_data, paths.ack(asked.event_id, name), name)\n',
+        '                acked_at = AckNode.of_vm(ack_data, paths.ack(asked.event_id, name), name).at\n',
         '                pass\n',
         'tests/integration/test_hostile_zookeeper.py::test_the_gate_refuses_an_approval_over_a_garbage_ack',
     ),
@@ -418,8 +418,8 @@ MUTATIONS = [
     (
         'held-by-key',
         'coordinator/agent.py',
-        '            draining_for=frozenset(e.upper() for e in saved.draining_for) if saved else frozenset(),\n',
-        '            draining_for=saved.draining_for if saved else frozenset(),\n',
+        '        held = frozenset(e.upper() for e in saved.draining_for) if saved else frozenset()\n',
+        '        held = saved.draining_for if saved else frozenset()\n',
         LOOP + '::test_a_state_file_spelling_an_event_id_otherwise_than_imds_now_does_still_holds_the_vm',
     ),
     (

@@ -431,6 +431,8 @@ def test_unreadable_state_file_holds_every_event_naming_the_vm(tmp_path: Path) -
     vm0.store.partition()  # and the restarted agent cannot see the admission
     bench.run(60)
     assert not any(serving for _, serving in vm0.history[-60:])
+    # Held by the event its first document names (a drain by hand it cannot rule out holds it too).
+    assert E.upper() in vm0.agent.status()["drained_for"]
     vm0.store.heal()
     bench.group.remove(E)
     bench.run(30)
