@@ -15,10 +15,10 @@ will write, its VMs drain just in time, and it starts at NotBefore. The command:
 3. when no VM the event names runs an agent, nobody in the group may be able to send it (its VMs' IMDS
    shows it to them, and maybe to no agent): the command then records the approval through the store's
    gate itself (``Store.approve_vouched``) and sends it through this VM's IMDS (``StartRequests``, when its
-   document shows the event), fenced as an agent's POST is (half a session timeout since the gate, the
-   pause read again before each attempt), or through the Maintenance resource provider's ``acknowledge``
-   API from outside the group (``--via maintenance --resource ID``, a managed identity's or the Azure CLI's
-   token).
+   document shows the event), fenced as an agent's POST is (``snapshot.approval_fence``: half a session
+   timeout since the gate, the connection, the pause read again, the windows, before each attempt), or
+   through the Maintenance resource provider's ``acknowledge`` API from outside the group (``--via
+   maintenance --resource ID``, a managed identity's or the Azure CLI's token).
 
 It needs an agent's identity in ZooKeeper (``--config`` of an agent): operators may not write records.
 """
@@ -39,8 +39,8 @@ from coordinator.errors import ImdsError, StoreError
 from coordinator.maintenance_windows import in_windows
 from coordinator.models import EventType
 from coordinator.names import normalize_event_id
-from coordinator.snapshot import Policy, rule_for
-from coordinator.store.base import ApprovalOutcome, ClusterView, EventRecord, Store, WriteResult
+from coordinator.snapshot import Policy, approval_fence, rule_for
+from coordinator.store.base import ApprovalOutcome, ClusterView, EventRecord, Pause, Store, WriteResult
 
 if TYPE_CHECKING:
     from coordinator.config import Settings
@@ -204,7 +204,7 @@ def _approve(args: argparse.Namespace, settings: Settings, policy: Policy, by: s
         reason = args.reason.strip()
         if vouch.resend:
             print(f"event {vouch.record.event_id}: approved by hand before; the approval is sent again", flush=True)
-            _send(args, settings, store, imds, vouch, by, time.monotonic())
+            _send(args, settings, policy, store, imds, vouch, by, time.monotonic())
             return
         try:
             written = store.vouch(vouch.record.event_id, vouch.vouched, by=by, reason=reason, at=time.time())
@@ -228,30 +228,38 @@ def _approve(args: argparse.Namespace, settings: Settings, policy: Policy, by: s
         # No VM it names runs an agent: approve it here, through the gate (found there if recorded before: a
         # POST that did not go through is sent again), and send it.
         checked = time.monotonic()
-        if imds is not None:
-            _in_document(imds, key)  # refused before anything is recorded if this VM cannot send it
+        # Refused before anything is recorded if this VM cannot send it.
+        event = _in_document(imds, key) if imds is not None else None
         approve_by_hand(store, vouch, by=by, reason=reason, now=time.time())
-        _send(args, settings, store, imds, vouch, by, checked)
+        _send(args, settings, policy, store, imds, vouch, by, checked, event)
     finally:
         store.stop()
         if imds is not None:
             imds.close()
 
 
-def _send(args: argparse.Namespace, settings: Settings, store: Store, imds: ImdsClient | None, vouch: Vouching,
-          by: str, checked: float) -> None:
-    """Send the recorded approval: through this VM's IMDS (fenced as an agent's POST), or the Maintenance API."""
+def _send(args: argparse.Namespace, settings: Settings, policy: Policy, store: Store, imds: ImdsClient | None,
+          vouch: Vouching, by: str, checked: float, event: ScheduledEvent | None = None) -> None:
+    """Send the recorded approval: through this VM's IMDS (``event`` as its document showed it, read now when
+    not given), or the Maintenance API; fenced as an agent's POST (``snapshot.approval_fence``) before every
+    attempt through IMDS, and once before the Maintenance API's (a resent approval: its checks are not new)."""
+    def fence(since: float) -> str:
+        try:
+            paused: Pause | str | None = store.read_pause()
+        except StoreError as exc:
+            paused = str(exc)
+        return approval_fence(policy, mono=time.monotonic(), now=time.time(), checked_at=since,
+                              granted=store.granted_session_timeout, connection=store.connection_state,
+                              paused=paused, peers_confirmed_at=None)
+
     if imds is not None:
-        event = _in_document(imds, vouch.record.event_id)
-        zk = settings.zookeeper
-        granted = store.granted_session_timeout
-        session = min(zk.session_timeout, granted) if granted else zk.session_timeout
-        post_via_imds(imds, event.event_id, lambda: _fence(store, checked, session))
+        shown = event if event is not None else _in_document(imds, vouch.record.event_id)
+        post_via_imds(imds, shown.event_id, lambda: fence(checked))
         print(f"approved through this VM's IMDS: Azure starts it within seconds (recorded as approved by {by})")
         return
-    paused = _fence(store, time.monotonic(), float("inf"))
-    if paused:
-        raise OverrideRefused(f"recorded, not sent: {paused}")
+    refused = fence(time.monotonic())
+    if refused:
+        raise OverrideRefused(f"recorded, not sent: {refused}")
     answer = _maintenance(args, settings, vouch.record.event_id)
     print(f"approved through the Maintenance API on {args.resource}: {answer}")
 
@@ -271,17 +279,6 @@ def _in_document(imds: ImdsClient, event_id: str) -> ScheduledEvent:
     if not event.is_scheduled:
         raise OverrideRefused(f"event {key} is {event.event_status} already: nothing to approve")
     return event
-
-
-def _fence(store: Store, checked: float, session: float) -> str:
-    """Why no (more) bytes of the POST may be sent now (empty: they may), as for an agent's approval."""
-    if time.monotonic() >= checked + session / 2:
-        return f"more than half a session timeout ({session / 2:.1f} s) since the gate's checks"
-    try:
-        paused = store.read_pause()
-    except StoreError as exc:
-        return f"the pause could not be read: {exc}"
-    return f"approvals were paused since, by {paused.by}: {paused.reason}" if paused is not None else ""
 
 
 def _maintenance(args: argparse.Namespace, settings: Settings, event_id: str) -> str:
