@@ -282,7 +282,7 @@ class Agent:
         started = self._clock.monotonic()
         snap = self._observe(started)
         local = self._job_status(self._local)
-        needed = view_needed(snap, local)
+        needed = view_needed(snap, local, self._policy)
         if snap.cluster is not None and not snap.cluster.part.holds(needed):
             self._part = needed  # an event names this VM now, or it leads: that part, before deciding
             snap = self._observe_group(started, None, snap.document, join=False)
@@ -312,7 +312,7 @@ class Agent:
         with log_context(phase=(plan.next_phase or local.phase).value):  # what this plan makes of the VM
             self._local = self._act(snap, local, plan)
         self._quiet.note(snap, self._local, plan, holding_named=bool(self._evidence.named))
-        self._part = view_needed(snap, self._local)
+        self._part = view_needed(snap, self._local, self._policy)
         self._persist(snap)
         self._report(snap, plan)
         log.debug("cycle took %.1f ms: observe %.1f, decide %.1f, act %.1f (vm=%s)",

@@ -39,7 +39,7 @@ def _budget(by_key: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, 
     if snap.document is not None and policy.budgeted and cluster.i_am_leader:
         admit, wait_slot = _admissions(known, cluster, snap, policy)
         admit_drains, drain_waits = _drain_admissions(admit, known, cluster, snap, policy)
-    flight = _in_flight(known, cluster, snap, policy) if policy.budgeted and cluster.complete else {}
+    flight = _in_flight(known, cluster, snap, policy) if policy.budgeted and cluster.weighs_group else {}
     return _Budget(known, admit, wait_slot, flight, admit_drains, drain_waits)
 
 

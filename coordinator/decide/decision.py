@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from coordinator.config.policy import ApproverMode
 from coordinator.decide.approval import _absent_drained, _Approvals, _approvals, _fresh_for_approval, _still_posted
 from coordinator.decide.budget import _budget
 from coordinator.decide.drain import _acks, _holding, _local, _out_mark
@@ -16,15 +17,18 @@ from coordinator.store.base import ClusterView, Part
 __all__ = ["decide", "view_needed"]
 
 
-def view_needed(snap: Snapshot, local: LocalState) -> Part:
+def view_needed(snap: Snapshot, local: LocalState, policy: Policy) -> Part:
     """How much of the group this VM's decisions need (``coordinator.store.base.Part``).
 
-    * WHOLE when it leads (it admits events, weighs the budget, approves those no live agent they name can,
-      marks records done and absences), when it approves or closes an event of its documents or an open
-      record naming it (it is the first live member the event names: ``first_live``), when it has POSTed
-      an approval, has just started (its state is unknown), or another agent runs under its name, when its
-      documents show an event none of whose VMs runs a live agent (it may have to publish its record), and
-      without a view (the whole view is read next).
+    * WHOLE when it approves or closes an event of its documents or an open record naming it (it is the
+      first live member the event names: ``first_live``), when it leads and may approve (the ``leader``
+      approver mode, an event or open record none of whose VMs runs a live agent, a VM out of rotation for
+      no event its mark names), when it has POSTed an approval, has just started (its state is unknown), or
+      another agent runs under its name, when its documents show an event none of whose VMs runs a live
+      agent (it may have to publish its record), and without a view (the whole view is read next).
+    * LEAD when it leads and approves nothing: it admits events and drains, weighs the budget, marks records
+      done and absences, on every ``/out`` mark; the other VMs' acks, which only an approver weighs, cost it
+      nothing.
     * NAMED when an event of its documents or an open record names it, it holds an ack, an event holds it,
       it runs a job or it is not serving: it publishes, drains, acks, withdraws and marks itself out, on
       every record with its own ack only. Another VM's ack or ``/out`` mark, which only the approver and the
@@ -33,7 +37,10 @@ def view_needed(snap: Snapshot, local: LocalState) -> Part:
       ``/out`` mark: another VM's event costs it nothing.
     """
     cluster = snap.cluster
-    if cluster is None or cluster.i_am_leader or snap.duplicate or local.posted or local.phase is Phase.UNKNOWN:
+    if cluster is None or snap.duplicate or local.posted or local.phase is Phase.UNKNOWN:
+        return Part.WHOLE
+    if cluster.i_am_leader and (policy.approver is ApproverMode.LEADER
+                                or any(not mark.events for mark in cluster.out.values())):
         return Part.WHOLE
     me = snap.me
     involved = local.phase is not Phase.SERVING or local.job_running or bool(local.draining_for)
@@ -54,15 +61,18 @@ def view_needed(snap: Snapshot, local: LocalState) -> Part:
     for record in cluster.records.values():
         if me in record.acks:
             involved = True
-        if record.done_at is None and me in record.resources:
-            if first_live(record.resources, cluster) == me:
-                return Part.WHOLE  # the record's closer
+        if record.done_at is None and (me in record.resources or cluster.i_am_leader):
+            first = first_live(record.resources, cluster)
+            if first == me or first is None:
+                return Part.WHOLE  # the record's closer, or the leader approving and closing what no agent can
             involved = True
+    if cluster.i_am_leader:
+        return Part.LEAD
     return Part.NAMED if involved else Part.OWN
 
 
 def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
-    if snap.cluster is not None and not snap.cluster.part.holds(view_needed(snap, local)):
+    if snap.cluster is not None and not snap.cluster.part.holds(view_needed(snap, local, policy)):
         # A view cut down to less than this VM's decisions need (the agent reads the part they need first):
         # decided as without a view, on the safe side. It never admits or approves on acks or budget marks
         # it did not read.
@@ -113,7 +123,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         mark_out_for=group.approvals.mark_out_for,
         admit_drains={vm: snap.cluster.drains[vm].asked for vm in group.admit_drains} if snap.cluster else {},
         forget_admissions=tuple(sorted(snap.cluster.stale_admissions))
-        if snap.cluster is not None and snap.cluster.i_am_leader and snap.cluster.complete else (),
+        if snap.cluster is not None and snap.cluster.i_am_leader and snap.cluster.weighs_group else (),
         drain_waits=group.drain_waits,
         purge_before=_purge_before(snap, snap.cluster, policy),
         holding=tuple(holding),

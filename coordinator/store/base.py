@@ -72,6 +72,8 @@ __all__ = [
     "Vouch",
     "Wakeup",
     "WriteResult",
+    "cut_view",
+    "lead_view",
     "named_view",
     "own_view",
 ]
@@ -105,12 +107,17 @@ class Part(Enum):
     * ``NAMED``: that, and every record with its admission and approval but with this VM's ack only
       (``named_view``): what a VM an event names needs to publish, drain, ack and withdraw, while another
       VM approves and closes the event and the leader weighs the budget;
-    * ``WHOLE``: everything, every VM's acks, ``/out`` marks and absences among it.
+    * ``LEAD``: that, and every VM's ``/out`` mark, absence and drain by hand (``lead_view``): what a leader
+      that approves nothing needs to admit events and drains, weigh the budget, close records and mark
+      absences. Another VM's ack costs it nothing: a VM acknowledges only while its ``/out`` mark names the
+      event (it writes the mark first and deletes it last), so the marks hold every VM an ack would;
+    * ``WHOLE``: everything, every VM's acks among it.
     """
 
     OWN = 1
     NAMED = 2
-    WHOLE = 3
+    LEAD = 3
+    WHOLE = 4
 
     def holds(self, other: Part) -> bool:
         """Whether a view of this part holds everything a view of ``other`` does."""
@@ -249,8 +256,14 @@ class ClusterView:
 
     @property
     def complete(self) -> bool:
-        """The whole view: what admitting, approving, closing a record and weighing the budget rest on."""
+        """The whole view, every VM's acks among it: what approving rests on."""
         return self.part is Part.WHOLE
+
+    @property
+    def weighs_group(self) -> bool:
+        """Every VM's ``/out`` mark, absence and drain by hand: what admitting, closing a record and weighing
+        the budget rest on (``Part.LEAD`` or the whole view)."""
+        return self.part.holds(Part.LEAD)
 
 
 def named_view(view: ClusterView, vm: str) -> ClusterView:
@@ -265,6 +278,21 @@ def named_view(view: ClusterView, vm: str) -> ClusterView:
     out = {vm: view.out[vm]} if vm in view.out else {}
     drains = {vm: view.drains[vm]} if vm in view.drains else {}
     return replace(view, records=records, out=out, drains=drains, absent_since={}, part=Part.NAMED)
+
+
+def lead_view(view: ClusterView, vm: str) -> ClusterView:
+    """What a leader that approves nothing reads of ``view``: everything but the other VMs' acks (each
+    record with this VM's own ack only, as ``named_view``). The budget counts a VM that acknowledges by its
+    ``/out`` mark, which names the event for as long as the ack stands (``Part.LEAD``)."""
+    records = {key: replace(record, acks={vm: record.acks[vm]} if vm in record.acks else {})
+               for key, record in view.records.items()}
+    return replace(view, records=records, part=Part.LEAD)
+
+
+def cut_view(view: ClusterView, vm: str, part: Part) -> ClusterView:
+    """``view`` cut down to ``part`` for ``vm`` (``own_view``, ``named_view``, ``lead_view``, or as it is)."""
+    cut = {Part.OWN: own_view, Part.NAMED: named_view, Part.LEAD: lead_view}.get(part)
+    return cut(view, vm) if cut is not None else view
 
 
 def own_view(view: ClusterView, vm: str) -> ClusterView:

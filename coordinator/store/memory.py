@@ -47,8 +47,7 @@ from coordinator.store.base import (
     Vouch,
     Wakeup,
     WriteResult,
-    named_view,
-    own_view,
+    cut_view,
 )
 from coordinator.store.gate import AckFact, GateFacts, refusal, vouched_refusal
 from coordinator.store.members import duplicate_member, predecessor
@@ -320,7 +319,7 @@ class MemoryStore:
 
     def read_view(self, vm: str, *, part: Part = Part.WHOLE) -> ClusterView:
         view = self._read_view(vm := normalize_vm_name(vm))
-        return own_view(view, vm) if part is Part.OWN else named_view(view, vm) if part is Part.NAMED else view
+        return cut_view(view, vm, part)
 
     def _read_view(self, vm: str) -> ClusterView:
         with self._cluster.lock:

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import ZnodeStat
@@ -97,19 +98,20 @@ def _approve(
         reads = _Reads(
             owner=client.get_async(owner_path),
             record=client.get_async(paths.event(event_id)),
-            admitted=client.exists_async(paths.admitted(event_id)) if admission else None,
-            acks=client.get_children_async(paths.acks(event_id)),
-            # Each required ack is read, not only listed: a node that does not parse is no acknowledgement,
-            # and neither is one that the VM's own live session does not hold (``gate.refusal``).
+            # Each required ack is read by name (no list: a missing one answers NoNode), not only listed: a
+            # node that does not parse is no acknowledgement, and neither is one that the VM's own live
+            # session does not hold (``gate.refusal``). This VM's own member node is the owner read already.
             ack=(ack_rs := {name: client.get_async(paths.ack(event_id, name)) for name in sorted(needed)}),
-            member={name: client.exists_async(paths.member(name)) for name in ack_rs},
+            member={name: client.exists_async(paths.member(name)) for name in ack_rs
+                    if paths.member(name) != owner_path},
             pause=client.exists_async(paths.pause),
             vouched={name: client.exists_async(paths.member(name)) for name in sorted(vouched or ())},
         )
         wait(sync_r, deadline)
         # 3. What they answered, judged by the gate's rules (``coordinator.store.gate``).
-        facts = reads.facts(ctx, GateFacts(event_id, vm, as_leader, session, owner_path, None, None, False, None,
-                                           None, frozenset(needed)), deadline)
+        asked = GateFacts(event_id, vm, as_leader, session, owner_path, None, None, False, None, None,
+                          frozenset(needed))
+        facts = reads.facts(ctx, client, asked, deadline, admission)
         record_node, record_stat = reads.record_read
         if vouched is None:
             refused = refusal(facts)
@@ -169,22 +171,27 @@ class _Reads:
 
     owner: IAsyncResult[tuple[bytes, ZnodeStat]]
     record: IAsyncResult[tuple[bytes, ZnodeStat]]
-    admitted: IAsyncResult[ZnodeStat | None] | None
-    acks: IAsyncResult[list[str]]
     ack: Mapping[str, IAsyncResult[tuple[bytes, ZnodeStat]]]
     member: Mapping[str, IAsyncResult[ZnodeStat | None]]
     pause: IAsyncResult[ZnodeStat | None]
     vouched: Mapping[str, IAsyncResult[ZnodeStat | None]]  # the member nodes of the VMs an operator vouches for
     record_read: tuple[EventNode | None, ZnodeStat | None] = (None, None)  # the record and its stat, as read
 
-    def facts(self, ctx: StoreContext, asked: GateFacts, deadline: Deadline) -> GateFacts:
-        """``asked`` (what is approved, by whom, as what) with what the reads answered."""
+    def facts(self, ctx: StoreContext, client: KazooClient, asked: GateFacts, deadline: Deadline,
+              admission: bool) -> GateFacts:
+        """``asked`` (what is approved, by whom, as what) with what the reads answered. With ``admission``,
+        whether the event is admitted: from the record's copy of its ``admitted`` child while the copy holds
+        (``EventNode.mirrors``: the record's data version and ``cversion`` are the ones the write that made
+        it left, so no child was created or deleted since), else from the child itself, read after the
+        record."""
         paths, wait = ctx.paths, ctx.session.wait
         owner: int | None = None
+        owner_session: int | None = None
         holder: str | None = None
         try:
             data, stat = wait(self.owner, deadline)
             owner = stat.ephemeralOwner
+            owner_session = owner or None
             if asked.as_leader:
                 try:
                     holder = LeaderNode.from_bytes(data, asked.owner_path).vm
@@ -193,24 +200,23 @@ class _Reads:
         except NoNodeError:
             pass
         record: str | None = None
+        admitted: bool | None = None
         try:
             record_data, record_stat = wait(self.record, deadline)
             node = EventNode.from_bytes(record_data, paths.event(asked.event_id))
             self.record_read = (node, record_stat)
             if node.done_at is not None:
                 record = "done"
+            if admission and node.mirrors(record_stat):
+                admitted = node.admitted is not None
         except NoNodeError:
             record = "missing"
         except PayloadError as exc:
             record = str(exc)
-        listed: set[str] = set()
-        try:
-            names: list[str] = wait(self.acks, deadline)
-            listed = set(names)
-        except NoNodeError:
-            record = record or "missing"
+        if admission and admitted is None:
+            admitted = wait(client.exists_async(paths.admitted(asked.event_id)), deadline) is not None
         acks: dict[str, AckFact] = {}
-        for name in sorted(asked.needed & listed):
+        for name in sorted(asked.needed):
             try:
                 ack_data, ack_stat = wait(self.ack[name], deadline)
             except NoNodeError:
@@ -221,12 +227,14 @@ class _Reads:
                 acked_at = AckNode.of_vm(ack_data, paths.ack(asked.event_id, name), name).at
             except PayloadError as exc:
                 unreadable = str(exc)
-            member = wait(self.member[name], deadline)
-            acks[name] = AckFact(ack_stat.ephemeralOwner, member.ephemeralOwner if member is not None else None,
-                                 unreadable, acked_at)
+            if name in self.member:
+                member = wait(self.member[name], deadline)
+                member_session = member.ephemeralOwner if member is not None else None
+            else:
+                member_session = owner_session  # this VM's own member node: the owner read
+            acks[name] = AckFact(ack_stat.ephemeralOwner, member_session, unreadable, acked_at)
         return replace(asked, owner=owner, holder=holder, paused=wait(self.pause, deadline) is not None,
-                       record=record, admitted=None if self.admitted is None else wait(self.admitted, deadline)
-                       is not None, acks=acks)
+                       record=record, admitted=admitted, acks=acks)
 
 
 def _refused(reason: str) -> ApprovalResult:

@@ -46,6 +46,7 @@ from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_session import Deadline
 
 __all__ = [
+    "Known",
     "acknowledge",
     "admit",
     "clear_absent",
@@ -124,10 +125,15 @@ def withdraw_ack(ctx: StoreContext, event_id: str, vm: str) -> WriteResult:
     return _delete(ctx, ctx.paths.ack(event_id, vm), f"event {event_id}: withdraw the ack of {vm}")
 
 
-def admit(ctx: StoreContext, event_id: str, vm: str, at: float) -> WriteResult:
-    """Create ``admitted`` under the event, once, on the record as read: MISSING if the record is gone or
-    marked done (now, or by the time the admission would land). The store does not check that ``vm``
-    leads."""
+Known = tuple[bytes, ZnodeStat]
+"""A record's data and stat as an earlier watched read of this session got them: a versioned rewrite
+starts from it instead of reading the record again, and reads it only if the rewrite finds it changed."""
+
+
+def admit(ctx: StoreContext, event_id: str, vm: str, at: float, *, known: Known | None = None) -> WriteResult:
+    """Create ``admitted`` under the event, once, on the record as read (first as ``known``, if given):
+    MISSING if the record is gone or marked done (now, or by the time the admission would land). The store
+    does not check that ``vm`` leads."""
     event_id = normalize_event_id(event_id)
     vm = normalize_vm_name(vm)
     client, _ = ctx.session.connected(write=True)
@@ -136,9 +142,10 @@ def admit(ctx: StoreContext, event_id: str, vm: str, at: float) -> WriteResult:
     with ctx.session.writing(f"event {event_id}: admit (by {vm})"):
         for _ in range(3):
             try:
-                record, stat = ctx.session.wait(client.get_async(path), deadline)
+                record, stat = known if known is not None else ctx.session.wait(client.get_async(path), deadline)
             except NoNodeError:
                 return WriteResult.MISSING
+            known = None  # a rewrite that fails reads the record from the server
             try:
                 node = EventNode.from_bytes(record, path)
             except PayloadError as exc:
@@ -237,7 +244,8 @@ def clear_absent(ctx: StoreContext, vm: str) -> WriteResult:
 
 
 def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *,
-             drop: tuple[Literal["admitted", "approval"], ...], started_at: float | None = None) -> WriteResult:
+             drop: tuple[Literal["admitted", "approval"], ...], started_at: float | None = None,
+             known: Known | None = None) -> WriteResult:
     """Rewrite the record's ``done_at`` (EXISTS if it already is set, or clear, as asked) and delete the
     children named in ``drop`` (and their copies in the record's data), in one transaction, versioned so
     that a concurrent writer is never overwritten: re-read and decide again. A child created since the
@@ -245,7 +253,7 @@ def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *,
     Every other field of the record is kept (including fields unknown to this version), but the history's:
     marking done sets ``started_at`` and ``closed`` (what ``admitted`` and ``approval`` held, from the copy
     the rewrite reads anyway: no request more), reopening clears them. Raises ``StoreUnknownOutcome`` if the
-    record does not parse."""
+    record does not parse. The first attempt starts from ``known``, if given."""
     event_id = normalize_event_id(event_id)
     client, _ = ctx.session.connected(write=True)
     deadline = ctx.session.deadline()
@@ -253,7 +261,8 @@ def set_done(ctx: StoreContext, event_id: str, done_at: float | None, *,
     wait = ctx.session.wait
     with ctx.session.writing(f"event {event_id}: {'reopen' if done_at is None else 'mark done'}"):
         for _ in range(3):
-            read = _record(ctx, client, event_id, deadline)
+            read = _record(ctx, client, event_id, deadline, known)
+            known = None  # a rewrite that fails reads the record from the server
             if read is None:
                 return WriteResult.MISSING
             node, stat = read
@@ -312,13 +321,13 @@ def vouch(ctx: StoreContext, event_id: str, vms: Collection[str], *, by: str, re
     raise StoreUnknownOutcome(f"event {event_id}: record keeps changing")
 
 
-def _record(ctx: StoreContext, client: KazooClient, event_id: str,
-            deadline: Deadline) -> tuple[EventNode, ZnodeStat] | None:
-    """The record of ``event_id`` and its stat as the server holds them (None: no record). Raises
-    ``StoreUnknownOutcome`` when its data does not parse: a rewrite of it cannot keep what it holds."""
+def _record(ctx: StoreContext, client: KazooClient, event_id: str, deadline: Deadline,
+            known: Known | None = None) -> tuple[EventNode, ZnodeStat] | None:
+    """The record of ``event_id`` and its stat as the server holds them (None: no record), or as ``known``.
+    Raises ``StoreUnknownOutcome`` when its data does not parse: a rewrite of it cannot keep what it holds."""
     path = ctx.paths.event(event_id)
     try:
-        data, stat = ctx.session.wait(client.get_async(path), deadline)
+        data, stat = known if known is not None else ctx.session.wait(client.get_async(path), deadline)
     except NoNodeError:
         return None
     try:

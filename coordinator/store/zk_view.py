@@ -96,12 +96,13 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
               part: Part = Part.WHOLE, ack_times: bool = False) -> ViewRead:
     """The cluster as seen now by ``vm`` (already normalised): every node through ``fetch``, which answers
     from what it keeps and sends a watched request for the rest. With ``part`` less than WHOLE, only what
-    ``coordinator.store.base.own_view`` or ``named_view`` keeps: the lists ``/absent``, ``/out``, ``/drains``
-    and ``/drains-admitted`` are neither read nor watched, ``exists`` of this VM's node in the last three
-    is; OWN reads no record (nor ``/events``), NAMED reads each record with ``exists`` of this VM's ack
-    instead of the list of acks. The acks are listed by name; with ``ack_times`` (``coordinator status``)
-    each one's data is read too, for its time. Raises ``StoreUnavailable`` if not connected, or if a request
-    fails or is not answered within the operation timeout."""
+    ``coordinator.store.base.own_view``, ``named_view`` or ``lead_view`` keeps: below LEAD the lists
+    ``/absent``, ``/out``, ``/drains`` and ``/drains-admitted`` are neither read nor watched, ``exists`` of
+    this VM's node in the last three is; OWN reads no record (nor ``/events``), NAMED and LEAD read each
+    record with ``exists`` of this VM's ack instead of the list of acks. The acks are listed by name; with
+    ``ack_times`` (``coordinator status``) each one's data is read too, for its time. Raises
+    ``StoreUnavailable`` if not connected, or if a request fails or is not answered within the operation
+    timeout."""
     session_id = fetch.session_id
     with session.reading("read the cluster view"):
         members_r = fetch.children(paths.members)
@@ -113,12 +114,14 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         # documents show it; so another VM's event costs it no request and no watch notification.
         # A VM that an event names but that approves and closes nothing reads each record with its own ack
         # only: another VM's ack or /out mark costs it nothing either.
+        # A leader that approves nothing reads every /out mark but no other VM's ack (``Part.LEAD``).
         whole = part is Part.WHOLE
+        group = part.holds(Part.LEAD)
         events_r = fetch.children(paths.events) if part.holds(Part.NAMED) else None
-        absent_r = fetch.children(paths.absent) if whole else None
-        out_r = fetch.children(paths.out) if whole else None
-        own_out_r = None if whole else fetch.exists(paths.out_vm(vm))
-        drains = DrainReads(fetch, paths, None if whole else vm)
+        absent_r = fetch.children(paths.absent) if group else None
+        out_r = fetch.children(paths.out) if group else None
+        own_out_r = None if group else fetch.exists(paths.out_vm(vm))
+        drains = DrainReads(fetch, paths, None if group else vm)
         pause_r = fetch.exists(paths.pause)
         layout_r = fetch.exists(paths.layout_version)
         lists = _Lists(session, fetch)

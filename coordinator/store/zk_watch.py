@@ -50,9 +50,9 @@ import logging
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
-from kazoo.protocol.states import WatchedEvent
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 from coordinator.store.base import ClusterView, ConnectionState, Part
 from coordinator.store.zk_nodes import NodeCache, stale
@@ -151,6 +151,12 @@ class WatchedView:
         are read again next time. What the write changed under it, its own watch events drop: the server
         sends them before the write's reply, so the acks it did not touch are not read again."""
         self._nodes.drop_node(self._paths.event(event_id))
+
+    def known_data(self, path: str) -> tuple[bytes, ZnodeStat] | None:
+        """The data and stat of ``path`` as a watched read of this store got them, while its watch has not
+        fired (None: not kept). Only ever the start of a versioned write, which fails if it is stale."""
+        found, answer = self._nodes.get(("data", path))
+        return cast("tuple[bytes, ZnodeStat]", answer) if found else None
 
     def forget_records(self) -> None:
         """Read every record again next time (after a purge)."""

@@ -246,7 +246,7 @@ class ZooKeeperStore:
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
         with self._touching(event_id):
-            return zk_records.admit(self._ctx, event_id, vm, at)
+            return zk_records.admit(self._ctx, event_id, vm, at, known=self._known_record(event_id))
 
     def mark_absent(self, vm: str, at: float) -> WriteResult:
         return zk_records.mark_absent(self._ctx, vm, at)
@@ -259,7 +259,8 @@ class ZooKeeperStore:
         event that comes back (a flap, a reused EventId) inherits neither. The record's data keeps what
         they held (``closed``) and ``started_at``, for the history."""
         with self._touching(event_id):
-            return zk_records.set_done(self._ctx, event_id, at, drop=("admitted", "approval"), started_at=started_at)
+            return zk_records.set_done(self._ctx, event_id, at, drop=("admitted", "approval"), started_at=started_at,
+                                       known=self._known_record(event_id))
 
     def reopen(self, event_id: str) -> WriteResult:
         """Clear ``done_at`` with a versioned write, keeping every other field of the record but the history's
@@ -284,6 +285,14 @@ class ZooKeeperStore:
             return zk_records.purge_done(self._ctx, older_than)
         finally:
             self._watched.forget_records()
+
+    def _known_record(self, event_id: str) -> zk_records.Known | None:
+        """The record's data and stat as the last view read them (None: not kept), which the decision to
+        write was made on: the versioned rewrite starts from it, and reads the record only if it changed."""
+        try:
+            return self._watched.known_data(self._paths.event(normalize_event_id(event_id)))
+        except InvalidName:
+            return None
 
     @contextlib.contextmanager
     def _touching(self, event_id: str) -> Iterator[None]:

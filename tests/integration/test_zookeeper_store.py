@@ -679,6 +679,30 @@ def test_a_record_rewritten_by_a_version_that_keeps_no_copy_is_read_from_its_chi
     done = EventNode.from_bytes(client.get(event)[0], event)
     assert done.mirrors(client.exists(event)) and done.admitted is None and done.approval is None
 
+def test_the_gate_reads_the_admission_from_the_record_while_its_copy_holds_and_else_from_the_child(
+    zk_hosts: str, zk_chroot: str, make_store: StoreMaker
+) -> None:
+    """The gate learns that the event is admitted from the record's copy of ``admitted`` while the copy holds
+    (no request more); an admission created or deleted by hand moves the record's ``cversion``, so the copy
+    no longer holds and the gate reads the child itself, after the sync, as it did before."""
+    store = make_store(zk_hosts, zk_chroot)
+    store.join("vm-a", {})
+    store.campaign("vm-a")
+    client, base = raw_client(store), store.base_path
+    event = f"{base}/events/{EVENT}"
+    assert store.publish_event(record()) is WriteResult.DONE
+    assert store.acknowledge(EVENT, "vm-a", T0 + 1) is WriteResult.DONE
+    assert store.admit(EVENT, "vm-a", T0 + 2) is WriteResult.DONE
+    # Deleted by hand: the copy says admitted, but the record's cversion moved, so the child is read.
+    client.delete(f"{event}/admitted")
+    refused = store.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0 + 3, admission=True)
+    assert refused.outcome is ApprovalOutcome.REFUSED and "not admitted" in refused.reason
+    # Created by hand (as an earlier version admits): read from the child, and approved.
+    client.create(f"{event}/admitted", previous({"by": "vm-a", "at": T0 + 4}))
+    approved = store.approve(EVENT, "vm-a", ["vm-a"], as_leader=False, at=T0 + 5, admission=True)
+    assert approved.outcome is ApprovalOutcome.APPROVED, approved.reason
+
+
 def test_garbage_nodes_are_handled_as_before(
     zk_hosts: str, zk_chroot: str, make_store: StoreMaker, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1459,6 +1459,17 @@ class CoordinatorModel(RuleBasedStateMachine):
         assert not self.violations["S4"], "S4 violated:\n" + "\n".join(self.violations["S4"])
 
     @invariant()
+    def acks_within_out_marks(self) -> None:
+        """A VM acknowledges an event only while its ``/out`` mark names it: what lets the leader weigh the
+        budget on every ``/out`` mark without reading the other VMs' acks (``Part.LEAD``)."""
+        with self.cluster.lock:
+            for key, record in self.cluster.events.items():
+                for vm in record.acks:
+                    mark = self.cluster.out.get(vm)
+                    assert mark is not None and key in {e.upper() for e in mark.events}, (
+                        f"{self._t()} {vm} acknowledges {key} without an /out mark naming it: {mark}")
+
+    @invariant()
     def s5_cycles_never_raise(self) -> None:
         assert not self.violations["S5"], "S5 violated:\n" + "\n".join(self.violations["S5"])
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from coordinator.config import ApproverMode
 from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide, view_needed
-from coordinator.store.base import ClusterView, OutMark, Part, WriteResult, named_view, own_view
+from coordinator.store.base import ClusterView, OutMark, Part, WriteResult, lead_view, named_view, own_view
 from coordinator.store.memory import MemoryCluster, MemoryStore
 from tests.unit.test_policy import NOW, A, B, doc, ev, rec, view
 from tests.unit.test_safety_regressions import Bench, E
@@ -33,13 +34,16 @@ def mine(*records: Any) -> ClusterView:
 
 # -- how much of the group each VM follows ------------------------------------------------------------
 
-OWN, NAMED, WHOLE = Part.OWN, Part.NAMED, Part.WHOLE
+OWN, NAMED, LEAD, WHOLE = Part.OWN, Part.NAMED, Part.LEAD, Part.WHOLE
 
 
 @pytest.mark.parametrize(("case", "me", "cluster", "events", "local", "part"), [
     ("uninvolved", "vm1", mine(rec(A, ("vm0",))), [ev(A, ["vm0"])], SERVING, OWN),
     ("idle", "vm1", mine(), [], SERVING, OWN),
-    ("the leader", "vm3", view(rec(A, ("vm0",))), [ev(A, ["vm0"])], SERVING, WHOLE),
+    ("the leader", "vm3", view(rec(A, ("vm0",))), [ev(A, ["vm0"])], SERVING, LEAD),
+    ("the leader, an open record no agent is named by", "vm3", view(rec(A, ("vm9",))), [], SERVING, WHOLE),
+    ("the leader, a VM out for no event", "vm3", replace(view(), out={"vm0": OutMark(NOW - 5)}), [], SERVING, WHOLE),
+    ("the leader, named first", "vm3", view(rec(A, ("vm3", "vm0"))), [ev(A, ["vm3", "vm0"])], SERVING, WHOLE),
     ("the approver of an event of its document", "vm1", mine(), [ev(A, ["vm1", "vm0"])], SERVING, WHOLE),
     ("named second by its document", "vm1", mine(), [ev(A, ["vm0", "vm1"])], SERVING, NAMED),
     ("named second, the first runs no agent", "vm1", mine(), [ev(A, ["vm9", "vm1"])], SERVING, WHOLE),
@@ -59,11 +63,19 @@ OWN, NAMED, WHOLE = Part.OWN, Part.NAMED, Part.WHOLE
 ])
 def test_how_much_of_the_group_each_vm_follows(case: str, me: str, cluster: ClusterView | None,
                                                events: list[dict[str, Any]], local: LocalState, part: Part) -> None:
-    assert view_needed(snapshot(me, cluster, *events), local) is part, case
+    assert view_needed(snapshot(me, cluster, *events), local, Policy()) is part, case
+
+
+def test_a_leader_in_the_leader_approver_mode_follows_the_whole_group() -> None:
+    """It approves every event, on every VM's ack."""
+    leading = view(rec(A, ("vm0",)))
+    assert view_needed(snapshot("vm3", leading, ev(A, ["vm0"])), SERVING, Policy()) is LEAD
+    assert view_needed(snapshot("vm3", leading, ev(A, ["vm0"])), SERVING,
+                       Policy(approver=ApproverMode.LEADER)) is WHOLE
 
 
 def test_another_agent_under_its_name_follows_the_whole_group() -> None:
-    assert view_needed(snapshot("vm1", mine(), duplicate="another agent runs as vm1"), SERVING) is WHOLE
+    assert view_needed(snapshot("vm1", mine(), duplicate="another agent runs as vm1"), SERVING, Policy()) is WHOLE
 
 
 # -- what a cut-down view is never used for --------------------------------------------------------------
@@ -82,6 +94,18 @@ def test_a_leader_never_admits_on_a_cut_down_view() -> None:
     assert decide(snapshot("vm3", own_view(FULL, "vm3"), ev(B, ["vm1"])), SERVING, BUDGET).admit == ()
     cut = replace(FULL, out={}, absent_since={}, part=Part.NAMED)
     assert decide(snapshot("vm3", cut, ev(B, ["vm1"])), SERVING, BUDGET).admit == ()
+
+
+def test_a_leader_admits_on_its_lead_view_as_on_the_whole_view() -> None:
+    """Without the other VMs' acks (``lead_view``) the leader weighs the same budget: a VM that acknowledges
+    is out of rotation by its ``/out`` mark, which names the event for as long as the ack stands."""
+    acked = replace(FULL, records={**FULL.records, A: replace(FULL.records[A], acks={"vm0": NOW - 50})})
+    for cluster in (acked, lead_view(acked, "vm3")):
+        plan = decide(snapshot("vm3", cluster, ev(B, ["vm1"])), SERVING, BUDGET)
+        assert plan.admit == () and "maintenance budget" in plan.blocked.get(B, ("maintenance budget",))[0]
+    served = replace(acked, out={}, records={B: FULL.records[B]})
+    assert decide(snapshot("vm3", lead_view(served, "vm3"), ev(B, ["vm1"])), SERVING, BUDGET).admit == (B,)
+    assert lead_view(acked, "vm3").records[A].acks == {} and lead_view(acked, "vm3").out == acked.out
 
 
 def test_an_approver_never_weighs_the_budget_on_a_cut_down_view() -> None:
@@ -105,9 +129,9 @@ def test_an_uninvolved_vm_on_its_own_part_publishes_nothing_and_weighs_nothing()
     assert plan.publish == ()
     assert dict(plan.approvers) == {A: "vm0", B: "vm2"}
     assert plan.approve == () and plan.admit == () and dict(plan.blocked) == {}
-    assert view_needed(snapshot("vm1", cluster, ev(A, ["vm0"]), ev(B, ["vm2"])), SERVING) is OWN
+    assert view_needed(snapshot("vm1", cluster, ev(A, ["vm0"]), ev(B, ["vm2"])), SERVING, Policy()) is OWN
     # An event naming only a VM without an agent: somebody who sees it must publish it, on the whole view.
-    assert view_needed(snapshot("vm1", cluster, ev(B, ["vm9"])), SERVING) is WHOLE
+    assert view_needed(snapshot("vm1", cluster, ev(B, ["vm9"])), SERVING, Policy()) is WHOLE
     whole = decide(snapshot("vm1", mine(), ev(B, ["vm9"])), SERVING, BUDGET)
     assert [r.event_id for r in whole.publish] == [B]
 
@@ -180,7 +204,7 @@ def test_an_agent_reads_its_own_part_until_an_event_names_it_and_the_whole_view_
     tmp_path: Path
 ) -> None:
     bench, _, counting = three_vms_reads_of_vm2_counted(tmp_path)
-    assert bench.vms["vm0"].agent._part is WHOLE  # the leader
+    assert bench.vms["vm0"].agent._part is LEAD  # the leader, approving nothing
     assert counting.reads[-3:] == [OWN, OWN, OWN]  # idle, not leading: its own part only
 
     bench.group.schedule(E, ["vm1"], in_s=100)  # names vm1 only: vm2 stays out of it
