@@ -16,9 +16,10 @@ What it models, as ZooKeeper 3.x and kazoo 2.x do:
 * one-shot watches, set on the server as ZooKeeper sets them (``getData`` and ``getChildren`` only on a node
   that exists, ``exists`` whether or not it does) and fired by its rules: a create fires CREATED on the
   node's data watches and CHILD on its parent's child watches; a set fires CHANGED; a delete fires DELETED
-  on the node's data and child watches (one event per session) and CHILD on its parent; an ACL change fires
-  nothing. The client keeps its watchers per path and pops them by event type as kazoo does, and passes each
-  event through ``handler.dispatch_callback``;
+  on the node's data and child watches and CHILD on its parent; an ACL change fires
+  nothing. The client keeps its watchers per path and pops them by event type as kazoo does (a watcher on
+  both the data and the children of a deleted node is called twice), and passes each event through
+  ``handler.dispatch_callback``;
 * sessions: ephemeral nodes belong to one and are deleted when it is closed (``stop``) or expires, firing
   watches. A connected session never expires; one whose link is cut expires when the test says so
   (``FakeEnsemble.expire``), or once it has been silent for its timeout by the ensemble's clock
@@ -593,12 +594,13 @@ class FakeClient:
         self._reconnect()
 
     def _on_event(self, kind: str, path: str) -> None:
-        """A watch event from the server: the watchers kazoo pops for it, each called once."""
-        watchers: set[Watcher] = set()
+        """A watch event from the server: the watchers kazoo pops for it. Like kazoo, a watcher set on both
+        the data and the children of a deleted node is called twice."""
+        watchers: list[Watcher] = []
         if kind in (EventType.CREATED, EventType.CHANGED, EventType.DELETED):
-            watchers |= self._data_watchers.pop(path, set())
+            watchers += self._data_watchers.pop(path, set())
         if kind in (EventType.CHILD, EventType.DELETED):
-            watchers |= self._child_watchers.pop(path, set())
+            watchers += self._child_watchers.pop(path, set())
         event = WatchedEvent(kind, KeeperState.CONNECTED, path)
         for watcher in watchers:
             self.handler.dispatch_callback(Callback("watch", watcher, (event,)))
