@@ -19,6 +19,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 from coordinator import control
 from coordinator.store.base import EventRecord, HandDrain, OutMark, Pause
@@ -40,6 +41,7 @@ from tests.fakezk import FakeEnsemble, Link
 __all__ = ["FakeGroup", "GroupEvent", "HandDrains", "Holder"]
 
 HOSTS = "fake-zookeeper:2181"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class FakeGroup:
         self.paths = ZooKeeperPaths(f"{root}/{cluster}")
         self.session_timeout = session_timeout
         self.links: dict[int, Link] = {}  # id(store) -> its link
+        self._seen: dict[str, tuple[int, object]] = {}  # what each observation made of the tree, by zxid
         self._operator = control.GroupAddress(HOSTS, root, cluster, client_factory=self.ensemble.link())
 
     @property
@@ -148,6 +151,16 @@ class FakeGroup:
 
     # -- what the tree holds -------------------------------------------------------------------------------
 
+    def _observed(self, name: str, make: Callable[[], _T]) -> _T:
+        """``make()``, made again only once the tree has changed (every write takes a new zxid)."""
+        with self.lock:
+            zxid = self.ensemble.zxid
+            seen = self._seen.get(name)
+            if seen is None or seen[0] != zxid:
+                seen = (zxid, make())
+                self._seen[name] = seen
+            return cast("_T", seen[1])
+
     def _data(self, path: str) -> bytes | None:
         found = self.ensemble.get(path)
         return found[0] if found is not None else None
@@ -166,6 +179,9 @@ class FakeGroup:
 
     @property
     def members(self) -> dict[str, Holder]:
+        return dict(self._observed("members", self._members))
+
+    def _members(self) -> dict[str, Holder]:
         found = {vm: self._holder(self.paths.member(vm), vm) for vm in self.ensemble.children(self.paths.members)}
         return {vm: holder for vm, holder in found.items() if holder is not None}
 
@@ -201,6 +217,9 @@ class FakeGroup:
 
     @property
     def events(self) -> dict[str, GroupEvent]:
+        return dict(self._observed("events", self._events))
+
+    def _events(self) -> dict[str, GroupEvent]:
         found: dict[str, GroupEvent] = {}
         for event_id in self.ensemble.children(self.paths.events):
             with self.lock:
@@ -239,6 +258,9 @@ class FakeGroup:
 
     @property
     def hand(self) -> HandDrains:
+        return self._observed("hand", self._hand)
+
+    def _hand(self) -> HandDrains:
         paths = self.paths
         drains: dict[str, HandDrain] = {}
         with self.lock:
