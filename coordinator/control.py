@@ -37,7 +37,7 @@ from coordinator.store.base import HandDrain, Pause
 from coordinator.store.payloads import DrainAdmittedNode, DrainNode, PauseNode, PayloadError
 from coordinator.store.zk_paths import ZooKeeperPaths, validate_cluster, validate_root
 from coordinator.store.zk_security import identity_words, pause_acl
-from coordinator.store.zk_session import ClientOptions, TlsOptions, client_arguments
+from coordinator.store.zk_session import ClientFactory, ClientOptions, TlsOptions, default_client_factory
 
 if TYPE_CHECKING:
     from coordinator.config import Settings
@@ -62,6 +62,8 @@ class GroupAddress:
     auth_data: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     tls: TlsOptions | None = None
     known: tuple[Id, ...] = ()  # identities of the configuration, to resolve masked ones (``pause_acl``)
+    # Builds the command's kazoo client, as ``ZooKeeperStore``'s does (tests inject their own).
+    client_factory: ClientFactory = field(default=default_client_factory, repr=False, compare=False)
 
     @classmethod
     def of(cls, settings: Settings) -> GroupAddress:
@@ -190,7 +192,7 @@ class _connected:
         self._group = group
         options = ClientOptions(hosts=group.hosts, session_timeout=group.timeout, auth_data=group.auth_data,
                                 tls=group.tls)
-        self._client = KazooClient(**client_arguments(options))
+        self._client = group.client_factory(options)
 
     def __enter__(self) -> KazooClient:
         try:

@@ -1,7 +1,8 @@
 """The ``Store`` contract (coordinator.store.base), run against every implementation.
 
 ``memory`` runs in-process; ``zookeeper`` runs against the real server of the test session, each test in
-its own root path.
+its own root path; ``fake`` runs the ZooKeeper store in-process over ``tests.fakezk``, the fake ZooKeeper
+that the model-based suite runs it over.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from coordinator.store.base import (
 from coordinator.store.memory import MemoryCluster, MemoryStore
 from coordinator.store.zookeeper import ZooKeeperStore
 from tests.doubles import member_identity
+from tests.fakezk import FakeEnsemble
 from tests.plugins.zookeeper import expire_session, wait_until
 
 EVENT = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
@@ -56,7 +58,7 @@ class Harness:
     resume: Callable[[], None]
 
 
-@pytest.fixture(params=["memory", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+@pytest.fixture(params=["memory", "fake", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     stores: list[Store] = []
 
@@ -84,6 +86,34 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
 
         def resume() -> None:
             clusters["alpha"].resume()
+
+    elif request.param == "fake":
+        ensemble = FakeEnsemble(clock=lambda: T0)
+        group = control.GroupAddress("fake-zookeeper:2181", "/coordinator", "alpha", client_factory=ensemble.link())
+
+        def make(cluster: str = "alpha") -> Store:
+            store = ZooKeeperStore("fake-zookeeper:2181", "/coordinator", cluster, session_timeout=4.0,
+                                   operation_timeout=3.0, clock=lambda: T0, client_factory=ensemble.link())
+            store.start()
+            stores.append(store)
+            return store
+
+        def expire(store: Store) -> None:
+            assert isinstance(store, ZooKeeperStore) and store.session_id is not None
+            ensemble.expire(store.session_id)
+            assert store.connection_state is ConnectionState.CONNECTED
+
+        def drain(vm: str, reason: str) -> None:
+            control.drain(group, vm, reason, by="ops", at=T0)
+
+        def undrain(vm: str) -> None:
+            control.undrain(group, vm)
+
+        def pause(reason: str) -> None:
+            control.pause(group, reason)
+
+        def resume() -> None:
+            control.resume(group)
 
     else:
         hosts: str = request.getfixturevalue("zk_hosts")

@@ -13,11 +13,13 @@
   that "the load-balancer probe answers 200" is observed from outside the agent.
 * ``RecordingAction``: a drain/recover action standing for the configured actions after the probe; it
   records whether the VM's actions are drained, fails when told to, and is where a slow job waits.
-* ``ModelStore``: the ``Store`` protocol over a ``MemoryStore``; remembers under which session each cycle
-  read its view, reports admissions, and injects one-shot session faults at chosen points of a cycle (an
-  expiry after the store's check of an approval first pauses the process until the session lapses: the
-  ensemble expires a session only once it has heard nothing from it for the timeout it granted, on a
-  tick boundary up to one tick later). A store can also be unreachable from its start (no session).
+* ``ModelStore``: the ``Store`` protocol over the real ``ZooKeeperStore`` on the fake ZooKeeper of the
+  group (``tests.fakezk_group.FakeGroup``); remembers under which session each cycle read its view,
+  reports admissions, and injects one-shot session faults at chosen points of a cycle (an expiry after the
+  store's check of an approval first pauses the process until the session lapses: the ensemble expires a
+  session only once it has heard nothing from it for the timeout it granted, on a tick boundary up to one
+  tick later). Connection faults cut the store's link to the ensemble, and the ensemble expires sessions;
+  kazoo's client reports what follows. A store can also be unreachable from its start (no session).
 * ``ModelReadings``: the IMDS poller; a read is answered at once, or (slow) only at the agent's next
   poll, at most ``SLOW_ANSWER`` seconds after its request was sent, showing IMDS as it was when the
   request was sent or when it was answered.
@@ -34,7 +36,8 @@ from coordinator.errors import ActionError, DuplicateMember, ImdsError, ImdsUnav
 from coordinator.models import Document
 from coordinator.poller import Reading
 from coordinator.store.base import ApprovalResult, ClusterView, ConnectionState, EventRecord, Part, Pause, WriteResult
-from coordinator.store.memory import MemoryStore
+from coordinator.store.zookeeper import ZooKeeperStore
+from tests.fakezk_group import FakeGroup
 
 __all__ = [
     "STORE_FAULT_POINTS",
@@ -248,17 +251,20 @@ class RecordingAction:
 
 
 class ModelStore:
-    """``Store`` over a ``MemoryStore`` with observation and fault-injection points.
+    """``Store`` over a ``ZooKeeperStore`` on the group's fake ZooKeeper, with observation and
+    fault-injection points.
 
     Connection faults go through it, so that it knows since when the client has been cut off: the
     ensemble expires a session once it has heard nothing from it for a session timeout (``lapse_if_due``,
-    called as the model's time passes), while ``MemoryStore.suspend`` alone would keep it forever."""
+    called as the model's time passes), while a cut link alone would keep it until then."""
 
     def __init__(
-        self, inner: MemoryStore, on_admit: Callable[[str], None], pause: Callable[[], None],
+        self, inner: ZooKeeperStore, group: FakeGroup, on_admit: Callable[[str], None], pause: Callable[[], None],
         now: Callable[[], float], on_admit_drain: Callable[[str], None] = lambda vm: None,
     ) -> None:
         self.inner = inner
+        self._group = group
+        self._link = group.link(inner)
         self._on_admit = on_admit
         self._on_admit_drain = on_admit_drain
         self._pause = pause
@@ -274,7 +280,7 @@ class ModelStore:
         # taken to have last heard from the process when its loop last read the view.
         self.heard_at: float | None = None
         self.suspended_since: float | None = None  # cut off, its session still alive on the ensemble
-        self.cut_off = False  # cut off, its session expired by the ensemble (``MemoryStore.partition``)
+        self.cut_off = False  # cut off, its session expired by the ensemble
 
     # -- connection faults ---------------------------------------------------------------------------
 
@@ -282,25 +288,28 @@ class ModelStore:
         """The connection is lost, the session lives on (for a session timeout at most)."""
         if self.cut_off:
             return  # no session to keep: cut off already (or never reached a server)
-        self.inner.suspend()
+        self._link.cut()
         if self.suspended_since is None:
             now = self._now()
             self.suspended_since = min(now, self.heard_at) if self.heard_at is not None else now
 
     def partition(self) -> None:
         """Cut off while the ensemble expires the session."""
-        self.inner.partition()
+        self._link.cut()
+        self._group.expire(self.inner)
         self.cut_off = True
         self.suspended_since = None
 
     def reconnect(self) -> None:
-        """Reachable again: back to the same session if it lived on, else LOST (a new one next start)."""
-        if self.cut_off:
-            self.inner.heal()
-            self.cut_off = False
-        elif self.inner.connection_state is ConnectionState.SUSPENDED:
-            self.inner.resume()
+        """Reachable again: back to the same session if it lived on, else LOST and a new session (kazoo
+        reconnects by itself; a store whose first start failed starts again on the agent's next cycle)."""
+        self._link.restore()
+        self.cut_off = False
         self.suspended_since = None
+
+    def expire_session(self) -> None:
+        """The ensemble ends the session: the client, connected, reconnects with a new one."""
+        self._group.expire(self.inner)
 
     def lapse_if_due(self, lapses_after: float) -> None:
         """The ensemble expires a session it has not heard from for ``lapses_after`` seconds (the timeout it
@@ -318,7 +327,7 @@ class ModelStore:
                 # the ensemble has heard nothing from this process for a session timeout (see the
                 # assumptions of docs/safety.md). The process is paused for that long, then expired.
                 self._pause()
-            self.inner.expire_session()
+            self.expire_session()
         elif fault == "suspend":
             self.suspend()
 

@@ -85,7 +85,7 @@ from coordinator.metrics import Metrics
 from coordinator.models import parse_document
 from coordinator.state import StateFile
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord, OutMark
-from coordinator.store.memory import MemoryCluster, MemoryStore
+from tests.fakezk_group import FakeGroup
 from tests.model.imds_model import FakeImds, ImdsGroup, ModelEvent, rfc_not_before
 
 pytestmark = pytest.mark.model
@@ -244,7 +244,7 @@ def test_end_to_end_a_reused_event_id_is_approved_while_no_vm_answers_its_probe(
     and vm1 drain and acknowledge, and vm0 POSTs the approval while all three VMs answer 503."""
     clock = _Clock()
     group = ImdsGroup(lambda: clock.wall)
-    cluster = MemoryCluster()
+    cluster = FakeGroup(lambda: clock.wall, session_timeout=POLICY.session_timeout)
     probes: dict[str, ProbeState] = {}
     agents: dict[str, Agent] = {}
     slow = _FailingRecovery()
@@ -259,7 +259,7 @@ def test_end_to_end_a_reused_event_id_is_approved_while_no_vm_answers_its_probe(
         if vm == "vm2":
             actions.append(slow)
         agents[vm] = Agent(
-            vm=vm, imds=FakeImds(group, vm, on_post), store=MemoryStore(cluster, clock=clock.now),
+            vm=vm, imds=FakeImds(group, vm, on_post), store=cluster.store(clock.now),
             actions=actions, policy=POLICY, metrics=Metrics(CollectorRegistry()), clock=clock,
             executor=cast(JobExecutor, _InlineExecutor()), state_file=StateFile(tmp_path / vm / "state.json"),
         )
@@ -348,7 +348,7 @@ def test_a_drain_queued_behind_a_slow_recovery_is_acknowledged_before_the_drain_
        wait)."""
     clock = _Clock()
     group = ImdsGroup(lambda: clock.wall)
-    cluster = MemoryCluster()
+    cluster = FakeGroup(lambda: clock.wall, session_timeout=POLICY.session_timeout)
     probes = {vm: _RecordedProbe(clock) for vm in ("vm0", "vm1", "vm2")}
     agents: dict[str, Agent] = {}
     slow = _QueuedExecutor()
@@ -361,7 +361,7 @@ def test_a_drain_queued_behind_a_slow_recovery_is_acknowledged_before_the_drain_
     for vm in ("vm0", "vm1", "vm2"):
         executor = slow if vm == "vm1" else _InlineExecutor()
         agents[vm] = Agent(
-            vm=vm, imds=FakeImds(group, vm, on_post), store=MemoryStore(cluster, clock=clock.now),
+            vm=vm, imds=FakeImds(group, vm, on_post), store=cluster.store(clock.now),
             actions=[ProbeAction(probes[vm])], policy=POLICY, metrics=Metrics(CollectorRegistry()), clock=clock,
             executor=cast(JobExecutor, executor), state_file=StateFile(tmp_path / vm / "state.json"),
         )

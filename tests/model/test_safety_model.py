@@ -3,8 +3,9 @@
 What runs
 ---------
 A ``hypothesis.stateful.RuleBasedStateMachine`` drives three or four REAL ``coordinator.agent.Agent``
-objects (the real decision code, state file, ``ProbeAction`` and ``ProbeState``) on one in-memory
-coordination store (``MemoryCluster``, one ``MemoryStore`` session per agent process), against
+objects (the real decision code, state file, ``ProbeAction`` and ``ProbeState``) on the real
+``ZooKeeperStore``, one per agent process, each with its kazoo session, over one in-process fake ZooKeeper
+(``tests.fakezk``, the group's tree read by ``tests.fakezk_group.FakeGroup``), against
 ``tests.model.imds_model.ImdsGroup``, a model of the Scheduled Events service of the group written here.
 Each VM has its own ``FakeImds`` (the agent's ``Imds`` protocol; documents go through the real
 ``parse_document``, approvals are recorded by the model), its own wall clock (true time plus a per-VM
@@ -172,7 +173,7 @@ from coordinator.models import parse_document
 from coordinator.names import normalize_event_id
 from coordinator.state import StateFile
 from coordinator.store.base import BY_HAND, ConnectionState, EventRecord, Store
-from coordinator.store.memory import MemoryCluster, MemoryStore
+from tests.fakezk_group import FakeGroup
 from tests.model.harness import (
     STORE_FAULT_POINTS,
     ModelExecutor,
@@ -295,7 +296,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.time = ModelTime(START)
         self.group = ImdsGroup(lambda: self.time.now)
         self.group.on_early_approval = self._on_early_approval
-        self.cluster = MemoryCluster()
+        self.cluster = FakeGroup(lambda: self.time.now, session_timeout=Policy().session_timeout)
         self.tmp = Path(tempfile.mkdtemp(prefix="coordinator-model-"))
         self.slots: dict[str, VmSlot] = {}
         self.policy = Policy()
@@ -440,6 +441,8 @@ class CoordinatorModel(RuleBasedStateMachine):
             if slot.agent is None and slot.back_at is not None and slot.back_at <= self.time.now:
                 # the process manager started it again (cut off from the store at first, if so drawn)
                 self._start(slot, store_down=30 if slot.returns_cut_off else 0, unreachable=slot.returns_cut_off)
+        # So too the session of an agent stopped while cut off, which could not close it.
+        self.cluster.expire_silent(self.lapse_after)
         self._observe()
 
     # -- agents ------------------------------------------------------------------------------------------
@@ -474,7 +477,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         probe = WatchedProbe(lambda serving: self._on_probe(slot, serving), serving=False)
         executor = ModelExecutor("held" if slot.hold_cycles else slot.exec_mode, before_run=self._observe,
                                  stamp=self._stamp)
-        store = ModelStore(MemoryStore(self.cluster, clock=slot.clock.now), on_admit=self._on_admit,
+        store = ModelStore(self.cluster.store(slot.clock.now), self.cluster, on_admit=self._on_admit,
                            on_admit_drain=self._on_admit_drain,
                            pause=lambda: self._advance(self.lapse_after + 1), now=lambda: self.time.now)
         store.suspended_at_start = store_down > 0 and not unreachable
@@ -1236,7 +1239,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         """Session loss: the session expires, the client reconnects at once with a new one."""
         store = self._store(vm)
         if store is not None and store.inner.connection_state is ConnectionState.CONNECTED:
-            store.inner.expire_session()
+            store.expire_session()
 
     @rule()
     def expire_leader(self) -> None:
@@ -1247,7 +1250,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         for vm in VMS:
             store = self._store(vm)
             if store is not None and store.inner.session_id is not None and store.inner.session_id == leader.session:
-                store.inner.expire_session()
+                store.expire_session()
                 return
 
     @rule(vm=vm_names, point=st.sampled_from(STORE_FAULT_POINTS), fault=st.sampled_from(("expire", "suspend")))
