@@ -210,5 +210,8 @@ class DryRunStore:
     def forget_drain_admission(self, vm: str) -> WriteResult:
         return WriteResult.DONE
 
+    def archive_done(self, event_ids: Collection[str], older_than: float) -> int:
+        return 0
+
     def purge_done(self, older_than: float) -> int:
         return 0

@@ -2,7 +2,8 @@
 
 ``/out/{me}`` first (the budget must see this VM out before anything else it does), then records, reopenings
 and admissions (of events, then of drains by hand), acks and withdrawals, done marks, absences, the ``/out``
-marks of VMs an approval will go ahead without, and ``/out`` cleared last. A write that fails stops the rest
+marks of VMs an approval will go ahead without, ``/out`` cleared, then the leader's moves of finished records
+to the history (``Store.archive_done``) and its purges of old ones. A write that fails stops the rest
 for this cycle (logged and counted): the next cycle decides again from what the store then shows, so nothing
 is half-remembered. Approvals are not written here: they go through the store's last check and the fenced POST
 (``coordinator.plan_approvals``).
@@ -95,6 +96,10 @@ def write_plan(store: Store, vm: str, snap: Snapshot, local: LocalState, plan: P
         if plan.clear_out:
             store.clear_out(vm)
             log.info("back in the load balancer's rotation (vm=%s)", vm)
+        if plan.archive:
+            moved = store.archive_done(plan.archive, plan.history_from)
+            if moved:
+                log.info("moved %d finished event records to the history (vm=%s)", moved, vm)
         if purge_before is not None:
             purged = store.purge_done(purge_before)
             if purged:

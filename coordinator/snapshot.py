@@ -177,6 +177,11 @@ class Policy:
     recover_retry: float = 5.0
     drain_retry: float = 30.0  # a failed drain is tried again this long after it began (the VM stays out)
     done_retention: float = 7 * 24 * 3600.0
+    # How long after its done mark a record stays among the records the agents read, when a VM it names runs
+    # an agent (it closed on a document of that VM's unit, which no longer listed it): long past the time the
+    # other VMs of the unit take to find it gone (two readings ``gone_after`` apart), after which a VM whose
+    # documents listed it again would publish it as a new record anyway (``decide.records._archive``).
+    archive_after: float = 10.0
     session_timeout: float = 30.0  # what the agent asks ZooKeeper for
     # ZooKeeper's tickTime as the operator configured it: the server grants at least 2 ticks, and expires
     # a session only on a tick boundary, up to one tick after its timeout.
@@ -252,6 +257,10 @@ class Plan:
     forget_admissions: tuple[str, ...] = ()
     drain_waits: Mapping[str, str] = field(default_factory=dict)  # the leader's reason for each it does not
     purge_before: float | None = None
+    # the leader moves these done records out of the records the agents read, into the history, and deletes
+    # the history's records done before ``history_from`` (``decide.records._archive``)
+    archive: tuple[str, ...] = ()
+    history_from: float = 0.0
     holding: tuple[str, ...] = ()  # ids of the events that hold this VM drained
     approvers: Mapping[str, str] = field(default_factory=dict)  # event key -> approver (or "")
     blocked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # event key -> reasons

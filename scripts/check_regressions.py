@@ -801,6 +801,43 @@ MUTATIONS = [
         'started_at=started_at, closed=closed)',
         'tests/integration/test_store_contract.py::test_an_operators_word_is_written_once_into_the_open_record_and_the_approval_keeps_it',
     ),
+    (
+        'gate-admission-from-the-records-copy-only-while-it-holds',
+        'coordinator/store/zk_gate.py',
+        '            if admission and node.mirrors(record_stat):\n',
+        '            if admission:\n',
+        'tests/integration/test_zookeeper_store.py::'
+        'test_the_gate_reads_the_admission_from_the_record_while_its_copy_holds_and_else_from_the_child',
+    ),
+    (
+        'leader-reads-every-ack-in-the-leader-approver-mode',
+        'coordinator/decide/decision.py',
+        '    if cluster.i_am_leader and (policy.approver is ApproverMode.LEADER\n',
+        '    if cluster.i_am_leader and (False\n',
+        'tests/unit/test_own_view.py::test_a_leader_in_the_leader_approver_mode_follows_the_whole_group',
+    ),
+    (
+        'leader-reads-every-ack-for-a-record-no-agent-is-named-by',
+        'coordinator/decide/decision.py',
+        '            if first == me or first is None:\n',
+        '            if first == me:\n',
+        'tests/unit/test_own_view.py::test_how_much_of_the_group_each_vm_follows',
+    ),
+    (
+        'archive-only-what-no-counted-vm-is-out-for',
+        'coordinator/decide/records.py',
+        '        if record.done_at is None or key in held or any(counted(vm) for vm in record.acks):\n',
+        '        if record.done_at is None:\n',
+        'tests/unit/test_archive.py::test_which_records_the_leader_moves_to_the_history',
+    ),
+    (
+        'archive-waits-the-grace-when-no-agent-is-named',
+        'coordinator/decide/records.py',
+        '        after = policy.archive_after if first_live(record.resources, cluster) is not None '
+        'else policy.recovery_grace\n',
+        '        after = policy.archive_after\n',
+        'tests/unit/test_archive.py::test_which_records_the_leader_moves_to_the_history',
+    ),
 ]
 
 

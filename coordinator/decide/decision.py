@@ -10,7 +10,7 @@ from coordinator.decide.approval import _absent_drained, _Approvals, _approvals,
 from coordinator.decide.budget import _budget
 from coordinator.decide.drain import _acks, _holding, _local, _out_mark
 from coordinator.decide.events import _Event, _parse_events, first_live
-from coordinator.decide.records import _absences, _closing, _purge_before
+from coordinator.decide.records import _absences, _archive, _closing, _purge_before
 from coordinator.snapshot import LocalState, Phase, Plan, Policy, Snapshot
 from coordinator.store.base import ClusterView, Part
 
@@ -126,6 +126,8 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         if snap.cluster is not None and snap.cluster.i_am_leader and snap.cluster.weighs_group else (),
         drain_waits=group.drain_waits,
         purge_before=_purge_before(snap, snap.cluster, policy),
+        archive=_archive(snap, snap.cluster, policy),
+        history_from=snap.now - policy.done_retention,
         holding=tuple(holding),
         approvers=group.approvals.approvers,
         blocked=blocked,

@@ -10,7 +10,7 @@ from coordinator.models import EventType
 from coordinator.snapshot import Policy, Snapshot, is_gone
 from coordinator.store.base import ClusterView, EventRecord
 
-__all__ = ["_absences", "_closing", "_deleted_by", "_over", "_purge_before", "_released"]
+__all__ = ["_absences", "_archive", "_closing", "_deleted_by", "_over", "_purge_before", "_released"]
 
 
 def _closing(
@@ -77,6 +77,32 @@ def _deleted_by(record: EventRecord, vm: str, cluster: ClusterView, snap: Snapsh
     agent. Its ``/out`` node then has nobody left to delete it, and holds the record no longer."""
     return (record.event_type == EventType.TERMINATE and vm in record.resources and vm not in cluster.members
             and _released(record, snap))
+
+
+def _archive(snap: Snapshot, cluster: ClusterView | None, policy: Policy) -> tuple[str, ...]:
+    """The done records the leader moves out of ``/events`` into the history (``Store.archive_done``), so
+    that the records the VMs an event names read are the open ones and those just done, not every record
+    of ``done_retention``. A record goes once nothing holds it: ``archive_after`` after its done mark
+    (``recovery_grace`` when none of the VMs it names runs an agent, whose unit's documents may list a
+    finished event a while: the VM that published it might publish it again), and no VM that the budget
+    counts, or would count without the record, is out of rotation for it or acknowledges it: a member, or
+    a VM whose agent has been gone less than ``recovery_grace`` (a VM its Terminate deleted among them,
+    which the budget leaves out only while the record says so)."""
+    if cluster is None or not cluster.i_am_leader or not cluster.weighs_group:
+        return ()
+
+    def counted(vm: str) -> bool:
+        return vm in cluster.members or snap.absent_for.get(vm, 0.0) < policy.recovery_grace
+
+    held = {key for vm, mark in cluster.out.items() if counted(vm) for key in (e.upper() for e in mark.events)}
+    found = []
+    for key, record in sorted(cluster.records.items()):
+        if record.done_at is None or key in held or any(counted(vm) for vm in record.acks):
+            continue
+        after = policy.archive_after if first_live(record.resources, cluster) is not None else policy.recovery_grace
+        if snap.now - record.done_at >= after:
+            found.append(key)
+    return tuple(found)
 
 
 def _purge_before(snap: Snapshot, cluster: ClusterView | None, policy: Policy) -> float | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlsplit
 
@@ -288,11 +288,17 @@ class GroupReader:
 
     # -- reads ----------------------------------------------------------------------------------------
 
-    def read(self) -> GroupRead:
-        """One read of the group. Raises ``GroupStatusError`` if ZooKeeper cannot be read now."""
+    def read(self, *, history_since: float | None = None) -> GroupRead:
+        """One read of the group, the finished records moved to the history among its records (those done
+        at ``history_since`` or later, if given). Raises ``GroupStatusError`` if ZooKeeper cannot be read
+        now."""
         try:
             view = self._store.read_view(OBSERVER)
             info = self._store.member_info(sorted(view.members))
+            history = self._store.read_history(history_since)
+            if history:
+                view = replace(view, records={**{k: r for k, r in history.items() if k not in view.records},
+                                              **view.records})
         except StoreError as exc:
             raise GroupStatusError(f"cannot read ZooKeeper at {self.hosts}: {exc}") from None
         leader_since = self._leader_since() if view.leader is not None else None

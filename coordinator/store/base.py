@@ -475,6 +475,12 @@ class Store(Protocol):
         """Delete ``/drains-admitted/{vm}`` if it admits no drain of ``vm`` there is now (EXISTS if it still
         admits one, MISSING if there is none). Only the leader calls it, for ``stale_admissions``."""
 
+    def archive_done(self, event_ids: Collection[str], older_than: float) -> int:
+        """Move the done records of ``event_ids`` out of the records the agents read, into the history that
+        ``coordinator status --history`` reads (a record not done, or changed meanwhile, stays), and delete
+        the history's records done before ``older_than``. Only the leader calls it, for records nothing
+        holds (``decide.records._archive``). Returns how many records were moved."""
+
     def purge_done(self, older_than: float) -> int:
         """Delete records (with their children) whose ``done_at`` is older than ``older_than``.
         Returns how many were deleted."""

@@ -17,9 +17,8 @@ Test controls on ``MemoryStore``:
 Wakeup callbacks are called after the cluster lock is released, from the thread that made the change.
 
 Every method runs under the cluster's one lock, so writes cannot interleave: ``mark_done`` drops the
-admission and approval it sees (keeping what they held in the record's ``closed``, as the ZooKeeper store
-does), and ``admit`` and ``approve`` see a record marked done, atomically (the ZooKeeper store needs
-versioned transactions for the same, see ``coordinator.store.zk_records``).
+admission and approval it sees (keeping what they held in ``closed``), and ``admit`` and ``approve`` see a
+record marked done, atomically (the ZooKeeper store uses versioned transactions: ``zk_records``).
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ from coordinator.store.base import (
 from coordinator.store.gate import AckFact, GateFacts, refusal, vouched_refusal
 from coordinator.store.members import duplicate_member, predecessor
 from coordinator.store.memory_drains import HandDrains
-from coordinator.store.memory_nodes import _Event, _Leader, _Member
+from coordinator.store.memory_nodes import _Event, _Leader, _Member, archive, purge
 
 __all__ = ["MemoryCluster", "MemoryStore"]
 
@@ -71,6 +70,7 @@ class MemoryCluster:
         self.leader: _Leader | None = None
         self.events: dict[str, _Event] = {}
         self.out: dict[str, OutMark] = {}
+        self.history: dict[str, EventRecord] = {}  # ``/history``: finished records moved out of the events
         self.paused: Pause | None = None  # ``/pause``: set by ``pause`` / ``resume`` (an operator's command)
         self.hand = HandDrains()  # ``/drains``, ``/drains-admitted``: set by ``drain`` / ``undrain`` (likewise)
         # The session timeout the "ensemble" grants (None: what was asked, which the store does not know).
@@ -578,19 +578,22 @@ class MemoryStore:
             self._cluster.changed()
         return result
 
+    def archive_done(self, event_ids: Collection[str], older_than: float) -> int:
+        with self._cluster.lock:
+            self._session_for(write=True)
+            moved = archive(self._cluster.events, self._cluster.history, event_ids, older_than)
+        return self._changed(moved)
+
     def purge_done(self, older_than: float) -> int:
         with self._cluster.lock:
             self._session_for(write=True)
-            doomed = [
-                event_id
-                for event_id, event in self._cluster.events.items()
-                if event.record.done_at is not None and event.record.done_at < older_than
-            ]
-            for event_id in doomed:
-                del self._cluster.events[event_id]
-        if doomed:
+            purged = purge(self._cluster.events, older_than)
+        return self._changed(purged)
+
+    def _changed(self, count: int) -> int:
+        if count:
             self._cluster.changed()
-        return len(doomed)
+        return count
 
 
 def _refused(reason: str) -> ApprovalResult:

@@ -48,6 +48,8 @@ class Fetch(Protocol):
 
     def exists(self, path: str) -> _Pending[ZnodeStat | None]: ...
 
+    def present(self, path: str) -> _Pending[object]: ...
+
     def data(self, path: str) -> _Pending[tuple[bytes, ZnodeStat]]: ...
 
 
@@ -68,10 +70,10 @@ class DrainReads:
         if only is None:
             self._lists: tuple[_Pending[list[str]], _Pending[list[str]]] | None = (
                 fetch.children(paths.drains), fetch.children(paths.drains_admitted))
-            self._own: tuple[_Pending[ZnodeStat | None], _Pending[ZnodeStat | None]] | None = None
+            self._own: tuple[_Pending[object], _Pending[object]] | None = None
         else:
             self._lists = None
-            self._own = (fetch.exists(paths.drain(only)), fetch.exists(paths.drain_admitted(only)))
+            self._own = (fetch.present(paths.drain(only)), fetch.present(paths.drain_admitted(only)))
         self._data: dict[str, _Pending[tuple[bytes, ZnodeStat]]] = {}
         self._admitted: dict[str, _Pending[tuple[bytes, ZnodeStat]]] = {}
 

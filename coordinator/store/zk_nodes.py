@@ -59,6 +59,9 @@ class NodeCache:
         self._memos: dict[str, object] = {}  # path -> what was made of the answers under it
         self._stamp: tuple[int, int] | None = None  # (session id, epoch) of the kept answers
         self._fired: set[str] | None = None  # paths whose watch fired since ``begin`` (None: no read)
+        # Paths whose ``exists`` watch announced their creation (and no deletion since): a hint of which
+        # request to send first (``Fetch.present``), never an answer.
+        self._created: set[str] = set()
 
     # -- one read ---------------------------------------------------------------------------------------
 
@@ -68,6 +71,7 @@ class NodeCache:
             if self._stamp != stamp:
                 self._answers.clear()
                 self._memos.clear()
+                self._created.clear()
                 self._stamp = stamp
             self._fired = set()
 
@@ -93,6 +97,11 @@ class NodeCache:
             if self._fired is not None and key[1] in self._fired:
                 return
             self._answers[key] = answer
+
+    def created(self, path: str) -> bool:
+        """Whether the last watch event about ``path`` announced its creation (a hint, see ``_created``)."""
+        with self._lock:
+            return path in self._created
 
     def memo(self, path: str) -> tuple[bool, object]:
         """(True, what was made of the answers under ``path``) or (False, None)."""
@@ -130,6 +139,10 @@ class NodeCache:
             self._drop_memos((path,))
             if self._fired is not None:
                 self._fired.add(path)
+            if event.type == EventType.CREATED:
+                self._created.add(path)
+            elif event.type == EventType.DELETED:
+                self._created.discard(path)
 
     def drop_under(self, path: str) -> None:
         """Drop every answer and memo about ``path`` and the nodes under it (this store wrote there)."""
@@ -151,6 +164,7 @@ class NodeCache:
         with self._lock:
             self._answers.clear()
             self._memos.clear()
+            self._created.clear()
 
     def _drop_memos(self, paths: Iterable[str]) -> None:
         # A memo is dropped with any answer at or under its path (lock held).

@@ -18,8 +18,10 @@ __all__ = [
     "LAYOUT_VERSION",
     "NODES",
     "ZooKeeperPaths",
+    "history_name",
     "is_canonical_event_id",
     "is_canonical_vm",
+    "parse_history_name",
     "validate_cluster",
     "validate_root",
 ]
@@ -48,6 +50,7 @@ NODES: tuple[tuple[str, str], ...] = (
     ("/drains/{vm}", "persistent"),
     ("/drains-admitted/{vm}", "persistent"),
     ("/layout", "persistent"),
+    ("/history/{DONE_MS}-{EVENT_ID}", "persistent"),
 )
 
 
@@ -69,6 +72,7 @@ class ZooKeeperPaths:
         self.drains = f"{base}/drains"  # an operator's drains by hand, one child per VM
         self.drains_admitted = f"{base}/drains-admitted"  # the leader's admissions of them
         self.layout_version = f"{base}/layout"  # {"version": N}: the layout the group's nodes are written in
+        self.history = f"{base}/history"  # finished records moved out of /events, which no agent watches
 
     def member(self, vm: str) -> str:
         return f"{self.members}/{vm}"
@@ -103,9 +107,28 @@ class ZooKeeperPaths:
     def admitted(self, event_id: str) -> str:
         return f"{self.events}/{event_id}/admitted"
 
+    def history_entry(self, name: str) -> str:
+        return f"{self.history}/{name}"
+
     def layout(self) -> tuple[str, ...]:
         """The persistent parents that must exist before any node is created under them."""
-        return (self.members, self.registry, self.absent, self.events, self.out, self.drains, self.drains_admitted)
+        return (self.members, self.registry, self.absent, self.events, self.out, self.drains, self.drains_admitted,
+                self.history)
+
+
+def history_name(done_at: float, event_id: str) -> str:
+    """The name of a finished record in ``/history``: when it was done (milliseconds of the Unix epoch, 13
+    digits: names sort by it) and the event id, so that listing ``/history`` tells which are past the
+    retention without reading them, and an event id seen again is kept once per time it was done."""
+    return f"{max(0, round(done_at * 1000)):013d}-{event_id}"
+
+
+def parse_history_name(name: str) -> tuple[float, str] | None:
+    """(done_at, event id) of a ``/history`` child name; None for a name this layout does not make."""
+    stamp, sep, event_id = name.partition("-")
+    if not sep or len(stamp) != 13 or not stamp.isdigit() or not is_canonical_event_id(event_id):
+        return None
+    return int(stamp) / 1000, event_id
 
 
 def validate_root(root: str) -> str:

@@ -120,7 +120,7 @@ def read_view(session: ZooKeeperSession, paths: ZooKeeperPaths, vm: str, fetch: 
         events_r = fetch.children(paths.events) if part.holds(Part.NAMED) else None
         absent_r = fetch.children(paths.absent) if group else None
         out_r = fetch.children(paths.out) if group else None
-        own_out_r = None if group else fetch.exists(paths.out_vm(vm))
+        own_out_r = None if group else fetch.present(paths.out_vm(vm))
         drains = DrainReads(fetch, paths, None if group else vm)
         pause_r = fetch.exists(paths.pause)
         layout_r = fetch.exists(paths.layout_version)
@@ -258,6 +258,25 @@ class Fetch:
     def exists(self, path: str) -> _Pending[ZnodeStat | None]:
         return self._pending(("exists", path), lambda: self.client.exists_async(path, watch=self._watch))
 
+    def present(self, path: str) -> _Pending[object] | _Present:
+        """Whether ``path`` exists (None: it does not): a kept ``exists`` or data answer, else the kept list
+        of its parent's children, whose watch fires when it is created or deleted (so a VM that read the whole
+        view learns of its own nodes with no request once it reads its own part), else one watched request:
+        its data when a watch event announced its creation last (the data read that follows takes it), else
+        ``exists``."""
+        if not self._cache.get(("exists", path))[0]:
+            if self._cache.get(("data", path))[0]:
+                self.kept.add(path)
+                return _Pending(self, ("exists", path), answer=True)
+            parent, _, name = path.rpartition("/")
+            listed, names = self._cache.get(("children", parent))
+            if listed and isinstance(names, list):
+                self.kept.add(parent)
+                return _Pending(self, ("exists", path), answer=True if name in names else None)
+            if self._cache.created(path):
+                return _Present(self, path, self.data(path))
+        return cast("_Pending[object]", self.exists(path))
+
     def known_missing(self, path: str) -> bool:
         """The cache knows (from a watched ``exists``) that ``path`` does not exist."""
         found, answer = self._cache.get(("exists", path))
@@ -313,6 +332,20 @@ class _Pending(Generic[_T]):
         self._fetch._keep(self._key, answer)
         self._answer, self._result = answer, None
         return answer
+
+
+class _Present:
+    """``Fetch.present`` by a watched read of the node's data: True, or (deleted since its creation was
+    announced) a watched ``exists``, so that its next creation is seen."""
+
+    def __init__(self, fetch: Fetch, path: str, data: _Pending[tuple[bytes, ZnodeStat]]) -> None:
+        self._fetch, self._path, self._data = fetch, path, data
+
+    def get(self) -> object:
+        try:
+            return self._data.get() is not None
+        except NoNodeError:
+            return self._fetch.exists(self._path).get()
 
 
 class _Lists:
@@ -488,7 +521,7 @@ class _RecordRead:
         self._event_id = event_id
         self._record_r = fetch.data(paths.event(event_id))
         self._acks_r = fetch.children(paths.acks(event_id)) if acks_of is None else None
-        self._own_ack_r = fetch.exists(paths.ack(event_id, acks_of)) if acks_of is not None else None
+        self._own_ack_r = fetch.present(paths.ack(event_id, acks_of)) if acks_of is not None else None
         self._acks_of = acks_of
         self._node: EventNode | None = None
         self._mirrored = False

@@ -34,7 +34,7 @@ from kazoo.client import KazooClient
 
 from coordinator.errors import ConfigError, DuplicateMember, InvalidName, LayoutMismatch
 from coordinator.names import normalize_event_id, normalize_vm_name
-from coordinator.store import zk_drains, zk_gate, zk_membership, zk_records, zk_view
+from coordinator.store import zk_drains, zk_gate, zk_history, zk_membership, zk_records, zk_view
 from coordinator.store.base import (
     ApprovalOutcome,
     ApprovalResult,
@@ -108,6 +108,8 @@ class ZooKeeperStore:
         self._watched = WatchedView(self._session, self._paths, ack_times=ack_times)
         self._membership = zk_membership.Membership()
         self._mismatch: LayoutMismatch | None = None  # the last view read the group in another layout
+        self._history: dict[str, EventRecord | None] = {}  # the history's entries read so far (``read_history``)
+        self._keeping = zk_history.HistoryKeeping()  # when this store last listed the history (``archive_done``)
 
     # -- introspection ------------------------------------------------------------------------------
 
@@ -279,6 +281,23 @@ class ZooKeeperStore:
 
     def forget_drain_admission(self, vm: str) -> WriteResult:
         return zk_drains.forget_drain_admission(self._ctx, vm)
+
+    def archive_done(self, event_ids: Collection[str], older_than: float) -> int:
+        """See ``coordinator.store.zk_history.archive_done``; each record starts from what the view read."""
+        ids = [normalize_event_id(event_id) for event_id in event_ids]
+        known = {event_id: found for event_id in ids if (found := self._known_record(event_id)) is not None}
+        try:
+            return zk_history.archive_done(self._ctx, ids, older_than, known, self._keeping)
+        finally:
+            for event_id in ids:
+                self._watched.touch(event_id)  # the other records are read from what is kept
+
+    def read_history(self, since: float | None = None) -> dict[str, EventRecord]:
+        """The finished records moved out of ``/events`` (``coordinator.store.zk_history.read_history``),
+        read once, without a watch: for ``coordinator status``, never for an agent."""
+        client, _ = self._session.connected(write=False)
+        with self._session.reading("read the history"):
+            return zk_history.read_history(self._ctx, client, self._session.deadline(), since, self._history)
 
     def purge_done(self, older_than: float) -> int:
         try:

@@ -272,11 +272,13 @@ class SharedImds:
 def finished(zk_hosts: str, zk_chroot: str, make_store: StoreMaker) -> dict[str, Any]:
     """A group of three agents on ZooKeeper (the default budget: one event at a time, one VM kept serving)
     through one Reboot of vm0 and vm1, from announced to gone: admitted by the leader, approved on the acks
-    of both, Started, gone from the documents and its record marked done."""
+    of both, Started, gone from the documents, its record marked done, and moved to the history once both
+    VMs serve again (``archive_after``), where ``coordinator status`` reads it."""
     imds = SharedImds(["vm0", "vm1"])
     stores = [make_store(zk_hosts, zk_chroot, "beta") for _ in range(3)]
     agents = [Agent(vm=f"vm{i}", imds=imds, store=store, actions=[ProbeAction(ProbeState())],
-                    policy=Policy(drain_wait=0.0, gone_after=1.0), metrics=Metrics(CollectorRegistry()),
+                    policy=Policy(drain_wait=0.0, gone_after=1.0, archive_after=0.5),
+                    metrics=Metrics(CollectorRegistry()),
                     poll_interval=0.1) for i, store in enumerate(stores)]
 
     def cycle_until(condition: Callable[[], bool], message: str) -> None:
@@ -294,6 +296,8 @@ def finished(zk_hosts: str, zk_chroot: str, make_store: StoreMaker) -> dict[str,
     imds.end()
     cycle_until(lambda: stores[2].read_view("vm2").records[HISTORY_EVENT].done_at is not None,
                 "the record marked done")
+    cycle_until(lambda: HISTORY_EVENT not in stores[2].read_view("vm2").records, "the record moved to the history")
+    assert stores[2].read_history()[HISTORY_EVENT].done_at is not None
     leader = agents[0].status()["cluster"]["leader"]
     return {"hosts": zk_hosts, "root": zk_chroot, "began": began, "leader": leader}
 

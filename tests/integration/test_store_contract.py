@@ -303,6 +303,22 @@ def test_mark_done_and_purge_done(harness: Harness) -> None:
     assert set(a.read_view("vm-a").records) == {other}  # the record not done is kept
 
 
+def test_a_done_record_moves_out_of_the_view_and_an_open_one_stays(harness: Harness) -> None:
+    a = harness.make()
+    a.join("vm-a", {})
+    other = "D2D3B1F4-0000-4000-8000-000000000001"
+    a.publish_event(record())
+    a.publish_event(record(other))
+    a.acknowledge(EVENT, "vm-a", T0)
+    assert a.mark_done(EVENT, T0 + 100) is WriteResult.DONE
+    assert a.archive_done([EVENT, other], older_than=T0) == 1  # the open one stays
+    assert set(a.read_view("vm-a").records) == {other}
+    assert a.archive_done([EVENT], older_than=T0) == 0  # moved already
+    # An event seen again once its record moved is published as a new record.
+    assert a.publish_event(record()) is WriteResult.DONE
+    assert a.read_view("vm-a").records[EVENT].done_at is None
+
+
 def test_the_history_of_a_record_marked_done_is_kept_in_it_until_it_is_reopened(harness: Harness) -> None:
     """``status --history``'s facts, the same in both stores: the acks the approval was released on, and, once
     marked done, what its admission and approval held and when the closing agent saw it Started."""

@@ -412,6 +412,9 @@ class ModelStore:
     def mark_done(self, event_id: str, at: float, *, started_at: float | None = None) -> WriteResult:
         return self.inner.mark_done(event_id, at, started_at=started_at)
 
+    def archive_done(self, event_ids: Collection[str], older_than: float) -> int:
+        return self.inner.archive_done(event_ids, older_than)
+
     def purge_done(self, older_than: float) -> int:
         return self.inner.purge_done(older_than)
 

@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from coordinator.config import ApprovalRule
 from coordinator.decide import LocalState, Phase, Policy, Sighting, Snapshot, decide
 from coordinator.errors import ImdsFenced, ImdsUnavailable
@@ -96,7 +98,10 @@ def test_a_cut_off_vm_comes_back_once_the_granted_session_has_certainly_lapsed(t
 # --- 23. a reused EventId ---------------------------------------------------------------------------------
 
 
-def test_a_reused_event_id_is_approved_again_by_the_same_approver(tmp_path: Path) -> None:
+@pytest.mark.parametrize("moved", [False, True], ids=["record-reopened", "record-moved-to-the-history"])
+def test_a_reused_event_id_is_approved_again_by_the_same_approver(tmp_path: Path, moved: bool) -> None:
+    """Whether the record is still done in the events (reopened) or moved to the history already (published
+    anew), the new maintenance is drained for and approved again."""
     bench = Bench(tmp_path)
     for name in ("vm0", "vm1", "vm2"):
         bench.add(name)
@@ -104,8 +109,11 @@ def test_a_reused_event_id_is_approved_again_by_the_same_approver(tmp_path: Path
     bench.run(40, until=lambda: bool(bench.group.approved(E)))
     assert len(bench.group.approved(E)) == 1
     bench.group.remove(E)
-    bench.run(20)
+    bench.run(20, until=lambda: E in bench.cluster.events and bench.cluster.events[E].record.done_at is not None)
     assert bench.cluster.events[E].record.done_at is not None
+    if moved:
+        bench.run(30, until=lambda: E not in bench.cluster.events)
+        assert E in bench.cluster.history
     bench.group.schedule(E, ["vm0"])  # the same id, a new maintenance
     bench.run(60, until=lambda: len(bench.group.approved(E)) == 2)
     assert len(bench.group.approved(E)) == 2
