@@ -254,7 +254,7 @@ def _read_members(ctx: Context) -> dict[str, dict[str, object]]:
     """The live members and their member info (read once, shared by the probe and members checks)."""
     if ctx.members is None:
         assert ctx.zookeeper is not None
-        read = ctx.zookeeper.read()
+        read = ctx.zookeeper.read(history=False)  # the open records are what it checks
         ctx.members = {vm: dict(read.member_info.get(vm, {})) for vm in sorted(read.view.members)}
         ctx.registered = frozenset(read.view.known)
         for key, record in sorted(read.view.records.items()):

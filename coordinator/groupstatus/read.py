@@ -288,16 +288,16 @@ class GroupReader:
 
     # -- reads ----------------------------------------------------------------------------------------
 
-    def read(self, *, history_since: float | None = None) -> GroupRead:
-        """One read of the group, the finished records moved to the history among its records (those done
-        at ``history_since`` or later, if given). Raises ``GroupStatusError`` if ZooKeeper cannot be read
-        now."""
+    def read(self, *, history: bool = True, history_since: float | None = None) -> GroupRead:
+        """One read of the group, with (``history``) the finished records moved to the history among its
+        records (those done at ``history_since`` or later, if given). Raises ``GroupStatusError`` if
+        ZooKeeper cannot be read now."""
         try:
             view = self._store.read_view(OBSERVER)
             info = self._store.member_info(sorted(view.members))
-            history = self._store.read_history(history_since)
-            if history:
-                view = replace(view, records={**{k: r for k, r in history.items() if k not in view.records},
+            finished = self._store.read_history(history_since) if history else {}
+            if finished:
+                view = replace(view, records={**{k: r for k, r in finished.items() if k not in view.records},
                                               **view.records})
         except StoreError as exc:
             raise GroupStatusError(f"cannot read ZooKeeper at {self.hosts}: {exc}") from None
