@@ -5,7 +5,7 @@ one hostile answer through two edges:
 
 * the client alone (``ImdsClient.get_document``): it must return a document or raise an ``ImdsError``,
   never anything else;
-* a real ``Agent`` of vm0 on the in-memory store, first drained for an event that names vm0 and a VM
+* a real ``Agent`` of vm0 alone on the fake ZooKeeper, first drained for an event that names vm0 and a VM
   without an agent (so that nobody may approve it), then fed the hostile answer for several cycles on a
   fake clock, past the time after which an event counts as gone. No cycle may raise; if no hostile
   answer parsed, vm0 must still be drained (an unreadable document never means "event gone"); and every

@@ -1,6 +1,6 @@
 """What an operator sees of an agent: its metrics, its liveness and its readiness.
 
-Real ``Agent`` objects on the in-memory store and a small IMDS group driven by the test (the bench of
+Real ``Agent`` objects on the fake ZooKeeper and a small IMDS group driven by the test (the bench of
 ``tests/unit/test_safety_regressions.py``), with a fake clock and actions that run inline. Metrics are
 read from each agent's own registry.
 """
