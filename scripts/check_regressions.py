@@ -561,7 +561,7 @@ MUTATIONS = [
     (
         'a-cut-down-view-never-admits',
         'coordinator/decide/decision.py',
-        '    if snap.cluster is not None and not snap.cluster.part.holds(view_needed(snap, local)):\n',
+        '    if snap.cluster is not None and not snap.cluster.part.holds(view_needed(snap, local, policy)):\n',
         '    if False:\n',
         'tests/unit/test_own_view.py::test_a_leader_never_admits_on_a_cut_down_view',
     ),
