@@ -67,9 +67,9 @@ MUTATIONS = [
     ),
     (
         'done-keeps-admission',
-        'coordinator/store/memory.py',
-        '            event.admitted = None\n            event.approval = None\n',
-        '',
+        'coordinator/store/zookeeper.py',
+        'drop=("admitted", "approval"), started_at=started_at,',
+        'drop=(), started_at=started_at,',
         'test_a_reused_event_id_inherits_no_admission',
     ),
     (
@@ -445,12 +445,12 @@ MUTATIONS = [
         'test_a_second_agent_with_the_same_vm_name_leaves_the_first_ones_node_untouched',
     ),
     (
-        'duplicate-member-left-alone-in-memory',
-        'coordinator/store/memory.py',
-        '            elif member is not None and reason is None:\n',
-        '            elif False:\n',
+        'duplicate-member-left-alone-on-the-fake',
+        'coordinator/store/zk_membership.py',
+        '        if reason is None:\n            raise duplicate_member(',
+        '        if False:\n            raise duplicate_member(',
         'tests/integration/test_store_contract.py::'
-        'test_a_second_agent_with_the_same_vm_name_is_refused_and_the_first_keeps_its_node[memory]',
+        'test_a_second_agent_with_the_same_vm_name_is_refused_and_the_first_keeps_its_node[fake]',
     ),
     (
         'predecessor-process-must-be-gone',
@@ -505,11 +505,12 @@ MUTATIONS = [
         'test_an_approval_checked_before_mark_done_landed_is_not_written_on_the_done_record',
     ),
     (
-        'memory-admits-no-done-record',
-        'coordinator/store/memory.py',
-        '            if event is None or event.record.done_at is not None:\n                return WriteResult.MISSING',
-        '            if event is None:\n                return WriteResult.MISSING',
-        'tests/integration/test_store_contract.py::test_a_record_marked_done_is_admitted_no_more[memory]',
+        'admits-no-done-record',
+        'coordinator/store/zk_records.py',
+        '            if node.done_at is not None:\n                return WriteResult.MISSING\n'
+        '            result = create_on_record(ctx, client, path, node, stat, "admitted",',
+        '            result = create_on_record(ctx, client, path, node, stat, "admitted",',
+        'tests/integration/test_store_contract.py::test_a_record_marked_done_is_admitted_no_more[fake]',
     ),
     (
         'duplicate-stays-out-of-rotation',
@@ -560,7 +561,7 @@ MUTATIONS = [
     (
         'a-cut-down-view-never-admits',
         'coordinator/decide/decision.py',
-        '    if snap.cluster is not None and not snap.cluster.part.holds(view_needed(snap, local)):\n',
+        '    if snap.cluster is not None and not snap.cluster.part.holds(view_needed(snap, local, policy)):\n',
         '    if False:\n',
         'tests/unit/test_own_view.py::test_a_leader_never_admits_on_a_cut_down_view',
     ),
@@ -780,9 +781,9 @@ MUTATIONS = [
     ),
     (
         'hand-drain-an-old-admission-admits-no-new-drain',
-        'coordinator/store/memory_drains.py',
-        "            found[vm] = replace(drain, admitted_by=by, admitted_at=at) if asked == drain.asked else drain\n",
-        "            found[vm] = replace(drain, admitted_by=by, admitted_at=at) if asked is not None else drain\n",
+        'coordinator/store/zk_drains.py',
+        '            if admission is not None and drain is not None and admission.drain == drain.asked:\n',
+        '            if admission is not None and drain is not None:\n',
         'tests/integration/test_store_contract.py::test_a_drain_by_hand_is_admitted_once_and_an_undone_ones_admission_admits_no_later_drain',
     ),
     (
@@ -796,9 +797,9 @@ MUTATIONS = [
     ),
     (
         'vouch-cleared-by-the-done-mark',
-        'coordinator/store/memory.py',
-        'started_at=started_at, closed=closed, vouched=None)',
-        'started_at=started_at, closed=closed)',
+        'coordinator/store/zk_records.py',
+        '**history, done_at=done_at,\n                                                      vouched=None)',
+        '**history, done_at=done_at)',
         'tests/integration/test_store_contract.py::test_an_operators_word_is_written_once_into_the_open_record_and_the_approval_keeps_it',
     ),
     (

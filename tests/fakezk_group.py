@@ -4,12 +4,14 @@ commands through ``coordinator.control``, and what the group holds, read from th
 ``FakeGroup`` offers what tests observe and do from outside the agents:
 
 * ``store(clock)``: a ``ZooKeeperStore`` of the group with its own ``Link`` (``links[store]``), to cut and
-  restore;
+  restore, and the connection faults of a test (``GroupStore``: ``suspend``, ``resume``, ``partition``,
+  ``heal``, ``expire_session``);
 * ``pause``, ``resume``, ``drain``, ``undrain``: the operator's commands (``coordinator pause`` ...), run by
   ``coordinator.control`` over a client of their own; a command the product refuses (no group yet, a VM
   that never ran an agent) does nothing, as at the command line, and returns False;
-* ``members``, ``leader``, ``events``, ``out``, ``paused``, ``hand``: the nodes as the server holds them,
-  parsed with the store's payload models, read without a session (no request is counted, no watch set);
+* ``members``, ``leader``, ``events``, ``history``, ``out``, ``paused``, ``hand``, ``registry``, ``absent``:
+  the nodes as the server holds them, parsed with the store's payload models, read without a session (no
+  request is counted, no watch set);
 * ``expire``, ``expire_silent``: the ensemble ends a session, now or once it has been silent long enough.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
@@ -24,6 +27,7 @@ from typing import TypeVar, cast
 from coordinator import control
 from coordinator.store.base import EventRecord, HandDrain, OutMark, Pause
 from coordinator.store.payloads import (
+    AbsentNode,
     AckNode,
     AdmittedNode,
     DrainAdmittedNode,
@@ -33,12 +37,13 @@ from coordinator.store.payloads import (
     OutNode,
     PauseNode,
     PayloadError,
+    RegistryNode,
 )
-from coordinator.store.zk_paths import ZooKeeperPaths
+from coordinator.store.zk_paths import ZooKeeperPaths, parse_history_name
 from coordinator.store.zookeeper import ZooKeeperStore
 from tests.fakezk import FakeEnsemble, Link
 
-__all__ = ["FakeGroup", "GroupEvent", "HandDrains", "Holder"]
+__all__ = ["FakeGroup", "GroupEvent", "GroupStore", "HandDrains", "Holder", "lone_store"]
 
 HOSTS = "fake-zookeeper:2181"
 _T = TypeVar("_T")
@@ -73,6 +78,43 @@ class HandDrains:
         return self.drains, self.stale
 
 
+class GroupStore(ZooKeeperStore):
+    """A ``ZooKeeperStore`` of a ``FakeGroup``, with the connection faults a test injects:
+
+    * ``suspend()`` / ``resume()``: the link is cut (SUSPENDED: the session and its ephemeral nodes live on,
+      reads raise ``StoreUnavailable``, writes ``StoreUnknownOutcome``, ``approve`` refuses), then restored
+      (CONNECTED on the same session, unless the ensemble expired it meanwhile);
+    * ``partition()`` / ``heal()``: cut off while the ensemble expires the session (its ephemeral nodes
+      vanish); ``start`` fails until ``heal``, after which the client, if started, learns that its session
+      expired (LOST) and reconnects with a new one (CONNECTED), as kazoo does by itself;
+    * ``expire_session()``: the ensemble ends the session now, and the link is up (restored if it was cut):
+      the client goes LOST, then CONNECTED with a new session (through SUSPENDED if it was connected).
+    """
+
+    def __init__(self, group: FakeGroup, link: Link, clock: Callable[[], float]) -> None:
+        super().__init__(HOSTS, group.root, group.cluster, session_timeout=group.session_timeout,
+                         client_factory=link, clock=clock)
+        self.cluster = group
+        self.link = link
+
+    def suspend(self) -> None:
+        self.link.cut()
+
+    def resume(self) -> None:
+        self.link.restore()
+
+    def partition(self) -> None:
+        self.link.cut()
+        self.cluster.expire(self)
+
+    def heal(self) -> None:
+        self.link.restore()
+
+    def expire_session(self) -> None:
+        self.cluster.expire(self)
+        self.link.restore()
+
+
 class FakeGroup:
     """One VM group, ``{root}/{cluster}``, on its own ``FakeEnsemble`` (see the module docstring)."""
 
@@ -101,12 +143,10 @@ class FakeGroup:
 
     # -- stores ------------------------------------------------------------------------------------------
 
-    def store(self, clock: Callable[[], float]) -> ZooKeeperStore:
+    def store(self, clock: Callable[[], float]) -> GroupStore:
         """A new, unstarted store of the group, with a link of its own."""
-        link = self.ensemble.link()
-        store = ZooKeeperStore(HOSTS, self.root, self.cluster, session_timeout=self.session_timeout,
-                               client_factory=link, clock=clock)
-        self.links[id(store)] = link
+        store = GroupStore(self, self.ensemble.link(), clock)
+        self.links[id(store)] = store.link
         return store
 
     def link(self, store: ZooKeeperStore) -> Link:
@@ -194,6 +234,33 @@ class FakeGroup:
         return self._holder(self.paths.leader)
 
     @property
+    def leader_name(self) -> str | None:
+        leader = self.leader
+        return leader.vm if leader is not None else None
+
+    @property
+    def registry(self) -> dict[str, float]:
+        """``/registry``: every VM that ever joined, and when it was first seen."""
+        return self._times(self.paths.registry, self.paths.registered,
+                           lambda data, path: RegistryNode.from_bytes(data, path).first_seen)
+
+    @property
+    def absent(self) -> dict[str, float]:
+        """``/absent``: the VMs the leader saw without an agent, and since when."""
+        return self._times(self.paths.absent, self.paths.absent_vm,
+                           lambda data, path: AbsentNode.from_bytes(data, path).since)
+
+    def _times(self, parent: str, child: Callable[[str], str],
+               parse: Callable[[bytes, str], float]) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for vm in self.ensemble.children(parent):
+            data = self._data(child(vm))
+            with contextlib.suppress(PayloadError):
+                if data is not None:
+                    found[vm] = parse(data, child(vm))
+        return found
+
+    @property
     def paused(self) -> Pause | None:
         data = self._data(self.paths.pause)
         if data is None:
@@ -257,6 +324,28 @@ class FakeGroup:
         return GroupEvent(record, acks, admitted_at)
 
     @property
+    def history(self) -> dict[str, EventRecord]:
+        """``/history``: the finished records moved out of ``/events``, by event id (the latest time it was
+        done, for an event done more than once)."""
+        return dict(self._observed("history", self._history))
+
+    def _history(self) -> dict[str, EventRecord]:
+        found: dict[str, EventRecord] = {}
+        for name in self.ensemble.children(self.paths.history):
+            parsed = parse_history_name(name)
+            data = self._data(self.paths.history_entry(name))
+            if parsed is None or data is None:
+                continue
+            try:
+                node = EventNode.from_bytes(data, self.paths.history_entry(name))
+            except PayloadError:
+                continue
+            approval = node.approval.to_approval() if node.approval is not None else None
+            found[parsed[1]] = node.to_record(parsed[1], approval=approval,
+                                              admitted_at=node.admitted.at if node.admitted is not None else None)
+        return found
+
+    @property
     def hand(self) -> HandDrains:
         return self._observed("hand", self._hand)
 
@@ -289,3 +378,8 @@ class FakeGroup:
                 else:
                     stale.add(vm)
         return HandDrains(drains, frozenset(stale))
+
+
+def lone_store(clock: Callable[[], float] = time.time) -> GroupStore:
+    """A new, unstarted store of a group of its own (a new ``FakeGroup``): an agent alone in its group."""
+    return FakeGroup(clock).store(clock)

@@ -1,4 +1,4 @@
-"""Coordination store: the contract (``base``), ZooKeeper (``zookeeper``) and in-memory (``memory``)."""
+"""Coordination store: the contract (``base``) and its ZooKeeper implementation (``zookeeper``)."""
 
 from coordinator.store.base import (
     Approval,

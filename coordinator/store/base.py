@@ -1,4 +1,4 @@
-"""The coordination-store contract shared by the ZooKeeper and in-memory implementations.
+"""The coordination-store contract, implemented on ZooKeeper by ``coordinator.store.zookeeper``.
 
 Layout (ZooKeeper paths, relative to the cluster's chroot ``{root}/{cluster}``)::
 
@@ -72,7 +72,6 @@ __all__ = [
     "Vouch",
     "Wakeup",
     "WriteResult",
-    "cut_view",
     "lead_view",
     "named_view",
     "own_view",
@@ -287,12 +286,6 @@ def lead_view(view: ClusterView, vm: str) -> ClusterView:
     records = {key: replace(record, acks={vm: record.acks[vm]} if vm in record.acks else {})
                for key, record in view.records.items()}
     return replace(view, records=records, part=Part.LEAD)
-
-
-def cut_view(view: ClusterView, vm: str, part: Part) -> ClusterView:
-    """``view`` cut down to ``part`` for ``vm`` (``own_view``, ``named_view``, ``lead_view``, or as it is)."""
-    cut = {Part.OWN: own_view, Part.NAMED: named_view, Part.LEAD: lead_view}.get(part)
-    return cut(view, vm) if cut is not None else view
 
 
 def own_view(view: ClusterView, vm: str) -> ClusterView:

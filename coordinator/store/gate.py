@@ -1,8 +1,7 @@
 """The rules of the approval gate (``Store.approve``), once: what the gate read is given as ``GateFacts``, and
 ``refusal`` says whether the approval may be written, or why not. The ZooKeeper store reads the facts from
-the ensemble itself after a ``sync`` (``coordinator.store.zk_gate``); the in-memory store from its cluster
-under its lock (``coordinator.store.memory``). Both then write the approval their own way, and the words of a
-refusal are the same whichever store said it.
+the ensemble itself after a ``sync`` (``coordinator.store.zk_gate``), then writes the approval; the rules
+and the words of a refusal live here, apart from how the facts are read.
 
 In order: this agent owns the node it approves as (``/leader``, held for this VM, or ``/members/{vm}``);
 approvals are not paused; the record exists, parses and is not marked done; with ``admission``, the event

@@ -1,5 +1,5 @@
 """Whose is a live member node that another session holds: this VM's previous agent process, or another
-agent configured with the same VM name? Shared by the ZooKeeper and the in-memory store.
+agent configured with the same VM name? Used by the ZooKeeper store's ``join`` and ``campaign``.
 
 A member node held by another session is taken over only when its payload proves that it belongs to
 this VM's previous agent process (one that restarted before its old session expired). The proof, from

@@ -5,7 +5,7 @@ one hostile answer through two edges:
 
 * the client alone (``ImdsClient.get_document``): it must return a document or raise an ``ImdsError``,
   never anything else;
-* a real ``Agent`` of vm0 on the in-memory store, first drained for an event that names vm0 and a VM
+* a real ``Agent`` of vm0 alone on the fake ZooKeeper, first drained for an event that names vm0 and a VM
   without an agent (so that nobody may approve it), then fed the hostile answer for several cycles on a
   fake clock, past the time after which an event counts as gone. No cycle may raise; if no hostile
   answer parsed, vm0 must still be drained (an unreadable document never means "event gone"); and every
@@ -34,8 +34,8 @@ from coordinator.models import Document, format_not_before
 from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.sim import SimulatedGroup, SimulatorServer, VmInfo
 from coordinator.state import StateFile
-from coordinator.store.memory import MemoryCluster, MemoryStore
 from tests.doubles import Clock, InlineExecutor
+from tests.fakezk_group import lone_store
 from tests.hostile.inputs import EVENT_ID, HostileBody, encode
 
 __all__ = ["WALL", "ImdsBench", "Trial", "baseline_document", "valid_not_before"]
@@ -190,7 +190,7 @@ class ImdsBench:
             clock = Clock(WALL)
             probe = ProbeState()
             imds = _RecordingImds(client, probe)
-            agent = Agent(vm="vm0", imds=imds, store=MemoryStore(MemoryCluster(), clock=clock.now),
+            agent = Agent(vm="vm0", imds=imds, store=lone_store(clock.now),
                           actions=[ProbeAction(probe)], policy=POLICY, metrics=Metrics(CollectorRegistry()),
                           clock=clock, executor=InlineExecutor(),  # type: ignore[arg-type]
                           state_file=StateFile(Path(tmp) / "vm0.json"))

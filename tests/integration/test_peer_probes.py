@@ -19,9 +19,9 @@ from coordinator.httpserver import HttpSurface
 from coordinator.peers import PHASE_HEADER, PeerProbes
 from coordinator.runtime import advertised_probe_url
 from coordinator.snapshot import PeerSeen
-from coordinator.store.memory import MemoryCluster, MemoryStore
 from coordinator.support.probes import ProbeAnswer, ask_all
 from coordinator.testbed.waiting import wait_until
+from tests.fakezk_group import FakeGroup
 
 
 class Peer:
@@ -99,8 +99,8 @@ def test_the_probe_answer_carries_the_phase_for_the_load_balancer_and_the_peers(
 
 
 def test_follow_probes_the_live_members_while_wanted_and_stops_when_not(peer: Peer) -> None:
-    cluster = MemoryCluster()
-    stores = {vm: MemoryStore(cluster) for vm in ("vm0", "vm1", "vm2")}
+    cluster = FakeGroup(time.time)
+    stores = {vm: cluster.store(time.time) for vm in ("vm0", "vm1", "vm2")}
     for store in stores.values():
         store.start()
     stores["vm0"].join("vm0", {"probe": "http://127.0.0.1:9/health"})
@@ -118,7 +118,7 @@ def test_follow_probes_the_live_members_while_wanted_and_stops_when_not(peer: Pe
         probes.follow(stores["vm0"], stores["vm0"].read_view("vm0"), "vm0", wanted=True)
         probes.probe_once()
         assert probes.seen() == {}
-        stores["vm1"] = MemoryStore(cluster)
+        stores["vm1"] = cluster.store(time.time)
         stores["vm1"].start()
         stores["vm1"].join("vm1", {"probe": peer.url})
         probes.follow(stores["vm0"], stores["vm0"].read_view("vm0"), "vm0", wanted=False)

@@ -30,8 +30,8 @@ from coordinator.httpserver import HttpSurface
 from coordinator.metrics import Metrics
 from coordinator.models import Document, parse_document
 from coordinator.runtime import build_actions
-from coordinator.store.memory import MemoryCluster, MemoryStore
 from coordinator.testbed.waiting import wait_until
+from tests.fakezk_group import lone_store
 
 TOKEN = "s3cr3t-T0KEN-5f1c"
 EID = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
@@ -144,7 +144,7 @@ def test_the_token_reaches_its_action_and_nowhere_else(
     assert receiver.authorizations == [f"Bearer {TOKEN}"] * 2
 
     # The agent: the first action fails the drain, and /status says so.
-    agent = Agent(vm="vm0", imds=OneEvent(), store=MemoryStore(MemoryCluster()),
+    agent = Agent(vm="vm0", imds=OneEvent(), store=lone_store(),
                   actions=[ProbeAction(ProbeState()), *build_actions(settings)],
                   policy=Policy(drain_wait=0.0, max_events=None, keep_one_serving=False),
                   metrics=Metrics(CollectorRegistry()), poll_interval=0.1)

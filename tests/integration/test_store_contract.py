@@ -1,8 +1,8 @@
 """The ``Store`` contract (coordinator.store.base), run against every implementation.
 
-``memory`` runs in-process; ``zookeeper`` runs against the real server of the test session, each test in
-its own root path; ``fake`` runs the ZooKeeper store in-process over ``tests.fakezk``, the fake ZooKeeper
-that the model-based suite runs it over.
+``zookeeper`` runs against the real server of the test session, each test in its own root path; ``fake``
+runs the ZooKeeper store in-process over ``tests.fakezk``, the fake ZooKeeper that every in-process test
+of the agent runs it over.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from coordinator.store.base import (
     Vouch,
     WriteResult,
 )
-from coordinator.store.memory import MemoryCluster, MemoryStore
 from coordinator.store.zookeeper import ZooKeeperStore
 from tests.doubles import member_identity
 from tests.fakezk import FakeEnsemble
+from tests.fakezk_group import FakeGroup
 from tests.plugins.zookeeper import expire_session, wait_until
 
 EVENT = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
@@ -58,36 +58,11 @@ class Harness:
     resume: Callable[[], None]
 
 
-@pytest.fixture(params=["memory", "fake", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
+@pytest.fixture(params=["fake", pytest.param("zookeeper", marks=pytest.mark.zookeeper)])
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     stores: list[Store] = []
 
-    if request.param == "memory":
-        clusters: dict[str, MemoryCluster] = {}
-
-        def make(cluster: str = "alpha") -> Store:
-            store = MemoryStore(clusters.setdefault(cluster, MemoryCluster()), clock=lambda: T0)
-            store.start()
-            stores.append(store)
-            return store
-
-        def expire(store: Store) -> None:
-            assert isinstance(store, MemoryStore)
-            store.expire_session()
-
-        def drain(vm: str, reason: str) -> None:
-            clusters["alpha"].drain(vm, reason, "ops", T0)
-
-        def undrain(vm: str) -> None:
-            clusters["alpha"].undrain(vm)
-
-        def pause(reason: str) -> None:
-            clusters["alpha"].pause(reason, "ops", T0)
-
-        def resume() -> None:
-            clusters["alpha"].resume()
-
-    elif request.param == "fake":
+    if request.param == "fake":
         ensemble = FakeEnsemble(clock=lambda: T0)
         group = control.GroupAddress("fake-zookeeper:2181", "/coordinator", "alpha", client_factory=ensemble.link())
 
@@ -524,9 +499,10 @@ def test_session_loss_drops_ephemerals_and_join_recreates(harness: Harness) -> N
     assert b.read_view("vm-b").members == {"vm-a", "vm-b"}
 
 
-def test_memory_store_suspend_and_resume() -> None:
-    """The in-memory test control; the ZooKeeper store is suspended for real in test_zookeeper_store.py."""
-    a = MemoryStore(MemoryCluster(), clock=lambda: T0)
+def test_a_fake_groups_store_suspends_and_resumes() -> None:
+    """The test control of ``tests.fakezk_group.GroupStore`` (its link cut, then restored); the ZooKeeper
+    store is suspended for real in test_zookeeper_store.py."""
+    a = FakeGroup(lambda: T0).store(lambda: T0)
     a.start()
     a.join("vm-a", {})
     a.campaign("vm-a")

@@ -232,7 +232,7 @@ def _run(clock: _Clock, group: ImdsGroup, agents: Mapping[str, Agent], seconds: 
 
 
 def test_end_to_end_a_reused_event_id_is_approved_while_no_vm_answers_its_probe(tmp_path: Path) -> None:
-    """Real agents on the in-memory store, against the model of IMDS:
+    """Real agents on the ZooKeeper store over the fake ZooKeeper, against the model of IMDS:
 
     1. vm0, vm1 and vm2 run agents (the default budget) and are back in rotation after their start.
     2. A Reboot K for vm2 alone is scheduled 10 minutes away: admitted, drained, acknowledged, approved by
@@ -334,7 +334,7 @@ class _RecordedProbe(ProbeState):
 
 
 def test_a_drain_queued_behind_a_slow_recovery_is_acknowledged_before_the_drain_wait(tmp_path: Path) -> None:
-    """Real agents on the in-memory store, against the model of IMDS (drain wait 10 s):
+    """Real agents on the ZooKeeper store over the fake ZooKeeper, against the model of IMDS (drain wait 10 s):
 
     1. vm0, vm1 and vm2 start; vm1's start-up recovery is slow (its jobs wait in the executor), so vm1
        stays out of rotation; vm0 and vm2 serve.

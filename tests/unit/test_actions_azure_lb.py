@@ -28,8 +28,8 @@ from coordinator.metrics import Metrics
 from coordinator.models import format_not_before, parse_document
 from coordinator.runtime import startup_summary
 from coordinator.state import StateFile
-from coordinator.store.memory import MemoryCluster, MemoryStore
 from tests.doubles import Clock, InlineExecutor, StaticImds
+from tests.fakezk_group import lone_store
 
 POOL = ("/subscriptions/00000000-0000-0000-0000-000000000001/resourceGroups/rg/providers/Microsoft.Network/"
         "loadBalancers/lb/backendAddressPools/web")
@@ -168,7 +168,7 @@ def test_a_drain_that_falls_back_to_the_probe_says_so_up_to_the_agents_status(tm
     document = parse_document({"DocumentIncarnation": 2, "Events": [{
         "EventId": "E1", "EventType": "Freeze", "EventStatus": "Scheduled", "Resources": ["vm0"],
         "NotBefore": not_before}]})
-    agent = Agent(vm="vm0", imds=StaticImds(document), store=MemoryStore(MemoryCluster(), clock=clock.now),
+    agent = Agent(vm="vm0", imds=StaticImds(document), store=lone_store(clock.now),
                   actions=[ProbeAction(ProbeState()), action], policy=Policy(), metrics=Metrics(CollectorRegistry()),
                   clock=clock, executor=InlineExecutor(),  # type: ignore[arg-type]
                   state_file=StateFile(tmp_path / "state.json"))

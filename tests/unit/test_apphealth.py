@@ -25,9 +25,9 @@ from coordinator.httpserver import APP_HEALTH_REASON_HEADER, HttpSurface, Listen
 from coordinator.metrics import Metrics
 from coordinator.models import format_not_before, parse_document
 from coordinator.state import StateFile
-from coordinator.store.memory import MemoryCluster, MemoryStore
 from tests.doubles import Clock as AgentClock
 from tests.doubles import InlineExecutor, StaticImds
+from tests.fakezk_group import lone_store
 
 STUCK = 600.0
 FAILING = 1800.0
@@ -312,7 +312,7 @@ def _recovering_agent(tmp_path: Path, error: ActionError) -> tuple[Agent, AgentC
     imds = StaticImds(parse_document({"DocumentIncarnation": 2, "Events": [{
         "EventId": "E1", "EventType": "Freeze", "EventStatus": "Scheduled", "Resources": ["vm0"],
         "NotBefore": not_before}]}))
-    agent = Agent(vm="vm0", imds=imds, store=MemoryStore(MemoryCluster(), clock=clock.now),
+    agent = Agent(vm="vm0", imds=imds, store=lone_store(clock.now),
                   actions=[ProbeAction(ProbeState()), _Recovery(error)], policy=Policy(),
                   metrics=Metrics(CollectorRegistry()), clock=clock, executor=InlineExecutor(),  # type: ignore[arg-type]
                   state_file=StateFile(tmp_path / "state.json"))

@@ -3,7 +3,7 @@
 Azure shows a VM every event of its delivery unit (its availability set or scale-set placement group), or on
 some sizes only the events naming it; one group (one budget, one load balancer) may span several units. Each
 test is a way a group once waited for NotBefore, or closed a record of an event still present, because the
-agents guessed the delivery from who had published a record. Real ``Agent`` objects on the in-memory store
+agents guessed the delivery from who had published a record. Real ``Agent`` objects on the fake ZooKeeper
 (``Bench``), each VM's IMDS showing what Azure would show it. ``docs/safety.md`` (L2, L4, "Delivery units")
 states the rules.
 """

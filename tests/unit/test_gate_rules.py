@@ -1,6 +1,6 @@
 """The approval gate's rules (``coordinator.store.gate.refusal``), as a table of what the gate read and what it
-says. Both stores judge their reads with it: the ZooKeeper store's reads are driven through its refusals on a
-real server in ``tests/integration/test_zookeeper_store.py``, the memory store's by the model-based suite."""
+says. The ZooKeeper store judges its reads with it: they are driven through its refusals on a real server in
+``tests/integration/test_zookeeper_store.py``, and over the fake ZooKeeper by the model-based suite."""
 
 from __future__ import annotations
 

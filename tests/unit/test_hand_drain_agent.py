@@ -1,4 +1,4 @@
-"""Drains by hand through whole agents (the in-memory store, simulated time): the budget admits them, a
+"""Drains by hand through whole agents (the fake ZooKeeper, simulated time): the budget admits them, a
 drained VM stays out across restarts and failed reads, and undoing the drain puts it back."""
 
 from __future__ import annotations

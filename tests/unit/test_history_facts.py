@@ -1,6 +1,6 @@
 """The two facts the agents keep for ``coordinator status --history`` at no request more: when the closing
 agent first saw an event Started (``plan_writes.note_started``, written with the done mark), and the acks an
-approval was released on (written with the approval), through the agent loop on the in-memory store."""
+approval was released on (written with the approval), through the agent loop on the fake ZooKeeper."""
 
 from __future__ import annotations
 

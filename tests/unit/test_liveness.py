@@ -2,7 +2,7 @@
 
 ``docs/safety.md`` states L1-L4 beside the safety invariants. Each test here is a way a group once waited
 for NotBefore although the policy allowed an early start: as tables of the pure decision where one cycle
-shows it, and with real ``Agent`` objects on the in-memory store (``Bench``) where it takes restarts,
+shows it, and with real ``Agent`` objects on the fake ZooKeeper (``Bench``) where it takes restarts,
 leader changes or a store that cannot be read. Each fails on the code before its fix.
 """
 

@@ -2,8 +2,8 @@
 view, the pause and the maintenance windows landed (``docs/safety.md``, rows 21 to 32).
 
 Same bench as ``test_safety_regressions``: real ``Agent`` objects with the real decision code, on the
-in-memory store, a small IMDS group driven by the test, a fake clock and inline actions. Each test fails
-on the code before the fix it names (``scripts/check_regressions.py`` proves it).
+ZooKeeper store over the fake ZooKeeper, a small IMDS group driven by the test, a fake clock and inline
+actions. Each test fails on the code before the fix it names (``scripts/check_regressions.py`` proves it).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What an operator sees of an agent: its metrics, its liveness and its readiness.
 
-Real ``Agent`` objects on the in-memory store and a small IMDS group driven by the test (the bench of
+Real ``Agent`` objects on the fake ZooKeeper and a small IMDS group driven by the test (the bench of
 ``tests/unit/test_safety_regressions.py``), with a fake clock and actions that run inline. Metrics are
 read from each agent's own registry.
 """
@@ -260,7 +260,7 @@ def test_a_lost_cluster_view_is_said_once_reminded_each_minute_and_its_end_said_
     bench.run(150)
     vm0.store.resume()
     bench.run(3)
-    why = "store connection suspended: write not attempted"  # the agent's first call of a cycle (join)
+    why = "ZooKeeper connection suspended: write not attempted"  # the agent's first call of a cycle (join)
     assert _view_lines(caplog, "vm0") == [
         f"cluster view unavailable (vm=vm0): {why}; nothing is approved until it is back",
         f"cluster view still unavailable after 60 s (vm=vm0): {why} (60 failed reads since the last line)",
@@ -283,9 +283,9 @@ def test_readiness_is_kept_through_a_zookeeper_outage_and_says_what_holds_now(tm
     assert ready.ok, ready  # the agent is not at fault: restarting it would not bring ZooKeeper back
     assert "coordinating:" not in ready.detail
     assert ready.lead == "not coordinating"
-    assert ready.detail == ("no ZooKeeper view for 150 s (store connection suspended: write not attempted): nothing is "
-                            "approved until it is back; still ready: it joined its group, and a restart would not "
-                            "bring this back"), ready
+    assert ready.detail == ("no ZooKeeper view for 150 s (ZooKeeper connection suspended: write not attempted): "
+                            "nothing is approved until it is back; still ready: it joined its group, and a restart "
+                            "would not bring this back"), ready
     vm0.store.resume()
     bench.run(1)
     assert vm0.agent.ready().detail.startswith("coordinating:")

@@ -15,8 +15,8 @@ from coordinator.errors import ImdsFenced, ImdsUnavailable
 from coordinator.metrics import Metrics
 from coordinator.plan_approvals import send_approvals
 from coordinator.snapshot import ApprovalIntent
-from coordinator.store.memory import MemoryCluster, MemoryStore
 from coordinator.telemetry import Telemetry
+from tests.fakezk_group import FakeGroup
 from tests.unit.test_policy import NOW, A, B, doc, ev, rec
 
 POLICY = Policy(session_timeout=10.0)
@@ -54,8 +54,8 @@ class Group:
     """vm0's store, a record of A and of B naming vm0, A acknowledged by vm0 and B not."""
 
     def __init__(self) -> None:
-        self.cluster = MemoryCluster()
-        self.store = MemoryStore(self.cluster, clock=lambda: NOW)
+        self.cluster = FakeGroup(lambda: NOW)
+        self.store = self.cluster.store(lambda: NOW)
         self.store.start()
         self.store.join("vm0", {})
         for key in (A, B):

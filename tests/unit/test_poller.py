@@ -24,7 +24,7 @@ from coordinator.imds import ImdsClient
 from coordinator.metrics import Metrics
 from coordinator.models import Document, parse_document
 from coordinator.poller import ImdsPoller, Reading
-from coordinator.store.memory import MemoryCluster, MemoryStore
+from tests.fakezk_group import FakeGroup
 from tests.unit.test_safety_regressions import E2, POLICY, Bench, E, FakeImds
 
 EMPTY = parse_document({"DocumentIncarnation": 1, "Events": []})
@@ -199,8 +199,12 @@ def test_the_loop_serves_the_group_while_imds_hangs(tmp_path: Path) -> None:
         release.wait(30)
         return EMPTY
 
-    cluster = MemoryCluster()
-    cluster.registry["vm9"] = 0.0  # a VM that once joined and whose agent is gone
+    cluster = FakeGroup(time.time)
+    gone = cluster.store(time.time)  # a VM that once joined and whose agent is gone
+    gone.start()
+    gone.join("vm9", {})
+    gone.stop()
+    assert "vm9" in cluster.registry and "vm9" not in cluster.members
     agent, stop, thread, poller = _running_agent(tmp_path, read, interval=1.0, cluster=cluster)
     try:
         deadline = time.monotonic() + 5
@@ -280,13 +284,13 @@ def test_a_reading_with_an_event_runs_its_cycle_at_once_in_a_quiet_group(tmp_pat
     assert phase in ("draining", "drained")
 
 
-def _running_agent(tmp_path: Path, read: object, *, interval: float, cluster: MemoryCluster | None = None,
+def _running_agent(tmp_path: Path, read: object, *, interval: float, cluster: FakeGroup | None = None,
                    idle_cycle: float = 5.0,
                    policy: Policy = POLICY) -> tuple[Agent, threading.Event, threading.Thread, ImdsPoller]:
     agent_ref: list[Agent] = []
     poller = ImdsPoller(read, interval=interval,  # type: ignore[arg-type]
                         on_reading=lambda: agent_ref[0].reading_arrived() if agent_ref else None)
-    store = MemoryStore(cluster or MemoryCluster())
+    store = (cluster or FakeGroup(time.time)).store(time.time)
     agent = Agent(vm="vm0", imds=FakeImds.__new__(FakeImds), store=store, actions=[ProbeAction(ProbeState())],
                   policy=policy, metrics=Metrics(CollectorRegistry()), poll_interval=interval, readings=poller,
                   idle_cycle=idle_cycle)
