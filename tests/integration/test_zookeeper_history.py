@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import time
 
-from kazoo.client import KazooClient
-
 from coordinator.store.base import EventRecord, WriteResult
 from coordinator.store.payloads import EventNode
 from coordinator.store.zk_history import LIST_EVERY
 from coordinator.store.zk_paths import history_name
-from coordinator.store.zookeeper import ZooKeeperStore
+from tests.integration.test_zookeeper_store import raw_client as raw
 from tests.plugins.zookeeper import StoreMaker
 
 EVENT = "C7E9D5B4-7F3A-4E2B-9D1C-0A1B2C3D4E5F"
@@ -22,11 +20,6 @@ T0 = 1_700_000_000.0
 def record(event_id: str = EVENT) -> EventRecord:
     return EventRecord(event_id=event_id, event_type="Freeze", resources=("vm-a", "vm-b"), not_before=T0 + 60,
                        published_by="vm-a", published_at=T0)
-
-
-def raw(store: ZooKeeperStore) -> KazooClient:
-    assert store.client is not None
-    return store.client
 
 
 def test_a_done_record_moves_with_its_data_and_takes_an_orphan_ack_along(
