@@ -68,7 +68,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"coordinator: status: --{name.replace('_', '-')} must be positive", file=sys.stderr)
             return 2
     with quiet_logging(args.verbose):
-        return _run(args, settings)
+        if args.watch is None:
+            return _run(args, settings)
+        # Under --watch, SIGTERM ends the command as Ctrl-C does from its start to its end: a supervisor or
+        # ``timeout`` may stop it while it connects or closes, not only between two frames.
+        with _sigterm_as_ctrl_c():
+            try:
+                return _run(args, settings)
+            except KeyboardInterrupt:
+                return 0
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:

@@ -11,6 +11,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -341,3 +342,25 @@ def test_history_is_refused_with_watch_in_one_line(finished: dict[str, Any]) -> 
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr == "coordinator: status: --history shows what the store keeps, once: it does not combine " \
                          "with --watch\n"
+
+
+def test_watch_stopped_by_sigterm_while_it_connects_ends_as_ctrl_c_does() -> None:
+    """A supervisor or ``timeout`` may stop ``--watch`` before its first frame (ZooKeeper slow to answer, or
+    not there): it ends with status 0, as between two frames, not killed by the signal (143 under
+    ``timeout --preserve-status``)."""
+    env = {k: v for k, v in {**os.environ, "PYTHONPATH": str(ROOT)}.items() if not k.startswith("COORDINATOR__")}
+    with socket.socket() as closed:  # a loopback port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "coordinator", "status", "--zookeeper", f"127.0.0.1:{port}",
+                             "--cluster", "beta", "--watch", "1", "--timeout", "30"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    try:
+        time.sleep(2.0)  # started, connecting
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
