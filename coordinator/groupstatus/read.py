@@ -297,8 +297,7 @@ class GroupReader:
             info = self._store.member_info(sorted(view.members))
             finished = self._store.read_history(history_since) if history else {}
             if finished:
-                view = replace(view, records={**{k: r for k, r in finished.items() if k not in view.records},
-                                              **view.records})
+                view = replace(view, records={**finished, **view.records})  # a record still in /events wins
         except StoreError as exc:
             raise GroupStatusError(f"cannot read ZooKeeper at {self.hosts}: {exc}") from None
         leader_since = self._leader_since() if view.leader is not None else None

@@ -245,6 +245,13 @@ class EventNode(NodePayload):
             mirrored=(0, 1),
         )
 
+    def record_of_copies(self, event_id: str, acks: Mapping[str, float | None] | None = None) -> EventRecord:
+        """``to_record`` with the admission and approval this node's data copies (``mirrors``: for a node
+        whose copy holds, or one that no longer has the children, a record moved to the history)."""
+        return self.to_record(event_id, acks=acks,
+                              approval=self.approval.to_approval() if self.approval is not None else None,
+                              admitted_at=self.admitted.at if self.admitted is not None else None)
+
     def to_record(
         self,
         event_id: str,

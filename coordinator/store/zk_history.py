@@ -37,6 +37,7 @@ from coordinator.store.base import EventRecord
 from coordinator.store.payloads import EventNode, PayloadError
 from coordinator.store.zk_context import StoreContext
 from coordinator.store.zk_paths import history_name, parse_history_name
+from coordinator.store.zk_records import subtree
 from coordinator.store.zk_session import Deadline
 
 __all__ = ["LIST_EVERY", "HistoryKeeping", "archive_done", "read_history"]
@@ -113,7 +114,8 @@ def _move(ctx: StoreContext, client: KazooClient, event_id: str, known: tuple[by
         if node.done_at is None:
             return False
         entry = ctx.paths.history_entry(history_name(node.done_at, event_id))
-        doomed = [ctx.paths.acks(event_id)] if attempt == 0 else _children(ctx, client, path, deadline)
+        # Its children, each before its parent (``subtree`` lists the record first, then parents first).
+        doomed = [ctx.paths.acks(event_id)] if attempt == 0 else subtree(ctx, client, path, deadline)[:0:-1]
         for create in (True, False):
             transaction = client.transaction()
             if create:
@@ -132,24 +134,6 @@ def _move(ctx: StoreContext, client: KazooClient, event_id: str, known: tuple[by
             # The history's parent is missing (a group an earlier version made): made, then again.
             wait(client.ensure_path_async(ctx.paths.history), deadline)
     return False
-
-
-def _children(ctx: StoreContext, client: KazooClient, path: str, deadline: Deadline) -> list[str]:
-    """Every node below ``path``, children before their parents."""
-    wait = ctx.session.wait
-    found: list[str] = []
-    pending = [path]
-    while pending:
-        parent = pending.pop()
-        try:
-            names = wait(client.get_children_async(parent), deadline)
-        except NoNodeError:
-            continue
-        for name in names:
-            found.append(f"{parent}/{name}")
-            pending.append(f"{parent}/{name}")
-    # A child is listed after its parent: reversed, every child comes before its parent.
-    return list(reversed(found))
 
 
 def read_history(ctx: StoreContext, client: KazooClient, deadline: Deadline, since: float | None = None,
@@ -180,9 +164,7 @@ def read_history(ctx: StoreContext, client: KazooClient, deadline: Deadline, sin
             log.warning("undecodable record in the history, left out: %s", exc)
             kept[name] = None
             continue
-        kept[name] = node.to_record(
-            name.partition("-")[2], approval=node.approval.to_approval() if node.approval is not None else None,
-            admitted_at=node.admitted.at if node.admitted is not None else None)
+        kept[name] = node.record_of_copies(name.partition("-")[2])
     records: dict[str, EventRecord] = {}
     for (_, event_id), name in parsed:
         record = kept.get(name)

@@ -57,6 +57,7 @@ __all__ = [
     "publish_event",
     "purge_done",
     "set_done",
+    "subtree",
     "withdraw_ack",
 ]
 
@@ -407,9 +408,9 @@ def purge_done(ctx: StoreContext, older_than: float) -> int:
                 continue
             if done_at is None or done_at >= older_than:
                 continue
-            subtree = _subtree(ctx, client, ctx.paths.event(event_id), deadline)
+            nodes = subtree(ctx, client, ctx.paths.event(event_id), deadline)
             transaction = client.transaction()
-            for path in reversed(subtree):  # children before parents
+            for path in reversed(nodes):  # children before parents
                 transaction.delete(path)
             results = wait(transaction.commit_async(), deadline)
             if all(result is True for result in results):
@@ -430,7 +431,7 @@ def _delete(ctx: StoreContext, path: str, what: str) -> WriteResult:
     return WriteResult.DONE
 
 
-def _subtree(ctx: StoreContext, client: KazooClient, path: str, deadline: Deadline) -> list[str]:
+def subtree(ctx: StoreContext, client: KazooClient, path: str, deadline: Deadline) -> list[str]:
     """``path`` and every node below it, parents before children."""
     nodes = [path]
     index = 0

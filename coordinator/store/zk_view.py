@@ -575,9 +575,7 @@ class _RecordRead:
             if ack is not None:
                 acks[name] = ack.at
         if self._mirrored:
-            return node.to_record(event_id, acks=acks,
-                                  approval=node.approval.to_approval() if node.approval is not None else None,
-                                  admitted_at=node.admitted.at if node.admitted is not None else None)
+            return node.record_of_copies(event_id, acks)
         approval: Approval | None = None
         if self._approval_r is not None:
             try:
