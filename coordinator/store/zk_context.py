@@ -43,11 +43,11 @@ class StoreContext:
             parts = self.paths.base.strip("/").split("/")
             for depth in range(1, len(parts) + 1):
                 path = "/" + "/".join(parts[:depth])
-                acl = list(acls.for_path(path, self.paths.base, self.paths.pause))
+                acl = list(acls.for_path(path, self.paths.base))
                 with contextlib.suppress(NodeExistsError):
                     self.session.wait(client.create_async(path, b"", acl=acl), deadline)
             # Operators create and delete its children (``coordinator drain``): the base's ACL, not the default.
-            acl = list(acls.for_path(self.paths.drains, self.paths.base, self.paths.pause, self.paths.drains))
+            acl = list(acls.for_path(self.paths.drains, self.paths.base))
             with contextlib.suppress(NodeExistsError):
                 self.session.wait(client.create_async(self.paths.drains, b"", acl=acl), deadline)
         for result in [client.ensure_path_async(path) for path in self.paths.layout()]:
@@ -71,7 +71,7 @@ class StoreContext:
         changed, pending = 0, [self.paths.base]
         while pending:
             path = pending.pop()
-            want = list(acls.for_path(path, self.paths.base, self.paths.pause, self.paths.drains))
+            want = list(acls.for_path(path, self.paths.base))
             try:
                 wait(client.set_acls_async(path, want), deadline)
                 changed += 1

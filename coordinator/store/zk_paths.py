@@ -10,17 +10,22 @@ or by a buggy agent is skipped rather than trusted).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from coordinator.errors import ConfigError
 from coordinator.names import normalize_event_id, normalize_vm_name
+from coordinator.store.base import Part
 
 __all__ = [
     "LAYOUT_VERSION",
     "NODES",
+    "Node",
     "ZooKeeperPaths",
     "history_name",
     "is_canonical_event_id",
     "is_canonical_vm",
+    "node_at",
+    "operators_create_in",
     "parse_history_name",
     "validate_cluster",
     "validate_root",
@@ -34,24 +39,72 @@ LAYOUT_VERSION = 1
 
 _PATH_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
-# Every node of the layout, relative to the group's base, and whether it lives with the session that made it.
-# docs/architecture.md's "ZooKeeper layout" table lists these, in this order (``tests/unit/test_docs.py``).
-NODES: tuple[tuple[str, str], ...] = (
-    ("/members/{vm}", "ephemeral"),
-    ("/leader", "ephemeral"),
-    ("/events/{EVENT_ID}", "persistent"),
-    ("/registry/{vm}", "persistent"),
-    ("/absent/{vm}", "persistent"),
-    ("/out/{vm}", "persistent"),
-    ("/events/{EVENT_ID}/admitted", "persistent"),
-    ("/events/{EVENT_ID}/acks/{vm}", "ephemeral"),
-    ("/events/{EVENT_ID}/approval", "persistent"),
-    ("/pause", "persistent"),
-    ("/drains/{vm}", "persistent"),
-    ("/drains-admitted/{vm}", "persistent"),
-    ("/layout", "persistent"),
-    ("/history/{DONE_MS}-{EVENT_ID}", "persistent"),
+@dataclass(frozen=True)
+class Node:
+    """One kind of node of the layout, relative to the group's base (``{vm}``, ``{EVENT_ID}``, ``{DONE_MS}``
+    stand for a name).
+
+    ``lifetime``: ``ephemeral`` (lives with the session that made it) or ``persistent``. ``writers``: who may
+    create, change and delete it, which is its ACL once ACLs are configured (``zk_security.NodeAcls``):
+    ``agents`` (operators and readers read it), or ``operators`` (operators' commands write it too, and the
+    node it lives in lets them create and delete children). ``read_from``: the least part of the view
+    (``coordinator.store.base.Part``) that reads every node of this kind, each read carrying a watch; None
+    when no agent reads it. ``own_from``: for a node named by a VM, the least part in which a VM reads its own
+    one, where that is a smaller part than ``read_from``."""
+
+    path: str
+    lifetime: str
+    writers: str = "agents"
+    read_from: Part | None = Part.OWN
+    own_from: Part | None = None
+
+    def reads(self, part: Part, own: bool = False) -> bool:
+        """Whether a view of ``part`` reads a node of this kind (``own``: one named by the reading VM)."""
+        least = self.own_from if own and self.own_from is not None else self.read_from
+        return least is not None and part.holds(least)
+
+
+# Every node of the layout. docs/architecture.md's "ZooKeeper layout" table lists these, in this order, with
+# the same lifetime, writers and readers (``tests/unit/test_docs.py``); ``tests/unit/test_layout_reads.py``
+# checks each part of the view against ``read_from`` and ``own_from``, request by request.
+NODES: tuple[Node, ...] = (
+    Node("/members/{vm}", "ephemeral"),
+    Node("/leader", "ephemeral"),
+    Node("/events/{EVENT_ID}", "persistent", read_from=Part.NAMED),
+    Node("/registry/{vm}", "persistent"),
+    Node("/absent/{vm}", "persistent", read_from=Part.LEAD),
+    Node("/out/{vm}", "persistent", read_from=Part.LEAD, own_from=Part.OWN),
+    Node("/events/{EVENT_ID}/admitted", "persistent", read_from=Part.NAMED),
+    Node("/events/{EVENT_ID}/acks/{vm}", "ephemeral", read_from=Part.WHOLE, own_from=Part.NAMED),
+    Node("/events/{EVENT_ID}/approval", "persistent", read_from=Part.NAMED),
+    Node("/pause", "persistent", writers="operators"),
+    Node("/drains/{vm}", "persistent", writers="operators", read_from=Part.LEAD, own_from=Part.OWN),
+    Node("/drains-admitted/{vm}", "persistent", read_from=Part.LEAD, own_from=Part.OWN),
+    Node("/layout", "persistent"),
+    Node("/history/{DONE_MS}-{EVENT_ID}", "persistent", read_from=None),
 )
+
+
+def _pattern(node: Node) -> re.Pattern[str]:
+    return re.compile(re.sub(r"\\\{[A-Z_a-z]+\\\}", "[^/]+", re.escape(node.path)))
+
+
+_PATTERNS = tuple((_pattern(node), node) for node in NODES)
+
+
+def node_at(relative: str) -> Node | None:
+    """The kind of node at ``relative`` (a path below the group's base, with its leading slash); None for
+    the base's lists and for a path the layout has no node at."""
+    for pattern, node in _PATTERNS:
+        if pattern.fullmatch(relative):
+            return node
+    return None
+
+
+def operators_create_in(relative: str) -> bool:
+    """Whether operators create and delete children of the node at ``relative`` (``""``: the base): the
+    node that the layout's operator-written nodes live in."""
+    return any(node.writers == "operators" and node.path.rsplit("/", 1)[0] == relative for node in NODES)
 
 
 class ZooKeeperPaths:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
+from coordinator.store.zk_paths import node_at, operators_create_in
+
 __all__ = [
     "NodeAcls",
     "digest_identity",
@@ -78,16 +80,20 @@ class NodeAcls:
     pause: tuple[ACL, ...]  # the pause node: agents and operators all, readers read
     ancestors: tuple[ACL, ...]  # root's components: agents all, anyone read and create
 
-    def for_path(self, path: str, base: str, pause: str, drains: str | None = None) -> tuple[ACL, ...]:
-        """The ACL a node at ``path`` should carry. ``drains``, the parent of the operators' drains by hand,
-        is like the base (operators create and delete its children), and each drain like the pause."""
-        if path in (base, drains):
+    def for_path(self, path: str, base: str) -> tuple[ACL, ...]:
+        """The ACL a node at ``path`` should carry, from the layout's table (``zk_paths.NODES``): a node that
+        operators write (the pause, a drain by hand) gets ``pause``; the base and a node whose children
+        operators create and delete (``/drains``) get ``base``; every other node below the base
+        ``default``; the root's components ``ancestors``."""
+        if not (path == base or path.startswith(base + "/")):
+            return self.ancestors
+        relative = path[len(base):]
+        if operators_create_in(relative):
             return self.base
-        if path == pause or (drains is not None and path.startswith(drains + "/")):
+        node = node_at(relative)
+        if node is not None and node.writers == "operators":
             return self.pause
-        if path.startswith(base + "/"):
-            return self.default
-        return self.ancestors
+        return self.default
 
 
 def identity_words(auth_data: Sequence[tuple[str, str]], tls: object | None) -> str:

@@ -144,11 +144,22 @@ def test_every_function_the_safety_doc_names_exists() -> None:
 
 def test_the_architecture_layout_table_lists_the_layouts_nodes() -> None:
     """docs/architecture.md's "ZooKeeper layout" table is the layout of ``coordinator.store.zk_paths.NODES``:
-    the same nodes, in the same order, each with its kind."""
+    the same nodes, in the same order, each with its lifetime, its writers (the ACL) and its readers."""
+    from coordinator.store.base import Part
     from coordinator.store.zk_paths import NODES
+
+    readers = {Part.OWN: "every agent", Part.NAMED: "every VM an event names, the leader",
+               Part.LEAD: "the leader, an approver", Part.WHOLE: "an approver", None: "no agent"}
+    writers = {"agents": "agents", "operators": "agents, operators"}
+
+    def words(node: object) -> tuple[str, str, str, str]:
+        assert isinstance(node, type(NODES[0]))
+        read = readers[node.read_from] + (f"; its own: {readers[node.own_from]}" if node.own_from else "")
+        return node.path, node.lifetime, writers[node.writers], read
 
     text = (ROOT / "docs" / "architecture.md").read_text()
     section = text.split("## ZooKeeper layout", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `/")]
-    table = [(path.strip().strip("`"), kind.strip().split(",")[0]) for path, kind in rows]
-    assert table == list(NODES)
+    rows = [line.split("|")[1:5] for line in section.splitlines() if line.startswith("| `/")]
+    table = [(path.strip().strip("`"), kind.strip().split(",")[0], acl.strip(), read.strip())
+             for path, kind, acl, read in rows]
+    assert table == [words(node) for node in NODES]

@@ -30,12 +30,16 @@ def test_each_role_gets_what_it_needs_and_nobody_else_anything() -> None:
     assert perms(acls.base)[OPERATOR] == Permissions.READ | Permissions.CREATE | Permissions.DELETE
     assert perms(acls.pause) == {AGENT: Permissions.ALL, OPERATOR: Permissions.ALL, READER: Permissions.READ}
     assert perms(acls.ancestors) == {AGENT: Permissions.ALL, ANYONE: Permissions.READ | Permissions.CREATE}
-    base, pause = "/r/g", "/r/g/pause"
-    assert acls.for_path("/r", base, pause) == acls.ancestors
-    assert acls.for_path(base, base, pause) == acls.base
-    assert acls.for_path(pause, base, pause) == acls.pause
-    assert acls.for_path("/r/g/events/E/acks/vm0", base, pause) == acls.default
-    assert acls.for_path("/r/group2", base, pause) == acls.ancestors  # a sibling is not below the base
+    base = "/r/g"
+    assert acls.for_path("/r", base) == acls.ancestors
+    assert acls.for_path(base, base) == acls.base
+    assert acls.for_path("/r/g/pause", base) == acls.pause
+    assert acls.for_path("/r/g/drains", base) == acls.base  # operators create and delete its children
+    assert acls.for_path("/r/g/drains/vm0", base) == acls.pause
+    assert acls.for_path("/r/g/drains-admitted/vm0", base) == acls.default  # only the budget admits a drain
+    assert acls.for_path("/r/g/events/E/acks/vm0", base) == acls.default
+    assert acls.for_path("/r/g/events", base) == acls.default
+    assert acls.for_path("/r/group2", base) == acls.ancestors  # a sibling is not below the base
 
 
 def test_an_identity_in_two_roles_gets_the_wider_one_once() -> None:
