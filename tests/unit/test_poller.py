@@ -186,7 +186,8 @@ def test_wake_ups_never_drive_imds_beyond_the_poll_rate(tmp_path: Path) -> None:
         poller.stop(5)
     span = reads[-1] - reads[0]
     assert agent.status()["cycles"] > 3 * len(reads)  # the storm did make cycles
-    assert len(reads) <= span / 0.5 * 1.0 + 1 + 1e-9  # at most one read per interval
+    # at most one read per interval; 50 ms for the timers' jitter over the whole span
+    assert len(reads) <= (span + 0.05) / 0.5 + 1
     assert min(b - a for a, b in itertools.pairwise(reads)) >= 0.45
 
 
