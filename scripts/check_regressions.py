@@ -179,6 +179,13 @@ MUTATIONS = [
         'test_a_drain_for_an_event_without_not_before_counts_in_the_budget',
     ),
     (
+        'budget-counts-this-vm-as-its-cycle-leaves-it',
+        'coordinator/decide/decision.py',
+        '    budget = _budget(by_key, counted, snap, policy)\n',
+        '    budget = _budget(by_key, cluster, snap, policy)\n',
+        'tests/unit/test_policy.py::test_the_leader_counts_itself_out_of_rotation_before_the_view_shows_its_out_mark',
+    ),
+    (
         'budget-at-approval',
         'coordinator/decide/approval.py',
         '            reasons = (f"at approval: {over}",) if over else ()',

@@ -12,7 +12,7 @@ from coordinator.decide.drain import _acks, _holding, _local, _out_mark
 from coordinator.decide.events import _Event, _parse_events, first_live
 from coordinator.decide.records import _absences, _archive, _closing, _purge_before
 from coordinator.snapshot import LocalState, Phase, Plan, Policy, Snapshot
-from coordinator.store.base import ClusterView, Part
+from coordinator.store.base import ClusterView, OutMark, Part
 
 __all__ = ["decide", "view_needed"]
 
@@ -167,17 +167,23 @@ def _with_the_group(
     """What this cycle does in the group, in the order it weighs it: the budget and the leader's admissions,
     this VM's acks and withdrawals, each event's approval, the leader's upkeep of records and absences, and
     this VM's ``/out`` mark."""
-    budget = _budget(by_key, cluster, snap, policy)
+    mark_out, clear_out = _out_mark(cluster, holding, phase_after, snap)
+    # The budget weighs this VM as its own writes of this cycle leave it: out of rotation while it drains,
+    # is drained or recovers, whether or not the view (read before this cycle's writes, or while ZooKeeper
+    # was unreachable and it drained on its own evidence) holds its mark yet.
+    counted = cluster if mark_out is None else replace(
+        cluster, out={**cluster.out, snap.me: OutMark(snap.now, mark_out)})
+    budget = _budget(by_key, counted, snap, policy)
     ack = _acks(holding_events, phase_after, drain_started, cluster, snap, policy)
     holding_keys = set(holding)
     # An ack stands for a drain that holds now, never for one that did.
     withdraw = [key for key, record in cluster.records.items() if snap.me in record.acks and key not in holding_keys]
     group = _GroupPlan(admit=budget.admit, admit_drains=budget.admit_drains, drain_waits=dict(budget.drain_waits),
                        ack=ack, withdraw=withdraw,
-                       approvals=_approvals(parsed, by_key, budget, ack, posted, cluster, snap, policy))
+                       approvals=_approvals(parsed, by_key, budget, ack, posted, counted, snap, policy))
     if snap.document is not None:
         group.reopen, group.mark_done = _closing(by_key, cluster, snap, policy)
     if cluster.i_am_leader:
         group.mark_absent, group.clear_absent = _absences(cluster)
-    group.mark_out, group.clear_out = _out_mark(cluster, holding, phase_after, snap)
+    group.mark_out, group.clear_out = mark_out, clear_out
     return group

@@ -462,3 +462,20 @@ def test_a_terminate_arriving_after_its_batch_was_admitted_joins_it() -> None:
     assert run("vm3", d, late, BUDGET).admit == (B,)
     other = doc(ev(A, ["vm0"], etype="Terminate", in_s=300), ev(B, ["vm1"], etype="Terminate", in_s=400))
     assert run("vm3", other, late, BUDGET).blocked[B][0].startswith("maintenance budget: 1 event(s)")
+
+
+def test_the_leader_counts_itself_out_of_rotation_before_the_view_shows_its_out_mark() -> None:
+    """A leader that drained on its own evidence while ZooKeeper was unreachable (an event of its own near
+    its NotBefore) writes its ``/out`` mark in its first cycle back, from a view read before the mark: it
+    is out of rotation all the same, and admitting another event then would leave no VM serving."""
+    policy = Policy(max_events=None, keep_one_serving=True)
+    d = doc(ev(A, ["vm0", "vm1"]), ev(B, ["vm3", "vm9"], in_s=60))  # vm9 runs no agent: B waits for NotBefore
+    cluster = replace(view(rec(A, ("vm0", "vm1")), rec(B, ("vm3", "vm9"))),
+                      out={"vm2": OutMark(NOW - 1, ())})  # vm2 is starting up
+    drained = LocalState(phase=Phase.DRAINED, draining_for=frozenset({B}))
+    plan = run("vm3", d, cluster, policy, local=drained)
+    assert plan.mark_out == (B,)  # the mark this cycle writes
+    assert plan.admit == ()
+    assert plan.blocked[A][0].startswith("it would leave no VM serving")
+    # Serving, the leader is the VM that stays in rotation: the same view admits A.
+    assert run("vm3", doc(ev(A, ["vm0", "vm1"])), cluster, policy).admit == (A,)
