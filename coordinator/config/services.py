@@ -129,7 +129,8 @@ class ZooKeeperAclConfig(_Section):
         "subject of the agents' client certificate: everything below the base",
     )
     operators: list[str] = Field(
-        default_factory=list, description="Identities that may read, pause and resume (SCHEME:ID)"
+        default_factory=list,
+        description="Identities that may read the group, pause and resume it, and drain VMs by hand (SCHEME:ID)",
     )
     readers: list[str] = Field(
         default_factory=list, description="Identities that may read, for coordinator status (SCHEME:ID)"
