@@ -60,13 +60,14 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
 from bench.group import percentiles
+from coordinator.config.drain import DrainConfig
 from coordinator.config.policy import PolicyConfig
 from coordinator.sim.client import SimControl, SimControlError
 from coordinator.testbed.chaos.result import read_agent_log
@@ -84,7 +85,7 @@ from coordinator.testbed.oracle import (
     dump,
 )
 from coordinator.testbed.oracle.history import GROUP_KINDS, from_txn_log
-from coordinator.testbed.zookeeper import LocalZooKeeper
+from coordinator.testbed.zookeeper import ConnectionStats, LocalZooKeeper
 
 __all__ = ["HUNG_PROBE_TIMEOUT", "GroupConfig", "Step", "agent_extra_config", "build_story", "choose_hung", "hung_key",
            "oracle_settings", "percentiles", "render_hung", "run_group"]
@@ -348,6 +349,7 @@ class NodeRecorder:
 
     def __init__(self, hosts: str, chroot: str) -> None:
         self.client = KazooClient(hosts=f"{hosts}{chroot}", timeout=15.0)
+        self._session_id: int | None = None
         self._events: set[str] = set()
         self._nodes: dict[tuple[str, int], dict[str, Any]] = {}
         self._listed: dict[str, set[str]] = {}  # parent -> names in the last listing
@@ -357,10 +359,12 @@ class NodeRecorder:
 
     @property
     def session_id(self) -> int | None:
-        return self.client.client_id[0] if self.client.client_id else None
+        """The observer's session (kept once the recorder is stopped: its requests are not the agents')."""
+        return self.client.client_id[0] if self.client.client_id else self._session_id
 
     def start(self) -> None:
         self.client.start(timeout=15)
+        self._session_id = self.client.client_id[0] if self.client.client_id else None
         self._thread.start()
 
     def stop(self) -> None:
@@ -436,10 +440,16 @@ class NodeRecorder:
         self._listed[parent] = names
 
 
+class Connections(Protocol):
+    """A ZooKeeper server's client connections by session id (``LocalZooKeeper``), or an ensemble's."""
+
+    def connection_stats(self, timeout: float = 2.0) -> dict[int, ConnectionStats]: ...
+
+
 class Counters:
     """ZooKeeper's ``cons`` every second: per session, its last client xid when first and last seen."""
 
-    def __init__(self, zk: LocalZooKeeper) -> None:
+    def __init__(self, zk: Connections) -> None:
         self._zk = zk
         self.first: dict[int, int] = {}
         self.last: dict[int, int] = {}
@@ -495,20 +505,42 @@ def _rss_mib(pid: int) -> float | None:
 # -- the run ------------------------------------------------------------------------------------------------
 
 
+class Meeting(Protocol):
+    """Where groups that run together on one ensemble meet (``bench.several``): ``arrive(point)`` returns
+    once every group has reached that point of its run (``MEETING_POINTS``, in that order), ``abort``
+    releases the others with an error when this group's run fails."""
+
+    def arrive(self, point: str) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+# The points of a run where groups that run together meet: the story starts in every group at once, and
+# each group idles only once every story is over, so that what the ensemble serves in between is theirs.
+MEETING_POINTS = ("story", "story over", "idle", "idle over")
+
+
 class GroupRun:
     """One group of ``n`` agents through the story; ``execute`` returns the figures. Every process it
     starts is stopped by PID before it returns, whatever happens (Ctrl-C included); an agent it stopped
-    with SIGSTOP (a hung VM) is continued first."""
+    with SIGSTOP (a hung VM) is continued first.
+
+    With ``together``, the group shares its ZooKeeper (``hosts``, of which ``zk`` is one server: the oracle
+    reads its transaction log) with other groups run at the same time: it meets them at each of
+    ``MEETING_POINTS``, and leaves ZooKeeper's counts (requests, writes, watch events) to whoever runs them
+    all, since the server's counts mix the groups."""
 
     def __init__(self, n: int, config: GroupConfig, workdir: Path, zk: LocalZooKeeper,
-                 say: Callable[[str], None], story: Callable[[Sequence[str], str | None], list[Step]] | None = None
-                 ) -> None:
+                 say: Callable[[str], None], story: Callable[[Sequence[str], str | None], list[Step]] | None = None,
+                 *, hosts: str | None = None, together: Meeting | None = None) -> None:
         self.n, self.config, self.workdir, self.zk, self.say = n, config, workdir, zk, say
+        self.hosts = hosts or zk.hosts
+        self.together = together
         self.vms = [f"vm{i}" for i in range(n)]
         self.down = self.vms[-1] if n >= 6 and config.agent_down else None
         self._story = story
         self.cluster = LocalCluster(
-            workdir, self.vms, cluster=f"g{n}-{uuid.uuid4().hex[:6]}", zk_hosts=zk.hosts,
+            workdir, self.vms, cluster=f"g{n}-{uuid.uuid4().hex[:6]}", zk_hosts=self.hosts,
             drain_wait=config.drain_wait, poll_interval=config.poll_interval, session_timeout=config.session_timeout,
             started_for=config.started_for, with_agents=False, extra_config=agent_extra_config(config),
         )
@@ -725,8 +757,9 @@ class GroupRun:
             live = [vm for vm in named if vm != self.down]
             self.probes.set_mode(live, fast=True, hot=True)
             time.sleep(0.3)  # a few fast samples before the event
-            xids_before, alive_before = self.counters.mark()
-            offset_before = self._deliveries_end()
+            counted = self.together is None  # a group sharing its ensemble leaves the counts to the runner
+            xids_before, alive_before = self.counters.mark() if counted else ({}, set())
+            offset_before = self._deliveries_end() if counted else 0
             scheduled: list[dict[str, Any]] = []
             for names in step.events:
                 fields = dict(step.fields)
@@ -759,9 +792,10 @@ class GroupRun:
                        f"the budget to be free after step {number}", 0.2)
             for event in events[-len(ids):]:
                 event["budget_free_at"] = time.time()
-            xids_after, alive_after = self.counters.mark()
-            told, _ = self.zk.deliveries(offset_before)
-            self.steady.append(self._steady(len(ids), xids_before, alive_before, xids_after, alive_after, told))
+            if counted:
+                xids_after, alive_after = self.counters.mark()
+                told, _ = self.zk.deliveries(offset_before)
+                self.steady.append(self._steady(len(ids), xids_before, alive_before, xids_after, alive_after, told))
             self.nodes.watch_events(ids, False)
             self.probes.set_mode(live, hot=False)
             done += len(ids)
@@ -825,12 +859,13 @@ class GroupRun:
             self._wait(lambda: self._all_serving(self.vms), 60 + 2 * self.n, "every VM serving")
             result["startup_seconds"] = time.monotonic() - began
             self.say(f"groups: N={self.n}: every agent joined and serving after {result['startup_seconds']:.0f} s")
-            self.nodes = NodeRecorder(self.zk.hosts, f"{ZK_ROOT}/{self.cluster.cluster}")
+            self.nodes = NodeRecorder(self.hosts, f"{ZK_ROOT}/{self.cluster.cluster}")
             self.nodes.start()
             probe_ports = {vm: self.cluster.probe_port(vm) for vm in self.vms}
             self.probes = ProbeSampler(probe_ports, fast_interval=config.fast_interval)
             self.probes.start()
-            self.counters.start()
+            if self.together is None:
+                self.counters.start()
             self._every("sim-log", 0.25, self._tail_sim_log)
             self._every("supervisor", 0.2, self._supervise)
             self._every("statuses", 5.0, self._sample_statuses)
@@ -849,17 +884,31 @@ class GroupRun:
             if self.hung:
                 self.say(f"groups: N={self.n}: hanging the agents of {', '.join(self.hung)} (SIGSTOP) for the story")
                 self._hang()
-            # The story, measured: requests and deliveries per session, writes, CPU of the agents.
+            # The story, measured: requests and deliveries per session, writes, CPU of the agents (groups
+            # run together meet instead, and whoever runs them counts what the ensemble serves them all).
+            together = self.together
+            counted = together is None
+            xids0: dict[int, int] = {}
+            xids1: dict[int, int] = {}
+            alive1: set[int] = set()
+            delivered: dict[int, int] = {}
+            zxid0 = zxid1 = deliveries_end = 0
+            if together is not None:
+                together.arrive("story")
             origin = time.time()
-            xids0, _ = self.counters.mark()
-            zxid0 = self.zk.zxid()
-            _, deliveries_at = self.zk.deliveries(self._deliveries_end())
+            if counted:
+                xids0, _ = self.counters.mark()
+                zxid0 = self.zk.zxid()
+                _, deliveries_at = self.zk.deliveries(self._deliveries_end())
             story_began = time.monotonic()
             self._play(story, events)
             result["story_seconds"] = time.monotonic() - story_began
-            xids1, alive1 = self.counters.mark()
-            zxid1 = self.zk.zxid()
-            delivered, deliveries_end = self.zk.deliveries(deliveries_at)
+            if counted:
+                xids1, alive1 = self.counters.mark()
+                zxid1 = self.zk.zxid()
+                delivered, deliveries_end = self.zk.deliveries(deliveries_at)
+            if together is not None:
+                together.arrive("story over")
             # The hung VMs resume and the VM whose agent was down comes back; every VM must serve again.
             self._resume("the story is over")
             if self.down is not None:
@@ -879,16 +928,29 @@ class GroupRun:
             # Idle: no event.
             pids = {vm: a.pid for vm, a in self.cluster.agents.items() if a.alive() and a.pid is not None}
             idle_cpu0 = {vm: _cpu_seconds(pid) for vm, pid in pids.items()}
-            idle_xids0, _ = self.counters.mark()
-            _, idle_at = self.zk.deliveries(deliveries_end)
+            idle_xids0: dict[int, int] = {}
+            idle_xids1: dict[int, int] = {}
+            idle_alive: set[int] = set()
+            idle_delivered: dict[int, int] = {}
+            if together is not None:
+                together.arrive("idle")
+            else:
+                idle_xids0, _ = self.counters.mark()
+                _, idle_at = self.zk.deliveries(deliveries_end)
             time.sleep(config.idle_seconds)
-            idle_xids1, idle_alive = self.counters.mark()
-            idle_delivered, _ = self.zk.deliveries(idle_at)
+            if together is not None:
+                together.arrive("idle over")
+            else:
+                idle_xids1, idle_alive = self.counters.mark()
+                idle_delivered, _ = self.zk.deliveries(idle_at)
             idle_cpu1 = {vm: _cpu_seconds(pid) for vm, pid in pids.items()}
             rss = [r for r in (_rss_mib(pid) for pid in pids.values()) if r is not None]
             result["back_in_rotation_after_idle"] = sum(1 for vm in self.vms if self._serving(vm))
-            result.update(self._zk_figures(len(events), xids0, xids1, alive1, delivered, zxid1 - zxid0,
-                                           idle_xids0, idle_xids1, idle_alive, idle_delivered))
+            if counted:
+                result.update(self._zk_figures(len(events), xids0, xids1, alive1, delivered, zxid1 - zxid0,
+                                               idle_xids0, idle_xids1, idle_alive, idle_delivered))
+            else:
+                result["events"] = len(events)
             result["agent_idle_cpu_seconds_per_hour"] = percentiles(
                 [(b - a) * 3600 / config.idle_seconds for vm, b in idle_cpu1.items()
                  if b is not None and (a := idle_cpu0.get(vm)) is not None and config.idle_seconds > 0])
@@ -896,6 +958,8 @@ class GroupRun:
         except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}"
             self.say(f"groups: N={self.n}: run stopped: {error}")
+            if self.together is not None:
+                self.together.abort()  # the other groups stop at their next meeting instead of waiting
             if not isinstance(exc, Exception):
                 raise
         finally:
@@ -907,7 +971,8 @@ class GroupRun:
                 self.probes.stop()
             if self.nodes is not None:
                 self.nodes.stop()
-            self.counters.stop()
+            if self.together is None:
+                self.counters.stop()
             with contextlib.suppress(Exception):
                 self._tail_sim_log()
             self._stop_agents()
@@ -1198,6 +1263,8 @@ def oracle_settings(config: GroupConfig, vms: Sequence[str], budget_units: dict[
     peers' probe timeout (the liveness bound holds one probe round) and the longest a stopped or killed
     agent's session may outlive it (the session timeout and a tick of the server)."""
     return OracleSettings(agent_vms=tuple(vms), drain_wait_seconds=config.drain_wait, budget_units=dict(budget_units),
+                          # the agents keep the product's waits by type (a Preempt's 5 s): the oracle's too
+                          drain_wait_by_type=DrainConfig().wait_seconds_by_type,
                           recovery_bound_seconds=120.0, stall_seconds=60.0,
                           poll_interval_seconds=config.poll_interval,
                           peer_probe_timeout_seconds=peer_probe_timeout(config),

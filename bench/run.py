@@ -26,6 +26,9 @@ Sections:
   K agents of each group are hung (SIGSTOP) for the whole story and the peers' probe timeout is
   ``--groups-probe-timeout`` (5 s unless given): those runs are kept apart, by size and K
   (``results["groups"]["result"]["hung"]``), and leave the groups' table and its stamp as they were;
+* ``several``: ``--several-groups`` groups of ``--several-size`` agent processes (default 10 of 10), each
+  with its own simulator, on one three-server ensemble, their stories played together and each group
+  judged by the chaos oracle, with what the ensemble served them all (``bench/several.py``);
 * ``demo``: ``make demo``'s story ``--demo-runs`` times in a row (about 50 s each), each judged as the demo
   judges it (``bench/demo_runs.py``).
 """
@@ -63,6 +66,7 @@ from bench.group import bench_group, percentiles  # noqa: E402
 from bench.groups import HUNG_PROBE_TIMEOUT, GroupConfig, config_summary, hung_key, render_groups, run_group  # noqa: E402
 from bench.headline import bench_headline, render_headline  # noqa: E402
 from bench.scale import bench_scale  # noqa: E402
+from bench.several import render_several, run_several  # noqa: E402
 from bench.zk_ceiling import bench_ceiling, passes  # noqa: E402
 from coordinator.actions import ProbeAction, ProbeState  # noqa: E402
 from coordinator.agent import Agent  # noqa: E402
@@ -136,8 +140,8 @@ def bench_cycle(zk: LocalZooKeeper, repeat: int) -> list[dict[str, object]]:
 # -- results and the document ---------------------------------------------------------------------------
 
 RESULTS = ROOT / "bench" / "results.json"
-SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline", "ceiling", "groups", "demo",
-            "arm", "cost")
+SECTIONS = ("decide", "cycle", "group", "footprint", "detection", "scale", "headline", "ceiling", "groups", "several",
+            "demo", "arm", "cost")
 
 
 def _machine() -> str:
@@ -202,6 +206,8 @@ this is the cost of a cycle woken by a reading that brings nothing new. {_stamp(
         parts.append(_render_detection(results["detection"]))
     if "scale" in results:
         parts.append(_render_scale(results["scale"]))
+    if "several" in results:
+        parts.append(render_several(results["several"]))
     if "groups" in results:
         parts.append(render_groups(results["groups"]))
     if "demo" in results:
@@ -608,6 +614,8 @@ def main() -> int:
     parser.add_argument("--groups-probe-timeout", type=float,
                         help="the agents' policy.peer_probe_timeout_seconds (default: 5 with --groups-hung, "
                              "else the product's default)")
+    parser.add_argument("--several-groups", type=int, default=10, help="groups of the several section (default 10)")
+    parser.add_argument("--several-size", type=int, default=10, help="agents per group of the several section")
     parser.add_argument("--demo-runs", type=int, default=10, help="runs of the demo section (about 50 s each)")
     parser.add_argument("--cost-sizes", default="10,30,100,200", help="agents per group of the cost section")
     parser.add_argument("--cost-vms", default="2,10", help="VMs per event of the cost section")
@@ -711,6 +719,15 @@ def main() -> int:
             else:
                 entry["result"]["sizes"][str(n)] = measured
             save()
+    if "several" in sections:
+        print(f"bench: {args.several_groups} groups of {args.several_size} agents on one ensemble, the stories "
+              "together ...", flush=True)
+        with tempfile.TemporaryDirectory(prefix="coordinator-bench-several-") as tmp:
+            workdir = args.groups_keep / "several" if args.groups_keep else Path(tmp)
+            workdir.mkdir(parents=True, exist_ok=True)
+            figures = run_several(args.several_groups, args.several_size, groups_config(args), workdir=workdir)
+        results["several"] = {**stamp, "config": config_summary(groups_config(args)), "result": figures}
+        save()
     if "demo" in sections:
         print(f"bench: the demo's story, {args.demo_runs} times in a row ...", flush=True)
         results["demo"] = {**stamp, **bench_demo_runs(args.demo_runs)}

@@ -189,6 +189,18 @@ def test_the_oracle_is_told_the_probe_timeout_poll_interval_and_session() -> Non
     assert oracle_settings(GroupConfig(), ["vm0"], {}, 0.5).peer_probe_timeout_seconds == 0.5
 
 
+def test_the_oracle_is_told_the_drain_wait_of_a_preempt_the_agents_keep() -> None:
+    """The agents keep the product's wait by type (a Preempt's 5 s, over the run's 0.5 s drain): judged with
+    the run's drain alone, a Preempt approved 6 s after it became allowable on a loaded machine was an L1
+    miss that the agents' configuration explains."""
+    settings = oracle_settings(GroupConfig(), ["vm0", "vm1"], {}, 0.5)
+    config = Settings.model_validate({"vm_name": "vm0", "cluster": "g", "zookeeper": {"hosts": "127.0.0.1:1"},
+                                      "drain": {"wait_seconds": 0.5}})
+    assert settings.drain_wait("Preempt") == config.drain.wait_seconds_by_type["Preempt"] == 5.0
+    assert settings.drain_wait("Freeze") == 0.5
+    assert settings.l1_bound("Preempt") == pytest.approx(5.0 + 5 * 1.0 + 0.5 + 2.0)
+
+
 def _hung_record() -> Observations:
     """A groups run's record, as ``GroupRun`` takes it (no HAProxy, no leader or admission nodes): five
     agents, vm3 hung (SIGSTOP) from 1 s to 40 s, its member node gone at 17 s (its session expired). E1
