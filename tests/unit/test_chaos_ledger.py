@@ -172,3 +172,37 @@ def test_the_command_stops_after_three_runs_in_a_row_that_could_not_start_and_ke
                for seed, workdir in played)
     assert "3 runs in a row could not be carried out" in capsys.readouterr().err
     assert [r["seed"] for r in json.loads((tmp_path / "runs.json").read_text())["results"]] == [1, 2, 3]
+
+
+def _part_file(path: Path, seeds: range, code: dict[str, Any], config: dict[str, Any] = CONFIG) -> Path:
+    ledger = Ledger.resume(path, config, code)
+    part = ledger.start_part(code)
+    for seed in seeds:
+        ledger.add(_result(seed, violations=1 if seed == 3 else 0), part, 60.0 * (seed - seeds.start + 1))
+    ledger.write(path)
+    return path
+
+
+def test_parts_played_side_by_side_join_into_one_file_of_all_their_seeds(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from chaos_join import join, main
+
+    code = {"digest": "abc", "commit": "c1", "uncommitted_changes": False}
+    low = _part_file(tmp_path / "low.json", range(1, 4), code)
+    high = _part_file(tmp_path / "high.json", range(101, 103), code)
+    assert main([str(tmp_path / "all.json"), str(high), str(low)]) == 0
+    body = json.loads((tmp_path / "all.json").read_text())
+    assert [r["seed"] for r in body["results"]] == [1, 2, 3, 101, 102]
+    assert (body["runs"], body["violations"], len(body["parts"]), body["wall_seconds"]) == (5, 1, 2, 300.0)
+    # The joined file is one that --resume goes on with, on the same code.
+    assert Ledger.resume(tmp_path / "all.json", CONFIG, code).done() == {1, 2, 3, 101, 102}
+    # Refused: a seed twice, other code, another configuration.
+    with pytest.raises(LedgerError, match="seeds already joined"):
+        join([low, _part_file(tmp_path / "again.json", range(3, 5), code)])
+    with pytest.raises(LedgerError, match="other code"):
+        join([low, _part_file(tmp_path / "other.json", range(201, 202), {**code, "digest": "def"})])
+    with pytest.raises(LedgerError, match="another configuration"):
+        join([low, _part_file(tmp_path / "config.json", range(301, 302), code, {**CONFIG, "duration": 60.0})])
+    assert main([str(tmp_path / "none.json"), str(low), str(tmp_path / "again.json")]) == 1
