@@ -300,7 +300,7 @@ class Agent:
             confirmed = decide(snap, local, self._policy)
             for intent in plan.approve:
                 if intent not in confirmed.approve:
-                    reasons = "; ".join(confirmed.blocked.get(intent.key, ())) or "no longer approvable"
+                    reasons = "; ".join(confirmed.reasons(intent.key)) or "no longer approvable"
                     log.info("approval held (vm=%s event=%s): peers probed again: %s", self.vm, intent.event_id,
                              reasons, extra={"event_id": intent.event_id})
             plan = confirmed

@@ -143,7 +143,7 @@ class DryRunStore:
         if document is None:
             return
         for event in document.events:
-            reasons = plan.blocked.get(event.event_id.upper(), ())
+            reasons = plan.reasons(event.event_id.upper())
             if reasons:
                 self.planned.say(("held", event.event_id), f"event {event.event_id} held: {'; '.join(reasons)}")
 

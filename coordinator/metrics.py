@@ -8,7 +8,6 @@ series exist only while their event does. ``docs/metrics.md`` describes every me
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from coordinator.blockers import DECIDED
 from coordinator.decide import Phase
 from coordinator.models import EventStatus, EventType
 from coordinator.store.base import ConnectionState
@@ -30,7 +30,6 @@ __all__ = [
     "EventCollector",
     "EventRow",
     "Metrics",
-    "blocked_reason",
     "bounded_status",
     "bounded_type",
 ]
@@ -53,53 +52,9 @@ ADMIN_STATE_CAUSES = ("token", "forbidden", "not_found", "throttled", "unreachab
 #: Why this group approved an event: its rule was after-drain (every VM acknowledged) or immediately.
 APPROVAL_REASONS = ("after_drain", "immediately")
 
-# What holds an approval back, from the free text of ``Plan.blocked`` (coordinator.decide) and of the
-# agent: a reason starts with one of these (after an optional "at approval: "), or names a VM and ends
-# with one of the suffixes. Parts of a reason come from outside (an operator's pause reason, a peer's
-# probe answer, an event type): matching their start and end only keeps those from choosing the label.
-# Anything else is "other".
-_BLOCKED_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("approvals paused", "paused"),
-    ("outside the maintenance window", "outside_window"),
-    ("not admitted", "not_admitted"),
-    ("maintenance budget", "budget"),
-    ("it would leave no VM serving (not confirmed in rotation", "peer_not_serving"),
-    ("it would leave no VM serving", "budget"),
-    ("waiting for the other deletes", "terminate_batch"),
-    ("approval waits for a document read", "stale_document"),
-    ("no live agent named in Resources", "no_approver"),
-    ("ZooKeeper connection", "zookeeper"),
-    ("event record not published", "not_published"),
-    ("its record is marked done", "record_done"),
-    ("unknown event type", "policy"),
-    ("policy:", "policy"),
-    ("Resources holds a name", "invalid_event"),
-    ("Resources is empty", "invalid_event"),
-    ("NotBefore is missing", "invalid_event"),
-)
-_BLOCKED_SUFFIXES: tuple[tuple[str, str], ...] = (
-    (" has not acknowledged", "not_acknowledged"),
-    (" runs no agent", "no_agent"),
-)
-_AT_APPROVAL = "at approval: "
-
-#: Every value of the ``reason`` label of ``coordinator_events_blocked`` and ``coordinator_event_blocked``.
-BLOCKED_REASONS: tuple[str, ...] = (
-    *dict.fromkeys(label for _, label in _BLOCKED_SUFFIXES + _BLOCKED_PREFIXES), "other",
-)
-
-
-@functools.lru_cache(maxsize=4096)
-def blocked_reason(text: str) -> str:
-    """The bounded label of one free-text reason why an approval waits."""
-    text = text.removeprefix(_AT_APPROVAL)
-    for prefix, label in _BLOCKED_PREFIXES:
-        if text.startswith(prefix):
-            return label
-    for suffix, label in _BLOCKED_SUFFIXES:
-        if text.endswith(suffix):
-            return label
-    return "other"
+#: Every value of the ``reason`` label of ``coordinator_events_blocked`` and ``coordinator_event_blocked``: the
+#: kind of each blocker the decision gives (``coordinator.blockers.Hold``).
+BLOCKED_REASONS: tuple[str, ...] = tuple(kind.value for kind in DECIDED)
 
 
 def bounded_type(event_type: str) -> str:

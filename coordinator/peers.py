@@ -38,7 +38,7 @@ def judge(answer: ProbeAnswer) -> PeerSeen:
     """In rotation only on 200 with phase ``serving`` (a probe answering 200 without the header is not an
     agent of this product, or an older one: it is not counted)."""
     if answer.status is None:
-        return PeerSeen(False, answer.asked, f"no answer: {answer.error}")
+        return PeerSeen(False, answer.asked, f"no answer: {answer.error}", answered=False)
     phase = (answer.headers or {}).get(PHASE_HEADER.lower(), "")
     if answer.status == 200 and phase == "serving":
         return PeerSeen(True, answer.asked, "serving")
@@ -160,7 +160,8 @@ class PeerProbes:
         asked = self._clock()
         for vm in targets:  # each answer was taken as it came; taking it again changes nothing
             answer = answers.get(vm)
-            self._record(vm, judge(answer) if answer is not None else PeerSeen(False, asked, "no answer: not asked"))
+            self._record(vm, judge(answer) if answer is not None
+                         else PeerSeen(False, asked, "no answer: not asked", answered=False))
         with self._lock:
             self.rounds += 1
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from coordinator.blockers import Blocker
 from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
 from coordinator.delivery import Delivery
 from coordinator.maintenance_windows import Window, in_windows
@@ -104,6 +105,7 @@ class PeerSeen:
     in_rotation: bool  # answered 200, and its agent says "serving": its return wait is over
     at: float  # monotonic time the answer came (or the attempt failed)
     detail: str  # what was seen, for logs and the status view: "serving", "503 draining", "no answer: ..."
+    answered: bool = True  # False: the probe did not answer at all (refused, timed out, not asked)
 
 
 @dataclass(frozen=True)
@@ -263,13 +265,17 @@ class Plan:
     history_from: float = 0.0
     holding: tuple[str, ...] = ()  # ids of the events that hold this VM drained
     approvers: Mapping[str, str] = field(default_factory=dict)  # event key -> approver (or "")
-    blocked: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # event key -> reasons
+    blocked: Mapping[str, tuple[Blocker, ...]] = field(default_factory=dict)  # event key -> why not approved
     invalid: tuple[str, ...] = ()  # why some events cannot be coordinated
     waiting: str = ""  # why this VM is not recovering although nothing holds it
     posted: frozenset[str] = frozenset()  # LocalState.posted, less the events whose approved instance ended
     approvable_since: Mapping[str, float] = field(default_factory=dict)  # LocalState.approvable_since, updated
     read_now: bool = False  # an approval waits for a document read after it became approvable: read IMDS now
     unseen: str = ""  # what this cycle could not read (no fresh IMDS document, no ZooKeeper view): decided blind
+
+    def reasons(self, key: str) -> tuple[str, ...]:
+        """What holds the event ``key`` from being approved now, in words (empty: nothing the plan says)."""
+        return tuple(str(blocker) for blocker in self.blocked.get(key, ()))
 
     @property
     def acts(self) -> bool:
@@ -316,8 +322,8 @@ class Plan:
             parts.append(f"admit the drain by hand of {','.join(sorted(self.admit_drains))}")
         if self.waiting:
             parts.append(f"stays out: {self.waiting}")
-        for key, reasons in sorted(self.blocked.items()):
-            parts.append(f"{key} waits: {'; '.join(reasons)}")
+        for key in sorted(self.blocked):
+            parts.append(f"{key} waits: {'; '.join(self.reasons(key))}")
         for other, reason in sorted(self.drain_waits.items()):
             parts.append(f"drain by hand of {other} waits: {reason}")
         if self.unseen:

@@ -27,10 +27,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.blockers import Blocker
 from coordinator.config import ApprovalRule
 from coordinator.decide import LocalState, Plan, Policy, Snapshot, rule_for
 from coordinator.errors import ImdsBadRequest, ImdsError, ImdsUnavailable, MalformedDocument
-from coordinator.metrics import EventRow, Metrics, blocked_reason, bounded_status, bounded_type
+from coordinator.metrics import EventRow, Metrics, bounded_status, bounded_type
 from coordinator.models import Document, ScheduledEvent
 from coordinator.outage import ViewOutage
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Part
@@ -61,7 +62,7 @@ class Telemetry:
         self._previous: Document | None = None
         self._records: Mapping[str, EventRecord] = {}
         self._follows = True  # the last view was the whole one (else: no acks or approvals of others read)
-        self._blocked: Mapping[str, tuple[str, ...]] = {}  # the last reasons decided on a fresh document
+        self._blocked: Mapping[str, tuple[Blocker, ...]] = {}  # the last reasons decided on a fresh document
         self._session: object | None = None  # the ZooKeeper session id this agent last held
         self._completed_at: float | None = None  # monotonic time of the last completed cycle
         self._ready = False
@@ -213,7 +214,7 @@ class Telemetry:
             self._blocked = plan.blocked
         counts: Counter[str] = Counter()
         for reasons in self._blocked.values():
-            counts.update({blocked_reason(r) for r in reasons})
+            counts.update({r.kind.value for r in reasons})
         metrics.set_blocked(counts)
         nearest = math.inf
         rows: list[EventRow] = []
@@ -235,7 +236,7 @@ class Telemetry:
                 acknowledged_vms=acked if self._follows else None,
                 approved=approved if self._follows else None,
                 not_before=event.not_before.timestamp() if event.not_before is not None else None,
-                blocked=tuple(sorted({blocked_reason(r) for r in self._blocked.get(key, ())})),
+                blocked=tuple(sorted({r.kind.value for r in self._blocked.get(key, ())})),
             ))
         metrics.next_not_before.set(nearest if math.isfinite(nearest) else math.nan)
         metrics.event_detail.update(rows)
@@ -394,7 +395,9 @@ def status_dict(vm: str, local: LocalState, plan: Plan | None, snap: Snapshot | 
             "acked_here": (snap.me in record.acks if record else False)
             if cluster is not None and cluster.part.holds(Part.NAMED) else None,
             "approved_by": record.approval.by if record and record.approval else None,
-            "waiting_for": list(plan.blocked.get(key, ())),
+            # why it is not approved now: in words, and as the values ``coordinator status`` reads
+            "waiting_for": list(plan.reasons(key)),
+            "blockers": [blocker.as_json() for blocker in plan.blocked.get(key, ())],
         })
     out["events"] = events
     return out

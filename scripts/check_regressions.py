@@ -188,7 +188,7 @@ MUTATIONS = [
     (
         'budget-at-approval',
         'coordinator/decide/approval.py',
-        '            reasons = (f"at approval: {over}",) if over else ()',
+        '            reasons = (over.weighed_at_approval(),) if over is not None else ()',
         '            reasons = ()',
         'test_no_approval_that_would_leave_no_vm_in_rotation_even_after_admission',
     ),
@@ -604,7 +604,7 @@ MUTATIONS = [
     (
         'an-event-never-admissible-holds-nothing-back',
         'coordinator/decide/budget.py',
-        '        if alone:\n',
+        '        if alone is not None:\n',
         '        if False:\n',
         'tests/unit/test_liveness.py::test_an_event_that_no_budget_could_ever_admit_does_not_hold_back_one_that_fits',
     ),

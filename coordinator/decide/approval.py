@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from coordinator.blockers import Blocker, Hold
 from coordinator.config import ApprovalRule
 from coordinator.decide.budget import _admissions, _Budget, _over_budget, _unit
 from coordinator.decide.drain import _mark_naming
@@ -25,7 +26,7 @@ class _Approvals:
 
     publish: list[EventRecord] = field(default_factory=list)  # records to write: events seen first here
     approvers: dict[str, str] = field(default_factory=dict)  # event key -> approver ("" if none)
-    blocked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # event key -> why not approvable
+    blocked: dict[str, tuple[Blocker, ...]] = field(default_factory=dict)  # event key -> why not approvable
     ready: dict[str, ApprovalIntent | None] = field(default_factory=dict)  # None: approvable by someone else
     # event key -> (seconds it must have been approvable, the VMs past the absent grace it names)
     unseen_drains: dict[str, tuple[float, tuple[str, ...]]] = field(default_factory=dict)
@@ -41,7 +42,7 @@ def _approvals(
     on a fresh document, its approver and either why it may not be approved now or its approval intent
     (this VM's to carry out, or someone else's)."""
     found = _Approvals()
-    budget_view: dict[str, str] | None = None  # a member's own reckoning of the leader's admissions
+    budget_view: dict[str, Blocker] | None = None  # a member's own reckoning of the leader's admissions
     for ev in parsed:
         if ev.key is None:
             continue
@@ -57,7 +58,7 @@ def _approvals(
         reasons = _approval_blockers(ev, record, ev.key in budget.admit, ack, snap, cluster, policy)
         if _NOT_ADMITTED in reasons:
             if cluster.i_am_leader and ev.key in budget.wait_slot:
-                why: str | None = budget.wait_slot[ev.key]
+                why: Blocker | None = budget.wait_slot[ev.key]
             else:
                 if budget_view is None:
                     budget_view = (_admissions(budget.known, cluster, snap, policy)[1]
@@ -65,11 +66,11 @@ def _approvals(
                 why = _not_admitted_because(ev, reasons, budget_view, cluster, snap, policy)
             reasons = tuple(r for r in ((why if r == _NOT_ADMITTED else r) for r in reasons) if r is not None)
         if approver is None:
-            reasons += ("no live agent named in Resources and no leader",)
+            reasons += (Blocker(Hold.NO_APPROVER, "no live agent named in Resources and no leader"),)
         if not reasons and policy.budgeted:
             batch = {k for k in by_key if _unit(k, by_key, policy) == _unit(ev.key, by_key, policy)}
             over = _over_budget(batch, frozenset(ev.resources), budget.flight, budget.known, cluster, snap, policy)
-            reasons = (f"at approval: {over}",) if over else ()
+            reasons = (over.weighed_at_approval(),) if over is not None else ()
         if reasons:
             found.blocked[ev.key] = reasons
             continue
@@ -85,8 +86,9 @@ def _approvals(
                 # Their agents, cut off, cannot say they are out: the budget would forget them once the event
                 # is over, while they are still down or not yet back in rotation.
                 found.mark_out_for.update(unmarked)
-                found.blocked[ev.key] = (f"marks {','.join(unmarked)} (absent past the grace) out of rotation "
-                                         "before it approves without them",)
+                found.blocked[ev.key] = (Blocker(
+                    Hold.ABSENT_PAST_GRACE, f"marks {','.join(unmarked)} (absent past the grace) out of rotation "
+                    "before it approves without them"),)
                 continue
             found.unseen_drains[ev.key] = (policy.wait_for(ev.event) + policy.absent_notice, past_grace)
         intent = ApprovalIntent(ev.event.event_id, ev.key, required, as_leader, after_drain and policy.budgeted)
@@ -125,30 +127,32 @@ def _approval_blockers(
     snap: Snapshot,
     cluster: ClusterView,
     policy: Policy,
-) -> tuple[str, ...]:
+) -> tuple[Blocker, ...]:
     """Why this Scheduled event may not be approved now (empty: it may, by its approver)."""
     event = ev.event
     if ev.listed > 1:
-        return (f"its EventId is listed {ev.listed} times in the document: never approved early",)
+        return (Blocker(Hold.INVALID_EVENT,
+                        f"its EventId is listed {ev.listed} times in the document: never approved early"),)
     if not event.is_known_type:
-        return (f"unknown event type {event.event_type!r} is never approved early",)
+        return (Blocker(Hold.POLICY, f"unknown event type {event.event_type!r} is never approved early"),)
     if ev.rule is ApprovalRule.NEVER:
-        return (f"policy: {event.event_type} events are never approved early",)
+        return (Blocker(Hold.POLICY, f"policy: {event.event_type} events are never approved early"),)
     if ev.bad_names:
-        return ("Resources holds a name that is not a valid VM name",)
+        return (Blocker(Hold.INVALID_EVENT, "Resources holds a name that is not a valid VM name"),)
     if not ev.resources:
-        return ("Resources is empty: nobody known to drain",)
+        return (Blocker(Hold.INVALID_EVENT, "Resources is empty: nobody known to drain"),)
     if ev.not_before is None:
-        return ("NotBefore is missing or unreadable",)
+        return (Blocker(Hold.INVALID_EVENT, "NotBefore is missing or unreadable"),)
     if record is None:
-        return ("event record not published yet",)
-    reasons: list[str] = []
+        return (Blocker(Hold.NOT_PUBLISHED, "event record not published yet"),)
+    reasons: list[Blocker] = []
     if cluster.paused is not None:
-        reasons.append(f"approvals paused by {cluster.paused.by}: {cluster.paused.reason}")
+        reasons.append(Blocker(Hold.PAUSED, f"approvals paused by {cluster.paused.by}: {cluster.paused.reason}"))
     if not in_windows(policy.windows, snap.now):
-        reasons.append("outside the maintenance windows")
+        reasons.append(Blocker(Hold.OUTSIDE_WINDOW, "outside the maintenance windows"))
     if record.done_at is not None:
-        reasons.append("its record is marked done: reopened by the leader or its closer first")
+        reasons.append(Blocker(Hold.RECORD_DONE,
+                               "its record is marked done: reopened by the leader or its closer first"))
     if ev.rule is ApprovalRule.AFTER_DRAIN:
         if policy.budgeted and record.admitted_at is None and not admitting_now:
             reasons.append(_NOT_ADMITTED)  # replaced by its cause (``_not_admitted_because``)
@@ -157,19 +161,20 @@ def _approval_blockers(
             acked = vm in record.acks or (vm == snap.me and ev.key in acking)
             if acked or not _waited_for(vm, cluster, policy, snap, record):
                 continue  # an ack written this very cycle is re-checked by Store.approve before the POST
-            reasons.append(f"{vm} runs no agent" if vm not in cluster.members else f"{vm} has not acknowledged")
+            reasons.append(Blocker(Hold.NO_AGENT, f"{vm} runs no agent", vm) if vm not in cluster.members
+                           else Blocker(Hold.NOT_ACKNOWLEDGED, f"{vm} has not acknowledged", vm))
     if cluster.connection is not ConnectionState.CONNECTED:
-        reasons.append(f"ZooKeeper connection {cluster.connection.value}")
+        reasons.append(Blocker(Hold.ZOOKEEPER, f"ZooKeeper connection {cluster.connection.value}"))
     return tuple(reasons)
 
 
-_NOT_ADMITTED = "not admitted yet"
+_NOT_ADMITTED = Blocker(Hold.NOT_ADMITTED, "not admitted yet")
 
 
 def _not_admitted_because(
-    ev: _Event, reasons: tuple[str, ...], budget_view: Mapping[str, str], cluster: ClusterView, snap: Snapshot,
-    policy: Policy,
-) -> str | None:
+    ev: _Event, reasons: tuple[Blocker, ...], budget_view: Mapping[str, Blocker], cluster: ClusterView,
+    snap: Snapshot, policy: Policy,
+) -> Blocker | None:
     """Why the leader has not admitted ``ev`` into the budget, as far as this agent can tell (None: the
     other reasons already say it). The leader itself says why from its own admissions (the budget);
     another member reckons them from its own view: what it cannot see is whether the leader has read
@@ -177,21 +182,21 @@ def _not_admitted_because(
     others = [r for r in reasons if r != _NOT_ADMITTED]
     if not _approvable(ev, cluster, snap, policy):
         # Outside the maintenance windows, or a VM it names runs no agent: said by the other reasons.
-        return None if others else "not admitted: it cannot be approved early now"
+        return None if others else Blocker(Hold.NOT_ADMITTED, "not admitted: it cannot be approved early now")
     lead = policy.lead_time
     if lead is not None and ev.not_before is not None and snap.now < ev.not_before - lead:
-        return f"not admitted before {lead:g} s ahead of NotBefore (drain.lead_time_seconds)"
+        return Blocker(Hold.LEAD_TIME, f"not admitted before {lead:g} s ahead of NotBefore (drain.lead_time_seconds)")
     if cluster.leader is None:
-        return "not admitted: no leader to admit it"
+        return Blocker(Hold.NOT_ADMITTED, "not admitted: no leader to admit it")
     if cluster.i_am_leader:
         return _NOT_ADMITTED
     if ev.key is not None and ev.key in budget_view:
         return budget_view[ev.key]  # the budget is full: the leader's reason, as this agent reckons it
-    return f"not admitted by the leader {cluster.leader} yet (the budget has room for it)"
+    return Blocker(Hold.NOT_ADMITTED, f"not admitted by the leader {cluster.leader} yet (the budget has room for it)")
 
 
 def _hold_terminate_batches(
-    events: Mapping[str, _Event], ready: dict[str, ApprovalIntent | None], blocked: dict[str, tuple[str, ...]]
+    events: Mapping[str, _Event], ready: dict[str, ApprovalIntent | None], blocked: dict[str, tuple[Blocker, ...]]
 ) -> None:
     """Deletes sharing one NotBefore proceed together in Azure: approve none until all may be approved."""
     batches: dict[float, list[str]] = {}
@@ -203,7 +208,8 @@ def _hold_terminate_batches(
             for key in keys:
                 if key in ready:
                     del ready[key]
-                    blocked[key] = ("waiting for the other deletes that share its NotBefore",)
+                    blocked[key] = (Blocker(Hold.TERMINATE_BATCH,
+                                            "waiting for the other deletes that share its NotBefore"),)
 
 
 def _fresh_for_approval(
@@ -222,7 +228,7 @@ def _fresh_for_approval(
 def _absent_drained(
     approve: tuple[ApprovalIntent, ...], since: Mapping[str, float],
     unseen_drains: Mapping[str, tuple[float, tuple[str, ...]]], snap: Snapshot,
-) -> tuple[tuple[ApprovalIntent, ...], dict[str, tuple[str, ...]]]:
+) -> tuple[tuple[ApprovalIntent, ...], dict[str, tuple[Blocker, ...]]]:
     """An event that names VMs absent past ``absent_grace`` is approved without their acks, on the promise
     that a VM cut off from ZooKeeper drains itself for any event naming it (``_drains``). It can do so only
     once it sees the event: the approval waits until the event has been approvable for the drain wait
@@ -230,13 +236,13 @@ def _absent_drained(
     event that appeared after the grace ran out was approved at once, while those VMs had just begun to
     drain. Returns the approvals that may go ahead and the reasons of those held."""
     go: list[ApprovalIntent] = []
-    held: dict[str, tuple[str, ...]] = {}
+    held: dict[str, tuple[Blocker, ...]] = {}
     for intent in approve:
         wait, vms = unseen_drains.get(intent.key, (0.0, ()))
         left = since.get(intent.key, snap.cycle_started) + wait - snap.cycle_started
         if left > 0:
-            held[intent.key] = (f"waits {left:.0f} s more for {','.join(vms)} (absent past the grace) to drain "
-                                "for it on their own",)
+            held[intent.key] = (Blocker(Hold.ABSENT_PAST_GRACE, f"waits {left:.0f} s more for {','.join(vms)} "
+                                        "(absent past the grace) to drain for it on their own"),)
         else:
             go.append(intent)
     return tuple(go), held

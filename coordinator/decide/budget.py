@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from coordinator.blockers import Blocker, Hold
 from coordinator.decide.events import _approvable, _Event, _from_store
 from coordinator.models import EventType
 from coordinator.snapshot import Policy, Snapshot
@@ -21,7 +22,7 @@ class _Budget:
 
     known: Mapping[str, _Event]  # this VM's events, and (budgeted) those known only from their records
     admit: list[str]  # the leader's admissions
-    wait_slot: Mapping[str, str]  # the leader's reason for each event it does not admit
+    wait_slot: Mapping[str, Blocker]  # the leader's reason for each event it does not admit
     flight: Mapping[str, frozenset[str]]  # what holds the budget, as unit key -> VMs (complete views only)
     admit_drains: list[str] = field(default_factory=list)  # the leader's admissions of drains by hand
     drain_waits: Mapping[str, str] = field(default_factory=dict)  # its reason for each drain it does not admit
@@ -33,7 +34,7 @@ def _budget(by_key: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, 
     admits on a fresh document (events first, then drains by hand), and what is in flight."""
     known = {**_from_store(cluster, snap, policy), **by_key} if policy.budgeted else by_key
     admit: list[str] = []
-    wait_slot: dict[str, str] = {}
+    wait_slot: dict[str, Blocker] = {}
     admit_drains: list[str] = []
     drain_waits: dict[str, str] = {}
     if snap.document is not None and policy.budgeted and cluster.i_am_leader:
@@ -132,7 +133,7 @@ def _unit(key: str, events: Mapping[str, _Event], policy: Policy) -> str:
 
 def _admissions(
     events: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
-) -> tuple[list[str], dict[str, str]]:
+) -> tuple[list[str], dict[str, Blocker]]:
     """The leader's admissions and why the others wait.
 
     Candidates are Scheduled events with a record, not yet admitted, that could be approved early
@@ -160,17 +161,17 @@ def _admissions(
         item[0],
     ))
     admit: list[str] = []
-    why: dict[str, str] = {}
+    why: dict[str, Blocker] = {}
     for position, (_, members) in enumerate(order):
         keys = {ev.key or "" for ev in members}
         vms = frozenset().union(*(ev.resources for ev in members))
         alone = _over_budget(keys, vms, {}, events, cluster, snap, policy)
-        if alone:
+        if alone is not None:
             for ev in members:
-                why[ev.key or ""] = f"{alone} even with nothing else in maintenance"
+                why[ev.key or ""] = _alone(alone)
             continue
         reason = _over_budget(keys, vms, flight, events, cluster, snap, policy)
-        if reason:
+        if reason is not None:
             for _, rest in order[position:]:
                 for ev in rest:
                     why[ev.key or ""] = reason
@@ -201,11 +202,11 @@ def _drain_admissions(
             why[vm] = f"{vm} runs no agent: its drain is admitted once its agent runs"
             continue
         alone = _over_budget(set(), frozenset({vm}), {}, events, cluster, snap, policy, an_event=False)
-        reason = (f"{alone} even with nothing else in maintenance" if alone
+        reason = (_alone(alone) if alone is not None
                   else _over_budget(set(), frozenset({vm}), flight, events, cluster, snap, policy, an_event=False))
-        if reason:
+        if reason is not None:
             for _, rest in waiting[position:]:
-                why.setdefault(rest, reason)
+                why.setdefault(rest, str(reason))
             break
         admit.append(vm)
         flight[f"vm:{vm}"] = frozenset({vm})
@@ -215,9 +216,9 @@ def _drain_admissions(
 def _over_budget(
     keys: set[str], vms: frozenset[str], flight: Mapping[str, frozenset[str]], events: Mapping[str, _Event],
     cluster: ClusterView, snap: Snapshot, policy: Policy, *, an_event: bool = True,
-) -> str:
+) -> Blocker | None:
     """Why taking ``vms`` out for the events ``keys`` would break the budget, given what else is in
-    flight (empty: it would not). Used at admission, and again at approval: between the two, VMs may
+    flight (None: it would not). Used at admission, and again at approval: between the two, VMs may
     have gone out of rotation for other reasons (a forced drain, a restart, an event with no notice).
     ``an_event``: False for a drain by hand, which takes a VM and no event slot."""
     others = {k: v for k, v in flight.items() if k not in keys}
@@ -231,13 +232,24 @@ def _over_budget(
     in_maintenance = ({_unit(k, events, policy) for k in others if not k.startswith("vm:")}
                       - {_unit(k, events, policy) for k in keys})
     if an_event and policy.max_events is not None and len(in_maintenance) >= policy.max_events:
-        return f"maintenance budget: {len(in_maintenance)} event(s) in maintenance ({', '.join(sorted(others))})"
+        return Blocker(Hold.BUDGET, f"maintenance budget: {len(in_maintenance)} event(s) in maintenance "
+                                    f"({', '.join(sorted(others))})")
     if policy.max_vms is not None and busy and len(busy | vms) > policy.max_vms:
-        return f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}"
+        return Blocker(Hold.BUDGET, f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}")
     if policy.keep_one_serving and cluster.members and not (cluster.members - busy - vms):
         unconfirmed = _unconfirmed(cluster, snap, policy)
         if unconfirmed:
             seen = ", ".join(f"{vm}: {detail}" for vm, detail in unconfirmed.items())
-            return f"it would leave no VM serving (not confirmed in rotation: {seen})"
-        return "it would leave no VM serving"
-    return ""
+            # A peer whose probe does not answer the deciding agent at all is not coming back by itself.
+            unanswered = snap.peers is not None and any(
+                vm in snap.peers and not snap.peers[vm].answered for vm in unconfirmed)
+            return Blocker(Hold.PEER_NOT_SERVING, f"it would leave no VM serving (not confirmed in rotation: {seen})",
+                           lasting=unanswered)
+        return Blocker(Hold.BUDGET, "it would leave no VM serving")
+    return None
+
+
+def _alone(reason: Blocker) -> Blocker:
+    """``reason`` for a unit that the budget could not admit even with nothing else in maintenance: it waits
+    for its NotBefore (or, a drain by hand, for the policy to change)."""
+    return Blocker(reason.kind, f"{reason.words} even with nothing else in maintenance", reason.vm, lasting=True)

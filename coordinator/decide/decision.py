@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from coordinator.blockers import Blocker, Hold
 from coordinator.config.policy import ApproverMode
 from coordinator.decide.approval import _absent_drained, _Approvals, _approvals, _fresh_for_approval, _still_posted
 from coordinator.decide.budget import _budget
@@ -100,7 +101,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         tuple(intent for intent in group.approvals.ready.values() if intent is not None), snap, local)
     blocked = group.approvals.blocked
     if held:
-        why = "approval waits for a document read after it became approvable"
+        why = Blocker(Hold.STALE_DOCUMENT, "approval waits for a document read after it became approvable")
         blocked = {**blocked, **{key: (why,) for key in held}}
     approve, settling = _absent_drained(approve, approvable_since, group.approvals.unseen_drains, snap)
     blocked = {**blocked, **settling}

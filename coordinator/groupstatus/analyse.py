@@ -9,12 +9,14 @@ read, the approver's leadership, the absences (their ages from ``absent/{vm}``),
 agent answered, what each says its phase is (standing in for the probes of ``confirm_peers_by_probe``:
 "serving" is in rotation). The approver's own local state is taken as serving, so that the reasons come
 from ZooKeeper's state alone and never from an acknowledgement the approver is about to write. The
-reasons are the strings the agents log and show in their ``/status`` ("vm1 has not acknowledged",
-"maintenance budget: 1 event(s) in maintenance (E1)", ...). When the approver is not the leader, the
-admission reason it reckons is replaced by the leader's: ``decide`` from the leader's perspective says why
-it does not admit the event (the budget, a lead time), or that it admits it now. The deciding agent has the
-last word: the leader's own admission reason and the approver's own "at approval: ..." hold, as their
-``/status`` gives them, stand in for what is worked out here (they weigh their own probes of the peers).
+reasons are the blockers the agents log and show in their ``/status`` (``coordinator.blockers``: a kind,
+the VM it is about, and the words: "vm1 has not acknowledged", "maintenance budget: 1 event(s) in
+maintenance (E1)", ...); what is worked out here reads their kinds, never their words. When the approver
+is not the leader, the admission reason it reckons is replaced by the leader's: ``decide`` from the
+leader's perspective says why it does not admit the event (the budget, a lead time), or that it admits it
+now. The deciding agent has the last word: the leader's own admission reason and the approver's own "at
+approval: ..." hold, as their ``/status`` gives them (its ``blockers``), stand in for what is worked out
+here (they weigh their own probes of the peers).
 
 The status of an event is the one the agents' last documents show; an event that could have started
 (approved, or NotBefore passed) and that the fresh document of an agent that would list it no longer
@@ -33,9 +35,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from coordinator.blockers import Blocker as Held
+from coordinator.blockers import Hold
 from coordinator.config import ApprovalRule
 from coordinator.decide import (
     LocalState,
@@ -69,7 +73,6 @@ from coordinator.groupstatus.model import (
     utc,
 )
 from coordinator.groupstatus.read import AgentAnswer, GroupRead
-from coordinator.metrics import blocked_reason
 from coordinator.models import Document
 from coordinator.store.base import BY_HAND, ClusterView, EventRecord
 
@@ -78,20 +81,17 @@ __all__ = ["NOT_ADMITTED", "STUCK_AFTER", "build_status", "event_statuses"]
 log = logging.getLogger(__name__)
 
 NOT_ADMITTED = "not admitted yet"
-# The reasons about the leader's admission: its cause when known (the budget, no leader, a lead time).
-_ADMISSION = ("not admitted", "maintenance budget:", "it would leave no VM serving")
-_AT_APPROVAL = "at approval:"  # the budget weighed again by the approver, right before it approves
 #: An event still not done this long after it could start (approved, or NotBefore passed), an ack standing
 #: this long after its event was done, a VM out of rotation for ``OUT_LONG``: shown as needing attention.
 STUCK_AFTER = 1800.0
 OUT_LONG = 1800.0
-# What holds a blocked event back, by the labels of ``coordinator.metrics.blocked_reason``: by design (the
-# policy, an operator's pause, the maintenance windows: it starts at NotBefore as asked, nothing to attend
-# to, as for the alert CoordinatorEventBlockedNearNotBefore), or for good (nothing clears it by itself).
-_BY_DESIGN = frozenset({"policy", "paused", "outside_window"})
-_FOR_GOOD = frozenset({"no_agent", "no_approver", "invalid_event"})
-_NEVER_ADMITTED = " even with nothing else in maintenance"  # over the budget on its own
-_UNANSWERED = ": no answer"  # a peer whose probe does not answer the approver (``coordinator.peers.judge``)
+# What holds a blocked event back, by kind: by design (the policy, an operator's pause, the maintenance
+# windows: it starts at NotBefore as asked, nothing to attend to, as for the alert
+# CoordinatorEventBlockedNearNotBefore), or for good (nothing clears it by itself; so does a blocker that
+# says it is ``lasting``: the budget on its own, a peer whose probe does not answer).
+_BY_DESIGN = frozenset({Hold.POLICY.value, Hold.PAUSED.value, Hold.OUTSIDE_WINDOW.value})
+_FOR_GOOD = frozenset({Hold.NO_AGENT.value, Hold.NO_APPROVER.value, Hold.INVALID_EVENT.value})
+_BUDGETED = frozenset({Hold.BUDGET.value, Hold.NOT_ADMITTED.value, Hold.LEAD_TIME.value})
 
 
 def build_status(read: GroupRead, policy: Policy, policy_source: str) -> GroupStatus:
@@ -310,19 +310,9 @@ def _peers(read: GroupRead) -> dict[str, PeerSeen] | None:
     return seen
 
 
-def _vm_of(reason: str, names: set[str]) -> str | None:
-    first = reason.split(" ", 1)[0].rstrip(":,")
-    if first in names:
-        return first
-    if reason.startswith("approver "):
-        second = reason.split(" ")[1]
-        return second if second in names else None
-    return None
-
-
 def _event(record: EventRecord, read: GroupRead, policy: Policy, approver: str | None, as_leader: bool | None,
            status: str | None, reported_by: str | None, plans: Mapping[str, Plan], failure: str | None) -> EventStatus:
-    view, now = read.view, read.read_at
+    now = read.read_at
     key = record.event_id
     resources = list(record.resources)
     approval = record.approval
@@ -331,7 +321,7 @@ def _event(record: EventRecord, read: GroupRead, policy: Policy, approver: str |
     # an event stays approved, and what the operator needs to see is that it runs.
     done = record.done_at is not None or status is None
     state: EventState
-    reasons: list[str] = []
+    reasons: list[Held] = []
     if done:
         state = "done"
     elif status != "Scheduled":
@@ -341,8 +331,7 @@ def _event(record: EventRecord, read: GroupRead, policy: Policy, approver: str |
     else:
         reasons = _reasons(record, read, policy, approver, plans, failure)
         state = "blocked" if reasons else "approvable"
-    names = set(resources) | set(view.members) | set(view.known) | ({approver} if approver else set())
-    blockers = [Blocker(vm=_vm_of(reason, names), reason=reason) for reason in reasons]
+    blockers = [Blocker(kind=r.kind.value, vm=r.vm, reason=str(r), lasting=r.lasting) for r in reasons]
     own = _event_from_agent(read, approver, key) if not done else None
     waiting = own.get("waiting_for") if own is not None else None
     return EventStatus(
@@ -372,7 +361,7 @@ def _event(record: EventRecord, read: GroupRead, policy: Policy, approver: str |
 
 
 def _reasons(record: EventRecord, read: GroupRead, policy: Policy, approver: str | None,
-             plans: Mapping[str, Plan], failure: str | None) -> list[str]:
+             plans: Mapping[str, Plan], failure: str | None) -> list[Held]:
     """Why a Scheduled event is not approved yet, from its approver's plan (see the module docstring)."""
     view, key = read.view, record.event_id
     plan = plans.get(approver) if approver is not None else None
@@ -383,39 +372,42 @@ def _reasons(record: EventRecord, read: GroupRead, policy: Policy, approver: str
     else:
         reasons = list(plan.blocked.get(key, ()))
         leader_plan = plans.get(view.leader) if view.leader is not None else None
-        index = next((i for i, r in enumerate(reasons) if r.startswith(_ADMISSION)), None)
+        index = next((i for i, r in enumerate(reasons) if r.about_admission), None)
         # The deciding agent's own reason, when its /status gives one, comes before what is worked out here:
         # it weighs what ZooKeeper does not hold (its probes of the peers, its own IMDS reading).
-        admission = _own_reason(read, view.leader, key, _ADMISSION) if record.admitted_at is None else None
-        approving = _own_reason(read, approver, key, (_AT_APPROVAL,))
+        admission = (_own_reason(read, view.leader, key, lambda r: r.about_admission)
+                     if record.admitted_at is None else None)
+        approving = _own_reason(read, approver, key, lambda r: r.at_approval)
         if admission is not None:
             if admission not in reasons:
                 _put(reasons, index, admission)
-            reasons = [r for r in reasons if not r.startswith(_AT_APPROVAL)]  # not admitted: nothing to approve
+            reasons = [r for r in reasons if not r.at_approval]  # not admitted: nothing to approve
         elif index is not None and leader_plan is not None and leader_plan is not plan:
             # The approver reckons the leader's admissions; the leader's own plan says it for sure.
             if key in leader_plan.admit:
-                reasons[index] = f"not admitted yet (the leader {view.leader} admits it on its next cycle)"
+                reasons[index] = Held(Hold.NOT_ADMITTED,
+                                      f"not admitted yet (the leader {view.leader} admits it on its next cycle)")
             else:
-                why = [r for r in leader_plan.blocked.get(key, ()) if r.startswith(_ADMISSION)]
+                why = [r for r in leader_plan.blocked.get(key, ()) if r.about_admission]
                 if why and why[0] not in reasons:
                     reasons[index] = why[0]
-        at = next((i for i, r in enumerate(reasons) if r.startswith(_AT_APPROVAL)), None)
+        at = next((i for i, r in enumerate(reasons) if r.at_approval), None)
         if approving is not None and admission is None and (at is not None or not reasons):
             _put(reasons, at, approving)
         if approver is None and not reasons:
-            reasons.append("no live agent named in Resources and no leader")
+            reasons.append(Held(Hold.NO_APPROVER, "no live agent named in Resources and no leader"))
     not_before = record.not_before
     lead = policy.lead_time
     if (reasons and lead is not None and not_before is not None and record.admitted_at is None
-            and read.read_at < not_before - lead and not any("lead_time_seconds" in r for r in reasons)):
-        reasons.append(f"drains no earlier than {lead:g} s before NotBefore (drain.lead_time_seconds)")
+            and read.read_at < not_before - lead and not any(r.kind is Hold.LEAD_TIME for r in reasons)):
+        reasons.append(Held(Hold.LEAD_TIME,
+                            f"drains no earlier than {lead:g} s before NotBefore (drain.lead_time_seconds)"))
     if reasons and not_before is not None and _never_early(reasons, policy, record):
-        reasons.append("waiting for NotBefore: it starts then without an approval")
+        reasons.append(Held(Hold.NOT_BEFORE, "waiting for NotBefore: it starts then without an approval"))
     return reasons
 
 
-def _put(reasons: list[str], index: int | None, reason: str) -> None:
+def _put(reasons: list[Held], index: int | None, reason: Held) -> None:
     """``reason`` in place of ``reasons[index]``, or first when ``index`` is None."""
     if index is None:
         reasons.insert(0, reason)
@@ -423,39 +415,43 @@ def _put(reasons: list[str], index: int | None, reason: str) -> None:
         reasons[index] = reason
 
 
-def _own_reason(read: GroupRead, vm: str | None, key: str, prefixes: tuple[str, ...]) -> str | None:
-    """The first reason starting with one of ``prefixes`` that ``vm``'s agent gives for the event ``key`` in
-    its ``/status`` (None: it did not answer, does not list the event, or gives no such reason)."""
+def _own_reason(read: GroupRead, vm: str | None, key: str, which: Callable[[Held], bool]) -> Held | None:
+    """The first blocker of the kind ``which`` picks that ``vm``'s agent gives for the event ``key`` in its
+    ``/status`` (None: it did not answer, does not list the event, or gives no such blocker)."""
     event = _event_from_agent(read, vm, key)
-    waiting = event.get("waiting_for") if event is not None else None
-    for reason in waiting if isinstance(waiting, list) else ():
-        if isinstance(reason, str) and reason.startswith(prefixes):
-            return reason
+    given = event.get("blockers") if event is not None else None
+    for value in given if isinstance(given, list) else ():
+        blocker = Held.from_json(value)
+        if blocker is not None and which(blocker):
+            return blocker
     return None
 
 
-def _never_early(reasons: list[str], policy: Policy, record: EventRecord) -> bool:
+def _never_early(reasons: list[Held], policy: Policy, record: EventRecord) -> bool:
+    """Whether the event is never approved early: by its rule, its type, or its record (``invalid_event``)."""
     rule = policy.approval.get(record.event_type, ApprovalRule.AFTER_DRAIN)
-    return rule is ApprovalRule.NEVER or any("never approved early" in r for r in reasons)
+    return rule is ApprovalRule.NEVER or any(r.kind in (Hold.POLICY, Hold.INVALID_EVENT) for r in reasons)
 
 
 def _derived(record: EventRecord, view: ClusterView, policy: Policy, approver: str | None,
-             failure: str | None) -> list[str]:
+             failure: str | None) -> list[Held]:
     """The blockers that can be read off the record alone (when ``decide`` could not be used)."""
-    reasons: list[str] = []
+    reasons: list[Held] = []
     if failure is not None:
-        reasons.append(f"(decision function failed: {failure}; reasons derived from the records)")
+        reasons.append(Held(Hold.UNDECIDED, f"(decision function failed: {failure}; reasons derived from the records)"))
     if approver is None:
-        reasons.append("no live agent named in Resources and no leader")
+        reasons.append(Held(Hold.NO_APPROVER, "no live agent named in Resources and no leader"))
     elif approver not in view.members:
-        reasons.append(f"approver {approver} is not a live member")
+        reasons.append(Held(Hold.NO_APPROVER, f"approver {approver} is not a live member", approver))
     if policy.budgeted and record.admitted_at is None:
-        reasons.append(NOT_ADMITTED)
+        reasons.append(Held(Hold.NOT_ADMITTED, NOT_ADMITTED))
     for vm in record.resources:
         if vm not in record.acks:
-            reasons.append(f"{vm} runs no agent" if vm not in view.members else f"{vm} has not acknowledged")
+            reasons.append(Held(Hold.NO_AGENT, f"{vm} runs no agent", vm) if vm not in view.members
+                           else Held(Hold.NOT_ACKNOWLEDGED, f"{vm} has not acknowledged", vm))
     if record.not_before is not None and reasons:
-        reasons.append("waiting for NotBefore: it starts then without an approval, unless the above clears")
+        reasons.append(Held(Hold.NOT_BEFORE,
+                            "waiting for NotBefore: it starts then without an approval, unless the above clears"))
     return reasons
 
 
@@ -530,12 +526,9 @@ def _will_not_make_it(event: EventStatus, status: GroupStatus, read: GroupRead, 
     needs longer than ``left`` (``_drain_left``). Reasons by design (the policy, a pause, the maintenance
     windows) never make it need attention: it then starts at NotBefore as configured."""
     for blocker in event.blockers:
-        reason = blocker.reason
-        label = blocked_reason(reason)
-        if (label in _FOR_GOOD or reason.endswith(_NEVER_ADMITTED)
-                or (label == "peer_not_serving" and _UNANSWERED in reason)):
-            return f" without an approval unless unblocked ({reason})"
-    if status.paused is not None or any(blocked_reason(b.reason) in _BY_DESIGN for b in event.blockers):
+        if blocker.kind in _FOR_GOOD or blocker.lasting:
+            return f" without an approval unless unblocked ({blocker.reason})"
+    if status.paused is not None or any(b.kind in _BY_DESIGN for b in event.blockers):
         return None
     failed = {m.vm: m.agent.action_error for m in status.members if m.agent.action_error}
     for vm in event.missing_acks:
@@ -557,7 +550,7 @@ def _behind_a_failing_drain(event: EventStatus, status: GroupStatus, failed: dic
     """The chain that holds ``event`` for good in the budget: it waits to be admitted (or for the budget at
     approval) while an admitted, unapproved event holds the budget and a VM of that one keeps failing its
     drain, so that one is never acknowledged and never frees the budget. None when no such event holds it."""
-    if not any(blocked_reason(b.reason) in ("budget", "not_admitted") for b in event.blockers):
+    if not any(b.kind in _BUDGETED for b in event.blockers):
         return None
     for other in status.events:
         if other.event_id == event.event_id or other.admitted_at is None or other.approval is not None:

@@ -160,10 +160,14 @@ class Vouched(_Model):
 
 
 class Blocker(_Model):
-    """One reason an event is not approved yet; ``vm`` is the VM the reason is about, if any."""
+    """One reason an event is not approved yet (``coordinator.blockers``): its kind, the VM it is about if
+    any, its words, and whether it clears by itself."""
 
+    kind: str = Field(description="what holds it, one of coordinator.blockers.Hold (the metrics' reason label)")
     vm: str | None = None
-    reason: str
+    reason: str = Field(description="in words")
+    lasting: bool = Field(default=False, description="it does not clear by itself (the budget on its own, a "
+                                                     "peer's probe that does not answer)")
 
 
 class EventStatus(_Model):

@@ -63,7 +63,8 @@ def test_status_names_the_vm_that_blocks_a_freeze(make_cluster: ClusterFactory, 
     assert [a["vm"] for a in event["acks"]] == ["vm0"] and event["missing_acks"] == ["vm1"]
     assert event["admitted_at"] is not None and event["approval"] is None
     assert (event["approver"], event["approver_as_leader"], event["state"]) == ("vm0", False, "blocked")
-    assert event["blockers"] == [{"vm": "vm1", "reason": "vm1 has not acknowledged"}]
+    assert event["blockers"] == [{"kind": "not_acknowledged", "vm": "vm1", "reason": "vm1 has not acknowledged",
+                                  "lasting": False}]
     assert event["approver_reports"] == ["vm1 has not acknowledged"]  # what vm0 itself says
     assert 800 < event["not_before_in_seconds"] <= 900
     assert {o["vm"] for o in data["out_of_rotation"]} == {"vm0", "vm1"}

@@ -98,7 +98,8 @@ def test_fleet_json_joins_the_graph_with_both_groups_and_the_vm_without_agent(fl
     assert db["vms"] == [{"vm": "db0", "group": "db", "agent": True}]
     [db_record] = db["records"]
     assert db_record["state"] == "blocked" and db_record["missing_acks"] == ["db0"]
-    assert {"vm": "db0", "reason": "db0 has not acknowledged"} in db_record["blockers"]
+    assert {"kind": "not_acknowledged", "vm": "db0", "reason": "db0 has not acknowledged",
+            "lasting": False} in db_record["blockers"]
 
     [lone] = data["uncoordinated"]
     assert (lone["event_id"], lone["type"], lone["unit"]) == (E_LONE, "Redeploy", f"{RG}/virtualMachines/lone")

@@ -113,8 +113,9 @@ def test_status_shows_the_group_and_writes_nothing(group: dict[str, Any], zk_ser
     assert [a["vm"] for a in event["acks"]] == ["vm0"] and event["missing_acks"] == ["vm1"]
     assert event["admitted_at"] is not None and event["approval"] is None and event["done_at"] is None
     assert (event["approver"], event["approver_as_leader"], event["state"]) == ("vm0", False, "blocked")
-    assert event["blockers"] == [{"vm": None, "reason": "approvals paused by alice: kernel upgrade"},
-                                 {"vm": "vm1", "reason": "vm1 has not acknowledged"}]
+    assert event["blockers"] == [
+        {"kind": "paused", "vm": None, "reason": "approvals paused by alice: kernel upgrade", "lasting": False},
+        {"kind": "not_acknowledged", "vm": "vm1", "reason": "vm1 has not acknowledged", "lasting": False}]
     assert (event["status"], event["status_reported_by"]) == ("Scheduled", None)  # no agent answered
     assert 590 < event["not_before_in_seconds"] <= 600
     assert [(d["event_id"], d["state"]) for d in data["done"]] == [("OLD-REBOOT", "done")]

@@ -128,7 +128,7 @@ def test_control_an_out_of_rotation_vm_filed_under_another_event_blocks_the_admi
     snap = _snapshot("vm0", resources=["vm0", "vm1"], out_for=(OTHER,), admitted=False, acks=())
     plan = decide(snap, SERVING, POLICY)
     assert plan.admit == ()
-    assert any("no VM serving" in reason or "maintenance budget" in reason for reason in plan.blocked[K])
+    assert any("no VM serving" in reason or "maintenance budget" in reason for reason in plan.reasons(K))
 
 
 def test_a_reused_event_id_is_admitted_while_the_only_other_vm_is_out_for_its_earlier_instance() -> None:
@@ -145,7 +145,7 @@ def test_control_a_vm_still_out_for_an_ended_event_counts_as_an_event_in_mainten
                      members=MEMBERS | {"vm3"})
     plan = decide(snap, SERVING, POLICY)
     assert plan.admit == ()
-    assert any("maintenance budget: 1 event" in reason for reason in plan.blocked[K])
+    assert any("maintenance budget: 1 event" in reason for reason in plan.reasons(K))
 
 
 def test_a_vm_out_for_another_event_is_not_counted_when_it_was_out_for_the_reused_id_first() -> None:

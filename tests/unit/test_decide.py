@@ -87,7 +87,7 @@ def test_approval_table(me: str, members: tuple[str, ...], acks: tuple[str, ...]
     plan = decide(snap(me, d, cluster), SERVING if me == "vm2" else DRAINED, POLICY)
     assert [i.event_id for i in plan.approve] == ([EID] if approves else [])
     if blocker:
-        assert any(blocker in r for r in plan.blocked[EID])
+        assert any(blocker in r for r in plan.reasons(EID))
     if approves:
         intent = plan.approve[0]
         assert intent.required == ("vm0", "vm1")
@@ -100,14 +100,14 @@ def test_approver_that_has_not_finished_draining_does_not_approve() -> None:
     plan = decide(snap("vm0", d, view(ALL3, (record(("vm0", "vm1"), ("vm1",)),))), draining, POLICY)
     assert plan.approve == ()
     assert plan.ack == ()
-    assert plan.blocked[EID] == ("vm0 has not acknowledged",)
+    assert plan.reasons(EID) == ("vm0 has not acknowledged",)
 
 
 def test_leader_approves_when_no_named_vm_runs_an_agent_but_only_with_every_ack() -> None:
     d = doc(event(["vmx"]))
     without = decide(snap("vm2", d, view(ALL3, (record(("vmx",)),), leader="vm2", me="vm2")), SERVING, POLICY)
     assert without.approve == ()
-    assert without.blocked[EID] == ("vmx runs no agent",)
+    assert without.reasons(EID) == ("vmx runs no agent",)
     with_ack = decide(snap("vm2", d, view(ALL3, (record(("vmx",), ("vmx",)),), leader="vm2", me="vm2")),
                       SERVING, POLICY)
     assert [(i.event_id, i.as_leader) for i in with_ack.approve] == [(EID, True)]
@@ -135,7 +135,7 @@ def test_never_auto_approved(ev: dict[str, Any], fragment: str) -> None:
     cluster = view(ALL3, (record(tuple(r for r in ev["Resources"] if r.isalnum()), acks),), leader="vm0")
     plan = decide(snap("vm0", doc(ev), cluster), DRAINED, POLICY)
     assert plan.approve == ()
-    assert any(fragment in r for r in plan.blocked[EID])
+    assert any(fragment in r for r in plan.reasons(EID))
 
 
 def test_started_event_is_never_approved() -> None:
@@ -238,7 +238,7 @@ def test_ack_waits_for_the_drain_wait_of_the_event_type() -> None:
     drained = LocalState(phase=Phase.DRAINED, phase_since=95.0, drain_started=95.0)  # 5 s ago
     freeze = decide(snap("vm0", doc(event(["vm0"])), view(ALL3, (record(("vm0",)),))), drained, policy)
     assert freeze.ack == ()
-    assert freeze.blocked[EID] == ("vm0 has not acknowledged",)
+    assert freeze.reasons(EID) == ("vm0 has not acknowledged",)
     preempt = decide(snap("vm0", doc(event(["vm0"], etype="Preempt")), view(ALL3, (record(("vm0",)),))),
                      drained, policy)
     assert preempt.ack == (EID,)

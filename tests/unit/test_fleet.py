@@ -28,7 +28,7 @@ def iso(t: float) -> str:
 
 
 def record(event_id: str, resources: Sequence[str], *, state: str = "blocked", acks: Sequence[str] = (),
-           blockers: Sequence[tuple[str | None, str]] = (), done_at: float | None = None) -> dict[str, Any]:
+           blockers: Sequence[tuple[str, str | None, str]] = (), done_at: float | None = None) -> dict[str, Any]:
     return {"event_id": event_id, "type": "Freeze", "status": None if done_at else "Scheduled",
             "status_reported_by": None, "resources": list(resources), "published_by": resources[0],
             "published_at": iso(NOW - 60), "not_before": iso(NOW + 600), "not_before_in_seconds": 600.0,
@@ -36,7 +36,8 @@ def record(event_id: str, resources: Sequence[str], *, state: str = "blocked", a
             "missing_acks": [vm for vm in resources if vm not in acks], "admitted_at": iso(NOW - 20),
             "approval": None, "done_at": iso(done_at) if done_at else None, "approver": resources[0],
             "approver_as_leader": False, "state": state,
-            "blockers": [{"vm": vm, "reason": reason} for vm, reason in blockers], "approver_reports": None}
+            "blockers": [{"kind": kind, "vm": vm, "reason": reason} for kind, vm, reason in blockers],
+            "approver_reports": None}
 
 
 def group(cluster: str, members: Sequence[str], registered: Sequence[str] = (),
@@ -73,8 +74,8 @@ def text(status: FleetStatus) -> str:
 
 def test_vms_are_matched_case_insensitively_to_live_members_then_to_registered_ones() -> None:
     web = group("web", ["web_0", "web_1"], registered=["web_7"],
-                events=[record("E1", ["web_0", "web_7"], acks=["web_0"], blockers=[("web_7", "web_7 has not "
-                                                                                    "acknowledged")])])
+                events=[record("E1", ["web_0", "web_7"], acks=["web_0"],
+                               blockers=[("not_acknowledged", "web_7", "web_7 has not acknowledged")])])
     status = fleet([event("e1", ["WEB_0", "web_7", "stranger"])], [ClusterRead("web", web)])
     [shown] = status.events
     assert [(v.vm, v.group, v.agent) for v in shown.vms] == [("WEB_0", "web", True), ("web_7", "web", False),
@@ -122,8 +123,8 @@ def test_pending_events_come_started_first_then_by_not_before() -> None:
 
 def test_the_text_shows_every_section_and_never_none() -> None:
     web = group("web", ["web_0", "web_1"], registered=["web_9"],
-                events=[record("E1", ["web_0"], blockers=[(None, "maintenance budget: 1 event(s) in maintenance "
-                                                                 "(E0)")])])
+                events=[record("E1", ["web_0"],
+                               blockers=[("budget", None, "maintenance budget: 1 event(s) in maintenance (E0)")])])
     status = fleet([event("E1", ["web_0"]), event("E2", ["lone"], unit=f"/subscriptions/{SUB}/resourceGroups/rg/"
                                                                           "providers/Microsoft.Compute/virtualMachines/lone"),
                     event("E3", ["web_1"], "Started", not_before=None),

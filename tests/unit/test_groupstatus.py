@@ -15,6 +15,8 @@ import httpx
 import pytest
 from rich.console import Console
 
+from coordinator.blockers import Blocker as Held
+from coordinator.blockers import Hold
 from coordinator.cli import main
 from coordinator.decide import Policy
 from coordinator.groupstatus import analyse
@@ -103,7 +105,7 @@ def test_a_missing_ack_blocks_the_approver_and_names_the_vm() -> None:
     event = _event(status, E1)
     assert event.approver == "vm0" and event.approver_as_leader is False
     assert event.state == "blocked"
-    assert event.blockers == [Blocker(vm="vm1", reason="vm1 has not acknowledged")]
+    assert event.blockers == [Blocker(kind="not_acknowledged", vm="vm1", reason="vm1 has not acknowledged")]
     assert event.missing_acks == ["vm1"]
     assert [a.vm for a in event.acks] == ["vm0"]
     assert (event.status, event.status_reported_by) == ("Scheduled", "vm0")
@@ -123,7 +125,7 @@ def test_an_event_held_by_the_budget_says_why_from_the_leaders_perspective() -> 
     assert event.approver == "vm1"
     reasons = [b.reason for b in event.blockers]
     assert reasons[0] == f"maintenance budget: 1 event(s) in maintenance ({E1})"
-    assert Blocker(vm="vm1", reason="vm1 has not acknowledged") in event.blockers
+    assert Blocker(kind="not_acknowledged", vm="vm1", reason="vm1 has not acknowledged") in event.blockers
     # E1 is approvable (everything acked and admitted): its approver approves it on its next cycle.
     assert _event(status, E1).state == "approvable"
     assert _event(status, E1).blockers == []
@@ -142,44 +144,58 @@ def test_not_admitted_gives_its_true_cause_never_the_budget_when_it_has_room() -
     assert _event(leaderless, E1).blockers[0].reason == "not admitted: no leader to admit it"
 
 
+def _said(event_id: str, *held: Held) -> dict[str, object]:
+    """An event as an agent's ``/status`` gives it, held by ``held``."""
+    return {"event_id": event_id, "status": "Scheduled", "waiting_for": [str(b) for b in held],
+            "blockers": [b.as_json() for b in held]}
+
+
 def test_the_leaders_own_reason_heads_the_blockers_over_what_the_command_works_out() -> None:
     # vm2's agent answers the command, but the leader vm1's probe of vm2 does not: admitting E1 (vm0 and vm1)
     # would leave no VM confirmed in rotation. Worked out from the phases alone, the leader would admit it.
-    unconfirmed = "it would leave no VM serving (not confirmed in rotation: vm2: no answer)"
+    unconfirmed = Held(Hold.PEER_NOT_SERVING,
+                       "it would leave no VM serving (not confirmed in rotation: vm2: no answer)", lasting=True)
     record = _record(E1, ("vm0", "vm1"))
-    own = ["not admitted by the leader vm1 yet (the budget has room for it)", "vm0 has not acknowledged",
-           "vm1 has not acknowledged"]
-    leader = [unconfirmed, "vm0 has not acknowledged", "vm1 has not acknowledged"]
-    agents = {"vm0": _agent("vm0", "serving", [{"event_id": E1, "status": "Scheduled", "waiting_for": own}]),
-              "vm1": _agent("vm1", "serving", [{"event_id": E1, "status": "Scheduled", "waiting_for": leader}]),
+    unacked = [Held(Hold.NOT_ACKNOWLEDGED, f"{vm} has not acknowledged", vm) for vm in ("vm0", "vm1")]
+    own = [Held(Hold.NOT_ADMITTED, "not admitted by the leader vm1 yet (the budget has room for it)"), *unacked]
+    leader = [unconfirmed, *unacked]
+    agents = {"vm0": _agent("vm0", "serving", [_said(E1, *own)]),
+              "vm1": _agent("vm1", "serving", [_said(E1, *leader)]),
               "vm2": _agent("vm2", "serving")}
     status = build_status(_read({E1: record}, leader="vm1", agents=agents), Policy(), "test")
     event = _event(status, E1)
     assert event.approver == "vm0"
-    assert [b.reason for b in event.blockers] == leader
+    assert [b.reason for b in event.blockers] == [str(b) for b in leader]
+    assert [b.kind for b in event.blockers] == ["peer_not_serving", "not_acknowledged", "not_acknowledged"]
     assert not any("admits it on its next cycle" in b.reason for b in event.blockers)
     assert f"Blocked by  {unconfirmed}" in _rendered(status)  # the headline of the event's panel
 
     # The leader approves it itself (it names only vm1): worked out here it is admitted, by the leader it is not.
     alone = _record(E2, ("vm1",), acks={"vm1": NOW - 5})
-    agents["vm1"] = _agent("vm1", "drained", [{"event_id": E2, "status": "Scheduled", "waiting_for": [unconfirmed]}])
+    agents["vm1"] = _agent("vm1", "drained", [_said(E2, unconfirmed)])
     event = _event(build_status(_read({E2: alone}, leader="vm1", agents=agents), Policy(), "test"), E2)
-    assert (event.approver, event.state, [b.reason for b in event.blockers]) == ("vm1", "blocked", [unconfirmed])
+    assert (event.approver, event.state, [b.reason for b in event.blockers]) == ("vm1", "blocked", [str(unconfirmed)])
 
     # Admitted before the probe stopped answering: the approver holds it at approval, by its own probes.
-    held = "at approval: " + unconfirmed
+    held = unconfirmed.weighed_at_approval()
     admitted = _record(E1, ("vm0", "vm1"), acks={"vm0": NOW - 5, "vm1": NOW - 5}, admitted=NOW - 10)
-    agents = {"vm0": _agent("vm0", "drained", [{"event_id": E1, "status": "Scheduled", "waiting_for": [held]}]),
+    agents = {"vm0": _agent("vm0", "drained", [_said(E1, held)]),
               "vm1": _agent("vm1", "drained"), "vm2": _agent("vm2", "serving")}
     event = _event(build_status(_read({E1: admitted}, leader="vm1", agents=agents), Policy(), "test"), E1)
-    assert (event.state, [b.reason for b in event.blockers]) == ("blocked", [held])
+    assert (event.state, [b.reason for b in event.blockers]) == ("blocked", ["at approval: " + str(unconfirmed)])
+    assert event.blockers[0].lasting  # a peer whose probe does not answer: it does not clear by itself
+
+    # Words alone (an agent of a version before the blockers' kinds) choose nothing: what is worked out stands.
+    agents["vm0"] = _agent("vm0", "drained", [{"event_id": E1, "status": "Scheduled", "waiting_for": [str(held)]}])
+    event = _event(build_status(_read({E1: admitted}, leader="vm1", agents=agents), Policy(), "test"), E1)
+    assert event.state == "approvable"
 
 
 def test_a_vm_without_an_agent_blocks_and_is_named() -> None:
     record = _record(E1, ("vm0", "vm9"), acks={"vm0": NOW - 5}, admitted=NOW - 10)
     status = build_status(_read({E1: record}, absent={"vm9": NOW - 3600}), Policy(), "test")
     event = _event(status, E1)
-    assert Blocker(vm="vm9", reason="vm9 runs no agent") in event.blockers
+    assert Blocker(kind="no_agent", vm="vm9", reason="vm9 runs no agent") in event.blockers
     assert status.absent == [Absent(vm="vm9", since=utc(NOW - 3600))]
     assert any(a.vm == "vm9" and "runs no agent" in a.message for a in status.attention)
 
@@ -272,7 +288,7 @@ def test_blockers_fall_back_to_the_records_when_the_decision_function_fails(monk
     reasons = [b.reason for b in event.blockers]
     assert reasons[0].startswith("(decision function failed: RuntimeError: boom")
     assert NOT_ADMITTED in reasons
-    assert Blocker(vm="vm1", reason="vm1 has not acknowledged") in event.blockers
+    assert Blocker(kind="not_acknowledged", vm="vm1", reason="vm1 has not acknowledged") in event.blockers
     assert reasons[-1].startswith("waiting for NotBefore")
 
 
@@ -408,7 +424,8 @@ def _model() -> GroupStatus:
         published_by="vm0", published_at=at - timedelta(seconds=12), not_before=at + timedelta(minutes=4),
         not_before_in_seconds=240, acks=[Ack(vm="vm0", at=at - timedelta(seconds=3))], missing_acks=["vm1"],
         admitted_at=at - timedelta(seconds=11), approval=None, done_at=None, approver="vm0",
-        approver_as_leader=False, state="blocked", blockers=[Blocker(vm="vm1", reason="vm1 has not acknowledged")],
+        approver_as_leader=False, state="blocked",
+        blockers=[Blocker(kind="not_acknowledged", vm="vm1", reason="vm1 has not acknowledged")],
         approver_reports=["vm1 has not acknowledged"],
     )
     done = blocked.model_copy(update={"event_id": "E0-DONE", "state": "done", "blockers": [], "approver": None,
@@ -500,7 +517,8 @@ def test_json_has_the_documented_schema_and_absolute_times() -> None:
     event = data["events"][0]
     assert set(event) == EVENT_KEYS
     assert event["not_before"] == "2027-01-15T08:04:00Z"
-    assert event["blockers"] == [{"vm": "vm1", "reason": "vm1 has not acknowledged"}]
+    assert event["blockers"] == [{"kind": "not_acknowledged", "vm": "vm1", "reason": "vm1 has not acknowledged",
+                                  "lasting": False}]
     assert event["acks"] == [{"vm": "vm0", "at": "2027-01-15T07:59:57Z"}]
     assert set(data["members"][0]) == {"vm", "leader", "version", "started_at", "placement", "probe", "admin", "agent"}
     assert set(data["members"][0]["agent"]) == {"reachable", "url", "error", "phase", "cycles", "last_cycle",
@@ -671,7 +689,7 @@ def test_a_vm_never_seen_in_the_group_is_flagged_and_blocks() -> None:
     # a Freeze on vm0 and vm1; vm1 has never run an agent (not a member, not known as absent)
     record = _record(E1, ("vm0", "vm1"), acks={"vm0": NOW - 5}, admitted=NOW - 10, not_before=NOW + 3600)
     status = build_status(_read({E1: record}, members=("vm0", "vm2")), Policy(), "test")
-    assert Blocker(vm="vm1", reason="vm1 runs no agent") in _event(status, E1).blockers
+    assert Blocker(kind="no_agent", vm="vm1", reason="vm1 runs no agent") in _event(status, E1).blockers
     assert [a.message for a in status.attention if a.vm == "vm1"] == [
         f"vm1 is named by {E1} but runs no agent (never seen in this group)"]
     text = _rendered(status)

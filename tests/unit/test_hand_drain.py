@@ -101,7 +101,7 @@ def test_a_vm_drained_by_hand_holds_the_budget_against_events() -> None:
                    records=(rec,))
     plan = decide(snap("vm2", cluster, freeze_of("vm0")), SERVING, ONE_VM)
     assert plan.admit == ()
-    assert "maintenance budget" in " ".join(plan.blocked[EID])
+    assert "maintenance budget" in " ".join(plan.reasons(EID))
     # Undone and back in rotation: the event is admitted.
     back = decide(snap("vm2", replace(cluster, drains={}, out={}), freeze_of("vm0")), SERVING, ONE_VM)
     assert back.admit == (EID,)

@@ -64,7 +64,7 @@ def test_an_event_that_no_budget_could_ever_admit_does_not_hold_back_one_that_fi
     records = [_record(E, "Reboot", ("vm0", "vm1", "vm2")), _record(F, "Freeze", ("vm1",))]
     plan = decide(_leader_snapshot([reboot, freeze], records, members=("vm0", "vm1", "vm2")), SERVING, Policy())
     assert plan.admit == (F,)
-    assert plan.blocked[E][0] == "it would leave no VM serving even with nothing else in maintenance"
+    assert plan.reasons(E)[0] == "it would leave no VM serving even with nothing else in maintenance"
 
 
 def test_an_event_that_waits_for_room_still_keeps_its_place_in_the_queue() -> None:
@@ -79,8 +79,8 @@ def test_an_event_that_waits_for_room_still_keeps_its_place_in_the_queue() -> No
                                 out={"vm2": (E2,)})
     plan = decide(snapshot, SERVING, Policy())
     assert plan.admit == ()
-    assert "maintenance budget: 1 event(s) in maintenance" in plan.blocked[E][0]
-    assert "maintenance budget" in plan.blocked[F][0]
+    assert "maintenance budget: 1 event(s) in maintenance" in plan.reasons(E)[0]
+    assert "maintenance budget" in plan.reasons(F)[0]
 
 
 # --- what is over holds no budget slot ---------------------------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from coordinator.actions.base import ActionContext
+from coordinator.blockers import DECIDED, Hold
 from coordinator.config import ApprovalRule
 from coordinator.errors import ActionError
-from coordinator.metrics import BLOCKED_REASONS, EventRow, Metrics, blocked_reason
+from coordinator.metrics import BLOCKED_REASONS, EventRow, Metrics
 from tests.unit.test_safety_regressions import AT_ONCE, E2, POLICY, Bench, E, Vm
 
 E3 = "0B1C2D3E-4F50-6172-8394-A5B6C7D8E9F0"
@@ -172,7 +175,7 @@ def test_blocked_events_are_counted_by_bounded_reason_and_detailed_while_present
         assert value(vm0, "coordinator_events_blocked", reason=reason) == 1, reason
     # vmx running no agent is why the leader does not admit it: said once, as no_agent.
     assert value(vm0, "coordinator_events_blocked", reason="not_admitted") == 0
-    assert value(vm0, "coordinator_events_blocked", reason="other") == 0
+    assert value(vm0, "coordinator_events_blocked", reason="other") is None  # no such label: every blocker has a kind
     detail = {"event_id": E, "type": "Reboot", "status": "Scheduled"}
     assert value(vm0, "coordinator_event_blocked", **detail, reason="no_agent") == 1
     assert value(vm0, "coordinator_event_named_vms", **detail) == 2
@@ -394,44 +397,22 @@ def test_acknowledgements_count_once_per_drain() -> None:
     assert get("coordinator_drain_duration_seconds_sum") == 23.0
 
 
-# Every reason the decision and the agent give today, with its label.
-REASONS = {
-    "vm1 has not acknowledged": "not_acknowledged",
-    "vmx runs no agent": "no_agent",
-    "not admitted yet": "not_admitted",
-    "not admitted by the leader vm3 yet (the budget has room for it)": "not_admitted",
-    "not admitted: no leader to admit it": "not_admitted",
-    "not admitted before 600 s ahead of NotBefore (drain.lead_time_seconds)": "not_admitted",
-    "not admitted yet (the leader vm3 admits it on its next cycle)": "not_admitted",
-    "maintenance budget: 1 event(s) in maintenance (E1)": "budget",
-    "at approval: maintenance budget: 2 VM(s) in maintenance, at most 2": "budget",
-    "it would leave no VM serving": "budget",
-    "at approval: it would leave no VM serving (not confirmed in rotation: vm2: no answer: ConnectError)":
-        "peer_not_serving",
-    "it would leave no VM serving (not confirmed in rotation: vm1: 503 draining)": "peer_not_serving",
-    "waiting for the other deletes that share its NotBefore": "terminate_batch",
-    "approval waits for a document read after it became approvable": "stale_document",
-    "no live agent named in Resources and no leader": "no_approver",
-    "ZooKeeper connection suspended": "zookeeper",
-    "event record not published yet": "not_published",
-    "its record is marked done: reopened by the leader or its closer first": "record_done",
-    "unknown event type 'Hibernate' is never approved early": "policy",
-    "policy: Reboot events are never approved early": "policy",
-    "Resources holds a name that is not a valid VM name": "invalid_event",
-    "Resources is empty: nobody known to drain": "invalid_event",
-    "NotBefore is missing or unreadable": "invalid_event",
-    "approvals paused by ops: kernel rollout": "paused",
-    "approvals paused by ops: until vm1 has not acknowledged": "paused",  # the operator's words choose nothing
-    "unknown event type 'X runs no agent' is never approved early": "policy",
-    "outside the maintenance windows": "outside_window",
-    "something new": "other",
-}
+def test_every_kind_of_blocker_the_decision_gives_is_a_documented_label() -> None:
+    assert tuple(kind.value for kind in DECIDED) == BLOCKED_REASONS
+    text = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+    table = text.split("### Why approvals wait", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.MULTILINE)[1:]  # the header first
+    assert documented == list(BLOCKED_REASONS)
+    assert {Hold.NOT_BEFORE, Hold.UNDECIDED}.isdisjoint(DECIDED)  # said by `coordinator status` only
 
 
-@pytest.mark.parametrize(("text", "label"), REASONS.items())
-def test_free_text_reasons_map_to_a_bounded_label(text: str, label: str) -> None:
-    assert blocked_reason(text) == label
-    assert label in BLOCKED_REASONS
+def test_the_blocked_gauges_count_each_event_once_per_kind() -> None:
+    metrics = Metrics(CollectorRegistry())
+    metrics.set_blocked(Counter({"not_acknowledged": 2, "budget": 1}))
+    get = metrics.registry.get_sample_value
+    assert get("coordinator_events_blocked", {"reason": "not_acknowledged"}) == 2
+    assert get("coordinator_events_blocked", {"reason": "budget"}) == 1
+    assert get("coordinator_events_blocked", {"reason": "paused"}) == 0
 
 
 def test_event_detail_serves_only_the_events_of_the_last_update() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from coordinator.blockers import Hold
 from coordinator.config import ApprovalRule, PeersPolicy
 from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide, rule_for
 from coordinator.maintenance_windows import Window
@@ -96,7 +97,7 @@ def test_never_drains_just_in_time_and_never_approves() -> None:
     d = doc(ev(A, ["vm0"]))
     plan = run("vm0", d, view(rec(A, ("vm0",), ("vm0",))), policy, DRAINED)
     assert plan.approve == ()
-    assert plan.blocked[A] == ("policy: Reboot events are never approved early",)
+    assert plan.reasons(A) == ("policy: Reboot events are never approved early",)
     # Nothing to gain from an early drain: it drains latest_start before NotBefore, or at once if configured.
     assert not run("vm0", d, view(rec(A, ("vm0",))), policy).start_drain
     assert run("vm0", doc(ev(A, ["vm0"], in_s=60)), view(rec(A, ("vm0",))), policy).start_drain
@@ -114,7 +115,7 @@ def test_leader_admits_first_come_first_served_and_holds_the_rest() -> None:
     d = doc(ev(A, ["vm0"], in_s=900), ev(B, ["vm1"], in_s=600))  # B's NotBefore is earlier
     plan = run("vm3", d, view(rec(A, ("vm0",)), rec(B, ("vm1",))), BUDGET)
     assert plan.admit == (B,)
-    assert plan.blocked[A][0].startswith("maintenance budget: 1 event(s) in maintenance")
+    assert plan.reasons(A)[0].startswith("maintenance budget: 1 event(s) in maintenance")
 
 
 def test_only_the_leader_admits() -> None:
@@ -141,33 +142,34 @@ def test_not_admitted_event_is_not_approved_even_with_every_ack() -> None:
     plan = run("vm1", d, cluster, BUDGET, DRAINED)
     assert plan.approve == ()
     # vm1 is not the leader, but reckons the leader's admissions: the budget is the cause, and is named.
-    assert plan.blocked[B] == (f"maintenance budget: 1 event(s) in maintenance ({A})",)
+    assert plan.reasons(B) == (f"maintenance budget: 1 event(s) in maintenance ({A})",)
 
 
 # Why an event is not admitted: the true cause in each case, never the budget when it is not full.
 
 def _not_admitted(plan: Any, key: str) -> list[str]:
-    return [r for r in plan.blocked[key] if r.startswith(("not admitted", "maintenance budget"))]
+    return [r for r in plan.reasons(key) if r.startswith(("not admitted", "maintenance budget"))]
 
 
 def test_not_admitted_while_the_budget_has_room_names_the_leader() -> None:
     # The budget is empty: the leader (vm3) has simply not admitted it yet (its IMDS may not list it yet).
     cluster = view(rec(B, ("vm1",), ("vm1",)), me="vm1", leader="vm3")
     plan = run("vm1", doc(ev(B, ["vm1"])), cluster, BUDGET, DRAINED)
-    assert plan.blocked[B] == ("not admitted by the leader vm3 yet (the budget has room for it)",)
+    assert plan.reasons(B) == ("not admitted by the leader vm3 yet (the budget has room for it)",)
 
 
 def test_not_admitted_without_a_leader_says_so() -> None:
     cluster = replace(view(rec(B, ("vm1",), ("vm1",)), me="vm1"), leader=None, i_am_leader=False)
     plan = run("vm1", doc(ev(B, ["vm1"])), cluster, BUDGET, DRAINED)
-    assert plan.blocked[B] == ("not admitted: no leader to admit it",)
+    assert plan.reasons(B) == ("not admitted: no leader to admit it",)
 
 
 def test_not_admitted_under_a_lead_time_says_when_it_will_be() -> None:
     policy = replace(BUDGET, lead_time=600)
     cluster = view(rec(B, ("vm1",), ("vm1",)), me="vm1", leader="vm3")
     plan = run("vm1", doc(ev(B, ["vm1"], in_s=900)), cluster, policy, DRAINED)
-    assert plan.blocked[B] == ("not admitted before 600 s ahead of NotBefore (drain.lead_time_seconds)",)
+    assert plan.reasons(B) == ("not admitted before 600 s ahead of NotBefore (drain.lead_time_seconds)",)
+    assert [b.kind for b in plan.blocked[B]] == [Hold.LEAD_TIME] and plan.blocked[B][0].about_admission
     # The leader itself says the same, and admits nothing yet.
     lead = run("vm3", doc(ev(B, ["vm1"], in_s=900)), view(rec(B, ("vm1",), ("vm1",))), policy)
     assert lead.admit == () and _not_admitted(lead, B) == [
@@ -177,22 +179,32 @@ def test_not_admitted_under_a_lead_time_says_when_it_will_be() -> None:
 def test_not_admitted_because_a_named_vm_runs_no_agent_is_said_by_that_reason_alone() -> None:
     cluster = view(rec(B, ("vm1", "vm9"), ("vm1",)), me="vm1", leader="vm3", known=ALL4 | {"vm9"})
     plan = run("vm1", doc(ev(B, ["vm1", "vm9"])), cluster, BUDGET, DRAINED)
-    assert plan.blocked[B] == ("vm9 runs no agent",)
+    assert plan.reasons(B) == ("vm9 runs no agent",)
+    assert [(b.kind, b.vm) for b in plan.blocked[B]] == [(Hold.NO_AGENT, "vm9")]
 
 
 def test_not_admitted_outside_the_windows_is_said_by_that_reason_alone() -> None:
     outside = replace(BUDGET, windows=(OUTSIDE,))
     cluster = view(rec(B, ("vm1",), ("vm1",)), me="vm1", leader="vm3")
     plan = run("vm1", doc(ev(B, ["vm1"])), cluster, outside, DRAINED)
-    assert plan.blocked[B] == ("outside the maintenance windows",)
+    assert plan.reasons(B) == ("outside the maintenance windows",)
 
 
 def test_paused_and_not_admitted_are_two_reasons() -> None:
     # A pause holds approvals, not admissions: the leader's not having admitted it yet is its own reason.
     cluster = replace(view(rec(B, ("vm1",), ("vm1",)), me="vm1", leader="vm3"), paused=PAUSE)
     plan = run("vm1", doc(ev(B, ["vm1"])), cluster, BUDGET, DRAINED)
-    assert plan.blocked[B] == ("approvals paused by ops@bastion: incident 4711",
+    assert plan.reasons(B) == ("approvals paused by ops@bastion: incident 4711",
                                "not admitted by the leader vm3 yet (the budget has room for it)")
+    assert [b.kind for b in plan.blocked[B]] == [Hold.PAUSED, Hold.NOT_ADMITTED]
+
+
+def test_an_operators_words_choose_no_kind() -> None:
+    # The pause's reason comes from outside: whatever it says, the blocker is the pause.
+    pause = replace(PAUSE, reason="vm1 has not acknowledged")
+    cluster = replace(view(rec(B, ("vm1",), ("vm1",), admitted=True), me="vm1", leader="vm3"), paused=pause)
+    plan = run("vm1", doc(ev(B, ["vm1"])), cluster, BUDGET, DRAINED)
+    assert [(b.kind, b.vm) for b in plan.blocked[B]] == [(Hold.PAUSED, None)]
 
 
 def test_budget_frees_only_when_the_previous_vms_serve_again() -> None:
@@ -223,7 +235,7 @@ def test_vm_budget_counts_vms_not_events() -> None:
     d = doc(ev(A, ["vm0"]), ev(B, ["vm1"]), ev(C, ["vm2", "vm3"]))
     plan = run("vm3", d, view(rec(A, ("vm0",)), rec(B, ("vm1",)), rec(C, ("vm2", "vm3"))), policy)
     assert plan.admit == (A, B)
-    assert "at most 2" in plan.blocked[C][0]
+    assert "at most 2" in plan.reasons(C)[0]
 
 
 def test_an_event_larger_than_the_vm_budget_is_admitted_alone() -> None:
@@ -237,7 +249,9 @@ def test_never_the_last_serving_vm() -> None:
     d = doc(ev(A, ["vm0", "vm1"]))
     plan = run("vm1", d, view(rec(A, ("vm0", "vm1")), me="vm1", leader="vm1", members=members), BUDGET)
     assert plan.admit == ()
-    assert plan.blocked[A][0] == "it would leave no VM serving even with nothing else in maintenance"
+    assert plan.reasons(A)[0] == "it would leave no VM serving even with nothing else in maintenance"
+    # It does not clear by itself: `coordinator status` says it starts at NotBefore unless unblocked.
+    assert plan.blocked[A][0].kind is Hold.BUDGET and plan.blocked[A][0].lasting
 
 
 def test_once_drained_a_vm_stays_drained_for_that_event() -> None:
@@ -266,7 +280,7 @@ def test_terminates_sharing_a_not_before_are_approved_together() -> None:
     one_acked = view(rec(A, ("vm0",), ("vm0",)), rec(B, ("vm1",)), me="vm0")
     plan = run("vm0", d, one_acked, policy, DRAINED)
     assert plan.approve == ()
-    assert plan.blocked[A] == ("waiting for the other deletes that share its NotBefore",)
+    assert plan.reasons(A) == ("waiting for the other deletes that share its NotBefore",)
     both = view(rec(A, ("vm0",), ("vm0",)), rec(B, ("vm1",), ("vm1",)), me="vm0")
     assert [i.event_id for i in run("vm0", d, both, policy, DRAINED).approve] == [A]
     apart = doc(ev(A, ["vm0"], etype="Terminate", in_s=300), ev(B, ["vm1"], etype="Terminate", in_s=400))
@@ -283,9 +297,9 @@ def test_unknown_peers_ignore_skips_vms_that_never_ran_an_agent_but_not_down_one
     plan = run("vm0", d, never, policy, DRAINED)
     assert [(i.event_id, i.required) for i in plan.approve] == [(A, ("vm0",))]
     down = view(rec(A, ("vm0", "db-7"), ("vm0",)), me="vm0", members=members, known=members | {"db-7"})
-    assert run("vm0", d, down, policy, DRAINED).blocked[A] == ("db-7 runs no agent",)
+    assert run("vm0", d, down, policy, DRAINED).reasons(A) == ("db-7 runs no agent",)
     blocking = Policy(max_events=None, keep_one_serving=False)
-    assert run("vm0", d, never, blocking, DRAINED).blocked[A] == ("db-7 runs no agent",)
+    assert run("vm0", d, never, blocking, DRAINED).reasons(A) == ("db-7 runs no agent",)
 
 
 def test_event_already_holding_its_vms_is_admitted_first() -> None:
@@ -293,7 +307,7 @@ def test_event_already_holding_its_vms_is_admitted_first() -> None:
     d = doc(ev(A, ["vm0"], in_s=300), ev(B, ["vm1"], in_s=600))
     plan = run("vm3", d, view(rec(A, ("vm0",)), rec(B, ("vm1",), ("vm1",))), BUDGET)
     assert plan.admit == (B,)
-    assert plan.blocked[A][0].startswith("maintenance budget: 1 event(s) in maintenance (" + B)
+    assert plan.reasons(A)[0].startswith("maintenance budget: 1 event(s) in maintenance (" + B)
 
 
 def test_event_holding_its_vms_still_respects_the_rest_of_the_budget() -> None:
@@ -312,7 +326,7 @@ def test_terminate_batch_is_admitted_as_one_event() -> None:
                 after, BUDGET)
     assert batch.admit == (A, B)
     in_flight = view(rec(A, ("vm0",), admitted=True), rec(B, ("vm1",), admitted=True), rec(C, ("vm2",)))
-    assert run("vm3", d, in_flight, BUDGET).blocked[C][0].startswith("maintenance budget: 1 event(s)")
+    assert run("vm3", d, in_flight, BUDGET).reasons(C)[0].startswith("maintenance budget: 1 event(s)")
 
 
 def test_member_absent_longer_than_the_grace_counts_as_drained() -> None:
@@ -324,11 +338,11 @@ def test_member_absent_longer_than_the_grace_counts_as_drained() -> None:
     # the /absent node's time (here claiming an old absence) is only shown to operators.
     cut_off = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", members=members, known=known,
                    absent={"vm1": NOW - 10_000})
-    assert run("vm0", d, cut_off, policy, DRAINED, {"vm1": 100}).blocked[A] == ("vm1 runs no agent",)
+    assert run("vm0", d, cut_off, policy, DRAINED, {"vm1": 100}).reasons(A) == ("vm1 runs no agent",)
     # Past the grace, the approver first marks vm1 out of rotation (its agent cannot), then approves.
     marking = run("vm0", d, cut_off, policy, DRAINED, {"vm1": 301})
     assert marking.approve == () and marking.mark_out_for == {"vm1": (A,)}
-    assert marking.blocked[A] == ("marks vm1 (absent past the grace) out of rotation before it approves without them",)
+    assert marking.reasons(A) == ("marks vm1 (absent past the grace) out of rotation before it approves without them",)
     marked = replace(cut_off, out={"vm1": OutMark(NOW - 1, (A,))})
     approve = run("vm0", d, marked, policy, DRAINED, {"vm1": 301}).approve
     assert [(i.event_id, i.required) for i in approve] == [(A, ("vm0",))]
@@ -336,7 +350,7 @@ def test_member_absent_longer_than_the_grace_counts_as_drained() -> None:
     no_grace = Policy(max_events=None, keep_one_serving=False)
     assert run("vm0", d, cut_off, no_grace, DRAINED, {"vm1": 301}).approve == ()
     back = view(rec(A, ("vm0", "vm1"), ("vm0",)), me="vm0", known=known, absent={"vm1": NOW - 301})
-    assert run("vm0", d, back, policy, DRAINED, {"vm1": 301}).blocked[A] == ("vm1 has not acknowledged",)
+    assert run("vm0", d, back, policy, DRAINED, {"vm1": 301}).reasons(A) == ("vm1 has not acknowledged",)
 
 
 def test_an_event_naming_vms_absent_past_the_grace_waits_for_them_to_drain_on_their_own() -> None:
@@ -358,7 +372,7 @@ def test_an_event_naming_vms_absent_past_the_grace_waits_for_them_to_drain_on_th
 
     first = at(200.0, None)
     assert first.approve == ()
-    assert first.blocked[A] == ("waits 15 s more for vm1 (absent past the grace) to drain for it on their own",)
+    assert first.reasons(A) == ("waits 15 s more for vm1 (absent past the grace) to drain for it on their own",)
     assert first.approvable_since[A] == 200.0
     assert at(214.0, 200.0).approve == ()
     assert [(i.event_id, i.required) for i in at(215.0, 200.0).approve] == [(A, ("vm0",))]
@@ -416,7 +430,7 @@ def test_a_pause_holds_every_approval_and_says_who_paused_and_why() -> None:
     paused = replace(view(acked, me="vm0"), paused=PAUSE)
     plan = run("vm0", d, paused, FREE, DRAINED)
     assert plan.approve == ()
-    assert "approvals paused by ops@bastion: incident 4711" in plan.blocked[A]
+    assert "approvals paused by ops@bastion: incident 4711" in plan.reasons(A)
     # Approved at once by rule or not: a pause holds it all the same.
     quick = Policy(freeze_immediately_below=10, max_events=None, keep_one_serving=False)
     freeze = doc(ev(A, ["vm0"], etype="Freeze", duration=5))
@@ -439,7 +453,7 @@ def test_outside_the_windows_an_event_is_neither_admitted_nor_drained_early_nor_
     assert not run("vm0", d, view(rec(A, ("vm0",), admitted=True), me="vm0"), outside).start_drain
     acked = view(rec(A, ("vm0",), ("vm0",), admitted=True), me="vm0")
     plan = run("vm0", d, acked, outside, DRAINED)
-    assert plan.approve == () and "outside the maintenance windows" in plan.blocked[A]
+    assert plan.approve == () and "outside the maintenance windows" in plan.reasons(A)
     # Just in time all the same: latest_start before NotBefore it drains, whatever the windows.
     assert run("vm0", doc(ev(A, ["vm0"], in_s=60)), view(rec(A, ("vm0",)), me="vm0"), outside).start_drain
 
@@ -461,7 +475,7 @@ def test_a_terminate_arriving_after_its_batch_was_admitted_joins_it() -> None:
     late = view(rec(A, ("vm0",), admitted=True), rec(B, ("vm1",)))
     assert run("vm3", d, late, BUDGET).admit == (B,)
     other = doc(ev(A, ["vm0"], etype="Terminate", in_s=300), ev(B, ["vm1"], etype="Terminate", in_s=400))
-    assert run("vm3", other, late, BUDGET).blocked[B][0].startswith("maintenance budget: 1 event(s)")
+    assert run("vm3", other, late, BUDGET).reasons(B)[0].startswith("maintenance budget: 1 event(s)")
 
 
 def test_the_leader_counts_itself_out_of_rotation_before_the_view_shows_its_out_mark() -> None:
@@ -476,6 +490,6 @@ def test_the_leader_counts_itself_out_of_rotation_before_the_view_shows_its_out_
     plan = run("vm3", d, cluster, policy, local=drained)
     assert plan.mark_out == (B,)  # the mark this cycle writes
     assert plan.admit == ()
-    assert plan.blocked[A][0].startswith("it would leave no VM serving")
+    assert plan.reasons(A)[0].startswith("it would leave no VM serving")
     # Serving, the leader is the VM that stays in rotation: the same view admits A.
     assert run("vm3", doc(ev(A, ["vm0", "vm1"])), cluster, policy).admit == (A,)

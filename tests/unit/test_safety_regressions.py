@@ -146,7 +146,7 @@ class BenchPeers:
         found: dict[str, PeerSeen] = {}
         for name, vm in self.bench.vms.items():
             if not vm.running:
-                found[name] = PeerSeen(False, self.bench.clock.mono, "no answer: ConnectError")
+                found[name] = PeerSeen(False, self.bench.clock.mono, "no answer: ConnectError", answered=False)
             else:
                 phase = vm.agent.phase()
                 found[name] = PeerSeen(vm.probe.serving and phase == "serving", self.bench.clock.mono,
@@ -574,6 +574,9 @@ def test_a_peer_whose_agent_just_died_does_not_count_as_serving(tmp_path: Path) 
     assert not bench.group.posts
     waits = bench.vms["vm1"].agent.status()["events"][0]["waiting_for"]
     assert any("not confirmed in rotation: vm0: no answer" in reason for reason in waits), waits
+    # As a value: the budget at approval, held by a peer whose probe does not answer (it does not clear by itself).
+    [held] = bench.vms["vm1"].agent.status()["events"][0]["blockers"]
+    assert (held["kind"], held["at_approval"], held["lasting"]) == ("peer_not_serving", True, True)
     peers = bench.vms["vm1"].agent.status()["peers"]
     assert peers["vm0"]["in_rotation"] is False and peers["vm2"]["seen"] == "503 drained"
     bench.crash("vm0")

@@ -46,7 +46,7 @@ def test_without_a_word_a_vm_without_an_agent_holds_the_event_and_it_is_never_ad
     leader = decide(snap("vm0", view(record(), me="vm0")), LocalState(phase=Phase.SERVING), POLICY)
     assert leader.admit == ()
     approver = decide(snap("vm1", view(record(acks={"vm1": NOW}), me="vm1")), DRAINED, POLICY)
-    assert "vm9 runs no agent" in approver.blocked[EID]
+    assert "vm9 runs no agent" in approver.reasons(EID)
 
 
 def test_with_a_word_the_leader_admits_it_and_the_approver_approves_on_the_other_acks() -> None:
@@ -69,7 +69,7 @@ def test_a_word_for_a_vm_that_runs_an_agent_again_does_not_stand_for_its_ack() -
     cluster = replace(view(record(vouched=WORD, admitted_at=NOW - 20, acks={"vm1": NOW - 15}), me="vm1"),
                       members=members, known=members)
     plan = decide(snap("vm1", cluster), DRAINED, POLICY)
-    assert plan.approve == () and "vm9 has not acknowledged" in plan.blocked[EID]
+    assert plan.approve == () and "vm9 has not acknowledged" in plan.reasons(EID)
 
 
 def test_the_command_refuses_what_it_cannot_vouch_for_in_one_line() -> None:
