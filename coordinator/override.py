@@ -36,10 +36,9 @@ from typing import TYPE_CHECKING
 
 from coordinator.config import ApprovalRule
 from coordinator.errors import ImdsError, StoreError
-from coordinator.maintenance_windows import in_windows
 from coordinator.models import EventType
 from coordinator.names import normalize_event_id
-from coordinator.snapshot import Policy, approval_fence, rule_for
+from coordinator.snapshot import Policy, approval_fence, pause_holds, rule_for, window_holds
 from coordinator.store.base import ApprovalOutcome, ClusterView, EventRecord, Pause, Store, WriteResult
 
 if TYPE_CHECKING:
@@ -92,11 +91,12 @@ def vouching(view: ClusterView, event_id: str, policy: Policy, now: float,
     if not vouched:
         raise OverrideRefused(f"every VM event {key} names runs an agent: the group approves it itself once they "
                               "acknowledge (coordinator status says what holds it)")
-    if view.paused is not None:
-        raise OverrideRefused(f"approvals are paused by {view.paused.by}: {view.paused.reason} (coordinator resume "
-                              "lifts it)")
-    if policy.windows and not in_windows(policy.windows, now):
-        raise OverrideRefused("outside the maintenance windows of the configuration (policy.maintenance_windows)")
+    paused = pause_holds(view.paused)
+    if paused is not None:
+        raise OverrideRefused(f"{paused} (coordinator resume lifts it)")
+    closed = window_holds(policy, now)
+    if closed is not None:
+        raise OverrideRefused(f"{closed} of the configuration (policy.maintenance_windows)")
     never = (rule_for(event, policy) if event is not None else policy.approval.get(record.event_type)) \
         is ApprovalRule.NEVER
     if never or record.event_type not in {t.value for t in EventType}:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from coordinator.blockers import Blocker
+from coordinator.blockers import Blocker, Hold
 from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
 from coordinator.delivery import Delivery
 from coordinator.maintenance_windows import Window, in_windows
@@ -25,9 +25,11 @@ __all__ = [
     "Snapshot",
     "approval_fence",
     "is_gone",
+    "pause_holds",
     "rule_for",
     "session_lapses_after",
     "sight",
+    "window_holds",
 ]
 
 
@@ -336,6 +338,23 @@ class Plan:
         return "; ".join(parts) if parts else "nothing to do"
 
 
+def pause_holds(paused: Pause | None) -> Blocker | None:
+    """The operator's pause, as it holds approvals. The one rule, asked at each moment it is checked: by
+    the decision, before every attempt of an approval's POST (``approval_fence``), and by an operator's
+    approval by hand (``coordinator.override``). The store's gate checks the pause node itself."""
+    if paused is None:
+        return None
+    return Blocker(Hold.PAUSED, f"approvals paused by {paused.by}: {paused.reason}")
+
+
+def window_holds(policy: Policy, now: float) -> Blocker | None:
+    """The maintenance windows, as they hold approvals now (``now``: wall clock); asked at the same moments
+    as the pause."""
+    if in_windows(policy.windows, now):
+        return None
+    return Blocker(Hold.OUTSIDE_WINDOW, "outside the maintenance windows")
+
+
 def session_lapses_after(policy: Policy, granted: float | None) -> float:
     """How long after a session was last heard from by the server it has certainly expired there: the
     longest timeout it may have been granted (what was asked, what a server granted this process, and
@@ -368,10 +387,9 @@ def approval_fence(
         return f"ZooKeeper connection {connection.value}"
     if isinstance(paused, str):
         return f"the pause could not be read: {paused}"
-    if paused is not None:
-        return f"approvals paused by {paused.by}: {paused.reason}"
-    if not in_windows(policy.windows, now):
-        return "the maintenance window closed"
+    held = pause_holds(paused) or window_holds(policy, now)
+    if held is not None:
+        return str(held)
     peers_fresh_until = None if peers_confirmed_at is None or policy.peer_fresh is None else (
         peers_confirmed_at + policy.peer_fresh)
     if peers_fresh_until is not None and mono >= peers_fresh_until:

@@ -290,8 +290,8 @@ MUTATIONS = [
     (
         'a-pause-holds-approvals',
         'coordinator/decide/approval.py',
-        '    if cluster.paused is not None:\n',
-        '    if False:\n',
+        '(pause_holds(cluster.paused), window_holds(policy, snap.now))',
+        '(window_holds(policy, snap.now),)',
         'tests/unit/test_policy.py::test_a_pause_holds_every_approval_and_says_who_paused_and_why',
     ),
     (
@@ -404,15 +404,15 @@ MUTATIONS = [
     (
         'fence-reads-the-pause',
         'coordinator/snapshot.py',
-        '    if paused is not None:\n        return f"approvals paused',
-        '    if False:\n        return f"approvals paused',
+        '    held = pause_holds(paused) or window_holds(policy, now)\n',
+        '    held = window_holds(policy, now)\n',
         LOOP + '::test_a_pause_made_while_the_approval_is_retried_stops_the_retries',
     ),
     (
         'fence-checks-the-window',
         'coordinator/snapshot.py',
-        '    if not in_windows(policy.windows, now):\n        return "the maintenance window closed"',
-        '    if False:\n        return "the maintenance window closed"',
+        '    held = pause_holds(paused) or window_holds(policy, now)\n',
+        '    held = pause_holds(paused)\n',
         LOOP + '::test_a_maintenance_window_that_closes_while_the_approval_is_retried_stops_the_retries',
     ),
     (

@@ -11,9 +11,8 @@ from coordinator.config import ApprovalRule
 from coordinator.decide.budget import _admissions, _Budget, _over_budget, _unit
 from coordinator.decide.drain import _mark_naming
 from coordinator.decide.events import _approvable, _Event, _record, _waited_for, choose_approver, first_live
-from coordinator.maintenance_windows import in_windows
 from coordinator.models import EventType
-from coordinator.snapshot import ApprovalIntent, LocalState, Policy, Snapshot, is_gone
+from coordinator.snapshot import ApprovalIntent, LocalState, Policy, Snapshot, is_gone, pause_holds, window_holds
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Part
 
 __all__ = ["_NOT_ADMITTED", "_Approvals", "_absent_drained", "_approval_blockers", "_approvals",
@@ -146,10 +145,7 @@ def _approval_blockers(
     if record is None:
         return (Blocker(Hold.NOT_PUBLISHED, "event record not published yet"),)
     reasons: list[Blocker] = []
-    if cluster.paused is not None:
-        reasons.append(Blocker(Hold.PAUSED, f"approvals paused by {cluster.paused.by}: {cluster.paused.reason}"))
-    if not in_windows(policy.windows, snap.now):
-        reasons.append(Blocker(Hold.OUTSIDE_WINDOW, "outside the maintenance windows"))
+    reasons.extend(held for held in (pause_holds(cluster.paused), window_holds(policy, snap.now)) if held)
     if record.done_at is not None:
         reasons.append(Blocker(Hold.RECORD_DONE,
                                "its record is marked done: reopened by the leader or its closer first"))

@@ -80,7 +80,7 @@ def test_the_command_refuses_what_it_cannot_vouch_for_in_one_line() -> None:
         (view(record(done_at=NOW), me="vm2"), EID, f"event {EID} is over: its record was marked done"),
         (view(replace(record(), resources=("vm1", "vm2")), me="vm2"), EID, f"every VM event {EID} names runs an "
          "agent"),
-        (replace(view(record(), me="vm2"), paused=Pause("incident", "alice", NOW)), EID, "approvals are paused by "
+        (replace(view(record(), me="vm2"), paused=Pause("incident", "alice", NOW)), EID, "approvals paused by "
          "alice: incident"),
     ]
     for cluster, event_id, words in cases:
