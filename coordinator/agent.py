@@ -101,7 +101,6 @@ class _Status:
 
 
 class Agent:
-    PURGE_EVERY = 300.0  # seconds between purges of old done records (leader only)
     # A burst of wake-ups is coalesced into at most one cycle per gap. A loop that reads IMDS itself
     # (no poller) keeps 0.2 s, so that wake-ups never drive IMDS beyond 5 reads a second.
     MIN_CYCLE_GAP = 0.01
@@ -152,7 +151,6 @@ class Agent:
         self._idle_cycle = idle_cycle if idle_cycle is not None else poll_interval
         self._document_fresh = 1.5 * poll_interval
         self._reading = Reading(0, self._clock.monotonic())
-        self._asked: set[str] = set()  # records published by peers for which an early read was asked
         # Event key -> wall time this process first saw it Started, for the done mark (``note_started``).
         self._started_seen: dict[str, float] = {}
         self._executor = executor or JobExecutor(on_done=self.wake)
@@ -165,34 +163,32 @@ class Agent:
         self._started = self._clock.monotonic()
         live_after = live_after if live_after is not None else max(30.0, 3 * self._idle_cycle)
         self._telemetry = Telemetry(metrics, vm, policy, started=self._started, live_after=live_after)
-        # After a restart: still drained for what it was drained for, and a full recovery (every
-        # action's recover) unless it was serving when it stopped.
-        self._full_recovery_at_start = saved is None or not saved.was_serving
-        self._saved = saved
         # An unreadable file: maybe drained for anything, so everything naming this VM in the first
         # fresh document holds it, and a drain by hand until a view of the group says there is none. A
         # missing one: the VM's own /out node, if ZooKeeper has one, says what it was out for.
         self._assume_worst = self._state_file.unreadable
         self._restore_from_store = saved is None and not self._state_file.unreadable
         held = frozenset(e.upper() for e in saved.draining_for) if saved else frozenset()
+        # After a restart: still drained for what it was drained for, and a full recovery (every action's
+        # recover) unless it was serving when it stopped.
         self._local = LocalState(
             phase=Phase.UNKNOWN,
             phase_since=self._started,
             draining_for=held | {BY_HAND} if self._state_file.unreadable else held,
+            recover_all_at_start=saved is None or not saved.was_serving,
+            saved=saved,
         )
         if saved is not None and not saved.was_serving:
             log.info("restarted while %s for %s: staying drained until IMDS no longer names this VM (vm=%s)",
                      saved.phase, ",".join(sorted(saved.draining_for)) or "-", vm)
         # What the snapshot needs beyond one cycle (``coordinator.evidence``), on this process's monotonic clock.
         self._evidence = Evidence(named={key: Sighting(self._started) for key in self._local.draining_for})
-        self._approving = False  # this VM approves an event of its last fresh document
         # How much of the group the next cycle reads (``decide.view_needed`` of the last one): the whole
         # view, or a part of it that leaves this VM out of the acks and marks it does not weigh.
         self._part = Part.WHOLE
         self._last_document: Document | None = None
         self._status = _Status()
         self._status_lock = threading.Lock()
-        self._last_purge = float("-inf")
         self._fallbacks: tuple[str, ...] = ()  # what the last job that ended held by (``run_drain``)
         # For /status; ``action_error_outside_vm``: the error lies outside this VM (``ActionError.outside_vm``).
         self._action: dict[str, str | bool | None] = {"action_error": None, "action_fallback": None,
@@ -287,10 +283,6 @@ class Agent:
             self._part = needed  # an event names this VM now, or it leads: that part, before deciding
             snap = self._observe_group(started, None, snap.document, join=False)
         plan = decide(snap, local, self._policy)
-        if snap.document is not None:
-            # Whether this VM approves an event of its document (a fresh one: without it the plan names
-            # no approver): it then probes its peers for the budget (see ``_observe``).
-            self._approving = self.vm in plan.approvers.values()
         self._peers_confirmed_at = None
         if plan.approve and self._peers is not None and self._policy.peer_fresh is not None:
             # About to approve: what the budget counted as serving is asked again, now, and the
@@ -310,47 +302,22 @@ class Agent:
             self._readings.poll_soon()
         decided = self._clock.monotonic()
         with log_context(phase=(plan.next_phase or local.phase).value):  # what this plan makes of the VM
-            self._local = self._act(snap, local, plan)
+            self._local = self._act(snap, plan)
         self._quiet.note(snap, self._local, plan, holding_named=bool(self._evidence.named))
         self._part = view_needed(snap, self._local, self._policy)
-        self._persist(snap)
         self._report(snap, plan)
         log.debug("cycle took %.1f ms: observe %.1f, decide %.1f, act %.1f (vm=%s)",
                   (self._clock.monotonic() - started) * 1e3, (snap.mono - started) * 1e3,
                   (decided - snap.mono) * 1e3, (self._clock.monotonic() - decided) * 1e3, self.vm)
         if snap.cluster is not None:
-            if self._peers is not None:
-                # Peers are probed by those who admit or approve, while there is something to admit or approve: the
-                # approver of an event (its first live VM, by the last fresh plan) and the leader while any event is
-                # known or a drain by hand waits; not every VM an event names, which would cost a group of N agents
-                # (VMs named + 1) x N probes a second. An idle group probes nothing; the first round starts at once
-                # when an event appears. An approver new to the role waits for that round (its peers count as
-                # unconfirmed until then), and every approval probes all of them again right before its POST
-                # (``confirm``).
-                busy = bool(snap.last_document and snap.last_document.events) or any(
-                    record.done_at is None for record in snap.cluster.records.values()) or any(
-                    drain.admitted_at is None for drain in snap.cluster.drains.values())
-                self._peers.follow(self._store, snap.cluster, self.vm,
-                                   self._approving or (snap.cluster.i_am_leader and busy))
+            if self._peers is not None and plan.probe_peers is not None:
+                # An approver new to the role waits for the first round (its peers count as unconfirmed until
+                # then), and every approval probes all of them again right before its POST (``confirm``).
+                self._peers.follow(self._store, snap.cluster, self.vm, plan.probe_peers)
             members = sorted(snap.cluster.members)
             if self.vm in members:
                 self._readings.align(members.index(self.vm), len(members))
-            self._read_what_peers_saw(snap)
         return plan
-
-    def _read_what_peers_saw(self, snap: Snapshot) -> None:
-        """A peer published an event this VM's latest document does not show: read IMDS now rather than
-        at this agent's next poll (staggered polls: the first agent to see an event brings the others to
-        it). Every decision still rests on this VM's own document; asked once per record."""
-        assert snap.cluster is not None
-        records = snap.cluster.records
-        shown = {e.event_id.upper() for e in snap.last_document.events} if snap.last_document else set()
-        new = {key for key, record in records.items() if record.done_at is None and key not in shown} - self._asked
-        self._asked = (self._asked & set(records)) | new
-        if new:
-            log.debug("peers published %s before this VM's IMDS showed it: reading now (vm=%s)",
-                      ",".join(sorted(new)), self.vm)
-            self._readings.poll_soon()
 
     # -- observe -----------------------------------------------------------------------------------
 
@@ -492,11 +459,12 @@ class Agent:
 
     # -- act ---------------------------------------------------------------------------------------
 
-    def _act(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
+    def _act(self, snap: Snapshot, plan: Plan) -> LocalState:
+        """Carry out the plan in its order; returns the plan's local state with the results on top."""
+        local = plan.local
+        if plan.save_first is not None:
+            local = self._save(local, plan.save_first)  # before the drain job: see ``decide.local``
         if plan.start_drain:
-            # Write-ahead: on disk before the first action runs, so a crash in between never leaves
-            # "serving" behind for a VM that began to drain.
-            self._save(PersistedState(Phase.DRAINING.value, frozenset(plan.holding), snap.now))
             holding = tuple(e for e in (snap.last_document.events if snap.last_document else ()) if e.names(self.vm))
             ctx = ActionContext(self.vm, holding)
             self._executor.submit("drain", lambda: self._drain_job(ctx))
@@ -504,55 +472,29 @@ class Agent:
                      extra={"event_id": ctx.event_ids if ctx.events else None})
         if plan.start_recover:
             ctx = ActionContext(self.vm, ())
-            full = local.phase is not Phase.UNKNOWN or self._full_recovery_at_start
-            actions = self._actions if full else [a for a in self._actions if getattr(a, "always_recover", False)]
+            actions = self._actions if plan.recover_all else [a for a in self._actions if a.always_recover]
             self._executor.submit("recover", lambda: self._recover_job(actions, ctx))
             log.info("recovering (vm=%s actions=%s)", self.vm, ",".join(a.name for a in actions) or "-")
         if plan.next_phase is not None:
-            local = replace(
-                local,
-                phase=plan.next_phase,
-                phase_since=snap.mono,
-                drain_started=snap.mono if plan.start_drain else local.drain_started,
-                job_running=plan.start_drain or plan.start_recover,
-                job_failed=False,
-            )
             self._metrics.set_phase(plan.next_phase)
-        # Drained for an event means drained until it is gone: remembered across cycles, whatever the
-        # budget or ZooKeeper say later.
-        local = replace(local, draining_for=frozenset(plan.holding), posted=plan.posted,
-                        approvable_since=plan.approvable_since)
         if snap.cluster is not None:
             local = self._write(snap, local, plan)
+        if plan.save is not None:
+            local = self._save(local, plan.save)
         return local
 
     def _write(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
-        purge = None
-        if plan.purge_before is not None and snap.mono - self._last_purge >= self.PURGE_EVERY:
-            self._last_purge, purge = snap.mono, plan.purge_before
-        if not write_plan(self._store, self.vm, snap, local, plan, metrics=self._metrics, purge_before=purge,
-                          wake=self.wake, started=self._started_seen) or not plan.approve:
+        if not write_plan(self._store, self.vm, snap, local, plan, metrics=self._metrics,
+                          purge_before=plan.purge_before, wake=self.wake, started=self._started_seen) \
+                or not plan.approve:
             return local
         posted = send_approvals(self._store, self._imds.approve, self.vm, snap, plan, policy=self._policy,
                                 metrics=self._metrics, telemetry=self._telemetry, mono=self._clock.monotonic,
                                 now=self._clock.now, peers_confirmed_at=self._peers_confirmed_at)
         return replace(local, posted=local.posted | posted)
 
-    def _persist(self, snap: Snapshot) -> None:
-        local = self._local
-        if local.phase is Phase.UNKNOWN:
-            return  # nothing learned yet: keep what the previous run saved
-        phase = local.phase
-        if phase is Phase.RECOVERING and not local.job_running and not local.job_failed:
-            # Every recover action has run: what a restart needs to know is "serving" (no full recovery
-            # again), even while the load balancer's return wait is still running.
-            phase = Phase.SERVING
-        saved = self._saved
-        if saved is not None and saved.phase == phase.value and saved.draining_for == local.draining_for:
-            return
-        self._save(PersistedState(phase.value, local.draining_for, snap.now))
-
-    def _save(self, state: PersistedState) -> None:
+    def _save(self, local: LocalState, state: PersistedState) -> LocalState:
+        """Write ``state`` to the state file; returns ``local`` saying what the file now holds."""
         try:
             self._state_file.save(state)
         except OSError as exc:
@@ -563,9 +505,8 @@ class Agent:
                 self._state_file.discard()
             except OSError as again:
                 log.error("cannot remove %s either (vm=%s): %s", self._state_file.path, self.vm, again)
-            self._saved = None
-            return
-        self._saved = state
+            return replace(local, saved=None)
+        return replace(local, saved=state)
 
     # -- report ------------------------------------------------------------------------------------
 

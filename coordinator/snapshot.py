@@ -12,6 +12,7 @@ from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
 from coordinator.delivery import Delivery
 from coordinator.maintenance_windows import Window, in_windows
 from coordinator.models import Document, EventSource, EventType, ScheduledEvent
+from coordinator.state import PersistedState
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Pause
 
 __all__ = [
@@ -56,6 +57,12 @@ class LocalState:
     posted: frozenset[str] = frozenset()  # keys of the events this process POSTed, for their current instance
     # event key -> when the cycle that first found it approvable (without a break since) began
     approvable_since: Mapping[str, float] = field(default_factory=dict)
+    # A recovery from UNKNOWN runs every action (False: restarted while serving, only those that always recover)
+    recover_all_at_start: bool = True
+    approving: bool = False  # this VM approves an event of its last fresh document (it probes its peers)
+    asked: frozenset[str] = frozenset()  # records published by peers for which IMDS was read early
+    last_purge: float = float("-inf")  # monotonic time the leader last purged old done records
+    saved: PersistedState | None = None  # what the state file holds, as this process last read or wrote it
 
 
 @dataclass(frozen=True)
@@ -272,8 +279,19 @@ class Plan:
     waiting: str = ""  # why this VM is not recovering although nothing holds it
     posted: frozenset[str] = frozenset()  # LocalState.posted, less the events whose approved instance ended
     approvable_since: Mapping[str, float] = field(default_factory=dict)  # LocalState.approvable_since, updated
-    read_now: bool = False  # an approval waits for a document read after it became approvable: read IMDS now
+    # read IMDS now: an approval waits for a document read after it became approvable, or a peer published an
+    # event this VM's documents do not show yet
+    read_now: bool = False
     unseen: str = ""  # what this cycle could not read (no fresh IMDS document, no ZooKeeper view): decided blind
+    # This VM's own state once the plan is carried out (its results, such as POSTs accepted, come on top), and
+    # what the loop does beside the group's writes: which recover actions run (all, or only those that always
+    # recover), the state file written before the drain job and after the cycle, whether the peers are probed
+    # (None: no view, as it was).
+    local: LocalState = field(default_factory=LocalState)
+    recover_all: bool = True
+    save_first: PersistedState | None = None
+    save: PersistedState | None = None
+    probe_peers: bool | None = None
 
     def reasons(self, key: str) -> tuple[str, ...]:
         """What holds the event ``key`` from being approved now, in words (empty: nothing the plan says)."""

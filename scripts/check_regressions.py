@@ -108,10 +108,18 @@ MUTATIONS = [
         'test_keep_one_serving_holds_without_a_budget',
     ),
     (
+        'a-restart-found-serving-runs-only-what-always-recovers',
+        'coordinator/decide/local.py',
+        '        recover_all=local.phase is not Phase.UNKNOWN or local.recover_all_at_start,\n',
+        '        recover_all=True,\n',
+        'test_a_restart_that_finds_the_vm_serving_runs_only_the_recovers_that_always_run',
+    ),
+    (
         'no-write-ahead',
-        'coordinator/agent.py',
-        '            self._save(PersistedState(Phase.DRAINING.value, frozenset(plan.holding), snap.now))\n',
-        '',
+        'coordinator/decide/local.py',
+        '    save_first = PersistedState(Phase.DRAINING.value, frozenset(holding), snap.now) if start_drain '
+        'else None\n',
+        '    save_first = None\n',
         'test_the_drain_state_is_on_disk_before_the_first_drain_action_runs',
     ),
     (

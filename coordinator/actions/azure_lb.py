@@ -173,6 +173,8 @@ class AzureLbAction:
     failed recovery (``ArmError.cause``). See the module documentation.
     """
 
+    always_recover = False
+
     #: Recovered after the health probe serves again (``coordinator.actions.base.run_recover``).
     recover_after_probe = True
 

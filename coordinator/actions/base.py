@@ -58,6 +58,9 @@ def mask_secrets(text: str, secrets: Iterable[SecretStr]) -> str:
 
 class Action(Protocol):
     name: str
+    # Its recover also runs when a restart found the VM serving (cheap and idempotent, as the probe's); the
+    # others recover only a VM that was, or may have been, out of rotation.
+    always_recover: bool
 
     def drain(self, ctx: ActionContext) -> str | None:
         """None once drained as configured; else the fallback it drained by, and why (one line)."""
@@ -82,6 +85,7 @@ class DryRunAction:
     def __init__(self, inner: Action) -> None:
         self._inner = inner
         self.name = inner.name
+        self.always_recover = inner.always_recover
         self.recover_after_probe = bool(getattr(inner, "recover_after_probe", False))
 
     def drain(self, ctx: ActionContext) -> None:

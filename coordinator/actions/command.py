@@ -138,6 +138,8 @@ class CommandHook:
     ``COORDINATOR_*`` variables override both.
     """
 
+    always_recover = False
+
     def __init__(
         self,
         name: str,

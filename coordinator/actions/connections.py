@@ -189,6 +189,8 @@ class ConnectionsDrainedWait:
     list or parse them (``OSError``, ``ValueError``) raises ``ActionError``. Recover does nothing.
     """
 
+    always_recover = False
+
     def __init__(
         self,
         ports: Collection[int],

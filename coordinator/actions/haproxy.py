@@ -303,6 +303,8 @@ class HAProxyAction:
     here (the agent retries recovery, and an unfinished drain is never acknowledged).
     """
 
+    always_recover = False
+
     def __init__(
         self,
         runtime: HAProxyRuntime,

@@ -105,6 +105,8 @@ class WebhookAction:
     unknown phase in ``on``, or a template with an unknown placeholder.
     """
 
+    always_recover = False
+
     def __init__(
         self,
         name: str,

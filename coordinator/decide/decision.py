@@ -11,6 +11,7 @@ from coordinator.decide.approval import _absent_drained, _Approvals, _approvals,
 from coordinator.decide.budget import _budget
 from coordinator.decide.drain import _acks, _holding, _local, _out_mark
 from coordinator.decide.events import _Event, _parse_events, first_live
+from coordinator.decide.local import local_plan
 from coordinator.decide.records import _absences, _archive, _closing, _purge_before
 from coordinator.snapshot import LocalState, Phase, Plan, Policy, Snapshot
 from coordinator.store.base import ClusterView, OutMark, Part
@@ -105,6 +106,11 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         blocked = {**blocked, **{key: (why,) for key in held}}
     approve, settling = _absent_drained(approve, approvable_since, group.approvals.unseen_drains, snap)
     blocked = {**blocked, **settling}
+    purge_before = _purge_before(snap, snap.cluster, policy)
+    own = local_plan(snap, local, next_phase=next_phase, start_drain=start_drain, start_recover=start_recover,
+                     holding=tuple(holding), posted=posted, approvable_since=approvable_since,
+                     approving=snap.me in group.approvals.approvers.values() if doc is not None else None,
+                     purge_due=purge_before is not None)
 
     return Plan(
         next_phase=next_phase,
@@ -126,7 +132,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         forget_admissions=tuple(sorted(snap.cluster.stale_admissions))
         if snap.cluster is not None and snap.cluster.i_am_leader and snap.cluster.weighs_group else (),
         drain_waits=group.drain_waits,
-        purge_before=_purge_before(snap, snap.cluster, policy),
+        purge_before=purge_before if own.purge else None,
         archive=_archive(snap, snap.cluster, policy),
         history_from=snap.now - policy.done_retention,
         holding=tuple(holding),
@@ -136,9 +142,14 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         waiting=waiting,
         posted=posted,
         approvable_since=approvable_since,
-        read_now=bool(held),
+        read_now=bool(held) or own.read_now,
         unseen=" and ".join(what for what, missing in (("no fresh IMDS document", doc is None),
                                                        ("no ZooKeeper view", snap.cluster is None)) if missing),
+        local=own.after,
+        recover_all=own.recover_all,
+        save_first=own.save_first,
+        save=own.save,
+        probe_peers=own.probe_peers,
     )
 
 

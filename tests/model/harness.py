@@ -228,6 +228,7 @@ class VmTruth:
 
 class RecordingAction:
     name = "record"
+    always_recover = False
 
     def __init__(self, truth: VmTruth, checkpoint: Callable[[], None]) -> None:
         self._truth = truth

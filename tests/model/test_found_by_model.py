@@ -197,6 +197,7 @@ class _FailingRecovery:
     recover runs before the probe's (recoveries run in reverse), so the probe keeps failing meanwhile."""
 
     name = "slow"
+    always_recover = False
 
     def __init__(self) -> None:
         self.failing = False

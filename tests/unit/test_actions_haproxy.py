@@ -315,6 +315,7 @@ def test_the_agent_recovers_haproxy_after_the_probe() -> None:
 
     class Hook:
         name = "hook"
+        always_recover = False
 
         def drain(self, ctx: ActionContext) -> None:
             return None

@@ -34,6 +34,7 @@ class Timings:
 
 class FallsBack:
     name = "lb"
+    always_recover = False
 
     def __init__(self, said: str | None = "lb drain fell back to the health probe alone: 403") -> None:
         self.said = said

@@ -294,6 +294,7 @@ class _Recovery:
     """An action whose drain works and whose recovery fails with ``error``."""
 
     name = "lb"
+    always_recover = False
 
     def __init__(self, error: ActionError) -> None:
         self.error = error

@@ -305,6 +305,7 @@ class Checkpoint:
     """A drain that takes 2 s, and a recover that fails once."""
 
     name = "checkpoint"
+    always_recover = False
 
     def __init__(self, bench: Bench) -> None:
         self.bench = bench

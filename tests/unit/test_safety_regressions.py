@@ -102,6 +102,7 @@ class StateProbe:
     """A drain action that records what the state file said when the drain began."""
 
     name = "state-probe"
+    always_recover = False
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -363,6 +364,7 @@ def test_a_vm_whose_withdrawal_fails_stays_out_while_zookeeper_shows_its_ack(tmp
 
 class FailingDrain:
     name = "failing"
+    always_recover = False
 
     def drain(self, ctx: ActionContext) -> None:
         raise RuntimeError("checkpoint failed")
@@ -612,6 +614,41 @@ def test_the_drain_state_is_on_disk_before_the_first_drain_action_runs(tmp_path:
     bench.run(3)
     assert recorder.seen and json.loads(recorder.seen[0]) == {**json.loads(recorder.seen[0]), "phase": "draining",
                                                               "draining_for": [E]}
+
+
+class RecoverHook:
+    """A recover hook that counts its runs (it does not always recover: a restart found serving skips it)."""
+
+    name = "hook"
+    always_recover = False
+
+    def __init__(self) -> None:
+        self.recovered = 0
+
+    def drain(self, ctx: ActionContext) -> None:
+        return None
+
+    def recover(self, ctx: ActionContext) -> None:
+        self.recovered += 1
+
+
+def test_a_restart_that_finds_the_vm_serving_runs_only_the_recovers_that_always_run(tmp_path: Path) -> None:
+    bench = Bench(tmp_path)
+    hook = RecoverHook()
+    bench.add("vm0", extra=[hook])
+    bench.add("vm1")
+    bench.run(3)
+    assert bench.vms["vm0"].probe.serving and hook.recovered == 1  # a first start, no state file: everything
+    bench.crash("vm0")
+    hook = RecoverHook()
+    bench.add("vm0", extra=[hook])  # the state file says serving
+    bench.run(3)
+    assert bench.vms["vm0"].probe.serving and hook.recovered == 0  # the probe's recover only
+    bench.group.schedule(E, ["vm0"], status="Started", in_s=None)
+    bench.run(3)
+    bench.group.remove(E)
+    bench.run(10, until=lambda: hook.recovered > 0)
+    assert hook.recovered == 1  # back from a drain: every recover
 
 
 # --- 8. a stale POST after a pause -------------------------------------------------------------------
