@@ -116,7 +116,7 @@ def measure_group(zk: LocalZooKeeper, workdir: Path, *, size: int, vms_per_event
                          interval=0.2)
                 wait_for(lambda: _serving(observer, group, size), 120, "every VM to serve", interval=0.2)
                 approved = any(eid in e.get("accepted", ()) for e in control.log(kind="approval"))
-                # Its record moved out of the events by the leader (``decide.records._archive``): part of its cost.
+                # Its record moved out of the events by the leader (``decide.records.to_archive``): part of its cost.
                 wait_for(functools.partial(_moved, observer, group, eid), 120, "its record moved to the history",
                          interval=0.2)
                 _quiet(zk, sessions, settle)

@@ -191,7 +191,7 @@ class Policy:
     # How long after its done mark a record stays among the records the agents read, when a VM it names runs
     # an agent (it closed on a document of that VM's unit, which no longer listed it): long past the time the
     # other VMs of the unit take to find it gone (two readings ``gone_after`` apart), after which a VM whose
-    # documents listed it again would publish it as a new record anyway (``decide.records._archive``).
+    # documents listed it again would publish it as a new record anyway (``decide.records.to_archive``).
     archive_after: float = 10.0
     session_timeout: float = 30.0  # what the agent asks ZooKeeper for
     # ZooKeeper's tickTime as the operator configured it: the server grants at least 2 ticks, and expires
@@ -269,7 +269,7 @@ class Plan:
     drain_waits: Mapping[str, str] = field(default_factory=dict)  # the leader's reason for each it does not
     purge_before: float | None = None
     # the leader moves these done records out of the records the agents read, into the history, and deletes
-    # the history's records done before ``history_from`` (``decide.records._archive``)
+    # the history's records done before ``history_from`` (``decide.records.to_archive``)
     archive: tuple[str, ...] = ()
     history_from: float = 0.0
     holding: tuple[str, ...] = ()  # ids of the events that hold this VM drained
@@ -277,8 +277,6 @@ class Plan:
     blocked: Mapping[str, tuple[Blocker, ...]] = field(default_factory=dict)  # event key -> why not approved
     invalid: tuple[str, ...] = ()  # why some events cannot be coordinated
     waiting: str = ""  # why this VM is not recovering although nothing holds it
-    posted: frozenset[str] = frozenset()  # LocalState.posted, less the events whose approved instance ended
-    approvable_since: Mapping[str, float] = field(default_factory=dict)  # LocalState.approvable_since, updated
     # read IMDS now: an approval waits for a document read after it became approvable, or a peer published an
     # event this VM's documents do not show yet
     read_now: bool = False

@@ -189,8 +189,8 @@ MUTATIONS = [
     (
         'budget-counts-this-vm-as-its-cycle-leaves-it',
         'coordinator/decide/decision.py',
-        '    budget = _budget(by_key, counted, snap, policy)\n',
-        '    budget = _budget(by_key, cluster, snap, policy)\n',
+        '    budget = weigh_budget(by_key, counted, snap, policy)\n',
+        '    budget = weigh_budget(by_key, cluster, snap, policy)\n',
         'tests/unit/test_policy.py::test_the_leader_counts_itself_out_of_rotation_before_the_view_shows_its_out_mark',
     ),
     (
@@ -203,7 +203,7 @@ MUTATIONS = [
     (
         'peers-confirmed-by-probe',
         'coordinator/decide/budget.py',
-        '    for vm in _unconfirmed(cluster, snap, policy):\n        out.setdefault(vm, [])\n',
+        '    for vm in unconfirmed_peers(cluster, snap, policy):\n        out.setdefault(vm, [])\n',
         '',
         'test_a_peer_whose_agent_just_died_does_not_count_as_serving',
     ),
@@ -405,7 +405,7 @@ MUTATIONS = [
     (
         'posted-never-cleared',
         'coordinator/decide/decision.py',
-        '    posted = _still_posted(local.posted, set(by_key), snap, policy)\n',
+        '    posted = still_posted(local.posted, set(by_key), snap, policy)\n',
         '    posted = local.posted\n',
         LOOP + '::test_a_reused_event_id_is_approved_again_by_the_same_approver',
     ),
@@ -530,8 +530,8 @@ MUTATIONS = [
     (
         'duplicate-stays-out-of-rotation',
         'coordinator/decide/decision.py',
-        '_local(snap, local, policy, bool(holding) or bool(snap.duplicate))',
-        '_local(snap, local, policy, bool(holding))',
+        '    kept_out = bool(holding) or bool(snap.duplicate)\n',
+        '    kept_out = bool(holding)\n',
         LOOP + '::test_a_serving_agent_that_finds_another_agent_in_its_place_leaves_rotation',
     ),
     (
@@ -553,7 +553,7 @@ MUTATIONS = [
     (
         'serve-only-on-a-read-after-acks-released',
         'coordinator/decide/drain.py',
-        '    if snap.read_sent >= _acks_released_by(snap, policy):\n',
+        '    if snap.read_sent >= acks_released_by(snap, policy):\n',
         '    if snap.cut_off_for >= session_lapses_after(policy, snap.granted_session) <= snap.uptime:\n',
         f'{FOUND}::test_a_cut_off_vm_does_not_serve_on_a_reading_sent_before_an_approval_made_on_its_standing_ack',
     ),

@@ -8,19 +8,18 @@ from dataclasses import dataclass, field
 
 from coordinator.blockers import Blocker, Hold
 from coordinator.config import ApprovalRule
-from coordinator.decide.budget import _admissions, _Budget, _over_budget, _unit
-from coordinator.decide.drain import _mark_naming
-from coordinator.decide.events import _approvable, _Event, _record, _waited_for, choose_approver, first_live
+from coordinator.decide.budget import Budget, admissions, budget_unit, over_budget
+from coordinator.decide.drain import mark_naming
+from coordinator.decide.events import ParsedEvent, approvable, choose_approver, first_live, new_record, waited_for
 from coordinator.models import EventType
 from coordinator.snapshot import ApprovalIntent, LocalState, Policy, Snapshot, is_gone, pause_holds, window_holds
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Part
 
-__all__ = ["_NOT_ADMITTED", "_Approvals", "_absent_drained", "_approval_blockers", "_approvals",
-           "_fresh_for_approval", "_hold_terminate_batches", "_not_admitted_because", "_still_posted", "_unmarked"]
+__all__ = ["Approvals", "absent_drained", "approval_blockers", "fresh_for_approval", "still_posted", "weigh_approvals"]
 
 
 @dataclass
-class _Approvals:
+class Approvals:
     """What this cycle found for the events of its document, given the group's view."""
 
     publish: list[EventRecord] = field(default_factory=list)  # records to write: events seen first here
@@ -33,42 +32,42 @@ class _Approvals:
     mark_out_for: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def _approvals(
-    parsed: Sequence[_Event], by_key: Mapping[str, _Event], budget: _Budget, ack: Sequence[str],
+def weigh_approvals(
+    parsed: Sequence[ParsedEvent], by_key: Mapping[str, ParsedEvent], budget: Budget, ack: Sequence[str],
     posted: frozenset[str], cluster: ClusterView, snap: Snapshot, policy: Policy,
-) -> _Approvals:
+) -> Approvals:
     """For each event of the document: its record to publish if it has none, and, for each Scheduled one
     on a fresh document, its approver and either why it may not be approved now or its approval intent
     (this VM's to carry out, or someone else's)."""
-    found = _Approvals()
+    found = Approvals()
     budget_view: dict[str, Blocker] | None = None  # a member's own reckoning of the leader's admissions
     for ev in parsed:
         if ev.key is None:
             continue
         record = cluster.records.get(ev.key)
         if record is None and snap.document is not None and _publishes(ev, cluster, snap):
-            found.publish.append(_record(ev, snap, policy))
+            found.publish.append(new_record(ev, snap, policy))
         if snap.document is None or not ev.event.is_scheduled:
             continue
         approver, as_leader = choose_approver(ev.resources, cluster, policy.approver)
         found.approvers[ev.key] = approver or ""
         if not cluster.complete:
             continue  # neither named by it nor leading: its approver and the leader weigh it
-        reasons = _approval_blockers(ev, record, ev.key in budget.admit, ack, snap, cluster, policy)
+        reasons = approval_blockers(ev, record, ev.key in budget.admit, ack, snap, cluster, policy)
         if _NOT_ADMITTED in reasons:
             if cluster.i_am_leader and ev.key in budget.wait_slot:
                 why: Blocker | None = budget.wait_slot[ev.key]
             else:
                 if budget_view is None:
-                    budget_view = (_admissions(budget.known, cluster, snap, policy)[1]
+                    budget_view = (admissions(budget.known, cluster, snap, policy)[1]
                                    if not cluster.i_am_leader else {})
                 why = _not_admitted_because(ev, reasons, budget_view, cluster, snap, policy)
             reasons = tuple(r for r in ((why if r == _NOT_ADMITTED else r) for r in reasons) if r is not None)
         if approver is None:
             reasons += (Blocker(Hold.NO_APPROVER, "no live agent named in Resources and no leader"),)
         if not reasons and policy.budgeted:
-            batch = {k for k in by_key if _unit(k, by_key, policy) == _unit(ev.key, by_key, policy)}
-            over = _over_budget(batch, frozenset(ev.resources), budget.flight, budget.known, cluster, snap, policy)
+            batch = {k for k in by_key if budget_unit(k, by_key, policy) == budget_unit(ev.key, by_key, policy)}
+            over = over_budget(batch, frozenset(ev.resources), budget.flight, budget.known, cluster, snap, policy)
             reasons = (over.weighed_at_approval(),) if over is not None else ()
         if reasons:
             found.blocked[ev.key] = reasons
@@ -76,7 +75,7 @@ def _approvals(
         mine = approver == snap.me and ev.key not in posted
         after_drain = ev.rule is ApprovalRule.AFTER_DRAIN
         record = cluster.records.get(ev.key)
-        required = tuple(vm for vm in ev.resources if _waited_for(vm, cluster, policy, snap, record)) if after_drain \
+        required = tuple(vm for vm in ev.resources if waited_for(vm, cluster, policy, snap, record)) if after_drain \
             else ()
         past_grace = tuple(vm for vm in ev.resources if vm in cluster.known and vm not in required)
         if mine and after_drain and past_grace:
@@ -97,7 +96,7 @@ def _approvals(
     return found
 
 
-def _publishes(ev: _Event, cluster: ClusterView, snap: Snapshot) -> bool:
+def _publishes(ev: ParsedEvent, cluster: ClusterView, snap: Snapshot) -> bool:
     """Whether this VM publishes the record of an event of its documents that has none: a VM it names (IMDS
     shows a VM every event naming it, in every delivery mode), or any VM that sees it when none of the VMs
     it names runs a live agent. A VM it does not name leaves it to them: an event costs the VMs it names,
@@ -112,14 +111,14 @@ def _unmarked(key: str, vms: Sequence[str], cluster: ClusterView) -> dict[str, t
     it with: those it names already, and ``key``."""
     found: dict[str, tuple[str, ...]] = {}
     for vm in vms:
-        events = _mark_naming(cluster.out.get(vm), (key,))
+        events = mark_naming(cluster.out.get(vm), (key,))
         if events is not None:
             found[vm] = events
     return found
 
 
-def _approval_blockers(
-    ev: _Event,
+def approval_blockers(
+    ev: ParsedEvent,
     record: EventRecord | None,
     admitting_now: bool,
     acking_now: Iterable[str],
@@ -155,7 +154,7 @@ def _approval_blockers(
         acking = set(acking_now)
         for vm in ev.resources:
             acked = vm in record.acks or (vm == snap.me and ev.key in acking)
-            if acked or not _waited_for(vm, cluster, policy, snap, record):
+            if acked or not waited_for(vm, cluster, policy, snap, record):
                 continue  # an ack written this very cycle is re-checked by Store.approve before the POST
             reasons.append(Blocker(Hold.NO_AGENT, f"{vm} runs no agent", vm) if vm not in cluster.members
                            else Blocker(Hold.NOT_ACKNOWLEDGED, f"{vm} has not acknowledged", vm))
@@ -168,7 +167,7 @@ _NOT_ADMITTED = Blocker(Hold.NOT_ADMITTED, "not admitted yet")
 
 
 def _not_admitted_because(
-    ev: _Event, reasons: tuple[Blocker, ...], budget_view: Mapping[str, Blocker], cluster: ClusterView,
+    ev: ParsedEvent, reasons: tuple[Blocker, ...], budget_view: Mapping[str, Blocker], cluster: ClusterView,
     snap: Snapshot, policy: Policy,
 ) -> Blocker | None:
     """Why the leader has not admitted ``ev`` into the budget, as far as this agent can tell (None: the
@@ -176,7 +175,7 @@ def _not_admitted_because(
     another member reckons them from its own view: what it cannot see is whether the leader has read
     the event from IMDS yet."""
     others = [r for r in reasons if r != _NOT_ADMITTED]
-    if not _approvable(ev, cluster, snap, policy):
+    if not approvable(ev, cluster, snap, policy):
         # Outside the maintenance windows, or a VM it names runs no agent: said by the other reasons.
         return None if others else Blocker(Hold.NOT_ADMITTED, "not admitted: it cannot be approved early now")
     lead = policy.lead_time
@@ -192,7 +191,7 @@ def _not_admitted_because(
 
 
 def _hold_terminate_batches(
-    events: Mapping[str, _Event], ready: dict[str, ApprovalIntent | None], blocked: dict[str, tuple[Blocker, ...]]
+    events: Mapping[str, ParsedEvent], ready: dict[str, ApprovalIntent | None], blocked: dict[str, tuple[Blocker, ...]]
 ) -> None:
     """Deletes sharing one NotBefore proceed together in Azure: approve none until all may be approved."""
     batches: dict[float, list[str]] = {}
@@ -208,7 +207,7 @@ def _hold_terminate_batches(
                                             "waiting for the other deletes that share its NotBefore"),)
 
 
-def _fresh_for_approval(
+def fresh_for_approval(
     approve: tuple[ApprovalIntent, ...], snap: Snapshot, local: LocalState
 ) -> tuple[tuple[ApprovalIntent, ...], dict[str, float], list[str]]:
     """An approval rests on a document whose request was sent no earlier than the cycle that first found
@@ -221,12 +220,12 @@ def _fresh_for_approval(
     return tuple(i for i in approve if i.key not in held), since, held
 
 
-def _absent_drained(
+def absent_drained(
     approve: tuple[ApprovalIntent, ...], since: Mapping[str, float],
     unseen_drains: Mapping[str, tuple[float, tuple[str, ...]]], snap: Snapshot,
 ) -> tuple[tuple[ApprovalIntent, ...], dict[str, tuple[Blocker, ...]]]:
     """An event that names VMs absent past ``absent_grace`` is approved without their acks, on the promise
-    that a VM cut off from ZooKeeper drains itself for any event naming it (``_drains``). It can do so only
+    that a VM cut off from ZooKeeper drains itself for any event naming it (``drains_for``). It can do so only
     once it sees the event: the approval waits until the event has been approvable for the drain wait
     plus ``absent_notice`` (the time a cut-off VM may take to see it after its approver). Without this, an
     event that appeared after the grace ran out was approved at once, while those VMs had just begun to
@@ -244,7 +243,7 @@ def _absent_drained(
     return tuple(go), held
 
 
-def _still_posted(posted: frozenset[str], listed: set[str], snap: Snapshot, policy: Policy) -> frozenset[str]:
+def still_posted(posted: frozenset[str], listed: set[str], snap: Snapshot, policy: Policy) -> frozenset[str]:
     """The events this agent POSTed whose instance is still the one it approved. An instance ends when
     this VM saw the event gone, or the view shows its record done, purged, or without the approval (the
     leader reopened it: a reused EventId). An approver that kept the key forever would never approve a

@@ -7,20 +7,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from coordinator.blockers import Blocker, Hold
-from coordinator.decide.events import _approvable, _Event, _from_store
+from coordinator.decide.events import ParsedEvent, approvable, events_from_store
 from coordinator.models import EventType
 from coordinator.snapshot import Policy, Snapshot
 from coordinator.store.base import BY_HAND, ClusterView
 
-__all__ = ["_Budget", "_admissions", "_budget", "_drain_admissions", "_in_flight", "_out_vms", "_over_budget",
-           "_unconfirmed", "_unit"]
+__all__ = ["Budget", "admissions", "budget_unit", "drain_admissions", "in_flight", "out_vms", "over_budget",
+           "unconfirmed_peers", "weigh_budget"]
 
 
 @dataclass(frozen=True)
-class _Budget:
+class Budget:
     """What the budget weighs this cycle."""
 
-    known: Mapping[str, _Event]  # this VM's events, and (budgeted) those known only from their records
+    known: Mapping[str, ParsedEvent]  # this VM's events, and (budgeted) those known only from their records
     admit: list[str]  # the leader's admissions
     wait_slot: Mapping[str, Blocker]  # the leader's reason for each event it does not admit
     flight: Mapping[str, frozenset[str]]  # what holds the budget, as unit key -> VMs (complete views only)
@@ -28,23 +28,23 @@ class _Budget:
     drain_waits: Mapping[str, str] = field(default_factory=dict)  # its reason for each drain it does not admit
 
 
-def _budget(by_key: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy) -> _Budget:
+def weigh_budget(by_key: Mapping[str, ParsedEvent], cluster: ClusterView, snap: Snapshot, policy: Policy) -> Budget:
     """The budget of this cycle: what it weighs (this VM's events, and those known only from records its
     documents never listed: groups whose IMDS shows each VM only the events naming it), what the leader
     admits on a fresh document (events first, then drains by hand), and what is in flight."""
-    known = {**_from_store(cluster, snap, policy), **by_key} if policy.budgeted else by_key
+    known = {**events_from_store(cluster, snap, policy), **by_key} if policy.budgeted else by_key
     admit: list[str] = []
     wait_slot: dict[str, Blocker] = {}
     admit_drains: list[str] = []
     drain_waits: dict[str, str] = {}
     if snap.document is not None and policy.budgeted and cluster.i_am_leader:
-        admit, wait_slot = _admissions(known, cluster, snap, policy)
-        admit_drains, drain_waits = _drain_admissions(admit, known, cluster, snap, policy)
-    flight = _in_flight(known, cluster, snap, policy) if policy.budgeted and cluster.weighs_group else {}
-    return _Budget(known, admit, wait_slot, flight, admit_drains, drain_waits)
+        admit, wait_slot = admissions(known, cluster, snap, policy)
+        admit_drains, drain_waits = drain_admissions(admit, known, cluster, snap, policy)
+    flight = in_flight(known, cluster, snap, policy) if policy.budgeted and cluster.weighs_group else {}
+    return Budget(known, admit, wait_slot, flight, admit_drains, drain_waits)
 
 
-def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, tuple[str, ...]]:
+def out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, tuple[str, ...]]:
     """VMs out of rotation, each with the event keys it is out for (none: starting up, or back from a
     crash): by their own ``/out`` node, or because they acknowledge an event (drained now). One whose
     agent this agent has seen gone for ``recovery_grace`` no longer counts: it is not coming back soon,
@@ -57,7 +57,7 @@ def _out_vms(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, 
         for vm in record.acks:
             if key not in out.setdefault(vm, []):
                 out[vm].append(key)
-    for vm in _unconfirmed(cluster, snap, policy):
+    for vm in unconfirmed_peers(cluster, snap, policy):
         out.setdefault(vm, [])
     return {vm: tuple(keys) for vm, keys in out.items()
             if vm in cluster.members or (snap.absent_for.get(vm, 0.0) < policy.recovery_grace
@@ -72,7 +72,7 @@ def _deleted(keys: list[str], cluster: ClusterView) -> bool:
                                  for r in records)
 
 
-def _unconfirmed(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, str]:
+def unconfirmed_peers(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, str]:
     """Live members (this VM aside) that this agent cannot confirm in their load balancer's rotation,
     with what their probe showed: when peers are probed, a member counts as serving only on a recent
     answer of 200 from an agent saying "serving". A member whose agent died a moment ago keeps its
@@ -91,13 +91,13 @@ def _unconfirmed(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[s
     return found
 
 
-def _in_flight(
-    events: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
+def in_flight(
+    events: Mapping[str, ParsedEvent], cluster: ClusterView, snap: Snapshot, policy: Policy
 ) -> dict[str, frozenset[str]]:
     """What holds the budget, as unit key -> VMs: present events that are admitted, Started, or have a
     VM out of rotation for them; and every other VM out of rotation (under the event it is out for, if
     any), until it is back in its load balancer's rotation."""
-    out = _out_vms(cluster, snap, policy)
+    out = out_vms(cluster, snap, policy)
     flight: dict[str, frozenset[str]] = {}
     for key, ev in events.items():
         record = cluster.records.get(key)
@@ -121,7 +121,7 @@ def _in_flight(
     return flight
 
 
-def _unit(key: str, events: Mapping[str, _Event], policy: Policy) -> str:
+def budget_unit(key: str, events: Mapping[str, ParsedEvent], policy: Policy) -> str:
     """What the budget counts as one: an event, or a batch of Terminates sharing one NotBefore (Azure
     runs such a batch as one operation)."""
     ev = events.get(key)
@@ -131,8 +131,8 @@ def _unit(key: str, events: Mapping[str, _Event], policy: Policy) -> str:
     return key
 
 
-def _admissions(
-    events: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
+def admissions(
+    events: Mapping[str, ParsedEvent], cluster: ClusterView, snap: Snapshot, policy: Policy
 ) -> tuple[list[str], dict[str, Blocker]]:
     """The leader's admissions and why the others wait.
 
@@ -144,17 +144,17 @@ def _admissions(
     ``keep_one_serving``): it waits for its NotBefore, and holding the queue behind it would make every
     event behind it wait as long.
     """
-    flight = _in_flight(events, cluster, snap, policy)
+    flight = in_flight(events, cluster, snap, policy)
     candidates = [
         ev for key, ev in events.items()
         if ev.event.is_scheduled and key in cluster.records
         and (cluster.records[key].admitted_at is None or cluster.records[key].done_at is not None)
-        and _approvable(ev, cluster, snap, policy)
+        and approvable(ev, cluster, snap, policy)
         and (policy.lead_time is None or snap.now >= (ev.not_before or 0.0) - policy.lead_time)
     ]
-    units: dict[str, list[_Event]] = {}
+    units: dict[str, list[ParsedEvent]] = {}
     for ev in candidates:
-        units.setdefault(_unit(ev.key or "", events, policy), []).append(ev)
+        units.setdefault(budget_unit(ev.key or "", events, policy), []).append(ev)
     order = sorted(units.items(), key=lambda item: (
         not any(ev.key in flight for ev in item[1]),
         min(ev.not_before if ev.not_before is not None else float("inf") for ev in item[1]),
@@ -165,12 +165,12 @@ def _admissions(
     for position, (_, members) in enumerate(order):
         keys = {ev.key or "" for ev in members}
         vms = frozenset().union(*(ev.resources for ev in members))
-        alone = _over_budget(keys, vms, {}, events, cluster, snap, policy)
+        alone = over_budget(keys, vms, {}, events, cluster, snap, policy)
         if alone is not None:
             for ev in members:
                 why[ev.key or ""] = _alone(alone)
             continue
-        reason = _over_budget(keys, vms, flight, events, cluster, snap, policy)
+        reason = over_budget(keys, vms, flight, events, cluster, snap, policy)
         if reason is not None:
             for _, rest in order[position:]:
                 for ev in rest:
@@ -182,15 +182,15 @@ def _admissions(
     return admit, why
 
 
-def _drain_admissions(
-    admitted: list[str], events: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
+def drain_admissions(
+    admitted: list[str], events: Mapping[str, ParsedEvent], cluster: ClusterView, snap: Snapshot, policy: Policy
 ) -> tuple[list[str], dict[str, str]]:
     """The leader's admissions of drains by hand, after this cycle's admissions of events (an event has a
     NotBefore it starts at anyway, a drain by hand has no deadline): first asked, first admitted, each while
     taking its VM out keeps the budget (``max_vms``, ``keep_one_serving``; a VM out by hand is not an event
     in maintenance, so ``max_events`` does not count it). One waits for its VM's agent, and for those asked
     before it. Returns the VMs admitted, and why each of the others waits."""
-    flight = dict(_in_flight(events, cluster, snap, policy))
+    flight = dict(in_flight(events, cluster, snap, policy))
     for key in admitted:
         if key in events:
             flight[key] = frozenset(events[key].resources)
@@ -201,9 +201,9 @@ def _drain_admissions(
         if vm not in cluster.members:
             why[vm] = f"{vm} runs no agent: its drain is admitted once its agent runs"
             continue
-        alone = _over_budget(set(), frozenset({vm}), {}, events, cluster, snap, policy, an_event=False)
+        alone = over_budget(set(), frozenset({vm}), {}, events, cluster, snap, policy, an_event=False)
         reason = (_alone(alone) if alone is not None
-                  else _over_budget(set(), frozenset({vm}), flight, events, cluster, snap, policy, an_event=False))
+                  else over_budget(set(), frozenset({vm}), flight, events, cluster, snap, policy, an_event=False))
         if reason is not None:
             for _, rest in waiting[position:]:
                 why.setdefault(rest, str(reason))
@@ -213,8 +213,8 @@ def _drain_admissions(
     return admit, why
 
 
-def _over_budget(
-    keys: set[str], vms: frozenset[str], flight: Mapping[str, frozenset[str]], events: Mapping[str, _Event],
+def over_budget(
+    keys: set[str], vms: frozenset[str], flight: Mapping[str, frozenset[str]], events: Mapping[str, ParsedEvent],
     cluster: ClusterView, snap: Snapshot, policy: Policy, *, an_event: bool = True,
 ) -> Blocker | None:
     """Why taking ``vms`` out for the events ``keys`` would break the budget, given what else is in
@@ -229,15 +229,15 @@ def _over_budget(
     # maintenance; it still counts against max_vms and keep_one_serving.
     # A unit already in flight that ``keys`` belong to (a Terminate of a batch seen after the others were
     # admitted) is the same operation, not another one: the batch is approved only together.
-    in_maintenance = ({_unit(k, events, policy) for k in others if not k.startswith("vm:")}
-                      - {_unit(k, events, policy) for k in keys})
+    in_maintenance = ({budget_unit(k, events, policy) for k in others if not k.startswith("vm:")}
+                      - {budget_unit(k, events, policy) for k in keys})
     if an_event and policy.max_events is not None and len(in_maintenance) >= policy.max_events:
         return Blocker(Hold.BUDGET, f"maintenance budget: {len(in_maintenance)} event(s) in maintenance "
                                     f"({', '.join(sorted(others))})")
     if policy.max_vms is not None and busy and len(busy | vms) > policy.max_vms:
         return Blocker(Hold.BUDGET, f"maintenance budget: {len(busy)} VM(s) in maintenance, at most {policy.max_vms}")
     if policy.keep_one_serving and cluster.members and not (cluster.members - busy - vms):
-        unconfirmed = _unconfirmed(cluster, snap, policy)
+        unconfirmed = unconfirmed_peers(cluster, snap, policy)
         if unconfirmed:
             seen = ", ".join(f"{vm}: {detail}" for vm, detail in unconfirmed.items())
             # A peer whose probe does not answer the deciding agent at all is not coming back by itself.

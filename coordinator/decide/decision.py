@@ -7,12 +7,12 @@ from dataclasses import dataclass, field, replace
 
 from coordinator.blockers import Blocker, Hold
 from coordinator.config.policy import ApproverMode
-from coordinator.decide.approval import _absent_drained, _Approvals, _approvals, _fresh_for_approval, _still_posted
-from coordinator.decide.budget import _budget
-from coordinator.decide.drain import _acks, _holding, _local, _out_mark
-from coordinator.decide.events import _Event, _parse_events, first_live
+from coordinator.decide.approval import Approvals, absent_drained, fresh_for_approval, still_posted, weigh_approvals
+from coordinator.decide.budget import weigh_budget
+from coordinator.decide.drain import acks_due, drain_step, events_holding, out_mark_change
+from coordinator.decide.events import ParsedEvent, first_live, parse_events
 from coordinator.decide.local import local_plan
-from coordinator.decide.records import _absences, _archive, _closing, _purge_before
+from coordinator.decide.records import absences, closing, purge_cutoff, to_archive
 from coordinator.snapshot import LocalState, Phase, Plan, Policy, Snapshot
 from coordinator.store.base import ClusterView, OutMark, Part
 
@@ -80,33 +80,34 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         # it did not read.
         snap = replace(snap, cluster=None)
     doc = snap.document
-    parsed, invalid = _parse_events(doc if doc is not None else snap.last_document, policy)
+    parsed, invalid = parse_events(doc if doc is not None else snap.last_document, policy)
     by_key = {ev.key: ev for ev in parsed if ev.key is not None}
-    holding_events, holding = _holding(parsed, snap, local, policy)
+    holding_events, holding = events_holding(parsed, snap, local, policy)
     # Another agent running as this VM: out of rotation until it is gone, whatever the events say. The
     # store never lets it take that agent's member node (which would let one's ack stand for the other).
-    next_phase, start_drain, start_recover, waiting = _local(snap, local, policy, bool(holding) or bool(snap.duplicate))
+    kept_out = bool(holding) or bool(snap.duplicate)
+    next_phase, start_drain, start_recover, waiting = drain_step(snap, local, policy, kept_out)
     if snap.duplicate:
         invalid.append(snap.duplicate)
         waiting = waiting or "another agent runs as this VM"
     phase_after = next_phase or local.phase
     drain_started = snap.mono if start_drain else local.drain_started
-    posted = _still_posted(local.posted, set(by_key), snap, policy)
+    posted = still_posted(local.posted, set(by_key), snap, policy)
 
     group = _GroupPlan()
     if snap.cluster is not None:
         group = _with_the_group(snap.cluster, parsed, by_key, holding_events, holding, phase_after, drain_started,
                                 posted, snap, policy)
 
-    approve, approvable_since, held = _fresh_for_approval(
+    approve, approvable_since, held = fresh_for_approval(
         tuple(intent for intent in group.approvals.ready.values() if intent is not None), snap, local)
     blocked = group.approvals.blocked
     if held:
         why = Blocker(Hold.STALE_DOCUMENT, "approval waits for a document read after it became approvable")
         blocked = {**blocked, **{key: (why,) for key in held}}
-    approve, settling = _absent_drained(approve, approvable_since, group.approvals.unseen_drains, snap)
+    approve, settling = absent_drained(approve, approvable_since, group.approvals.unseen_drains, snap)
     blocked = {**blocked, **settling}
-    purge_before = _purge_before(snap, snap.cluster, policy)
+    purge_before = purge_cutoff(snap, snap.cluster, policy)
     own = local_plan(snap, local, next_phase=next_phase, start_drain=start_drain, start_recover=start_recover,
                      holding=tuple(holding), posted=posted, approvable_since=approvable_since,
                      approving=snap.me in group.approvals.approvers.values() if doc is not None else None,
@@ -133,15 +134,13 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         if snap.cluster is not None and snap.cluster.i_am_leader and snap.cluster.weighs_group else (),
         drain_waits=group.drain_waits,
         purge_before=purge_before if own.purge else None,
-        archive=_archive(snap, snap.cluster, policy),
+        archive=to_archive(snap, snap.cluster, policy),
         history_from=snap.now - policy.done_retention,
         holding=tuple(holding),
         approvers=group.approvals.approvers,
         blocked=blocked,
         invalid=tuple(invalid),
         waiting=waiting,
-        posted=posted,
-        approvable_since=approvable_since,
         read_now=bool(held) or own.read_now,
         unseen=" and ".join(what for what, missing in (("no fresh IMDS document", doc is None),
                                                        ("no ZooKeeper view", snap.cluster is None)) if missing),
@@ -162,7 +161,7 @@ class _GroupPlan:
     drain_waits: dict[str, str] = field(default_factory=dict)
     ack: list[str] = field(default_factory=list)
     withdraw: list[str] = field(default_factory=list)
-    approvals: _Approvals = field(default_factory=_Approvals)
+    approvals: Approvals = field(default_factory=Approvals)
     reopen: list[str] = field(default_factory=list)
     mark_done: list[str] = field(default_factory=list)
     mark_absent: list[str] = field(default_factory=list)
@@ -172,30 +171,30 @@ class _GroupPlan:
 
 
 def _with_the_group(
-    cluster: ClusterView, parsed: list[_Event], by_key: dict[str, _Event], holding_events: list[_Event],
+    cluster: ClusterView, parsed: list[ParsedEvent], by_key: dict[str, ParsedEvent], holding_events: list[ParsedEvent],
     holding: list[str], phase_after: Phase, drain_started: float, posted: frozenset[str], snap: Snapshot,
     policy: Policy,
 ) -> _GroupPlan:
     """What this cycle does in the group, in the order it weighs it: the budget and the leader's admissions,
     this VM's acks and withdrawals, each event's approval, the leader's upkeep of records and absences, and
     this VM's ``/out`` mark."""
-    mark_out, clear_out = _out_mark(cluster, holding, phase_after, snap)
+    mark_out, clear_out = out_mark_change(cluster, holding, phase_after, snap)
     # The budget weighs this VM as its own writes of this cycle leave it: out of rotation while it drains,
     # is drained or recovers, whether or not the view (read before this cycle's writes, or while ZooKeeper
     # was unreachable and it drained on its own evidence) holds its mark yet.
     counted = cluster if mark_out is None else replace(
         cluster, out={**cluster.out, snap.me: OutMark(snap.now, mark_out)})
-    budget = _budget(by_key, counted, snap, policy)
-    ack = _acks(holding_events, phase_after, drain_started, cluster, snap, policy)
+    budget = weigh_budget(by_key, counted, snap, policy)
+    ack = acks_due(holding_events, phase_after, drain_started, cluster, snap, policy)
     holding_keys = set(holding)
     # An ack stands for a drain that holds now, never for one that did.
     withdraw = [key for key, record in cluster.records.items() if snap.me in record.acks and key not in holding_keys]
     group = _GroupPlan(admit=budget.admit, admit_drains=budget.admit_drains, drain_waits=dict(budget.drain_waits),
                        ack=ack, withdraw=withdraw,
-                       approvals=_approvals(parsed, by_key, budget, ack, posted, counted, snap, policy))
+                       approvals=weigh_approvals(parsed, by_key, budget, ack, posted, counted, snap, policy))
     if snap.document is not None:
-        group.reopen, group.mark_done = _closing(by_key, cluster, snap, policy)
+        group.reopen, group.mark_done = closing(by_key, cluster, snap, policy)
     if cluster.i_am_leader:
-        group.mark_absent, group.clear_absent = _absences(cluster)
+        group.mark_absent, group.clear_absent = absences(cluster)
     group.mark_out, group.clear_out = mark_out, clear_out
     return group

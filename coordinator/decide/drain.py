@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from coordinator.config import ApprovalRule
-from coordinator.decide.events import _approvable, _Event
+from coordinator.decide.events import ParsedEvent, approvable
 from coordinator.snapshot import LocalState, Phase, Policy, Snapshot, is_gone, session_lapses_after
 from coordinator.store.base import BY_HAND, ClusterView, ConnectionState, OutMark
 
-__all__ = ["_acks", "_acks_outstanding", "_acks_released_by", "_by_hand", "_drains", "_holding", "_local",
-           "_mark_naming", "_out_mark"]
+__all__ = ["acks_due", "acks_outstanding", "acks_released_by", "by_hand_holds", "drain_step", "drains_for",
+           "events_holding", "mark_naming", "out_mark_change"]
 
 
-def _drains(ev: _Event, snap: Snapshot, local: LocalState, policy: Policy) -> bool:
+def drains_for(ev: ParsedEvent, snap: Snapshot, local: LocalState, policy: Policy) -> bool:
     """Whether this VM, named by ``ev``, must be drained for it now."""
     event = ev.event
     if ev.held_as in local.draining_for:
@@ -35,7 +35,7 @@ def _drains(ev: _Event, snap: Snapshot, local: LocalState, policy: Policy) -> bo
         # session counts as cut off since before it started: the peers may have seen this VM gone
         # since before a reboot (``Snapshot.cut_off_for``).
         return True
-    if not _approvable(ev, snap.cluster, snap, policy):
+    if not approvable(ev, snap.cluster, snap, policy):
         return policy.unapprovable_at_once  # nothing to gain from an early drain: just in time
     if policy.budgeted:
         record = snap.cluster.records.get(ev.key or "") if snap.cluster else None
@@ -46,24 +46,24 @@ def _drains(ev: _Event, snap: Snapshot, local: LocalState, policy: Policy) -> bo
     return True
 
 
-def _holding(
-    parsed: Sequence[_Event], snap: Snapshot, local: LocalState, policy: Policy
-) -> tuple[list[_Event], list[str]]:
+def events_holding(
+    parsed: Sequence[ParsedEvent], snap: Snapshot, local: LocalState, policy: Policy
+) -> tuple[list[ParsedEvent], list[str]]:
     """What holds this VM: the events of the document naming it that it must drain for, and every event it
     was drained for that is not gone yet (still named by a recent document, or known only from before a
-    restart), and an operator's drain by hand (``_by_hand``). Returns those events of the document, and the
+    restart), and an operator's drain by hand (``by_hand_holds``). Returns those events of the document, and the
     keys of everything that holds it."""
-    holding_events = [ev for ev in parsed if ev.event.names(snap.me) and _drains(ev, snap, local, policy)]
+    holding_events = [ev for ev in parsed if ev.event.names(snap.me) and drains_for(ev, snap, local, policy)]
     holding = list(dict.fromkeys(ev.held_as for ev in holding_events))
     for key in sorted(local.draining_for - {BY_HAND}):
         if key not in holding and not is_gone(snap.named.get(key), policy.gone_after):
             holding.append(key)
-    if _by_hand(snap, local, policy):
+    if by_hand_holds(snap, local, policy):
         holding.append(BY_HAND)
     return holding_events, holding
 
 
-def _by_hand(snap: Snapshot, local: LocalState, policy: Policy) -> bool:
+def by_hand_holds(snap: Snapshot, local: LocalState, policy: Policy) -> bool:
     """Whether an operator's drain by hand (``coordinator drain``) holds this VM: once the leader admitted
     it into the budget (at once without a budget), and from then on for as long as the view shows it.
     Without a view it holds as it did: only a view without it puts the VM back (``coordinator undrain``)."""
@@ -75,7 +75,7 @@ def _by_hand(snap: Snapshot, local: LocalState, policy: Policy) -> bool:
     return BY_HAND in local.draining_for or drain.admitted_at is not None or not policy.budgeted
 
 
-def _local(
+def drain_step(
     snap: Snapshot, local: LocalState, policy: Policy, holding: bool
 ) -> tuple[Phase | None, bool, bool, str]:
     """This VM's drain state machine: (next phase, start drain, start recover, why it stays out)."""
@@ -93,7 +93,7 @@ def _local(
     if snap.document is None:
         return None, False, False, ""  # no fresh evidence that the VM is free: keep it as it is
     if phase in (Phase.UNKNOWN, Phase.DRAINING, Phase.DRAINED):
-        why = _acks_outstanding(snap, policy)
+        why = acks_outstanding(snap, policy)
         if why:
             return None, False, False, why
         return Phase.RECOVERING, False, True, ""
@@ -108,12 +108,12 @@ def _local(
     return None, False, False, ""
 
 
-def _acks_outstanding(snap: Snapshot, policy: Policy) -> str:
+def acks_outstanding(snap: Snapshot, policy: Policy) -> str:
     """Why this VM may not serve yet although nothing holds it (empty: it may).
 
     It may serve once ZooKeeper, read this cycle over a CONNECTED session, shows no ack of it (its
     acks are withdrawn first), or once every session that could hold one has certainly lapsed and every
-    approval one could have released is in IMDS's documents (``_acks_released_by``): this process has
+    approval one could have released is in IMDS's documents (``acks_released_by``): this process has
     been cut off, and alive, for longer than the server may keep a session it no longer hears from
     (``session_lapses_after``: the granted timeout, at least two ticks, plus a tick) and half a session
     more, and the document of this decision was requested after that, since acks are ephemeral."""
@@ -123,12 +123,12 @@ def _acks_outstanding(snap: Snapshot, policy: Policy) -> str:
         if not mine:
             return ""
         return f"withdrawing its acknowledgement of {','.join(mine)}"
-    if snap.read_sent >= _acks_released_by(snap, policy):
+    if snap.read_sent >= acks_released_by(snap, policy):
         return ""
     return "ZooKeeper unreachable: its acknowledgements may stand until its session lapses"
 
 
-def _acks_released_by(snap: Snapshot, policy: Policy) -> float:
+def acks_released_by(snap: Snapshot, policy: Policy) -> float:
     """When (monotonic) the acks of a cut-off VM can no longer have released any approval that IMDS has
     not applied yet: every session of it has lapsed (``session_lapses_after``, counted from when it was
     last seen CONNECTED, or from this process's start if never), and an approver's POST fenced on one of
@@ -139,8 +139,8 @@ def _acks_released_by(snap: Snapshot, policy: Policy) -> float:
     return since + session_lapses_after(policy, snap.granted_session) + policy.session_timeout / 2
 
 
-def _acks(
-    holding_events: Sequence[_Event], phase_after: Phase, drain_started: float, cluster: ClusterView,
+def acks_due(
+    holding_events: Sequence[ParsedEvent], phase_after: Phase, drain_started: float, cluster: ClusterView,
     snap: Snapshot, policy: Policy,
 ) -> list[str]:
     """The events this VM acknowledges now: those of the document that hold it, once it is drained and
@@ -157,7 +157,7 @@ def _acks(
     return ack
 
 
-def _out_mark(
+def out_mark_change(
     cluster: ClusterView, holding: Sequence[str], phase_after: Phase, snap: Snapshot
 ) -> tuple[tuple[str, ...] | None, bool]:
     """This VM's ``/out`` node: the events to write it with (None: leave it as it is), and whether to
@@ -167,10 +167,10 @@ def _out_mark(
         return None, mine_out is not None
     # Events accumulate until the VM is back in rotation: a VM back from a reboot is still out for the
     # event that took it out, whatever its restarted agent holds now.
-    return _mark_naming(mine_out, holding), False
+    return mark_naming(mine_out, holding), False
 
 
-def _mark_naming(mark: OutMark | None, keys: Sequence[str]) -> tuple[str, ...] | None:
+def mark_naming(mark: OutMark | None, keys: Sequence[str]) -> tuple[str, ...] | None:
     """The events to write an ``/out`` node with so that it names ``keys`` (event keys) too: those it names
     already first, then the others; None when it exists and names them all already."""
     earlier = tuple(mark.events) if mark is not None else ()

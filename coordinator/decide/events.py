@@ -15,8 +15,8 @@ from coordinator.names import normalize_event_id, normalize_vm_name
 from coordinator.snapshot import Policy, Snapshot, rule_for
 from coordinator.store.base import ClusterView, EventRecord
 
-__all__ = ["_Event", "_approvable", "_from_store", "_in_own_documents", "_parse", "_parse_events", "_record",
-           "_waited_for", "choose_approver", "first_live"]
+__all__ = ["ParsedEvent", "approvable", "choose_approver", "events_from_store", "first_live", "in_own_documents",
+           "new_record", "parse_events", "waited_for"]
 
 
 def choose_approver(
@@ -38,13 +38,13 @@ def choose_approver(
 def first_live(resources: Sequence[str], cluster: ClusterView) -> str | None:
     """The first VM of ``resources`` (document order) that is a live member; None if none is. It approves the
     event in ``first-resource`` mode (``choose_approver``), and closes its record in every mode
-    (``decide.records._closing``): its own documents list the event while it is present, whatever the
+    (``decide.records.closing``): its own documents list the event while it is present, whatever the
     delivery."""
     return next((vm for vm in resources if vm in cluster.members), None)
 
 
 @dataclass(frozen=True)
-class _Event:
+class ParsedEvent:
     """One event of the document with everything derived from it once."""
 
     event: ScheduledEvent
@@ -53,7 +53,7 @@ class _Event:
     bad_names: tuple[str, ...]
     rule: ApprovalRule
     listed: int = 1  # how many entries of the document carry this event id
-    # Known only from its record (``_from_store``): its NotBefore as the record holds it (epoch seconds).
+    # Known only from its record (``events_from_store``): its NotBefore as the record holds it (epoch seconds).
     from_store: bool = False
     stored_not_before: float | None = None
 
@@ -70,7 +70,7 @@ class _Event:
         return self.event.not_before.timestamp() if self.event.not_before is not None else None
 
 
-def _parse(event: ScheduledEvent, policy: Policy) -> tuple[_Event, list[str]]:
+def _parse(event: ScheduledEvent, policy: Policy) -> tuple[ParsedEvent, list[str]]:
     problems: list[str] = []
     try:
         key: str | None = normalize_event_id(event.event_id)
@@ -90,13 +90,13 @@ def _parse(event: ScheduledEvent, policy: Policy) -> tuple[_Event, list[str]]:
             names.append(name)
     if event.not_before_error:
         problems.append(f"event {key or event.event_id[:40]!r}: {event.not_before_error}")
-    return _Event(event, key, tuple(names), tuple(bad), rule_for(event, policy)), problems
+    return ParsedEvent(event, key, tuple(names), tuple(bad), rule_for(event, policy)), problems
 
 
-def _parse_events(basis: Document | None, policy: Policy) -> tuple[list[_Event], list[str]]:
+def parse_events(basis: Document | None, policy: Policy) -> tuple[list[ParsedEvent], list[str]]:
     """The events of ``basis`` (this cycle's document, or else the last one read), each parsed once, and
     every problem found in them."""
-    parsed: list[_Event] = []
+    parsed: list[ParsedEvent] = []
     invalid: list[str] = []
     for event in basis.events if basis is not None else ():
         ev, problems = _parse(event, policy)
@@ -112,7 +112,7 @@ def _parse_events(basis: Document | None, policy: Policy) -> tuple[list[_Event],
     return parsed, invalid
 
 
-def _record(ev: _Event, snap: Snapshot, policy: Policy) -> EventRecord:
+def new_record(ev: ParsedEvent, snap: Snapshot, policy: Policy) -> EventRecord:
     """The record this VM publishes of an event of its documents: with its own delivery unit, which is the
     event's (IMDS shows a VM only events of its unit)."""
     assert ev.key is not None
@@ -127,20 +127,20 @@ def _record(ev: _Event, snap: Snapshot, policy: Policy) -> EventRecord:
     )
 
 
-def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, _Event]:
+def events_from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[str, ParsedEvent]:
     """Open records of events this VM's documents have never listed, as events (status Scheduled): the
     leader admits them and the budget counts them. Where IMDS shows every VM every event of the group,
     this is a record a peer published a moment before this VM's next poll; where it shows each VM only
     the events naming it, it is how the leader learns of them at all. Approvals and drains still rest on
     each VM's own documents. A record counts so only once it has been known for ``gone_after`` without
     this VM's documents listing it, and only if they would not list it while it is present
-    (``_in_own_documents``)."""
-    found: dict[str, _Event] = {}
+    (``in_own_documents``)."""
+    found: dict[str, ParsedEvent] = {}
     for key, record in cluster.records.items():
         sighting = snap.seen.get(key)
         if record.done_at is not None or sighting is None or sighting.listed:
             continue
-        if _in_own_documents(record, snap, policy):
+        if in_own_documents(record, snap, policy):
             continue  # present, its own documents list it: known from them alone, with all they say
         if snap.mono - sighting.last < policy.gone_after:
             # Where every VM sees every event, this VM's own documents list it within a poll or two, with
@@ -149,28 +149,28 @@ def _from_store(cluster: ClusterView, snap: Snapshot, policy: Policy) -> dict[st
         # NotBefore stays in epoch seconds: a clamped one at the calendar's limits has no datetime.
         event = ScheduledEvent(event_id=key, event_type=record.event_type, event_status="Scheduled",
                                resources=record.resources)
-        found[key] = _Event(event, key, tuple(record.resources), (), rule_for(event, policy), from_store=True,
+        found[key] = ParsedEvent(event, key, tuple(record.resources), (), rule_for(event, policy), from_store=True,
                             stored_not_before=record.not_before)
     return found
 
 
-def _in_own_documents(record: EventRecord, snap: Snapshot, policy: Policy) -> bool:
+def in_own_documents(record: EventRecord, snap: Snapshot, policy: Policy) -> bool:
     """Whether this VM's own documents list the record's event for as long as it is present: it names this
     VM, or IMDS shows this VM every event of its unit and the event is of that unit
     (``coordinator.delivery.Delivery.covers``). Then those documents alone say whether the event is there,
     whatever this VM saw of it before (a restarted process, sightings dropped while ZooKeeper was
-    unreadable): it closes the record once they miss it (``decide.records._over``), and the leader never
-    admits it from its record alone (``_from_store``)."""
+    unreadable): it closes the record once they miss it (``decide.records.record_over``), and the leader never
+    admits it from its record alone (``events_from_store``)."""
     return snap.me in record.resources or policy.delivery.covers(record, snap.seen_unnamed)
 
 
-def _waited_for(vm: str, cluster: ClusterView, policy: Policy, snap: Snapshot,
+def waited_for(vm: str, cluster: ClusterView, policy: Policy, snap: Snapshot,
                 record: EventRecord | None = None) -> bool:
     """Whether ``vm``'s ack is required: always, unless it has never run an agent and policy ignores
     such VMs, or this agent has itself seen its agent gone for ``absent_grace`` (measured on this
     agent's monotonic clock, never across machines), or an operator vouched for it in the event's open
     ``record`` (``coordinator approve``) while it runs no agent. A cut-off agent drains itself before that
-    (``_drains``), and a dead one took its probe endpoint with it. A live member is always waited for."""
+    (``drains_for``), and a dead one took its probe endpoint with it. A live member is always waited for."""
     if vm in cluster.members:
         return True
     if record is not None and record.done_at is None and record.vouched is not None and vm in record.vouched.vms:
@@ -182,7 +182,7 @@ def _waited_for(vm: str, cluster: ClusterView, policy: Policy, snap: Snapshot,
     return snap.absent_for.get(vm, 0.0) < policy.absent_grace
 
 
-def _approvable(ev: _Event, cluster: ClusterView | None, snap: Snapshot, policy: Policy) -> bool:
+def approvable(ev: ParsedEvent, cluster: ClusterView | None, snap: Snapshot, policy: Policy) -> bool:
     """Whether the event could be approved early at all: a known type whose rule is ``after-drain``,
     a usable id and NotBefore, only valid names, inside a maintenance window, and nobody to wait for who
     cannot ever acknowledge (a VM without an agent). Unknown (no view): assume it could. An operator's
@@ -194,4 +194,4 @@ def _approvable(ev: _Event, cluster: ClusterView | None, snap: Snapshot, policy:
     if cluster is None:
         return True
     record = cluster.records.get(ev.key)
-    return all(vm in cluster.members or not _waited_for(vm, cluster, policy, snap, record) for vm in ev.resources)
+    return all(vm in cluster.members or not waited_for(vm, cluster, policy, snap, record) for vm in ev.resources)

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coordinator.decide.events import _Event, _in_own_documents, first_live
+from coordinator.decide.events import ParsedEvent, first_live, in_own_documents
 from coordinator.models import EventType
 from coordinator.snapshot import Policy, Snapshot, is_gone
 from coordinator.store.base import ClusterView, EventRecord
 
-__all__ = ["_absences", "_archive", "_closing", "_deleted_by", "_over", "_purge_before", "_released"]
+__all__ = ["absences", "closing", "deleted_by", "purge_cutoff", "record_over", "to_archive"]
 
 
-def _closing(
-    by_key: Mapping[str, _Event], cluster: ClusterView, snap: Snapshot, policy: Policy
+def closing(
+    by_key: Mapping[str, ParsedEvent], cluster: ClusterView, snap: Snapshot, policy: Policy
 ) -> tuple[list[str], list[str]]:
     """This VM's changes to records on a fresh document: (records to reopen, records to mark done). The
     leader judges every record; the first live member a record names (its closer, ``first_live``) judges
@@ -32,36 +32,36 @@ def _closing(
             # reading no longer does, and the two would undo each other's write on every cycle.
             if record.done_at is not None and snap.read_sent >= snap.done_seen.get(key, float("-inf")):
                 reopen.append(key)
-        elif record.done_at is None and _over(key, record, cluster, snap, policy, closer):
+        elif record.done_at is None and record_over(key, record, cluster, snap, policy, closer):
             mark_done.append(key)
     return reopen, mark_done
 
 
-def _absences(cluster: ClusterView) -> tuple[list[str], list[str]]:
+def absences(cluster: ClusterView) -> tuple[list[str], list[str]]:
     """The leader's ``/absent`` marks: (registered VMs newly seen without an agent, those back)."""
     return (sorted(cluster.known - cluster.members - set(cluster.absent_since)),
             sorted(set(cluster.absent_since) & cluster.members))
 
 
-def _over(
+def record_over(
     key: str, record: EventRecord, cluster: ClusterView, snap: Snapshot, policy: Policy, closer: str | None,
 ) -> bool:
     """Whether this VM takes an open record's event for over (its record is then marked done).
 
     One this VM's documents list while it is present (it names this VM, or IMDS shows this VM every event
-    of the event's unit: ``_in_own_documents``), or listed once, is over once gone from them, whatever this
+    of the event's unit: ``in_own_documents``), or listed once, is over once gone from them, whatever this
     VM saw of it before. Any other is left to its closer, the first live member it names, whose documents
     do list it. With no live agent among the VMs it names, it is over once none of them holds it (no ack,
-    no ``/out`` node naming it but that of a VM its Terminate deleted: ``_deleted_by``) and it was approved
+    no ``/out`` node naming it but that of a VM its Terminate deleted: ``deleted_by``) and it was approved
     or its NotBefore has passed."""
     sighting = snap.seen.get(key)
-    if sighting is None or sighting.listed or _in_own_documents(record, snap, policy):
+    if sighting is None or sighting.listed or in_own_documents(record, snap, policy):
         return is_gone(sighting, policy.gone_after)
     if closer is not None:
         return False
     if record.acks:
         return False
-    if any(key in {e.upper() for e in mark.events} and not _deleted_by(record, vm, cluster, snap)
+    if any(key in {e.upper() for e in mark.events} and not deleted_by(record, vm, cluster, snap)
            for vm, mark in cluster.out.items()):
         return False
     return _released(record, snap)
@@ -72,14 +72,14 @@ def _released(record: EventRecord, snap: Snapshot) -> bool:
     return record.approval is not None or record.not_before is None or snap.now >= record.not_before
 
 
-def _deleted_by(record: EventRecord, vm: str, cluster: ClusterView, snap: Snapshot) -> bool:
+def deleted_by(record: EventRecord, vm: str, cluster: ClusterView, snap: Snapshot) -> bool:
     """Whether ``vm`` was deleted by the record's event: a Terminate naming it, released, and the VM runs no
     agent. Its ``/out`` node then has nobody left to delete it, and holds the record no longer."""
     return (record.event_type == EventType.TERMINATE and vm in record.resources and vm not in cluster.members
             and _released(record, snap))
 
 
-def _archive(snap: Snapshot, cluster: ClusterView | None, policy: Policy) -> tuple[str, ...]:
+def to_archive(snap: Snapshot, cluster: ClusterView | None, policy: Policy) -> tuple[str, ...]:
     """The done records the leader moves out of ``/events`` into the history (``Store.archive_done``), so
     that the records the VMs an event names read are the open ones and those just done, not every record
     of ``done_retention``. A record goes once nothing holds it: ``archive_after`` after its done mark
@@ -105,7 +105,7 @@ def _archive(snap: Snapshot, cluster: ClusterView | None, policy: Policy) -> tup
     return tuple(found)
 
 
-def _purge_before(snap: Snapshot, cluster: ClusterView | None, policy: Policy) -> float | None:
+def purge_cutoff(snap: Snapshot, cluster: ClusterView | None, policy: Policy) -> float | None:
     """The leader purges records done before the retention cutoff, and only when its view shows one:
     an idle group costs ZooKeeper no periodic sweep of every record."""
     if cluster is None or not cluster.i_am_leader:

@@ -472,7 +472,7 @@ class Store(Protocol):
         """Move the done records of ``event_ids`` out of the records the agents read, into the history that
         ``coordinator status --history`` reads (a record not done, or changed meanwhile, stays), and delete
         the history's records done before ``older_than``. Only the leader calls it, for records nothing
-        holds (``decide.records._archive``). Returns how many records were moved."""
+        holds (``decide.records.to_archive``). Returns how many records were moved."""
 
     def purge_done(self, older_than: float) -> int:
         """Delete records (with their children) whose ``done_at`` is older than ``older_than``.

@@ -7,7 +7,7 @@ it (its node and its acks, or its own ack), so the records kept for ``done_reten
 default) would make every event cost more than the one before it. Moved, a finished record costs the
 agents nothing: no agent lists or watches ``/history``.
 
-``archive_done`` moves records the leader's decision names (``decide.records._archive``: done a while
+``archive_done`` moves records the leader's decision names (``decide.records.to_archive``: done a while
 ago, and no VM the budget counts is out of rotation for it), each in one transaction: the record is
 created as ``/history/{DONE_MS}-{EVENT_ID}`` (``zk_paths.history_name``) with the data it has, and its
 node and children are deleted, the node at the version read. A record rewritten since (reopened: the

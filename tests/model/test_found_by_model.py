@@ -3,9 +3,9 @@ fix that closed it (``scripts/check_regressions.py`` undoes each fix and expects
 
 The budget files a VM out of rotation under an event key
 ----------------------------------------------------------
-``decide.budget._in_flight`` files a VM that is out of rotation (it has an ``/out`` node or an ack) and that no
+``decide.budget.in_flight`` files a VM that is out of rotation (it has an ``/out`` node or an ack) and that no
 event in flight names under the first event key it is out for (``keys[0]``: its ``/out`` node, then its
-acks). ``decide.budget._over_budget`` then leaves out of ``others`` every unit of the event being admitted or
+acks). ``decide.budget.over_budget`` then leaves out of ``others`` every unit of the event being admitted or
 approved. When that first key is the key of the event being admitted or approved, which happens when an
 EventId is reused or when an event's Resources no longer name the VM, the out-of-rotation VM is neither
 "busy" nor one of the event's VMs: ``keep_one_serving`` (and ``max_vms``) count it as serving, and
@@ -13,7 +13,7 @@ EventId is reused or when an event's Resources no longer name the VM, the out-of
 budget counts every VM with an ``/out`` node or an ack until it is back in rotation, and that with
 ``keep_one_serving`` nothing is admitted or approved unless a live member stays in rotation.
 
-Fixed: ``_in_flight`` files such a VM under every key it is out for, and ``_over_budget`` counts as busy
+Fixed: ``in_flight`` files such a VM under every key it is out for, and ``over_budget`` counts as busy
 every VM out of rotation but those the event itself takes.
 
 The drain wait is counted from the decision to drain
@@ -35,14 +35,14 @@ up to the granted timeout. E stops naming vm0 (vm0 no longer holds it once it is
 rotation while its ack may stand), then names vm0 again, and vm2 approves E on vm0's ack, which still
 stands: vm0 is drained at that moment (S1 holds). vm0's next cycle runs on a slow reading whose request
 was sent just before the approval: it shows E Scheduled, and cut off, vm0 cannot see E's admission, so
-it does not drain for E (``decide.drain._drains``: not admitted as far as it knows, drain just in time); its
-cut-off has passed ``session_lapses_after``, so ``_acks_outstanding`` lets it recover. vm0 answers 200
+it does not drain for E (``decide.drain.drains_for``: not admitted as far as it knows, drain just in time); its
+cut-off has passed ``session_lapses_after``, so ``acks_outstanding`` lets it recover. vm0 answers 200
 while E, approved on its ack, has started (S2: a VM out of rotation while an event held its ack stays out
 until the event is gone). A reading whose request was sent after the approval shows E Started and keeps
 vm0 out; the gap is the reading's age. Found by the model-based suite (slow IMDS answers, default run).
 Fixed: a cut-off VM leaves the drained state only on a document requested after every session that could
 hold its acks has lapsed and an approver's POST fenced on one of them has been sent
-(``decide.drain._acks_released_by``).
+(``decide.drain.acks_released_by``).
 
 The oracle held a VM out for an ack that had lapsed unused
 ----------------------------------------------------------
@@ -63,7 +63,7 @@ gone and approves within a cycle. Alive, each drains itself for any event naming
 sees it: vm1 had been out of rotation for 5 s of its 10 s drain wait (S1). Found by the model-based suite
 (default run), once its oracle stopped holding a VM to draining for an event before the event existed.
 Fixed: an event naming VMs absent past the grace is approved only once it has been approvable for their
-drain wait plus ``Policy.absent_notice`` (``decide.approval._absent_drained``).
+drain wait plus ``Policy.absent_notice`` (``decide.approval.absent_drained``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Finished records leave ``/events`` (``decide.records._archive``, ``Store.archive_done``): the leader moves
+"""Finished records leave ``/events`` (``decide.records.to_archive``, ``Store.archive_done``): the leader moves
 a done record to the history once nothing holds it, so that the VMs an event names, who read every record
 in ``/events``, read the open ones and those just done, not every record of the retention."""
 

@@ -256,7 +256,7 @@ def test_a_vm_that_acknowledged_and_was_killed_holds_the_budget_for_the_recovery
     # vm2 drained for E1 and acknowledged it, then its agent was killed at 5 s (its session lapsed at 14 s).
     # E1 is over at 8 s; vm2, out of rotation for it, holds E1's slot while the agents' budget still counts
     # it (``policy.recovery_grace_seconds``, 600 s by default, from its member node gone): E2 is held. Past
-    # the grace it counts no more (``decide.budget._out_vms``): E3 is allowable and approved in time.
+    # the grace it counts no more (``decide.budget.out_vms``): E3 is allowable and approved in time.
     run = group(640.0, out={"vm0": (621.0, 628.0)})
     agent_down(run, "vm2", 5.0, 640.0, killed=True, member_gone=14.0, serving_until=2.0)
     run.event(E1, ("vm2",), 1.0, started=4.0, removed=8.0)

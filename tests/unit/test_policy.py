@@ -373,7 +373,7 @@ def test_an_event_naming_vms_absent_past_the_grace_waits_for_them_to_drain_on_th
     first = at(200.0, None)
     assert first.approve == ()
     assert first.reasons(A) == ("waits 15 s more for vm1 (absent past the grace) to drain for it on their own",)
-    assert first.approvable_since[A] == 200.0
+    assert first.local.approvable_since[A] == 200.0
     assert at(214.0, 200.0).approve == ()
     assert [(i.event_id, i.required) for i in at(215.0, 200.0).approve] == [(A, ("vm0",))]
     # A VM the leader waits for (a live member) adds no such wait: its ack says it is drained.

@@ -18,7 +18,7 @@ its event left the simulator, with the clock pushed by faults on the leader's pa
 The delivery layout (``OracleSettings.units``, ``delivery``; ``docs/safety.md``, "Delivery units") decides
 whose documents show an event. Where the leader's do not (another unit, or named-only delivery and the event
 does not name it): the leader admits it from its record only once it has known the record for ``gone_after``
-(``decide.events._from_store``), a hold until then (``_World._unseen_by_leader``); the leader, and the
+(``decide.events.events_from_store``), a hold until then (``_World._unseen_by_leader``); the leader, and the
 event's approver, count it in the budget until its record is closed, not only while it is present
 (``_World._record_holds``); and its record is closed by its closer, the first live member it names, so L2
 starts the clock once one of its VMs runs a live agent, with faults on its VMs' paths as well as the
@@ -214,7 +214,7 @@ class _World:
     def _in_maintenance(self, ev: SimEvent, other: SimEvent, i: int, t: float) -> str | None:
         """Why ``other`` holds a slot of the budget at ``t`` as ``ev`` sees it (None: it does not)."""
         # Once ``ev`` is admitted (or acknowledged), a VM of its own out of rotation, or acknowledging
-        # ``other`` too, is filed under ``ev`` (``decide.budget._in_flight``): ``other`` holds no slot by it.
+        # ``other`` too, is filed under ``ev`` (``decide.budget.in_flight``): ``other`` holds no slot by it.
         own = any(start <= t < end for start, end, _, _ in self.holding[ev.event_id])
         for start, end, label, by in self.holding[other.event_id]:
             if start <= t < end and not (own and by in ev.resources):
@@ -238,7 +238,7 @@ class _World:
     def _record_holds(self, ev: SimEvent, other: SimEvent, t: float) -> str | None:
         """Whether ``other``, gone from the simulator, still holds a slot at ``t`` because whoever weighs ``ev``
         (the leader admitting it, its approver approving it) does not see ``other`` in its own documents: it
-        knows ``other`` from its record (``decide.events._from_store``), admitted until the record is closed."""
+        knows ``other`` from its record (``decide.events.events_from_store``), admitted until the record is closed."""
         if other.present(t) or not any(a <= t < b for a, b in self.admitted.get(other.event_id, ())):
             return None
         judges = [self.leaders.at(t), self.approver(ev, t)]
@@ -256,7 +256,7 @@ class _World:
         """Why the leader at ``t``, whose documents do not show ``ev``, cannot admit it yet: it admits an event
         known only from its record once it has known the record for ``gone_after`` (from the record's creation,
         or from its own start if later: a restarted agent hears of every record anew), on its next cycle
-        (``decide.events._from_store``). A restart made by a fault is that fault's. None: it can."""
+        (``decide.events.events_from_store``). A restart made by a fault is that fault's. None: it can."""
         leader = self.leaders.at(t)
         if leader is None or self.settings.sees(leader, ev.resources):
             return None
@@ -278,7 +278,7 @@ class _World:
 
     def _gone_past_grace(self, vm: str, t: float) -> bool:
         """Whether ``vm``'s agent has been gone (no member node) for ``recovery_grace`` at ``t``: the agents'
-        budget no longer counts it out of rotation for anything (``decide.budget._out_vms``). Gone since its
+        budget no longer counts it out of rotation for anything (``decide.budget.out_vms``). Gone since its
         last member node was seen gone; never seen a member before ``t``: not known gone."""
         spans = self.members.get(vm, [])
         ended = [b for a, b in spans if b <= t]
@@ -472,9 +472,9 @@ def _judge_record(world: _World, ev: SimEvent, found: Liveness) -> None:
         whose = "the leader's path"
     else:
         # A leader whose documents do not show it (or none) leaves the record to its closer, the first live member it
-        # names (``decide.records._closing``): the clock starts once one of its VMs runs a live agent. None did
+        # names (``decide.records.closing``): the clock starts once one of its VMs runs a live agent. None did
         # until the record closed: nobody could see the event go, and the record waits for nobody to hold it
-        # and for its release (``decide.records._over``), which the recorder cannot see (node payloads): excused.
+        # and for its release (``decide.records.record_over``), which the recorder cannot see (node payloads): excused.
         path = [f for f in world.faults if f.on_zookeeper or f.target in leaders or f.target in ev.resources]
         whose = "the path of its VMs or the leader's"
         live = next((t for t in _grid(world, ev.removed, gone) if any(world.live(vm, t) for vm in ev.resources)),

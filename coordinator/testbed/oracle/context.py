@@ -35,7 +35,7 @@ _SCHEDULED_EVENTS = "/metadata/scheduledevents"
 
 def recovery_grace(settings: OracleSettings) -> float:
     """How long a VM whose agent is gone (no member node) still counts out of rotation for the agents'
-    budget (``policy.recovery_grace_seconds``, ``decide.budget._out_vms``): the settings' own
+    budget (``policy.recovery_grace_seconds``, ``decide.budget.out_vms``): the settings' own
     ``recovery_grace_seconds`` when they carry one (a run that configured another), else the agents'
     default (a record kept without it was made with the default)."""
     grace = getattr(settings, "recovery_grace_seconds", None)
