@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["AT_APPROVAL", "DECIDED", "Blocker", "Hold"]
+__all__ = ["AT_APPROVAL", "DECIDED", "NOT_ADMITTED_YET", "NO_APPROVER", "Blocker", "Hold", "waiting_for_ack"]
 
 
 class Hold(enum.Enum):
@@ -76,7 +76,7 @@ class Blocker:
 
     def weighed_at_approval(self) -> Blocker:
         """The same blocker, as the approver's last look at the budget before it approves."""
-        return Blocker(self.kind, self.words, self.vm, True, self.lasting)
+        return replace(self, at_approval=True)
 
     def as_json(self) -> dict[str, Any]:
         """The blocker as ``/status`` gives it (``words`` as people read it, the ``at approval:`` included)."""
@@ -98,3 +98,16 @@ class Blocker:
         at_approval = value.get("at_approval") is True
         return cls(kind, words.removeprefix(AT_APPROVAL) if at_approval else words, vm, at_approval,
                    value.get("lasting") is True)
+
+
+#: An event none of whose VMs runs a live agent, in a group without a leader: nobody approves it.
+NO_APPROVER = Blocker(Hold.NO_APPROVER, "no live agent named in Resources and no leader")
+#: The leader has not admitted the event into the budget yet (the deciding agent may say why in its place).
+NOT_ADMITTED_YET = Blocker(Hold.NOT_ADMITTED, "not admitted yet")
+
+
+def waiting_for_ack(vm: str, runs_agent: bool) -> Blocker:
+    """A VM the event names and waits for, without its ack: not drained yet, or never to drain (no agent)."""
+    if runs_agent:
+        return Blocker(Hold.NOT_ACKNOWLEDGED, f"{vm} has not acknowledged", vm)
+    return Blocker(Hold.NO_AGENT, f"{vm} runs no agent", vm)

@@ -284,7 +284,7 @@ class Plan:
     # This VM's own state once the plan is carried out (its results, such as POSTs accepted, come on top), and
     # what the loop does beside the group's writes: which recover actions run (all, or only those that always
     # recover), the state file written before the drain job and after the cycle, whether the peers are probed
-    # (None: no view, as it was).
+    # (None: peers are not probed, or no view: as it was).
     local: LocalState = field(default_factory=LocalState)
     recover_all: bool = True
     save_first: PersistedState | None = None

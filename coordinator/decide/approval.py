@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from coordinator.blockers import Blocker, Hold
+from coordinator.blockers import NO_APPROVER, NOT_ADMITTED_YET, Blocker, Hold, waiting_for_ack
 from coordinator.config import ApprovalRule
 from coordinator.decide.budget import Budget, admissions, budget_unit, over_budget
 from coordinator.decide.drain import mark_naming
@@ -54,7 +54,7 @@ def weigh_approvals(
         if not cluster.complete:
             continue  # neither named by it nor leading: its approver and the leader weigh it
         reasons = approval_blockers(ev, record, ev.key in budget.admit, ack, snap, cluster, policy)
-        if _NOT_ADMITTED in reasons:
+        if NOT_ADMITTED_YET in reasons:
             if cluster.i_am_leader and ev.key in budget.wait_slot:
                 why: Blocker | None = budget.wait_slot[ev.key]
             else:
@@ -62,9 +62,9 @@ def weigh_approvals(
                     budget_view = (admissions(budget.known, cluster, snap, policy)[1]
                                    if not cluster.i_am_leader else {})
                 why = _not_admitted_because(ev, reasons, budget_view, cluster, snap, policy)
-            reasons = tuple(r for r in ((why if r == _NOT_ADMITTED else r) for r in reasons) if r is not None)
+            reasons = tuple(r for r in ((why if r == NOT_ADMITTED_YET else r) for r in reasons) if r is not None)
         if approver is None:
-            reasons += (Blocker(Hold.NO_APPROVER, "no live agent named in Resources and no leader"),)
+            reasons += (NO_APPROVER,)
         if not reasons and policy.budgeted:
             batch = {k for k in by_key if budget_unit(k, by_key, policy) == budget_unit(ev.key, by_key, policy)}
             over = over_budget(batch, frozenset(ev.resources), budget.flight, budget.known, cluster, snap, policy)
@@ -150,20 +150,16 @@ def approval_blockers(
                                "its record is marked done: reopened by the leader or its closer first"))
     if ev.rule is ApprovalRule.AFTER_DRAIN:
         if policy.budgeted and record.admitted_at is None and not admitting_now:
-            reasons.append(_NOT_ADMITTED)  # replaced by its cause (``_not_admitted_because``)
+            reasons.append(NOT_ADMITTED_YET)  # replaced by its cause (``_not_admitted_because``)
         acking = set(acking_now)
         for vm in ev.resources:
             acked = vm in record.acks or (vm == snap.me and ev.key in acking)
             if acked or not waited_for(vm, cluster, policy, snap, record):
                 continue  # an ack written this very cycle is re-checked by Store.approve before the POST
-            reasons.append(Blocker(Hold.NO_AGENT, f"{vm} runs no agent", vm) if vm not in cluster.members
-                           else Blocker(Hold.NOT_ACKNOWLEDGED, f"{vm} has not acknowledged", vm))
+            reasons.append(waiting_for_ack(vm, vm in cluster.members))
     if cluster.connection is not ConnectionState.CONNECTED:
         reasons.append(Blocker(Hold.ZOOKEEPER, f"ZooKeeper connection {cluster.connection.value}"))
     return tuple(reasons)
-
-
-_NOT_ADMITTED = Blocker(Hold.NOT_ADMITTED, "not admitted yet")
 
 
 def _not_admitted_because(
@@ -174,7 +170,7 @@ def _not_admitted_because(
     other reasons already say it). The leader itself says why from its own admissions (the budget);
     another member reckons them from its own view: what it cannot see is whether the leader has read
     the event from IMDS yet."""
-    others = [r for r in reasons if r != _NOT_ADMITTED]
+    others = [r for r in reasons if r != NOT_ADMITTED_YET]
     if not approvable(ev, cluster, snap, policy):
         # Outside the maintenance windows, or a VM it names runs no agent: said by the other reasons.
         return None if others else Blocker(Hold.NOT_ADMITTED, "not admitted: it cannot be approved early now")
@@ -184,7 +180,7 @@ def _not_admitted_because(
     if cluster.leader is None:
         return Blocker(Hold.NOT_ADMITTED, "not admitted: no leader to admit it")
     if cluster.i_am_leader:
-        return _NOT_ADMITTED
+        return NOT_ADMITTED_YET
     if ev.key is not None and ev.key in budget_view:
         return budget_view[ev.key]  # the budget is full: the leader's reason, as this agent reckons it
     return Blocker(Hold.NOT_ADMITTED, f"not admitted by the leader {cluster.leader} yet (the budget has room for it)")

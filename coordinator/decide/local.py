@@ -28,7 +28,7 @@ class LocalPlan:
     recover_all: bool  # a recovery runs every action's recover (False: only those that always recover)
     save_first: PersistedState | None  # written before the drain job starts (write-ahead)
     save: PersistedState | None  # written once the cycle's writes are done
-    probe_peers: bool | None  # probe the peers (an approver; the leader while anything waits); None: no view
+    probe_peers: bool | None  # probe the peers (an approver; the leader while anything waits); None: as it was
     read_now: bool  # read IMDS now: a peer published an event this VM's documents do not show yet
     purge: bool  # the leader purges old done records this cycle
 
@@ -85,9 +85,10 @@ def _probes_peers(snap: Snapshot, approving: bool) -> bool | None:
     """Whether this VM probes its peers: the approver of an event (its first live VM, by the last fresh
     plan), and the leader while any event is known or a drain by hand waits; not every VM an event names,
     which would cost a group of N agents (VMs named + 1) x N probes a second. An idle group probes
-    nothing; the first round starts at once when an event appears. None without a view: as it was."""
+    nothing; the first round starts at once when an event appears. None when peers are not probed at all, or
+    without a view (as it was)."""
     cluster = snap.cluster
-    if cluster is None:
+    if cluster is None or snap.peers is None:
         return None
     busy = bool(snap.last_document and snap.last_document.events) or any(
         record.done_at is None for record in cluster.records.values()) or any(

@@ -38,8 +38,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from coordinator.blockers import NO_APPROVER, NOT_ADMITTED_YET, Hold, waiting_for_ack
 from coordinator.blockers import Blocker as Held
-from coordinator.blockers import Hold
 from coordinator.config import ApprovalRule
 from coordinator.decide import (
     LocalState,
@@ -80,7 +80,7 @@ __all__ = ["NOT_ADMITTED", "STUCK_AFTER", "build_status", "event_statuses"]
 
 log = logging.getLogger(__name__)
 
-NOT_ADMITTED = "not admitted yet"
+NOT_ADMITTED = str(NOT_ADMITTED_YET)
 #: An event still not done this long after it could start (approved, or NotBefore passed), an ack standing
 #: this long after its event was done, a VM out of rotation for ``OUT_LONG``: shown as needing attention.
 STUCK_AFTER = 1800.0
@@ -395,7 +395,7 @@ def _reasons(record: EventRecord, read: GroupRead, policy: Policy, approver: str
         if approving is not None and admission is None and (at is not None or not reasons):
             _put(reasons, at, approving)
         if approver is None and not reasons:
-            reasons.append(Held(Hold.NO_APPROVER, "no live agent named in Resources and no leader"))
+            reasons.append(NO_APPROVER)
     not_before = record.not_before
     lead = policy.lead_time
     if (reasons and lead is not None and not_before is not None and record.admitted_at is None
@@ -440,15 +440,14 @@ def _derived(record: EventRecord, view: ClusterView, policy: Policy, approver: s
     if failure is not None:
         reasons.append(Held(Hold.UNDECIDED, f"(decision function failed: {failure}; reasons derived from the records)"))
     if approver is None:
-        reasons.append(Held(Hold.NO_APPROVER, "no live agent named in Resources and no leader"))
+        reasons.append(NO_APPROVER)
     elif approver not in view.members:
         reasons.append(Held(Hold.NO_APPROVER, f"approver {approver} is not a live member", approver))
     if policy.budgeted and record.admitted_at is None:
-        reasons.append(Held(Hold.NOT_ADMITTED, NOT_ADMITTED))
+        reasons.append(NOT_ADMITTED_YET)
     for vm in record.resources:
         if vm not in record.acks:
-            reasons.append(Held(Hold.NO_AGENT, f"{vm} runs no agent", vm) if vm not in view.members
-                           else Held(Hold.NOT_ACKNOWLEDGED, f"{vm} has not acknowledged", vm))
+            reasons.append(waiting_for_ack(vm, vm in view.members))
     if record.not_before is not None and reasons:
         reasons.append(Held(Hold.NOT_BEFORE,
                             "waiting for NotBefore: it starts then without an approval, unless the above clears"))

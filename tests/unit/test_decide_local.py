@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.decide import LocalState, Phase, Plan, decide
+from coordinator.decide import LocalState, PeerSeen, Phase, Plan, decide
 from coordinator.decide.local import PURGE_EVERY
 from coordinator.state import PersistedState
 from tests.unit.test_decide import ALL3, DRAINED, EID, NOW, POLICY, SERVING, doc, event, record, snap, view
@@ -16,10 +16,12 @@ RESTARTED = LocalState(phase=Phase.UNKNOWN, phase_since=0.0)
 
 
 def _plan(local: LocalState, *, me: str = "vm0", events: tuple[dict[str, object], ...] = (),
-          records: tuple[object, ...] = (), leader: str = "vm2", fresh: bool = True, mono: float = 100.0) -> Plan:
+          records: tuple[object, ...] = (), leader: str = "vm2", fresh: bool = True, mono: float = 100.0,
+          peers: dict[str, PeerSeen] | None = None) -> Plan:
     document = doc(*events)
     cluster = view(ALL3, tuple(records), leader=leader, me=me)  # type: ignore[arg-type]
-    return decide(snap(me, document if fresh else None, cluster, last=document, mono=mono), local, POLICY)
+    observed = replace(snap(me, document if fresh else None, cluster, last=document, mono=mono), peers=peers)
+    return decide(observed, local, POLICY)
 
 
 @pytest.mark.parametrize(("local", "recover_all"), [
@@ -56,20 +58,22 @@ def test_nothing_is_saved_before_the_vm_knows_its_state() -> None:
 
 def test_the_approver_probes_its_peers_and_keeps_doing_so_without_a_fresh_document() -> None:
     acks = record(("vm0", "vm1"))
-    approving = _plan(SERVING, events=(event(["vm0", "vm1"]),), records=(acks,))
+    approving = _plan(SERVING, events=(event(["vm0", "vm1"]),), records=(acks,), peers={})
     assert approving.probe_peers is True and approving.local.approving
     # No fresh document: the plan names no approver; the last fresh one still stands.
-    stale = _plan(approving.local, events=(event(["vm0", "vm1"]),), records=(acks,), fresh=False)
+    stale = _plan(approving.local, events=(event(["vm0", "vm1"]),), records=(acks,), fresh=False, peers={})
     assert stale.probe_peers is True
     # vm1 is named after vm0: it does not approve, and does not probe.
-    assert _plan(SERVING, me="vm1", events=(event(["vm0", "vm1"]),), records=(acks,)).probe_peers is False
+    assert _plan(SERVING, me="vm1", events=(event(["vm0", "vm1"]),), records=(acks,), peers={}).probe_peers is False
+    # A group whose agents probe no peers (``confirm_peers_by_probe`` off) has nothing to start or stop.
+    assert _plan(SERVING, events=(event(["vm0", "vm1"]),), records=(acks,)).probe_peers is None
 
 
 def test_the_leader_probes_only_while_something_waits() -> None:
-    assert _plan(SERVING, me="vm2").probe_peers is False  # an idle group probes nothing
-    assert _plan(SERVING, me="vm2", records=(record(("vm0",)),)).probe_peers is True
+    assert _plan(SERVING, me="vm2", peers={}).probe_peers is False  # an idle group probes nothing
+    assert _plan(SERVING, me="vm2", records=(record(("vm0",)),), peers={}).probe_peers is True
     # Without a view there is nobody to probe for: the probes stay as they were.
-    plan = decide(snap("vm2", doc(), None), SERVING, POLICY)
+    plan = decide(replace(snap("vm2", doc(), None), peers={}), SERVING, POLICY)
     assert plan.probe_peers is None
 
 
