@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from coordinator.config.base import _Section, imds_base_url
+from coordinator.config.base import Section, imds_base_url
 
 __all__ = [
     "ActionConfig",
@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 
-class HAProxyActionConfig(_Section):
+class HAProxyActionConfig(Section):
     type: Literal["haproxy"]
     runtime: str = Field(description="Runtime API: a UNIX socket path, or host:port for a TCP socket")
     backend: str = Field(description="HAProxy backend of this VM's server")
@@ -33,7 +33,7 @@ class HAProxyActionConfig(_Section):
     timeout_seconds: float = Field(5.0, gt=0, description="Per runtime-API command")
 
 
-class CommandActionConfig(_Section):
+class CommandActionConfig(Section):
     type: Literal["command"]
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$", description="Name in logs and errors")
     drain: list[str] | None = Field(None, description="argv run when draining (never through a shell)")
@@ -53,7 +53,7 @@ class CommandActionConfig(_Section):
 _BOTH_PHASES: list[Literal["drain", "recover"]] = ["drain", "recover"]
 
 
-class WebhookActionConfig(_Section):
+class WebhookActionConfig(Section):
     type: Literal["webhook"]
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$", description="Name in logs and errors")
     url: str = Field(pattern=r"^https?://", description="Where to POST")
@@ -68,7 +68,7 @@ class WebhookActionConfig(_Section):
 
 
 
-class ConnectionsActionConfig(_Section):
+class ConnectionsActionConfig(Section):
     type: Literal["connections"]
     ports: list[int] = Field(min_length=1, description="Local ports whose established connections must end")
     deadline_seconds: float = Field(300.0, gt=0, description="Longest wait for connections to close")
@@ -90,7 +90,7 @@ _GUID = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-class AzureLbActionConfig(_Section):
+class AzureLbActionConfig(Section):
     """Drain through Azure Load Balancer admin state (``coordinator.actions.azure_lb``), beside the probe."""
 
     type: Literal["azure-lb"]

@@ -10,24 +10,24 @@ from collections.abc import Collection, Mapping
 from pydantic import BaseModel, ConfigDict, ValidationInfo
 
 __all__ = [
+    "EVENT_KEYS",
     "MINIMUM_NOTICE_SECONDS",
-    "_EVENT_KEYS",
-    "_Section",
-    "_host_port",
-    "_reads_stand_in",
-    "_rules_off",
-    "_stand_ins",
+    "Section",
+    "host_port",
     "imds_base_url",
+    "reads_stand_in",
+    "rules_off",
+    "stand_ins_of",
 ]
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
     # No .inf or .nan anywhere: they would pass every bound (or none), then fail a later check under another
     # field's name, and check-config would print Infinity, which is not JSON.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def _host_port(value: str) -> str:
+def host_port(value: str) -> str:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError(f"expected HOST:PORT, got {value!r}")
@@ -46,22 +46,22 @@ def imds_base_url(value: str) -> str:
     return base
 
 
-def _rules_off(info: ValidationInfo, section: str) -> bool:
+def rules_off(info: ValidationInfo, section: str) -> bool:
     """Whether the rule between the fields of ``section`` is off for this validation: after it failed,
-    to find the errors it hid (see ``_later_errors`` in ``coordinator.config.wording``)."""
+    to find the errors it hid (see ``later_errors`` in ``coordinator.config.wording``)."""
     return isinstance(info.context, dict) and section in info.context.get("rules_off", ())
 
 
-def _stand_ins(info: ValidationInfo) -> frozenset[str]:
+def stand_ins_of(info: ValidationInfo) -> frozenset[str]:
     """The options (dotted paths, such as ``probe.listen``) whose values are stand-ins in this validation:
     to find the errors the first ones hid, an invalid value is taken out and its default stands in for it
-    (see ``_later_errors`` in ``coordinator.config.wording``). Empty in an ordinary validation."""
+    (see ``later_errors`` in ``coordinator.config.wording``). Empty in an ordinary validation."""
     if not isinstance(info.context, dict):
         return frozenset()
     return frozenset(info.context.get("stand_ins", ()))
 
 
-def _reads_stand_in(stand_ins: Collection[str], *options: str) -> bool:
+def reads_stand_in(stand_ins: Collection[str], *options: str) -> bool:
     """Whether a rule reading ``options`` would judge a stand-in (one of ``stand_ins``): computed from a
     default the file never gave, it would report a problem that is not there, so it is skipped. A path
     covers the paths below and above it: a whole section taken out stands in for each of its options, and
@@ -72,7 +72,7 @@ def _reads_stand_in(stand_ins: Collection[str], *options: str) -> bool:
 
 # The keys of policy.approval (User: user-initiated events, whatever their type); drain.wait_seconds_by_type
 # takes all but User.
-_EVENT_KEYS = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", "User")
+EVENT_KEYS = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", "User")
 
 #: The documented minimum notice of each event type, in seconds. Terminate's is what a scale set configures
 #: (notBeforeTimeout, 5 to 15 minutes): the shortest is assumed where the scale set is not read.

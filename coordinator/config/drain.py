@@ -10,18 +10,15 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from coordinator.actions.connections import probe_wait_seconds
-from coordinator.config.base import _EVENT_KEYS, _reads_stand_in, _rules_off, _Section, _stand_ins
+from coordinator.config.base import EVENT_KEYS, Section, reads_stand_in, rules_off, stand_ins_of
 
-__all__ = [
-    "_DEFAULT_WAIT_BY_TYPE",
-    "DrainConfig",
-]
+__all__ = ["DrainConfig"]
 
 
 _DEFAULT_WAIT_BY_TYPE: dict[str, float] = {"Preempt": 5.0}  # a Preempt has 30 s of notice
 
 
-class DrainConfig(_Section):
+class DrainConfig(Section):
     probe_interval_seconds: float = Field(15.0, ge=1, description="The load balancer's probe interval")
     probe_threshold: int = Field(2, ge=1, description="Consecutive failed probes before the LB stops new flows")
     grace_seconds: float = Field(5.0, ge=0, description="Extra time for connections to close")
@@ -89,7 +86,7 @@ class DrainConfig(_Section):
     @field_validator("wait_seconds_by_type")
     @classmethod
     def _types(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(value) - set(_EVENT_KEYS[:-1]))
+        unknown = sorted(set(value) - set(EVENT_KEYS[:-1]))
         if unknown:
             raise ValueError(f"unknown event type(s) {', '.join(unknown)}")
         if any(v < 0 for v in value.values()):
@@ -108,7 +105,7 @@ class DrainConfig(_Section):
 
     def waits(self) -> dict[str, float]:
         """The drain wait of every event type (``wait_for`` of each), as the agent uses them."""
-        return {event_type: self.wait_for(event_type) for event_type in _EVENT_KEYS[:-1]}
+        return {event_type: self.wait_for(event_type) for event_type in EVENT_KEYS[:-1]}
 
     def effective_wait_inputs(self) -> tuple[str, ...]:
         """The options ``effective_wait`` is computed from (dotted paths): wait_seconds, or when it is
@@ -127,11 +124,11 @@ class DrainConfig(_Section):
 
     @model_validator(mode="after")
     def _lead(self, info: ValidationInfo) -> DrainConfig:
-        if _rules_off(info, "drain"):
+        if rules_off(info, "drain"):
             return self
-        stand_ins = _stand_ins(info)
-        short = [(t, self.wait_for(t)) for t in _EVENT_KEYS[:-1] if self.latest_start_seconds < self.wait_for(t)
-                 and not _reads_stand_in(stand_ins, "drain.latest_start_seconds", *self.wait_inputs(t))]
+        stand_ins = stand_ins_of(info)
+        short = [(t, self.wait_for(t)) for t in EVENT_KEYS[:-1] if self.latest_start_seconds < self.wait_for(t)
+                 and not reads_stand_in(stand_ins, "drain.latest_start_seconds", *self.wait_inputs(t))]
         if short:
             waits = ", ".join(f"{t} {w:g} s" for t, w in short)
             raise ValueError(
@@ -139,6 +136,6 @@ class DrainConfig(_Section):
                 f"every event type ({waits}), or a late drain cannot finish before NotBefore"
             )
         if self.lead_time_seconds is not None and self.lead_time_seconds < self.latest_start_seconds \
-                and not _reads_stand_in(stand_ins, "drain.lead_time_seconds", "drain.latest_start_seconds"):
+                and not reads_stand_in(stand_ins, "drain.lead_time_seconds", "drain.latest_start_seconds"):
             raise ValueError("drain.lead_time_seconds must be at least drain.latest_start_seconds")
         return self

@@ -14,14 +14,7 @@ import yaml
 
 from coordinator.errors import ConfigError
 
-__all__ = [
-    "ENV_PREFIX",
-    "_env_path",
-    "apply_env",
-    "env_overrides",
-    "env_value",
-    "ignored_variables",
-]
+__all__ = ["ENV_PREFIX", "apply_env", "env_overrides", "env_value", "ignored_variables"]
 
 
 ENV_PREFIX = "COORDINATOR__"

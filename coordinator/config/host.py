@@ -8,10 +8,7 @@ import os
 
 from coordinator.config.settings import Settings
 
-__all__ = [
-    "_user_name",
-    "host_problems",
-]
+__all__ = ["host_problems"]
 
 
 def host_problems(settings: Settings, *, at_start: bool) -> tuple[list[str], list[str]]:

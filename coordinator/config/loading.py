@@ -15,16 +15,10 @@ from pydantic import ValidationError
 
 from coordinator.config.env import ENV_PREFIX, apply_env, env_overrides
 from coordinator.config.settings import Settings
-from coordinator.config.wording import _error_lines, _later_errors
+from coordinator.config.wording import error_lines, later_errors
 from coordinator.errors import ConfigError
 
-__all__ = [
-    "_BOMS",
-    "_DuplicateKey",
-    "_UniqueKeyLoader",
-    "decode_config",
-    "load_settings",
-]
+__all__ = ["decode_config", "load_settings"]
 
 
 class _DuplicateKey(yaml.YAMLError):
@@ -110,8 +104,8 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        lines = _error_lines(exc, env_overrides(environ), file_data)
-        lines += [line for line in _later_errors(data, exc, env_overrides(environ), file_data) if line not in lines]
+        lines = error_lines(exc, env_overrides(environ), file_data)
+        lines += [line for line in later_errors(data, exc, env_overrides(environ), file_data) if line not in lines]
         if all(line.startswith(ENV_PREFIX) for line in lines):
             where = "invalid configuration from the environment" + (f" (over {path})" if path else "")
         else:

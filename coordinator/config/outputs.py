@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from coordinator.config.base import _host_port, _Section
+from coordinator.config.base import Section, host_port
 
 __all__ = [
     "ADMIN_PATHS",
@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 
-class ProbeConfig(_Section):
+class ProbeConfig(Section):
     listen: str = Field("0.0.0.0:8090", description="Address the load balancer probes")
     path: str = Field("/health", description="HTTP path of the health probe")
     advertise: str | None = Field(
@@ -30,14 +30,14 @@ class ProbeConfig(_Section):
         "default: probe.listen, a wildcard host replaced by this VM's address toward ZooKeeper",
     )
 
-    _listen = field_validator("listen")(classmethod(lambda cls, v: _host_port(v)))
-    _advertise = field_validator("advertise")(classmethod(lambda cls, v: v if v is None else _host_port(v)))
+    _listen = field_validator("listen")(classmethod(lambda cls, v: host_port(v)))
+    _advertise = field_validator("advertise")(classmethod(lambda cls, v: v if v is None else host_port(v)))
 
 
-class HttpConfig(_Section):
+class HttpConfig(Section):
     listen: str = Field("127.0.0.1:9110", description="/metrics, /status, /livez, /readyz, and app_health.path")
 
-    _listen = field_validator("listen")(classmethod(lambda cls, v: _host_port(v)))
+    _listen = field_validator("listen")(classmethod(lambda cls, v: host_port(v)))
 
 
 def _is_loopback(host: str) -> bool:
@@ -50,7 +50,7 @@ def _is_loopback(host: str) -> bool:
 ADMIN_PATHS = ("/metrics", "/status", "/livez", "/readyz")
 
 
-class AppHealthConfig(_Section):
+class AppHealthConfig(Section):
     listen: str | None = Field(
         None, description="HOST:PORT of a listener of its own for the Application Health extension's endpoint "
         "(the extension asks localhost); null: served on http.listen only"
@@ -73,7 +73,7 @@ class AppHealthConfig(_Section):
     def _local(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        host = _host_port(value).rpartition(":")[0].strip("[]")
+        host = host_port(value).rpartition(":")[0].strip("[]")
         if host not in ("localhost", "0.0.0.0", "::", "") and not _is_loopback(host):
             raise ValueError(f"the extension asks http://localhost:PORT: bind a loopback address or a wildcard "
                              f"(127.0.0.1, 0.0.0.0), not {host!r}")
@@ -89,7 +89,7 @@ class AppHealthConfig(_Section):
         return value
 
 
-class LoggingConfig(_Section):
+class LoggingConfig(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level (any case)")
     format: Literal["text", "json"] = Field(
         "text", description="text for people, json (one object per line) for shippers"

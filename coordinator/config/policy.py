@@ -10,17 +10,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator
 
-from coordinator.config.base import _EVENT_KEYS, _Section
+from coordinator.config.base import EVENT_KEYS, Section
 from coordinator.maintenance_windows import WEEKDAYS, Weekday, Window
 
-__all__ = [
-    "ApprovalRule",
-    "ApproverMode",
-    "MaintenanceWindowConfig",
-    "PeersPolicy",
-    "PolicyConfig",
-    "_clock_time",
-]
+__all__ = ["ApprovalRule", "ApproverMode", "MaintenanceWindowConfig", "PeersPolicy", "PolicyConfig"]
 
 
 class ApproverMode(StrEnum):
@@ -47,7 +40,7 @@ def _clock_time(value: str) -> dt.time:
         raise ValueError(f"{value!r} is not a time of day as HH:MM (00:00 to 23:59)") from None
 
 
-class MaintenanceWindowConfig(_Section):
+class MaintenanceWindowConfig(Section):
     days: list[Weekday] = Field(
         default_factory=lambda: list(WEEKDAYS), description="Weekdays on which the window opens"
     )
@@ -78,7 +71,7 @@ class MaintenanceWindowConfig(_Section):
                       _clock_time(self.end), ZoneInfo(self.timezone))
 
 
-class PolicyConfig(_Section):
+class PolicyConfig(Section):
     approver: ApproverMode = Field(
         ApproverMode.FIRST_RESOURCE,
         description="first-resource: the first live agent named in Resources, else the leader; "
@@ -134,7 +127,7 @@ class PolicyConfig(_Section):
     @field_validator("approval")
     @classmethod
     def _approval_keys(cls, value: dict[str, ApprovalRule]) -> dict[str, ApprovalRule]:
-        unknown = sorted(set(value) - set(_EVENT_KEYS))
+        unknown = sorted(set(value) - set(EVENT_KEYS))
         if unknown:
-            raise ValueError(f"unknown key(s) {', '.join(unknown)}; expected some of {', '.join(_EVENT_KEYS)}")
+            raise ValueError(f"unknown key(s) {', '.join(unknown)}; expected some of {', '.join(EVENT_KEYS)}")
         return value

@@ -10,11 +10,7 @@ from pydantic_core import to_jsonable_python
 
 from coordinator.config.settings import Settings
 
-__all__ = [
-    "REDACTED",
-    "_mask_secrets",
-    "redacted",
-]
+__all__ = ["REDACTED", "redacted"]
 
 
 REDACTED = "<redacted>"

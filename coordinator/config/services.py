@@ -9,7 +9,7 @@ from pathlib import Path
 from kazoo.security import Id
 from pydantic import Field, PrivateAttr, SecretStr, ValidationInfo, field_validator, model_validator
 
-from coordinator.config.base import _host_port, _rules_off, _Section, imds_base_url
+from coordinator.config.base import Section, host_port, imds_base_url, rules_off
 from coordinator.delivery import DeliveryMode
 from coordinator.store.zk_security import NodeAcls, digest_identity, node_acls, parse_identity
 from coordinator.store.zk_session import ClientOptions, TlsOptions
@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-class ImdsConfig(_Section):
+class ImdsConfig(Section):
     url: str = Field("http://169.254.169.254", description="IMDS base URL (the simulator's per-VM URL in tests)")
     api_version: str = Field(
         "2020-07-01", description="Scheduled Events api-version (2020-07-01 adds DurationInSeconds)"
@@ -74,7 +74,7 @@ def _readable(value: Path | None) -> Path | None:
     return value
 
 
-class ZooKeeperAuthConfig(_Section):
+class ZooKeeperAuthConfig(Section):
     """Digest authentication: the agent proves it is ``username`` (ZooKeeper's ``addauth digest``)."""
 
     username: str = Field(pattern=r"^[^:\s]{1,64}$", description="Digest user name (no colon, no space)")
@@ -86,7 +86,7 @@ class ZooKeeperAuthConfig(_Section):
 
     @model_validator(mode="after")
     def _one_password(self, info: ValidationInfo) -> ZooKeeperAuthConfig:
-        if _rules_off(info, "zookeeper.auth"):
+        if rules_off(info, "zookeeper.auth"):
             return self
         if (self.password is None) == (self.password_file is None):
             raise ValueError("zookeeper.auth needs exactly one of password and password_file")
@@ -120,7 +120,7 @@ def _identities(value: list[str]) -> list[str]:
     return value
 
 
-class ZooKeeperAclConfig(_Section):
+class ZooKeeperAclConfig(Section):
     """Who may do what in the group's namespace (see coordinator.store.zk_security)."""
 
     agents: list[str] = Field(
@@ -139,7 +139,7 @@ class ZooKeeperAclConfig(_Section):
     _ids = field_validator("agents", "operators", "readers")(classmethod(lambda cls, v: _identities(v)))
 
 
-class ZooKeeperTlsConfig(_Section):
+class ZooKeeperTlsConfig(Section):
     """TLS to the ensemble's secure client port; the server's certificate is always verified."""
 
     ca: Path | None = Field(None, description="CA bundle (PEM) that signed the servers' certificates; "
@@ -153,14 +153,14 @@ class ZooKeeperTlsConfig(_Section):
 
     @model_validator(mode="after")
     def _pair(self, info: ValidationInfo) -> ZooKeeperTlsConfig:
-        if _rules_off(info, "zookeeper.tls"):
+        if rules_off(info, "zookeeper.tls"):
             return self
         if (self.certfile is None) != (self.keyfile is None):
             raise ValueError("zookeeper.tls: certfile and keyfile go together")
         return self
 
 
-class ZooKeeperConfig(_Section):
+class ZooKeeperConfig(Section):
     hosts: str = Field("127.0.0.1:2181", description="Ensemble as host:port,host:port (no chroot)")
     root: str = Field("/azure-maintenance", description="Chroot base; the cluster name is appended")
     # 20 s: the longest session with which a Preempt (30 s of notice, 5 s drain wait) can still be approved
@@ -202,12 +202,12 @@ class ZooKeeperConfig(_Section):
     @classmethod
     def _hosts(cls, value: str) -> str:
         for part in value.split(","):
-            _host_port(part.strip())
+            host_port(part.strip())
         return value
 
     @model_validator(mode="after")
     def _some_agent(self, info: ValidationInfo) -> ZooKeeperConfig:
-        if _rules_off(info, "zookeeper"):
+        if rules_off(info, "zookeeper"):
             return self
         if (self.acl.operators or self.acl.readers) and self.auth is None and not self.acl.agents:
             raise ValueError("zookeeper.acl: operators and readers need an agent identity too (zookeeper.auth "

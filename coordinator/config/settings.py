@@ -15,7 +15,7 @@ from coordinator.config.actions import (
     CommandActionConfig,
     WebhookActionConfig,
 )
-from coordinator.config.base import _reads_stand_in, _Section, _stand_ins
+from coordinator.config.base import Section, reads_stand_in, stand_ins_of
 from coordinator.config.drain import DrainConfig
 from coordinator.config.outputs import AppHealthConfig, HttpConfig, LoggingConfig, ProbeConfig
 from coordinator.config.policy import PolicyConfig
@@ -24,13 +24,10 @@ from coordinator.errors import InvalidName
 from coordinator.names import normalize_vm_name
 from coordinator.support.hostos import default_state_file
 
-__all__ = [
-    "Settings",
-    "_same_socket",
-]
+__all__ = ["Settings"]
 
 
-class Settings(_Section):
+class Settings(Section):
     cluster: str = Field(description="Name of the VM group; one ZooKeeper chroot per cluster")
     vm_name: str | None = Field(
         None, description="This VM's name as it appears in Resources; default: learned from IMDS"
@@ -76,7 +73,7 @@ class Settings(_Section):
 
     @model_validator(mode="after")
     def _timing(self, info: ValidationInfo) -> Settings:
-        problems = self.cross_field_problems(_stand_ins(info))
+        problems = self.cross_field_problems(stand_ins_of(info))
         if problems:
             raise ValueError("\n  ".join(problems))  # one line each in the report
         return self
@@ -88,7 +85,7 @@ class Settings(_Section):
         problems = []
 
         def judged(*options: str) -> bool:
-            return not _reads_stand_in(stand_ins, *options)
+            return not reads_stand_in(stand_ins, *options)
 
         # A session must outlive a few polls, or one slow cycle costs the leader its session.
         if self.zookeeper.session_timeout < 3 * self.imds.poll_interval \

@@ -12,13 +12,7 @@ from pydantic import ValidationError
 
 from coordinator.config.settings import Settings
 
-__all__ = [
-    "_error_lines",
-    "_in_file",
-    "_later_errors",
-    "_take_out",
-    "_variable_of",
-]
+__all__ = ["error_lines", "later_errors"]
 
 
 def _in_file(data: Any, loc: tuple[str | int, ...]) -> bool:
@@ -42,7 +36,7 @@ def _variable_of(loc: tuple[str | int, ...], overrides: Mapping[tuple[str, ...],
     return None
 
 
-def _later_errors(data: dict[str, Any], exc: ValidationError, overrides: Mapping[tuple[str, ...], str],
+def later_errors(data: dict[str, Any], exc: ValidationError, overrides: Mapping[tuple[str, ...], str],
                   file_data: Any) -> list[str]:
     """The errors pydantic reports only once the first ones are fixed: a rule between fields runs only when
     every field it reads is valid. The invalid values are taken out (their fields fall back to defaults, a
@@ -61,7 +55,7 @@ def _later_errors(data: dict[str, Any], exc: ValidationError, overrides: Mapping
             break
         except ValidationError as again:
             exc = again
-            lines += _error_lines(again, overrides, file_data)
+            lines += error_lines(again, overrides, file_data)
     return lines
 
 
@@ -151,7 +145,7 @@ def _wanted(loc: tuple[str | int, ...], kind: str, value: Any) -> str:
     return f" (got {_given(value)}; wanted {wanted}{about})"
 
 
-def _error_lines(exc: ValidationError, overrides: Mapping[tuple[str, ...], str], file_data: Any) -> list[str]:
+def error_lines(exc: ValidationError, overrides: Mapping[tuple[str, ...], str], file_data: Any) -> list[str]:
     lines = []
     for error in exc.errors():
         loc = tuple(error["loc"])
