@@ -217,16 +217,16 @@ MUTATIONS = [
     (
         'out-vm-under-every-key',
         'coordinator/decide/budget.py',
-        '            for unit in [key if key != BY_HAND else f"vm:{vm}" for key in keys] or [f"vm:{vm}"]:\n',
-        '            for unit in [key if key != BY_HAND else f"vm:{vm}" for key in keys[:1]] or [f"vm:{vm}"]:\n',
-        f'{FOUND}::test_a_vm_out_for_another_event_is_not_counted_when_it_was_out_for_the_reused_id_first',
+        '            for unit in [_unit_out_for(key, vm, events) for key in keys] or [f"vm:{vm}"]:\n',
+        '            for unit in [_unit_out_for(key, vm, events) for key in keys[:1]] or [f"vm:{vm}"]:\n',
+        f'{FOUND}::test_a_vm_drained_by_hand_still_acked_for_an_event_that_dropped_it_counts_that_event_in_maintenance',
     ),
     (
-        'busy-includes-own-key',
+        'an-earlier-instance-is-an-event-of-its-own',
         'coordinator/decide/budget.py',
-        '    busy = frozenset().union(*flight.values()) - vms if flight else frozenset()\n',
-        '    busy = frozenset().union(*others.values()) if others else frozenset()\n',
-        f'{FOUND}::test_a_reused_event_id_is_admitted_while_the_only_other_vm_is_out_for_its_earlier_instance',
+        '        return f"{key} (an earlier instance)"\n',
+        '        return key\n',
+        f'{FOUND}::test_a_reused_event_id_is_admitted_beside_its_earlier_instance_that_still_holds_a_vm_out',
     ),
     (
         'drain-wait-from-job-start',

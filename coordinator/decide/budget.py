@@ -110,7 +110,7 @@ def in_flight(
             # Out for events that no longer name it (Resources changed, or an EventId came back): under
             # every one of them, so that each counts as in maintenance and the VM stays busy whichever
             # of them is being admitted or approved. Out by hand: a VM out, not an event in maintenance.
-            for unit in [key if key != BY_HAND else f"vm:{vm}" for key in keys] or [f"vm:{vm}"]:
+            for unit in [_unit_out_for(key, vm, events) for key in keys] or [f"vm:{vm}"]:
                 flight[unit] = flight.get(unit, frozenset()) | {vm}
     for vm, drain in cluster.drains.items():
         # Admitted by hand: the VM's slot is taken from the admission on, as an admitted event's are, while
@@ -119,6 +119,20 @@ def in_flight(
                                               or snap.absent_for.get(vm, 0.0) < policy.recovery_grace):
             flight[f"vm:{vm}"] = flight.get(f"vm:{vm}", frozenset()) | {vm}
     return flight
+
+
+def _unit_out_for(key: str, vm: str, events: Mapping[str, ParsedEvent]) -> str:
+    """The unit under which a VM out of rotation for ``key`` counts, when no event in flight names it: by
+    hand, the VM itself; for a present event that does not name it (an EventId that came back for other
+    VMs, or Resources that dropped it), an earlier instance of that event, in maintenance while the VM is
+    out, and an event apart from the present one, so that admitting or approving the present one counts it
+    against ``max_events``."""
+    if key == BY_HAND:
+        return f"vm:{vm}"
+    present = events.get(key)
+    if present is not None and vm not in present.resources:
+        return f"{key} (an earlier instance)"
+    return key
 
 
 def budget_unit(key: str, events: Mapping[str, ParsedEvent], policy: Policy) -> str:
@@ -222,8 +236,8 @@ def over_budget(
     have gone out of rotation for other reasons (a forced drain, a restart, an event with no notice).
     ``an_event``: False for a drain by hand, which takes a VM and no event slot."""
     others = {k: v for k, v in flight.items() if k not in keys}
-    # Busy: every VM out of rotation but those the event itself is about to take; a VM filed under one
-    # of ``keys`` without being named by it (out for an earlier instance of the id) is busy too.
+    # Busy: every VM out of rotation but those the event itself is about to take; a VM out for an
+    # earlier instance of one of ``keys`` is filed under that instance, and busy too.
     busy = frozenset().union(*flight.values()) - vms if flight else frozenset()
     # A VM out of rotation for no event (starting up, back from a crash) is not an event in
     # maintenance; it still counts against max_vms and keep_one_serving.

@@ -14,7 +14,11 @@ budget counts every VM with an ``/out`` node or an ack until it is back in rotat
 ``keep_one_serving`` nothing is admitted or approved unless a live member stays in rotation.
 
 Fixed: ``in_flight`` files such a VM under every key it is out for, and ``over_budget`` counts as busy
-every VM out of rotation but those the event itself takes.
+every VM out of rotation but those the event itself takes. Later, the same suite found that filing it under
+the key itself was not enough: a VM out for an earlier instance of a reused EventId counted under the new
+instance, which ``over_budget`` leaves out of the events in maintenance, so with a budget of one event the
+new instance was admitted and approved beside the earlier one. Fixed: such a VM is filed under the earlier
+instance, an event of its own (``decide.budget._unit_out_for``).
 
 The drain wait is counted from the decision to drain
 ----------------------------------------------------
@@ -69,7 +73,7 @@ drain wait plus ``Policy.absent_notice`` (``decide.approval.absent_drained``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -84,7 +88,7 @@ from coordinator.executor import JobExecutor
 from coordinator.metrics import Metrics
 from coordinator.models import parse_document
 from coordinator.state import StateFile
-from coordinator.store.base import ClusterView, ConnectionState, EventRecord, OutMark
+from coordinator.store.base import BY_HAND, ClusterView, ConnectionState, EventRecord, OutMark
 from tests.fakezk_group import FakeGroup
 from tests.model.imds_model import FakeImds, ImdsGroup, ModelEvent, rfc_not_before
 
@@ -155,6 +159,45 @@ def test_a_vm_out_for_another_event_is_not_counted_when_it_was_out_for_the_reuse
                      members=MEMBERS | {"vm3"})
     plan = decide(snap, SERVING, POLICY)
     assert K not in plan.admit
+
+
+def test_a_reused_event_id_is_admitted_beside_its_earlier_instance_that_still_holds_a_vm_out() -> None:
+    """vm2 is still out of rotation for the earlier instance of K, an event in maintenance while it is;
+    vm3 serves. K comes back for vm0 and vm1: with a budget of one event, it is not admitted beside its
+    earlier instance (found by the model-based suite: the new instance was admitted and approved while
+    vm2 was out for the earlier one, two events in maintenance)."""
+    snap = _snapshot("vm0", resources=["vm0", "vm1"], out_for=(K,), admitted=False, acks=(),
+                     members=MEMBERS | {"vm3"})
+    plan = decide(snap, SERVING, POLICY)
+    assert K not in plan.admit
+    assert any("maintenance budget: 1 event" in reason and "an earlier instance" in reason
+               for reason in plan.reasons(K))
+
+
+def test_a_reused_event_id_is_not_approved_beside_its_earlier_instance_that_still_holds_a_vm_out() -> None:
+    """As above, with the new instance admitted (the admission made before vm2's ``/out`` node showed) and
+    vm0 and vm1 acknowledged: vm0, the approver, holds the approval while vm2 is out for the earlier
+    instance."""
+    snap = _snapshot("vm0", resources=["vm0", "vm1"], out_for=(K,), admitted=True, acks=("vm0", "vm1"),
+                     members=MEMBERS | {"vm3"})
+    plan = decide(snap, DRAINED, POLICY)
+    assert plan.approve == ()
+    assert any("an earlier instance" in reason for reason in plan.reasons(K))
+
+
+def test_a_vm_drained_by_hand_still_acked_for_an_event_that_dropped_it_counts_that_event_in_maintenance() -> None:
+    """vm2 is drained by hand (its ``/out`` node) and still holds its ack of OTHER, whose Resources no longer
+    name it: OTHER is in maintenance while vm2 is out for it, though vm2 is filed first as a VM out by hand,
+    which is no event. With a budget of one event, K (vm0, vm1) is not admitted beside OTHER."""
+    snap = _snapshot("vm0", resources=["vm0", "vm1"], out_for=(BY_HAND,), admitted=False, acks=(),
+                     members=MEMBERS | {"vm3"})
+    other = EventRecord(event_id=OTHER, event_type="Reboot", resources=("vm3",), not_before=NOW + 900,
+                        published_by="vm3", published_at=NOW - 100, acks={"vm2": NOW - 50})
+    assert snap.cluster is not None
+    cluster = replace(snap.cluster, records={**snap.cluster.records, OTHER: other})
+    plan = decide(replace(snap, cluster=cluster), SERVING, POLICY)
+    assert K not in plan.admit
+    assert any("maintenance budget: 1 event" in reason and OTHER in reason for reason in plan.reasons(K))
 
 
 def test_an_event_whose_resources_dropped_a_vm_is_approved_while_that_vm_is_still_out() -> None:
