@@ -4,8 +4,10 @@ Each cycle:
 1. observe: take the latest IMDS reading (``coordinator.poller``: a poller thread reads IMDS at its own
    steady rate) and the cluster view (join, campaign, read: served from a watched cache when nothing
    changed), each failure-bounded;
-2. decide: ``coordinator.decide.decide`` (pure);
-3. act: start drain/recover jobs on the executor, write to the store, POST approvals;
+2. decide: ``coordinator.decide.decide`` (pure): a plan, and its operations in the order they are carried out;
+3. act: hand each operation to the executor (``coordinator.execute``: jobs on the job thread, writes to the
+   store, approvals through the store's last check and the fenced POST; ``coordinator.dryrun``: a dry run's,
+   which carries out nothing and says what it would do) and fold each result into the local state;
 4. describe the cycle in one log line (INFO when it did something or its blockers changed).
 
 A cycle runs when something changed: a new reading, a ZooKeeper watch, a job that ended; and at least
@@ -18,23 +20,22 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from coordinator import __version__
-from coordinator.actions.base import Action, ActionContext, run_drain, run_recover
+from coordinator.actions.base import Action
 from coordinator.decide import (
     LocalState,
-    PeerSeen,
     Phase,
     Plan,
     Policy,
     Sighting,
     Snapshot,
     decide,
+    reported,
     view_needed,
 )
 from coordinator.errors import (
@@ -42,54 +43,21 @@ from coordinator.errors import (
     InvalidName,
     StoreError,
 )
-from coordinator.evidence import Evidence, after_connection, after_reading, after_view, holding_also
+from coordinator.evidence import Evidence, after_connection, after_reading, after_view, holding_also, note_started
+from coordinator.execute import Clock, Executor, Imds, LiveExecutor, Peers, SystemClock, carry_out
 from coordinator.executor import JobExecutor
 from coordinator.logsetup import log_context
 from coordinator.metrics import Metrics
 from coordinator.models import Document
-from coordinator.plan_approvals import send_approvals
-from coordinator.plan_writes import note_started, write_plan
 from coordinator.poller import ReadEachCycle, Reading, Readings
 from coordinator.quiet import QuietCycles
-from coordinator.state import PersistedState, StateFile
+from coordinator.state import StateFile
 from coordinator.store.base import BY_HAND, ClusterView, ConnectionState, Part, Store
 from coordinator.telemetry import Health, Telemetry, status_dict
 
 __all__ = ["Agent", "Clock", "Imds", "Peers", "SystemClock"]
 
 log = logging.getLogger(__name__)
-
-
-class Peers(Protocol):
-    """What the agent needs of its peers' probes (``coordinator.peers.PeerProbes``)."""
-
-    def seen(self) -> dict[str, PeerSeen]: ...
-
-    def confirm(self) -> dict[str, PeerSeen]: ...
-
-    def follow(self, store: Store, cluster: ClusterView, me: str, wanted: bool) -> None: ...
-
-
-class Imds(Protocol):
-    def get_document(self) -> Document: ...
-
-    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
-        """POST the approval. ``fence`` is called right before every attempt is sent; when it returns
-        False nothing more is sent and ``ImdsFenced`` is raised."""
-
-
-class Clock(Protocol):
-    def now(self) -> float: ...
-
-    def monotonic(self) -> float: ...
-
-
-class SystemClock:
-    def now(self) -> float:
-        return time.time()
-
-    def monotonic(self) -> float:
-        return time.monotonic()
 
 
 @dataclass
@@ -117,14 +85,14 @@ class Agent:
         metrics: Metrics,
         poll_interval: float = 1.0,
         clock: Clock | None = None,
-        executor: JobExecutor | None = None,
+        jobs: JobExecutor | None = None,
         member_info: dict[str, object] | None = None,
         state_file: StateFile | None = None,
         peers: Peers | None = None,
         readings: Readings | None = None,
         idle_cycle: float | None = None,
         live_after: float | None = None,
-        on_plan: Callable[[Plan, Document | None], None] | None = None,
+        dry_run: bool = False,
     ) -> None:
         """``readings``: where documents come from; by default ``imds`` is read once per cycle, on the
         loop's thread (``ReadEachCycle``). With a poller, a cycle runs on each of its readings, and
@@ -132,13 +100,15 @@ class Agent:
         1.5 poll intervals old: no approval, publication or recovery rests on an older one.
         ``idle_cycle``: the longest time between two cycles with nothing to wake the loop (default
         the poll interval). ``live_after``: ``live`` fails once no cycle has completed for this long
-        (default 3 idle cycles, at least 30 s). ``on_plan``: told each cycle's plan and the fresh document
-        it was made from (None if none was), before the plan is carried out (a dry run says from it what
-        holds each event)."""
+        (default 3 idle cycles, at least 30 s). ``jobs``: the thread drain and recover jobs run on.
+        ``dry_run``: observe only (``coordinator.dryrun``): the same decisions, carried out by an executor that
+        changes nothing and says what it would do; the store is only read."""
         self.vm = vm
-        self._on_plan = on_plan
+        if dry_run:
+            from coordinator.dryrun import DryRunStore
+
+            store = store if isinstance(store, DryRunStore) else DryRunStore(store)
         self._wake = threading.Event()
-        self._imds = imds
         self._store = store
         self._actions = list(actions)
         self._policy = policy
@@ -151,30 +121,35 @@ class Agent:
         self._idle_cycle = idle_cycle if idle_cycle is not None else poll_interval
         self._document_fresh = 1.5 * poll_interval
         self._reading = Reading(0, self._clock.monotonic())
-        # Event key -> wall time this process first saw it Started, for the done mark (``note_started``).
-        self._started_seen: dict[str, float] = {}
-        self._executor = executor or JobExecutor(on_done=self.wake)
         self._member_info = {"vm": vm, "version": __version__, **(member_info or {})}
-        self._state_file = state_file or StateFile(None)
+        state_file = state_file or StateFile(None)
         self._peers = peers
-        self._peers_confirmed_at: float | None = None  # when this cycle asked the peers again, if it did
-        self._drain_began: float | None = None  # when the last drain job began on the executor's thread
-        saved = self._state_file.load()
+        saved = state_file.load()
         self._started = self._clock.monotonic()
         live_after = live_after if live_after is not None else max(30.0, 3 * self._idle_cycle)
         self._telemetry = Telemetry(metrics, vm, policy, started=self._started, live_after=live_after)
+        self._live = LiveExecutor(vm=vm, store=store, imds=imds, actions=self._actions,
+                                  jobs=jobs or JobExecutor(on_done=self.wake), state_file=state_file, policy=policy,
+                                  metrics=metrics, telemetry=self._telemetry, clock=self._clock,
+                                  readings=self._readings, peers=peers, wake=self.wake)
+        self._executor: Executor = self._live
+        if dry_run:
+            from coordinator.dryrun import DryRunExecutor, DryRunStore
+
+            assert isinstance(store, DryRunStore)
+            self._executor = DryRunExecutor(self._live, store)
         # An unreadable file: maybe drained for anything, so everything naming this VM in the first
         # fresh document holds it, and a drain by hand until a view of the group says there is none. A
         # missing one: the VM's own /out node, if ZooKeeper has one, says what it was out for.
-        self._assume_worst = self._state_file.unreadable
-        self._restore_from_store = saved is None and not self._state_file.unreadable
+        self._assume_worst = state_file.unreadable
+        self._restore_from_store = saved is None and not state_file.unreadable
         held = frozenset(e.upper() for e in saved.draining_for) if saved else frozenset()
         # After a restart: still drained for what it was drained for, and a full recovery (every action's
         # recover) unless it was serving when it stopped.
         self._local = LocalState(
             phase=Phase.UNKNOWN,
             phase_since=self._started,
-            draining_for=held | {BY_HAND} if self._state_file.unreadable else held,
+            draining_for=held | {BY_HAND} if state_file.unreadable else held,
             recover_all_at_start=saved is None or not saved.was_serving,
             saved=saved,
         )
@@ -189,7 +164,6 @@ class Agent:
         self._last_document: Document | None = None
         self._status = _Status()
         self._status_lock = threading.Lock()
-        self._fallbacks: tuple[str, ...] = ()  # what the last job that ended held by (``run_drain``)
         # For /status; ``action_error_outside_vm``: the error lies outside this VM (``ActionError.outside_vm``).
         self._action: dict[str, str | bool | None] = {"action_error": None, "action_fallback": None,
                                                       "action_error_outside_vm": False}
@@ -283,11 +257,10 @@ class Agent:
             self._part = needed  # an event names this VM now, or it leads: that part, before deciding
             snap = self._observe_group(started, None, snap.document, join=False)
         plan = decide(snap, local, self._policy)
-        self._peers_confirmed_at = None
         if plan.approve and self._peers is not None and self._policy.peer_fresh is not None:
             # About to approve: what the budget counted as serving is asked again, now, and the
             # decision taken again on that (the last probing round may be a second old).
-            self._peers_confirmed_at = self._clock.monotonic()
+            snap = replace(snap, peers_confirmed_at=self._clock.monotonic())
             snap = replace(snap, peers=self._peers.confirm())
             confirmed = decide(snap, local, self._policy)
             for intent in plan.approve:
@@ -296,10 +269,6 @@ class Agent:
                     log.info("approval held (vm=%s event=%s): peers probed again: %s", self.vm, intent.event_id,
                              reasons, extra={"event_id": intent.event_id})
             plan = confirmed
-        if self._on_plan is not None:
-            self._on_plan(plan, snap.document)
-        if plan.read_now:
-            self._readings.poll_soon()
         decided = self._clock.monotonic()
         with log_context(phase=(plan.next_phase or local.phase).value):  # what this plan makes of the VM
             self._local = self._act(snap, plan)
@@ -310,10 +279,6 @@ class Agent:
                   (self._clock.monotonic() - started) * 1e3, (snap.mono - started) * 1e3,
                   (decided - snap.mono) * 1e3, (self._clock.monotonic() - decided) * 1e3, self.vm)
         if snap.cluster is not None:
-            if self._peers is not None and plan.probe_peers is not None:
-                # An approver new to the role waits for the first round (its peers count as unconfirmed until
-                # then), and every approval probes all of them again right before its POST (``confirm``).
-                self._peers.follow(self._store, snap.cluster, self.vm, plan.probe_peers)
             members = sorted(snap.cluster.members)
             if self.vm in members:
                 self._readings.align(members.index(self.vm), len(members))
@@ -387,6 +352,7 @@ class Agent:
             peers=self._peers.seen() if self._peers is not None else None,
             seen_unnamed=evidence.seen_unnamed,
             done_seen=evidence.done_seen,
+            started_seen=evidence.started_seen,
         )
 
     def _track(self, reading: Reading | None, cluster: ClusterView | None, connection: ConnectionState,
@@ -406,7 +372,7 @@ class Agent:
                                      draining_for=self._local.draining_for, records=records,
                                      gone_after=self._policy.gone_after)
             arrived = self._clock.now() - max(0.0, mono - reading.at)  # the answer's arrival, on the wall clock
-            self._started_seen = note_started(self._started_seen, document, records, arrived)
+            evidence = replace(evidence, started_seen=note_started(evidence.started_seen, document, records, arrived))
         if cluster is not None and self._restore_from_store:
             self._restore_from_store = False
             mark = cluster.out.get(self.vm)
@@ -423,27 +389,16 @@ class Agent:
         self._local = replace(self._local, draining_for=self._local.draining_for | keys)
         return holding_also(evidence, keys, mono)
 
-    def _drain_job(self, ctx: ActionContext) -> None:
-        """The drain, on the executor's thread. Jobs run one after the other: a drain queued behind a
-        recovery still running begins, and fails the probe, only once that recovery is over. The drain
-        wait is counted from here, not from the cycle that decided it."""
-        self._drain_began = self._clock.monotonic()
-        with log_context(vm=self.vm, phase=Phase.DRAINING.value, event_id=ctx.event_ids if ctx.events else None):
-            self._fallbacks = run_drain(self._actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
-
-    def _recover_job(self, actions: Sequence[Action], ctx: ActionContext) -> None:
-        with log_context(vm=self.vm, phase=Phase.RECOVERING.value):
-            self._fallbacks = run_recover(actions, ctx, timings=self._metrics, clock=self._clock.monotonic)
-
     def _job_status(self, local: LocalState) -> LocalState:
-        job = self._executor.current
+        live = self._live
+        job = live.jobs.current
         if not local.job_running or job is None or job.running:
             return local
-        if job.kind == "drain" and self._drain_began is not None:
-            local = replace(local, drain_started=max(local.drain_started, self._drain_began))
+        if job.kind == "drain" and live.drain_began is not None:
+            local = replace(local, drain_started=max(local.drain_started, live.drain_began))
         error = job.error  # shown until the next job ends, with the fallbacks a job that succeeded holds by
         self._action = {"action_error": None if error is None else f"{job.kind} failed: {error}",
-                        "action_fallback": ("; ".join(self._fallbacks) or None) if error is None else None,
+                        "action_fallback": ("; ".join(live.fallbacks) or None) if error is None else None,
                         "action_error_outside_vm": bool(getattr(error, "outside_vm", False))}
         if error is not None:
             self._metrics.errors.labels("action").inc()
@@ -460,53 +415,14 @@ class Agent:
     # -- act ---------------------------------------------------------------------------------------
 
     def _act(self, snap: Snapshot, plan: Plan) -> LocalState:
-        """Carry out the plan in its order; returns the plan's local state with the results on top."""
-        local = plan.local
-        if plan.save_first is not None:
-            local = self._save(local, plan.save_first)  # before the drain job: see ``decide.local``
-        if plan.start_drain:
-            holding = tuple(e for e in (snap.last_document.events if snap.last_document else ()) if e.names(self.vm))
-            ctx = ActionContext(self.vm, holding)
-            self._executor.submit("drain", lambda: self._drain_job(ctx))
-            log.info("draining (vm=%s events=%s)", self.vm, ctx.event_ids,
-                     extra={"event_id": ctx.event_ids if ctx.events else None})
-        if plan.start_recover:
-            ctx = ActionContext(self.vm, ())
-            actions = self._actions if plan.recover_all else [a for a in self._actions if a.always_recover]
-            self._executor.submit("recover", lambda: self._recover_job(actions, ctx))
-            log.info("recovering (vm=%s actions=%s)", self.vm, ",".join(a.name for a in actions) or "-")
+        """Carry out the plan's operations in their order; returns the plan's local state with each result on
+        top (``decide.local.reported``)."""
         if plan.next_phase is not None:
             self._metrics.set_phase(plan.next_phase)
-        if snap.cluster is not None:
-            local = self._write(snap, local, plan)
-        if plan.save is not None:
-            local = self._save(local, plan.save)
+        local = plan.local
+        for op, done in carry_out(self._executor, plan, snap):
+            local = reported(local, op, done)
         return local
-
-    def _write(self, snap: Snapshot, local: LocalState, plan: Plan) -> LocalState:
-        if not write_plan(self._store, self.vm, snap, local, plan, metrics=self._metrics,
-                          purge_before=plan.purge_before, wake=self.wake, started=self._started_seen) \
-                or not plan.approve:
-            return local
-        posted = send_approvals(self._store, self._imds.approve, self.vm, snap, plan, policy=self._policy,
-                                metrics=self._metrics, telemetry=self._telemetry, mono=self._clock.monotonic,
-                                now=self._clock.now, peers_confirmed_at=self._peers_confirmed_at)
-        return replace(local, posted=local.posted | posted)
-
-    def _save(self, local: LocalState, state: PersistedState) -> LocalState:
-        """Write ``state`` to the state file; returns ``local`` saying what the file now holds."""
-        try:
-            self._state_file.save(state)
-        except OSError as exc:
-            self._metrics.errors.labels("state").inc()
-            log.error("cannot save the drain state to %s (vm=%s): %s; removing it so that a restart assumes "
-                      "the worst", self._state_file.path, self.vm, exc)
-            try:
-                self._state_file.discard()
-            except OSError as again:
-                log.error("cannot remove %s either (vm=%s): %s", self._state_file.path, self.vm, again)
-            return replace(local, saved=None)
-        return replace(local, saved=state)
 
     # -- report ------------------------------------------------------------------------------------
 

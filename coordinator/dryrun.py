@@ -1,33 +1,61 @@
-"""Observe-only mode: one wrapper per side-effect adapter, no ``if dry_run`` anywhere else.
+"""Observe-only mode: an executor that carries out nothing, and a store that is only read.
 
-A dry-run agent reads IMDS and ZooKeeper, decides exactly as a real one would from exactly what a real one
-reads (membership as it is, the operator's pause, the ``/out`` marks, the windows), and logs what it would
-do. It is invisible to the cluster: it does not join (so it is never anyone's approver, and a VM whose
-agent only observes counts as running no agent, in its own decisions too), writes nothing to ZooKeeper
-(not even the base layout) or to its state file, POSTs nothing, and its actions only log. It serves no
-health probe (``coordinator.runtime.run_agent``): the load balancer keeps seeing what the VM's real agent
+A dry-run agent (``Agent(dry_run=True)``, ``coordinator run --dry-run``) reads IMDS and ZooKeeper, decides
+exactly as a real one would from exactly what a real one reads (membership as it is, the operator's pause,
+the ``/out`` marks, the windows), and its executor (``DryRunExecutor``) is handed the same operations a real
+agent's would carry out (``coordinator.operations``), in the same order: it says "would ..." for each one
+that changes anything, and carries out only the reads (an early read of IMDS, the peers' probes). It cannot
+drift from the agent: there is no other decision to drift from. It is invisible to the cluster: its store
+(``DryRunStore``) does not join (so it is never anyone's approver, and a VM whose agent only observes counts
+as running no agent, in its own decisions too) and refuses every write (not even the base layout is
+created); nothing is written to the state file, nothing is POSTed, no drain or recover action runs. It serves
+no health probe (``coordinator.runtime.run_agent``): the load balancer keeps seeing what the VM's real agent
 answers, or no answer where none runs. Observing never moves a VM in or out of rotation.
 
-Since nothing is written, the decision plans the same writes again every cycle (the view never shows
-them done). Each "would ..." line, and each "held: ..." line saying what keeps an event of this VM's
-document from being approved now, is said once, when it becomes planned: again only if its words change,
-or after a cycle that did not plan it (``Planned``).
+What it says follows from its own (would-be) drain: the acks it would write are shown in the views it reads
+next, a drain or recovery it would start counts as done at once, and a save it would make as made; nothing
+else is made up. Since nothing is written, the decision plans the same writes again every cycle (the view
+never shows them done). Each "would ..." line, and each "held: ..." line saying what keeps an event of this
+VM's document from being approved now, is said once, when it becomes planned: again only if its words
+change, or after a cycle that did not plan it (``Planned``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
+from typing import NoReturn
 
-from coordinator.agent import Imds
-from coordinator.decide import Plan
-from coordinator.errors import DuplicateMember
-from coordinator.models import Document
-from coordinator.state import PersistedState, StateFile
+from coordinator.errors import DuplicateMember, StoreError
+from coordinator.execute import LiveExecutor
+from coordinator.operations import (
+    DONE,
+    Acknowledge,
+    Admit,
+    AdmitDrain,
+    Approve,
+    Archive,
+    ClearAbsent,
+    ClearOut,
+    Done,
+    ForgetAdmission,
+    MarkAbsent,
+    MarkDone,
+    MarkOtherOut,
+    MarkOut,
+    Operation,
+    PublishEvent,
+    Purge,
+    Reopen,
+    SaveState,
+    StartDrain,
+    StartRecover,
+    WithdrawAck,
+)
+from coordinator.snapshot import Plan, Snapshot
 from coordinator.store.base import (
     BY_HAND,
-    ApprovalOutcome,
     ApprovalResult,
     ClusterView,
     ConnectionState,
@@ -38,7 +66,7 @@ from coordinator.store.base import (
     WriteResult,
 )
 
-__all__ = ["DryRunImds", "DryRunStateFile", "DryRunStore", "Planned"]
+__all__ = ["DryRunExecutor", "DryRunStore", "Planned"]
 
 log = logging.getLogger(__name__)
 
@@ -63,33 +91,112 @@ class Planned:
         self._current[key] = message
 
 
-class DryRunStateFile(StateFile):
-    """Reads the real state file; never writes or removes it."""
+class DryRunExecutor:
+    """Carries out nothing that changes anything: says what it would do, from the operations a real agent
+    would carry out. Reads (an early read of IMDS, the peers' probes) go to ``inner``, the live executor,
+    which is handed nothing else."""
 
-    def save(self, state: PersistedState) -> None:
-        log.info("dry-run: would save the drain state %s%s", state.phase,
-                 f" for {', '.join(sorted(state.draining_for))}" if state.draining_for else "")
-
-    def discard(self) -> None:
-        log.info("dry-run: would remove the state file")
-
-
-class DryRunImds:
-    def __init__(self, inner: Imds) -> None:
+    def __init__(self, inner: LiveExecutor, store: DryRunStore) -> None:
         self._inner = inner
+        self._store = store
+        self.vm = inner.vm
+        self.planned_said = Planned()
 
-    def get_document(self) -> Document:
-        return self._inner.get_document()
+    def planned(self, plan: Plan, snap: Snapshot) -> None:
+        """Start a cycle of sayings, and say what holds each event of this VM's fresh document from being
+        approved now (the words the group's real agents show in their status), once per change."""
+        self.planned_said.next_cycle()
+        if snap.document is None:
+            return
+        for event in snap.document.events:
+            reasons = plan.reasons(event.event_id.upper())
+            if reasons:
+                self._say(("held", event.event_id), f"event {event.event_id} held: {'; '.join(reasons)}")
 
-    def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
-        log.info("dry-run: would POST StartRequests for %s", ",".join(event_ids))
+    def carry(self, op: Operation, snap: Snapshot) -> Done:
+        if not op.changes:
+            return self._inner.carry(op, snap)
+        words = self.words(op)
+        if words is not None:
+            self._say(*words)
+        if isinstance(op, Acknowledge):
+            self._store.would_ack(op.key, self.vm, op.at)
+        elif isinstance(op, WithdrawAck):
+            self._store.would_withdraw(op.key)
+        elif isinstance(op, StartDrain | StartRecover):
+            return Done(finished_at=snap.mono)  # no action runs: the job is over as soon as it is said
+        return DONE
+
+    def words(self, op: Operation) -> tuple[tuple[str, str], str] | None:
+        """What the dry run says of ``op``, under the key it is said once for (None: nothing)."""
+        vm = self.vm
+        if isinstance(op, SaveState):
+            held = f" for {', '.join(sorted(op.state.draining_for))}" if op.state.draining_for else ""
+            return ("state", "save"), f"would save the drain state {op.state.phase}{held}"
+        if isinstance(op, StartDrain):
+            via = ", ".join(a.name for a in self._inner.actions) or "no action"
+            events = ", ".join(e.event_id for e in op.events) or "no event"
+            return ("job", "drain"), f"would drain {vm} via {via} for {events}"
+        if isinstance(op, StartRecover):
+            via = ", ".join(a.name for a in self._inner.recover_actions(op)) or "no action"
+            return ("job", "recover"), f"would recover {vm} via {via}"
+        if isinstance(op, MarkOut | MarkOtherOut):
+            who = vm if isinstance(op, MarkOut) else op.vm
+            named = ["its drain by hand" if e == BY_HAND else e for e in op.events]
+            why = (f"for {', '.join(named)}" if op.events else
+                   "while it starts (the budget counts it serving once its return wait ends)")
+            return ("rotation", who), f"would mark {who} out of rotation {why}"
+        if isinstance(op, ClearOut):
+            return ("rotation", vm), f"would mark {vm} back in rotation"
+        if isinstance(op, PublishEvent):
+            return ("publish", op.record.event_id), f"would publish event {op.record.event_id}"
+        if isinstance(op, Reopen):
+            return ("reopen", op.key), f"would reopen the record of event {op.key} (back after it was done)"
+        if isinstance(op, Admit):
+            return ("admit", op.key), f"would admit event {op.key} into the maintenance budget"
+        if isinstance(op, AdmitDrain):
+            return ("admit-drain", op.vm), f"would admit the drain by hand of {op.vm} into the maintenance budget"
+        if isinstance(op, ForgetAdmission):
+            return ("admit-drain", op.vm), f"would forget the admission of {op.vm}'s drain by hand"
+        if isinstance(op, Acknowledge):
+            return ("ack", op.key), f"would acknowledge event {op.key} for {vm}"
+        if isinstance(op, WithdrawAck):
+            return ("ack", op.key), f"would withdraw the ack of {vm} for event {op.key}"
+        if isinstance(op, MarkDone):
+            return ("done", op.key), f"would mark the record of event {op.key} done"
+        if isinstance(op, MarkAbsent):
+            return ("absent", op.vm), f"would record {op.vm} as absent"
+        if isinstance(op, ClearAbsent):
+            return ("absent", op.vm), f"would clear {op.vm}'s absence"
+        if isinstance(op, Archive):
+            return ("archive", ""), f"would move {len(op.keys)} finished event record(s) to the history"
+        if isinstance(op, Purge):
+            return ("purge", ""), "would purge old finished event records"
+        if isinstance(op, Approve):
+            for intent in op.intents:
+                required = (f"(required acks: {', '.join(sorted(intent.required))})" if intent.required
+                            else "(no ack required)")
+                self._say(("approve", intent.event_id), f"would approve event {intent.event_id} {required}")
+            return None
+        return None
+
+    def _say(self, key: tuple[str, str], message: str) -> None:
+        self.planned_said.say(key, message)
 
 
 class DryRunStore:
+    """The store as a dry run sees it: read as it is, with the acks the dry run would have written shown
+    (``would_ack``); it never joins or campaigns, and refuses every write."""
+
     def __init__(self, inner: Store) -> None:
         self._inner = inner
-        self._would_ack: dict[str, tuple[str, float]] = {}  # event id -> (vm, at): shown in read_view
-        self.planned = Planned()
+        self._would_ack: dict[str, tuple[str, float]] = {}  # event key -> (vm, at): shown in read_view
+
+    def would_ack(self, key: str, vm: str, at: float) -> None:
+        self._would_ack[key] = (vm, at)
+
+    def would_withdraw(self, key: str) -> None:
+        self._would_ack.pop(key, None)
 
     def start(self) -> None:
         self._inner.start()
@@ -125,10 +232,8 @@ class DryRunStore:
         return self._inner.granted_session_timeout
 
     def read_view(self, vm: str, *, part: Part = Part.WHOLE) -> ClusterView:
-        # Always the whole view: one read per cycle (the planned writes are said per cycle), and what a
-        # dry run costs one agent's reads does not matter.
+        # Always the whole view: what a dry run costs one agent's reads does not matter.
         view = self._inner.read_view(vm)
-        self.planned.next_cycle()  # one view per cycle, read before the cycle's writes are planned
         # The view as read (members, pause, /out marks...), with the acks it would have written, so that
         # what it says next follows from its own drain: nothing else is made up.
         records = dict(view.records)
@@ -137,81 +242,60 @@ class DryRunStore:
                 records[key] = replace(records[key], acks={**records[key].acks, who: at})
         return replace(view, records=records)
 
-    def narrate(self, plan: Plan, document: Document | None) -> None:
-        """Say what holds each event of this VM's document from being approved now (the words the group's
-        real agents show in their status), once per change."""
-        if document is None:
-            return
-        for event in document.events:
-            reasons = plan.reasons(event.event_id.upper())
-            if reasons:
-                self.planned.say(("held", event.event_id), f"event {event.event_id} held: {'; '.join(reasons)}")
+    # -- writes: refused (the dry run's executor carries none out; a caller that tries writes nothing) --
+
+    def _refuse(self, what: str) -> NoReturn:
+        raise StoreError(f"a dry run writes nothing to ZooKeeper (refused: {what})")
 
     def publish_event(self, record: EventRecord) -> WriteResult:
-        self.planned.say(("publish", record.event_id), f"would publish event {record.event_id}")
-        return WriteResult.DONE
+        self._refuse("publish_event")
 
     def acknowledge(self, event_id: str, vm: str, at: float) -> WriteResult:
-        self.planned.say(("ack", event_id), f"would acknowledge event {event_id} for {vm}")
-        self._would_ack[event_id] = (vm, at)
-        return WriteResult.DONE
+        self._refuse("acknowledge")
 
     def withdraw_ack(self, event_id: str, vm: str) -> WriteResult:
-        self.planned.say(("ack", event_id), f"would withdraw the ack of {vm} for event {event_id}")
-        self._would_ack.pop(event_id, None)
-        return WriteResult.DONE
+        self._refuse("withdraw_ack")
 
-    def approve(
-        self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float,
-        admission: bool = False,
-    ) -> ApprovalResult:
-        self.planned.say(("approve", event_id),
-                         f"would approve event {event_id} "
-                         + (f"(required acks: {', '.join(sorted(required))})" if required else "(no ack required)"))
-        return ApprovalResult(ApprovalOutcome.REFUSED, "dry-run")
+    def approve(self, event_id: str, vm: str, required: Collection[str], *, as_leader: bool, at: float,
+                admission: bool = False) -> ApprovalResult:
+        self._refuse("approve")
 
     def vouch(self, event_id: str, vms: Collection[str], *, by: str, reason: str, at: float) -> WriteResult:
-        return WriteResult.DONE
+        self._refuse("vouch")
 
     def approve_vouched(self, event_id: str, by: str, required: Collection[str], vouched: Collection[str], *,
                         reason: str, at: float) -> ApprovalResult:
-        return ApprovalResult(ApprovalOutcome.REFUSED, "dry-run")
+        self._refuse("approve_vouched")
 
     def admit(self, event_id: str, vm: str, at: float) -> WriteResult:
-        return WriteResult.DONE
+        self._refuse("admit")
 
     def mark_absent(self, vm: str, at: float) -> WriteResult:
-        return WriteResult.DONE
+        self._refuse("mark_absent")
 
     def clear_absent(self, vm: str) -> WriteResult:
-        return WriteResult.DONE
+        self._refuse("clear_absent")
 
     def mark_done(self, event_id: str, at: float, *, started_at: float | None = None) -> WriteResult:
-        return WriteResult.DONE
+        self._refuse("mark_done")
 
     def reopen(self, event_id: str) -> WriteResult:
-        return WriteResult.DONE
+        self._refuse("reopen")
 
     def mark_out(self, vm: str, events: tuple[str, ...], at: float) -> WriteResult:
-        named = ["its drain by hand" if e == BY_HAND else e for e in events]
-        why = (f"for {', '.join(named)}" if events else
-               "while it starts (the budget counts it serving once its return wait ends)")
-        self.planned.say(("rotation", vm), f"would mark {vm} out of rotation {why}")
-        return WriteResult.DONE
+        self._refuse("mark_out")
 
     def clear_out(self, vm: str) -> WriteResult:
-        self.planned.say(("rotation", vm), f"would mark {vm} back in rotation")
-        return WriteResult.DONE
+        self._refuse("clear_out")
 
     def admit_drain(self, vm: str, asked: int, by: str, at: float) -> WriteResult:
-        self.planned.say(("admit-drain", vm), f"would admit the drain by hand of {vm} into the maintenance budget")
-        return WriteResult.DONE
+        self._refuse("admit_drain")
 
     def forget_drain_admission(self, vm: str) -> WriteResult:
-        return WriteResult.DONE
+        self._refuse("forget_drain_admission")
 
     def archive_done(self, event_ids: Collection[str], older_than: float) -> int:
-        return 0
+        self._refuse("archive_done")
 
     def purge_done(self, older_than: float) -> int:
-        return 0
+        self._refuse("purge_done")

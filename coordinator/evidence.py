@@ -21,7 +21,11 @@ from coordinator.models import Document
 from coordinator.snapshot import Sighting, is_gone, sight
 from coordinator.store.base import ClusterView, ConnectionState, Part
 
-__all__ = ["Evidence", "after_connection", "after_reading", "after_view", "holding_also"]
+__all__ = ["STARTED_KEPT", "Evidence", "after_connection", "after_reading", "after_view", "holding_also",
+           "note_started"]
+
+#: The most events whose first Started sighting an agent keeps: far more than a group has at once.
+STARTED_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class Evidence:
     seen_unnamed: bool = False
     # event key -> when this process's view first showed its record marked done (cleared once reopened)
     done_seen: Mapping[str, float] = field(default_factory=dict)
+    # event key -> the *wall* time this process first saw it Started (``note_started``), for the done mark
+    started_seen: Mapping[str, float] = field(default_factory=dict)
 
 
 def after_reading(
@@ -86,3 +92,21 @@ def holding_also(evidence: Evidence, keys: Collection[str], mono: float) -> Evid
     for key in keys:
         named.setdefault(key.upper(), Sighting(mono))
     return replace(evidence, named=named)
+
+
+def note_started(started: Mapping[str, float], document: Document, records: Collection[str] | None,
+                 at: float) -> dict[str, float]:
+    """Event key -> the wall time this agent first saw the event Started (``started``), after a new document
+    that arrived at the wall time ``at``. An event neither in the document nor among the store's records
+    (``records``; None when the store could not be read: nothing is forgotten then) is forgotten; past
+    ``STARTED_KEPT`` events, the earliest seen are. The done mark carries it into the group's history: written
+    in the rewrite the done mark makes anyway, and not at all when this agent never saw the event Started (it
+    was restarted since, or its documents do not list the event)."""
+    present = {event.event_id.upper() for event in document.events}
+    kept = {key: when for key, when in started.items() if key in present or records is None or key in records}
+    for event in document.events:
+        if event.is_started:
+            kept.setdefault(event.event_id.upper(), at)
+    if len(kept) > STARTED_KEPT:
+        kept = dict(sorted(kept.items(), key=lambda item: (item[1], item[0]))[-STARTED_KEPT:])
+    return kept

@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping
 
 from coordinator.errors import StoreError
 from coordinator.snapshot import PeerSeen
-from coordinator.store.base import ClusterView, Store
+from coordinator.store.base import Store
 from coordinator.support.probes import AskAll, ProbeAnswer, ask_all
 
 __all__ = ["PHASE_HEADER", "PeerProbes", "PeerSeen", "judge"]
@@ -91,7 +91,7 @@ class PeerProbes:
         if changed and targets:
             self._wake.set()
 
-    def follow(self, store: Store, cluster: ClusterView, me: str, wanted: bool) -> None:
+    def follow(self, store: Store, members: Collection[str], me: str, wanted: bool) -> None:
         """Called by the agent loop after each cycle with the view it read: probe the other live members
         while ``wanted`` (this agent leads, or an event names its VM), at the probe URL each one joined
         with. Member info is read again only when the membership changes, or every ``REFRESH`` seconds:
@@ -99,7 +99,7 @@ class PeerProbes:
         if not wanted:
             self.want({})
             return
-        members = cluster.members - {me}
+        members = frozenset(members) - {me}
         now = self._clock()
         if members != self._members or now - self._urls_at >= self.REFRESH:
             try:

@@ -14,8 +14,8 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 
 from coordinator import __version__
-from coordinator.actions import Action, DryRunAction, ProbeAction, ProbeState
-from coordinator.agent import Agent, Imds
+from coordinator.actions import Action, ProbeAction, ProbeState
+from coordinator.agent import Agent
 from coordinator.apphealth import AppHealth
 from coordinator.config import (
     AzureLbActionConfig,
@@ -309,15 +309,10 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         from coordinator.config import redacted
 
         log.debug("effective configuration: %s", json.dumps(redacted(settings)))
-    state_file: StateFile
-    probe = ProbeState(serving=False)  # a dry run's is served by no listener, and its actions only log
+    probe = ProbeState(serving=False)  # a dry run's is served by no listener, and no action of it runs
     if dry_run:
-        from coordinator.dryrun import DryRunStateFile
-
-        state_file = DryRunStateFile(settings.state_file)
         admin_listen = admin_listen or DRY_RUN_ADMIN_LISTEN
-    else:
-        state_file = StateFile(settings.state_file)
+    state_file = StateFile(settings.state_file)  # a dry run reads it, and writes nothing
     agent_ref: list[Agent] = []
     app_health = AppHealth(lambda: agent_ref[0] if agent_ref else None,
                            stuck_after=settings.app_health.stuck_after_seconds,
@@ -395,16 +390,8 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         metrics.admin_state_expected()
     actions: list[Action] = [ProbeAction(probe),
                              *build_actions(settings, on_admin_state_failure=metrics.admin_state_failed)]
-    adapters_imds: Imds = imds
-    on_plan = None
-    if dry_run:
-        from coordinator.dryrun import DryRunImds, DryRunStore
-
-        observer = DryRunStore(store)
-        store, on_plan = observer, observer.narrate
-        actions = [DryRunAction(a) for a in actions]
-        adapters_imds = DryRunImds(imds)
-    # Reads are the same in a dry run (only the approval is not sent): the poller uses the client itself.
+    # Reads are the same in a dry run (its executor carries out nothing that changes anything, the approval
+    # included, and its store refuses every write: ``coordinator.dryrun``).
     poller = ImdsPoller(
         lambda: imds.get_document(attempts=1),
         interval=settings.imds.poll_interval,
@@ -417,7 +404,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
              else ", unit from IMDS's placementGroupId")
     agent = Agent(
         vm=vm,
-        imds=adapters_imds,
+        imds=imds,
         store=store,
         actions=actions,
         policy=replace(policy_from(settings), delivery=delivery),
@@ -430,7 +417,7 @@ def run_agent(settings: Settings, *, dry_run: bool = False, stopper: Stopper | N
         peers=peers,
         readings=poller if settings.imds.stagger else _Unstaggered(poller),
         idle_cycle=max(5.0, 2 * settings.imds.poll_interval),
-        on_plan=on_plan,
+        dry_run=dry_run,
     )
     agent_ref.append(agent)
     stopper.attach(agent.wake)

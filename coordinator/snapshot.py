@@ -12,6 +12,7 @@ from coordinator.config import ApprovalRule, ApproverMode, PeersPolicy
 from coordinator.delivery import Delivery
 from coordinator.maintenance_windows import Window, in_windows
 from coordinator.models import Document, EventSource, EventType, ScheduledEvent
+from coordinator.operations import ApprovalIntent, Operation
 from coordinator.state import PersistedState
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Pause
 
@@ -145,6 +146,11 @@ class Snapshot:
     seen_unnamed: bool = False
     # event key -> when this process's view first showed its record marked done (``Evidence.done_seen``)
     done_seen: Mapping[str, float] = field(default_factory=dict)
+    # Event key -> the wall time this process first saw it Started (``evidence.note_started``): the done mark
+    # carries it into the group's history.
+    started_seen: Mapping[str, float] = field(default_factory=dict)
+    # When this cycle asked the peers' probes again right before approving (None: it did not).
+    peers_confirmed_at: float | None = None
 
     @property
     def uptime(self) -> float:
@@ -235,15 +241,6 @@ def rule_for(event: ScheduledEvent, policy: Policy) -> ApprovalRule:
 
 
 @dataclass(frozen=True)
-class ApprovalIntent:
-    event_id: str  # exactly as IMDS spelled it: it goes back in the POST
-    key: str  # normalized id: the store key
-    required: tuple[str, ...]  # VMs whose acks the store must see right before the POST
-    as_leader: bool
-    admission: bool = False  # the store must also see the event's admission right before the POST
-
-
-@dataclass(frozen=True)
 class Plan:
     next_phase: Phase | None = None
     start_drain: bool = False
@@ -290,6 +287,8 @@ class Plan:
     save_first: PersistedState | None = None
     save: PersistedState | None = None
     probe_peers: bool | None = None
+    # What the shell carries out, in this order (``decide.order.in_order``): the fields above as operations.
+    operations: tuple[Operation, ...] = ()
 
     def reasons(self, key: str) -> tuple[str, ...]:
         """What holds the event ``key`` from being approved now, in words (empty: nothing the plan says)."""

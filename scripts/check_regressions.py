@@ -38,10 +38,10 @@ MUTATIONS = [
     ),
     (
         'fence-counts-from-the-checks-start',
-        'coordinator/plan_approvals.py',
-        '        checked_at = started if checked_at is None else checked_at\n',
-        '        checked_at = mono() if checked_at is None else checked_at\n',
-        'tests/unit/test_plan_approvals.py::test_the_session_fence_counts_from_before_the_stores_check_not_after_it',
+        'coordinator/execute.py',
+        '            checked_at = started if checked_at is None else checked_at\n',
+        '            checked_at = mono() if checked_at is None else checked_at\n',
+        'tests/unit/test_approve_operation.py::test_the_session_fence_counts_from_before_the_stores_check_not_after_it',
     ),
     (
         'withdraw-before-recover',
@@ -82,7 +82,7 @@ MUTATIONS = [
     (
         'assume-worst',
         'coordinator/agent.py',
-        '        self._assume_worst = self._state_file.unreadable\n',
+        '        self._assume_worst = state_file.unreadable\n',
         '        self._assume_worst = False\n',
         'test_unreadable_state_file_holds_every_event_naming_the_vm',
     ),
@@ -139,8 +139,8 @@ MUTATIONS = [
     (
         'dry-run-saves',
         'coordinator/dryrun.py',
-        '        log.info("dry-run: would save the drain state',
-        '        StateFile.save(self, state); log.info("dry-run: would save the drain state',
+        '        if not op.changes:\n',
+        '        if not op.changes or isinstance(op, SaveState):\n',
         'test_dry_run_writes_no_state_and_no_node_and_moves_no_probe',
     ),
     (
@@ -231,7 +231,7 @@ MUTATIONS = [
     (
         'drain-wait-from-job-start',
         'coordinator/agent.py',
-        '            local = replace(local, drain_started=max(local.drain_started, self._drain_began))\n',
+        '            local = replace(local, drain_started=max(local.drain_started, live.drain_began))\n',
         '            pass\n',
         f'{FOUND}::test_a_drain_queued_behind_a_slow_recovery_is_acknowledged_before_the_drain_wait',
     ),
@@ -790,7 +790,7 @@ MUTATIONS = [
     (
         'hand-drain-unreadable-state-file-holds-it',
         'coordinator/agent.py',
-        '            draining_for=held | {BY_HAND} if self._state_file.unreadable else held,\n',
+        '            draining_for=held | {BY_HAND} if state_file.unreadable else held,\n',
         '            draining_for=held,\n',
         'tests/unit/test_hand_drain_agent.py::test_an_unreadable_state_file_holds_a_drain_by_hand_until_a_view_says_there_is_none',
     ),
@@ -853,6 +853,34 @@ MUTATIONS = [
         'else policy.recovery_grace\n',
         '        after = policy.archive_after\n',
         'tests/unit/test_archive.py::test_which_records_the_leader_moves_to_the_history',
+    ),
+    (
+        'a-failed-store-operation-stops-the-rest',
+        'coordinator/execute.py',
+        '        if op.in_store and store_failed:\n',
+        '        if False:\n',
+        'tests/unit/test_operations.py::test_a_failed_store_operation_stops_the_store_operations_after_it_and_nothing_else',
+    ),
+    (
+        'out-mark-before-the-ack',
+        'coordinator/decide/order.py',
+        '        if plan.mark_out is not None:\n            ops.append(MarkOut(plan.mark_out, now))\n'
+        '        ops.extend(PublishEvent(record) for record in plan.publish)\n'
+        '        ops.extend(Reopen(key) for key in plan.reopen)\n'
+        '        ops.extend(Admit(key, now) for key in plan.admit)\n'
+        '        ops.extend(AdmitDrain(vm, asked, now) for vm, asked in sorted(plan.admit_drains.items()))\n'
+        '        ops.extend(ForgetAdmission(vm) for vm in plan.forget_admissions)\n'
+        '        drain_started = plan.local.drain_started\n'
+        '        ops.extend(Acknowledge(key, now, drain_started, snap.mono - drain_started) for key in plan.ack)\n',
+        '        ops.extend(PublishEvent(record) for record in plan.publish)\n'
+        '        ops.extend(Reopen(key) for key in plan.reopen)\n'
+        '        ops.extend(Admit(key, now) for key in plan.admit)\n'
+        '        ops.extend(AdmitDrain(vm, asked, now) for vm, asked in sorted(plan.admit_drains.items()))\n'
+        '        ops.extend(ForgetAdmission(vm) for vm in plan.forget_admissions)\n'
+        '        drain_started = plan.local.drain_started\n'
+        '        ops.extend(Acknowledge(key, now, drain_started, snap.mono - drain_started) for key in plan.ack)\n'
+        '        if plan.mark_out is not None:\n            ops.append(MarkOut(plan.mark_out, now))\n',
+        'tests/unit/test_operations.py::test_the_operations_come_in_the_order_safety_rests_on',
     ),
 ]
 

@@ -27,7 +27,7 @@ from pydantic import SecretStr
 from coordinator.errors import ActionError
 from coordinator.models import ScheduledEvent
 
-__all__ = ["Action", "ActionContext", "ActionTimings", "DryRunAction", "mask_secrets", "run_drain", "run_recover"]
+__all__ = ["Action", "ActionContext", "ActionTimings", "mask_secrets", "run_drain", "run_recover"]
 
 log = logging.getLogger(__name__)
 
@@ -77,23 +77,6 @@ class ActionTimings(Protocol):
     def action_done(self, phase: str, action: str, outcome: str, seconds: float) -> None: ...
 
     def job_done(self, phase: str, outcome: str, seconds: float) -> None: ...
-
-
-class DryRunAction:
-    """Wraps an action and reports what it would do instead of doing it (observe-only mode)."""
-
-    def __init__(self, inner: Action) -> None:
-        self._inner = inner
-        self.name = inner.name
-        self.always_recover = inner.always_recover
-        self.recover_after_probe = bool(getattr(inner, "recover_after_probe", False))
-
-    def drain(self, ctx: ActionContext) -> None:
-        log.info("dry-run: would drain %s via %s for %s", ctx.vm, self.name,
-                 ", ".join(e.event_id for e in ctx.events) or "no event")
-
-    def recover(self, ctx: ActionContext) -> None:
-        log.info("dry-run: would recover %s via %s", ctx.vm, self.name)
 
 
 def _run(

@@ -32,13 +32,17 @@ approver, whose ack it waits for, whether it could be approved early); ``drain.p
 (what holds this VM, its state machine, its acks, when it may serve, its ``/out`` mark); ``budget.py`` the
 disruption budget (who is out of rotation, what is in flight, the leader's admissions); ``approval.py``
 approval (why not now, the approval intents, the last holds before a POST); ``records.py`` the leader's
-upkeep of records and absences.
+upkeep of records and absences; ``local.py`` this VM's own state once the plan is carried out, and how each
+operation's result is folded into it (``reported``); ``order.py`` the plan's operations in the order the shell
+carries them out (``Plan.operations``, typed in ``coordinator.operations``).
 """
 
 from __future__ import annotations
 
 from coordinator.decide.decision import decide, view_needed
 from coordinator.decide.events import choose_approver
+from coordinator.decide.local import reported
+from coordinator.decide.order import in_order
 from coordinator.snapshot import (
     ApprovalIntent,
     LocalState,
@@ -66,7 +70,9 @@ __all__ = [
     "approval_fence",
     "choose_approver",
     "decide",
+    "in_order",
     "is_gone",
+    "reported",
     "rule_for",
     "session_lapses_after",
     "view_needed",

@@ -12,6 +12,7 @@ from coordinator.decide.budget import weigh_budget
 from coordinator.decide.drain import acks_due, drain_step, events_holding, out_mark_change
 from coordinator.decide.events import ParsedEvent, first_live, parse_events
 from coordinator.decide.local import local_plan
+from coordinator.decide.order import in_order
 from coordinator.decide.records import absences, closing, purge_cutoff, to_archive
 from coordinator.snapshot import LocalState, Phase, Plan, Policy, Snapshot
 from coordinator.store.base import ClusterView, OutMark, Part
@@ -113,7 +114,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
                      approving=snap.me in group.approvals.approvers.values() if doc is not None else None,
                      purge_due=purge_before is not None)
 
-    return Plan(
+    plan = Plan(
         next_phase=next_phase,
         start_drain=start_drain,
         start_recover=start_recover,
@@ -150,6 +151,7 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         save=own.save,
         probe_peers=own.probe_peers,
     )
+    return replace(plan, operations=in_order(plan, snap))
 
 
 @dataclass

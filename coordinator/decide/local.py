@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from coordinator.operations import Approve, Done, Operation, SaveState, StartDrain, StartRecover
 from coordinator.snapshot import LocalState, Phase, Snapshot
 from coordinator.state import PersistedState
 
-__all__ = ["PURGE_EVERY", "LocalPlan", "local_plan"]
+__all__ = ["PURGE_EVERY", "LocalPlan", "local_plan", "reported"]
 
 #: Seconds between two purges of old done records by the leader.
 PURGE_EVERY = 300.0
@@ -107,3 +108,16 @@ def _peers_published(snap: Snapshot, local: LocalState) -> tuple[bool, frozenset
     shown = {e.event_id.upper() for e in snap.last_document.events} if snap.last_document else set()
     new = {key for key, record in records.items() if record.done_at is None and key not in shown} - local.asked
     return bool(new), frozenset((local.asked & set(records)) | new)
+
+
+def reported(local: LocalState, op: Operation, done: Done) -> LocalState:
+    """``local`` with the result of one operation on top: what the state file now holds (a save that failed
+    removed it, so that a restart assumes the worst), the approvals IMDS accepted, a job that finished at
+    once."""
+    if isinstance(op, SaveState):
+        return replace(local, saved=op.state if done.ok else None)
+    if isinstance(op, Approve) and done.posted:
+        return replace(local, posted=local.posted | done.posted)
+    if isinstance(op, StartDrain | StartRecover) and done.finished_at is not None:
+        return replace(local, job_running=False, job_failed=not done.ok, job_done_at=done.finished_at)
+    return local

@@ -192,7 +192,7 @@ class ImdsBench:
             imds = _RecordingImds(client, probe)
             agent = Agent(vm="vm0", imds=imds, store=lone_store(clock.now),
                           actions=[ProbeAction(probe)], policy=POLICY, metrics=Metrics(CollectorRegistry()),
-                          clock=clock, executor=InlineExecutor(),  # type: ignore[arg-type]
+                          clock=clock, jobs=InlineExecutor(),  # type: ignore[arg-type]
                           state_file=StateFile(Path(tmp) / "vm0.json"))
             self.serve(encode(baseline_document(), "utf-8"))
             for _ in range(10):

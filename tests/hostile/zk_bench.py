@@ -146,7 +146,7 @@ class ZkBench:
                         self._write(item.path(paths), item.data)
                 agent = Agent(vm="vm0", imds=imds, store=store, actions=[ProbeAction(probe)], policy=POLICY,
                               metrics=Metrics(CollectorRegistry()), clock=clock,
-                              executor=InlineExecutor(),  # type: ignore[arg-type]
+                              jobs=InlineExecutor(),  # type: ignore[arg-type]
                               state_file=StateFile(Path(tmp) / "vm0.json"))
                 after = [g for g in garbage if g.when == "after"]
                 for number in range(cycles):

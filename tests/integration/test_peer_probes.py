@@ -109,22 +109,22 @@ def test_follow_probes_the_live_members_while_wanted_and_stops_when_not(peer: Pe
     probes = PeerProbes(interval=60, timeout=1.0)
     try:
         view = stores["vm0"].read_view("vm0")
-        probes.follow(stores["vm0"], view, "vm0", wanted=True)
+        probes.follow(stores["vm0"], view.members, "vm0", wanted=True)
         probes.probe_once()
         seen = probes.seen()
         assert set(seen) == {"vm1"}  # never itself; vm2 has no address and is never counted as serving
         assert seen["vm1"].in_rotation
         stores["vm1"].stop()  # vm1 leaves: no longer a member, no longer probed
-        probes.follow(stores["vm0"], stores["vm0"].read_view("vm0"), "vm0", wanted=True)
+        probes.follow(stores["vm0"], stores["vm0"].read_view("vm0").members, "vm0", wanted=True)
         probes.probe_once()
         assert probes.seen() == {}
         stores["vm1"] = cluster.store(time.time)
         stores["vm1"].start()
         stores["vm1"].join("vm1", {"probe": peer.url})
-        probes.follow(stores["vm0"], stores["vm0"].read_view("vm0"), "vm0", wanted=False)
+        probes.follow(stores["vm0"], stores["vm0"].read_view("vm0").members, "vm0", wanted=False)
         probes.probe_once()
         assert probes.seen() == {}  # not wanted: nobody is probed
-        probes.follow(stores["vm0"], stores["vm0"].read_view("vm0"), "vm0", wanted=True)
+        probes.follow(stores["vm0"], stores["vm0"].read_view("vm0").members, "vm0", wanted=True)
         probes.probe_once()
         assert probes.seen()["vm1"].in_rotation
     finally:

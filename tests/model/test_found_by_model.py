@@ -30,7 +30,7 @@ VM acknowledges as soon as that drain is done, however little of the drain wait 
 (docs/safety.md) approves only VMs drained for the event now, the probe failing for the drain wait.
 
 Fixed: the agent counts the drain wait from the moment the drain job began on the executor's thread
-(``Agent._drain_job``).
+(the drain job of ``execute.LiveExecutor``).
 
 A cut-off VM served on a reading sent before an approval made on its standing ack
 --------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def test_end_to_end_a_reused_event_id_is_approved_while_no_vm_answers_its_probe(
         agents[vm] = Agent(
             vm=vm, imds=FakeImds(group, vm, on_post), store=cluster.store(clock.now),
             actions=actions, policy=POLICY, metrics=Metrics(CollectorRegistry()), clock=clock,
-            executor=cast(JobExecutor, _InlineExecutor()), state_file=StateFile(tmp_path / vm / "state.json"),
+            jobs=cast(JobExecutor, _InlineExecutor()), state_file=StateFile(tmp_path / vm / "state.json"),
         )
 
     def run(seconds: int) -> None:
@@ -407,7 +407,7 @@ def test_a_drain_queued_behind_a_slow_recovery_is_acknowledged_before_the_drain_
         agents[vm] = Agent(
             vm=vm, imds=FakeImds(group, vm, on_post), store=cluster.store(clock.now),
             actions=[ProbeAction(probes[vm])], policy=POLICY, metrics=Metrics(CollectorRegistry()), clock=clock,
-            executor=cast(JobExecutor, executor), state_file=StateFile(tmp_path / vm / "state.json"),
+            jobs=cast(JobExecutor, executor), state_file=StateFile(tmp_path / vm / "state.json"),
         )
 
     def run(seconds: int) -> None:

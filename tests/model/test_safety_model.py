@@ -10,9 +10,9 @@ objects (the real decision code, state file, ``ProbeAction`` and ``ProbeState``)
 Each VM has its own ``FakeImds`` (the agent's ``Imds`` protocol; documents go through the real
 ``parse_document``, approvals are recorded by the model), its own wall clock (true time plus a per-VM
 skew; the monotonic clock is shared), a controllable executor and a recording action after the probe
-(``tests.model.harness``). vm0-vm2 always run agents; vm3 runs one, an observe-only one (``DryRunImds``,
-``DryRunStore``, ``DryRunAction``, ``DryRunStateFile``, as ``--dry-run`` wires them: with no health probe,
-the load balancer sees it as a VM that answers nothing) or none; vm9 never runs one. The policy is the
+(``tests.model.harness``). vm0-vm2 always run agents; vm3 runs one, an observe-only one (``Agent(dry_run=True)``,
+as ``--dry-run`` wires it: the dry run's executor and read-only store; with no health probe, the load
+balancer sees it as a VM that answers nothing) or none; vm9 never runs one. The policy is the
 default one (budget of one event, keep one serving) with a drain wait of 10 s to keep examples short. Drawn per
 example: the approver mode; ``absent_peer_grace_seconds`` (none, 60 s or 120 s); the session timeout the ensemble
 grants (the 30 s asked for, or 20, 40 or 60 s, which agents read through ``Store.granted_session_timeout``)
@@ -159,12 +159,11 @@ from hypothesis.stateful import (
 )
 from prometheus_client import CollectorRegistry
 
-from coordinator.actions import Action, DryRunAction, ProbeAction
-from coordinator.agent import Agent, Imds
+from coordinator.actions import Action, ProbeAction
+from coordinator.agent import Agent
 from coordinator.config import ApproverMode
 from coordinator.decide import Policy, session_lapses_after
 from coordinator.delivery import Delivery, DeliveryMode
-from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore
 from coordinator.errors import InvalidName
 from coordinator.executor import JobExecutor
 from coordinator.maintenance_windows import Window, in_windows
@@ -172,7 +171,7 @@ from coordinator.metrics import Metrics
 from coordinator.models import parse_document
 from coordinator.names import normalize_event_id
 from coordinator.state import StateFile
-from coordinator.store.base import BY_HAND, ConnectionState, EventRecord, Store
+from coordinator.store.base import BY_HAND, ConnectionState, EventRecord
 from tests.fakezk_group import FakeGroup
 from tests.model.harness import (
     STORE_FAULT_POINTS,
@@ -473,7 +472,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         # As ``coordinator run --dry-run`` wires it: the state file is read, never written, and no probe is
         # served (the load balancer sees no answer, as from a VM that runs no agent); a real agent's probe
         # answers 503 from its start until a document clears the VM.
-        saved = DryRunStateFile(slot.state_path) if slot.dry_run else StateFile(slot.state_path)
+        saved = StateFile(slot.state_path)
         probe = WatchedProbe(lambda serving: self._on_probe(slot, serving), serving=False)
         executor = ModelExecutor("held" if slot.hold_cycles else slot.exec_mode, before_run=self._observe,
                                  stamp=self._stamp)
@@ -486,28 +485,23 @@ class CoordinatorModel(RuleBasedStateMachine):
         imds = FakeImds(self.group, slot.vm, lambda fake, ids: self._on_post(slot, generation, ids),
                         lambda events: self._on_served(slot, events), self._between_attempts)
         actions: list[Action] = [ProbeAction(probe), RecordingAction(slot.truth, executor.checkpoint)]
-        agent_store: Store = store
-        agent_imds: Imds = imds
-        if slot.dry_run:
-            actions = [DryRunAction(a) for a in actions]
-            agent_store = DryRunStore(store)
-            agent_imds = DryRunImds(imds)
         slot.probe, slot.executor, slot.store, slot.imds = probe, executor, store, imds
-        slot.readings = ModelReadings(agent_imds.get_document, slot.clock.monotonic)
+        slot.readings = ModelReadings(imds.get_document, slot.clock.monotonic)
         slot.readings.slow = slot.slow
         if slot.out_since is None:
             slot.out_since = self.time.now
         slot.agent = Agent(
             vm=slot.vm,
-            imds=agent_imds,
-            store=agent_store,
+            imds=imds,
+            store=store,
             actions=actions,
             policy=self._policy_of_agents(slot.vm),
             metrics=Metrics(CollectorRegistry()),
             clock=slot.clock,
-            executor=cast(JobExecutor, executor),
+            jobs=cast(JobExecutor, executor),
             state_file=saved,
             readings=slot.readings,
+            dry_run=slot.dry_run,
         )
 
     def _policy_of_agents(self, vm: str) -> Policy:

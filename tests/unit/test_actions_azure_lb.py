@@ -170,7 +170,7 @@ def test_a_drain_that_falls_back_to_the_probe_says_so_up_to_the_agents_status(tm
         "NotBefore": not_before}]})
     agent = Agent(vm="vm0", imds=StaticImds(document), store=lone_store(clock.now),
                   actions=[ProbeAction(ProbeState()), action], policy=Policy(), metrics=Metrics(CollectorRegistry()),
-                  clock=clock, executor=InlineExecutor(),  # type: ignore[arg-type]
+                  clock=clock, jobs=InlineExecutor(),  # type: ignore[arg-type]
                   state_file=StateFile(tmp_path / "state.json"))
     assert agent.status()["action_fallback"] is None
     for _ in range(3):

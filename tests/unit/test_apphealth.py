@@ -315,7 +315,7 @@ def _recovering_agent(tmp_path: Path, error: ActionError) -> tuple[Agent, AgentC
         "NotBefore": not_before}]}))
     agent = Agent(vm="vm0", imds=imds, store=lone_store(clock.now),
                   actions=[ProbeAction(ProbeState()), _Recovery(error)], policy=Policy(),
-                  metrics=Metrics(CollectorRegistry()), clock=clock, executor=InlineExecutor(),  # type: ignore[arg-type]
+                  metrics=Metrics(CollectorRegistry()), clock=clock, jobs=InlineExecutor(),  # type: ignore[arg-type]
                   state_file=StateFile(tmp_path / "state.json"))
     for _ in range(200):
         agent.cycle()

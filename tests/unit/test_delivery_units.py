@@ -20,7 +20,6 @@ from coordinator.decide import LocalState, Phase, Policy, Snapshot, decide
 from coordinator.delivery import Delivery, DeliveryMode
 from coordinator.errors import ImdsUnavailable
 from coordinator.models import Document, parse_document
-from coordinator.poller import ReadEachCycle
 from coordinator.store.base import ClusterView
 from tests.unit.test_policy import NOW, A, doc, ev, rec, view
 from tests.unit.test_safety_regressions import E2, POLICY, Bench, E, FakeImds, Group
@@ -70,8 +69,7 @@ def _start(bench: Bench, name: str, units: Mapping[str, str], delivery: Delivery
     vm = bench.add(name, policy=policy)
     if first:
         vm.imds = UnitImds(bench.group, name, units, named_only=named_only)
-        vm.agent._imds = vm.imds  # type: ignore[assignment]
-        vm.agent._readings = ReadEachCycle(vm.imds.get_document, bench.clock.monotonic)  # type: ignore[assignment]
+        vm.rewire(imds=vm.imds)
 
 
 def _view(bench: Bench) -> ClusterView:

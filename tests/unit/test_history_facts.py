@@ -1,14 +1,14 @@
 """The two facts the agents keep for ``coordinator status --history`` at no request more: when the closing
-agent first saw an event Started (``plan_writes.note_started``, written with the done mark), and the acks an
+agent first saw an event Started (``evidence.note_started``, written with the done mark), and the acks an
 approval was released on (written with the approval), through the agent loop on the fake ZooKeeper."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from coordinator.evidence import STARTED_KEPT, note_started
 from coordinator.groupstatus.history import history_entry
 from coordinator.models import Document, parse_document
-from coordinator.plan_writes import STARTED_KEPT, note_started
 from tests.unit.test_safety_regressions import Bench, E
 
 T0 = 1_700_000_000.0

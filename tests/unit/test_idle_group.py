@@ -22,7 +22,7 @@ class RecordingPeers:
     def confirm(self) -> dict[str, PeerSeen]:
         return self.seen()
 
-    def follow(self, store: Any, cluster: Any, me: str, wanted: bool) -> None:
+    def follow(self, store: Any, members: Any, me: str, wanted: bool) -> None:
         self.wanted[me] = wanted
 
 

@@ -21,7 +21,7 @@ from coordinator.decide import LocalState, Phase, Policy, Sighting, Snapshot, de
 from coordinator.errors import ImdsFenced, ImdsUnavailable
 from coordinator.maintenance_windows import Window
 from coordinator.models import Document, parse_document
-from coordinator.poller import ReadEachCycle, Reading
+from coordinator.poller import Reading
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord
 from tests.unit.test_safety_regressions import AT_ONCE, E2, Bench, E, FakeImds
 
@@ -158,7 +158,7 @@ def test_a_pause_made_while_the_approval_is_retried_stops_the_retries(tmp_path: 
     bench.add("vm1")
     retrying = RetryingImds(vm0.imds, bench.clock.advance, failures=2, backoff=1.0,
                             between=lambda: bench.cluster.pause("disk firmware rollout", "ops", bench.clock.wall))
-    vm0.agent._imds = retrying  # type: ignore[assignment]
+    vm0.rewire(posts=retrying)
     bench.group.schedule(E, ["vm0"])
     bench.run(40, until=lambda: retrying.attempts > 0)
     assert retrying.attempts == 1, "the first attempt failed; the pause came before the retry"
@@ -177,7 +177,7 @@ def test_a_maintenance_window_that_closes_while_the_approval_is_retried_stops_th
     vm0 = bench.add("vm0")
     bench.add("vm1")
     retrying = RetryingImds(vm0.imds, bench.clock.advance, failures=3, backoff=4.0, between=lambda: None)
-    vm0.agent._imds = retrying  # type: ignore[assignment]
+    vm0.rewire(posts=retrying)
     bench.group.schedule(E, ["vm0"])
     bench.run(40, until=lambda: retrying.attempts > 0)
     assert retrying.attempts >= 1
@@ -285,8 +285,7 @@ def test_a_group_whose_vms_see_only_their_own_events_still_approves_early(tmp_pa
     for name in ("vm0", "vm1", "vm2"):
         vm = bench.add(name)
         vm.imds = NamedOnlyImds(bench.group, name)
-        vm.agent._imds = vm.imds  # type: ignore[assignment]
-        vm.agent._readings = ReadEachCycle(vm.imds.get_document, bench.clock.monotonic)  # type: ignore[assignment]
+        vm.rewire(imds=vm.imds)
     bench.run(3)
     assert bench.cluster.leader is not None and bench.cluster.leader.vm == "vm0"
     bench.group.schedule(E, ["vm1"])

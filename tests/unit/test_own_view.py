@@ -196,7 +196,7 @@ def three_vms_reads_of_vm2_counted(tmp_path: Path) -> tuple[Bench, Any, Counting
         bench.add(name)
     vm2 = bench.vms["vm2"]
     counting = Counting(vm2.store)
-    vm2.agent._store = counting
+    vm2.rewire(store=counting)
     bench.run(10)
     return bench, vm2, counting
 

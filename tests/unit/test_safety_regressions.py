@@ -21,16 +21,17 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from coordinator.actions.base import ActionContext, DryRunAction
+from coordinator.actions.base import ActionContext
 from coordinator.actions.probe import ProbeAction, ProbeState
 from coordinator.agent import Agent
 from coordinator.config import ApprovalRule
 from coordinator.decide import PeerSeen, Phase, Policy
-from coordinator.dryrun import DryRunImds, DryRunStateFile, DryRunStore
+from coordinator.dryrun import DryRunStore
 from coordinator.errors import ImdsFenced, ImdsUnavailable, StoreUnknownOutcome
 from coordinator.imds import ImdsClient
 from coordinator.metrics import Metrics
 from coordinator.models import Document, format_not_before, parse_document
+from coordinator.poller import ReadEachCycle
 from coordinator.state import PersistedState, StateFile
 from coordinator.store.base import ApprovalResult
 from tests.doubles import Clock, InlineExecutor
@@ -126,6 +127,21 @@ class Vm:
     history: list[tuple[float, bool]] = field(default_factory=list)  # (mono, probe answers 200)
     running: bool = True
 
+    def rewire(self, *, store: Any = None, imds: Any = None, readings: Any = None, posts: Any = None) -> None:
+        """Put another store or IMDS (a double that misbehaves), or another source of readings, under the
+        running agent: where its loop reads, and where its executor writes and POSTs. ``posts``: an IMDS
+        that only the approval's POST goes to (the readings stay as they are)."""
+        if store is not None:
+            self.agent._store = self.agent._live._store = store
+        if posts is not None:
+            self.agent._live._imds = posts
+        if imds is not None:
+            self.agent._live._imds = imds
+            if readings is None:
+                readings = ReadEachCycle(imds.get_document, self.agent._clock.monotonic)
+        if readings is not None:
+            self.agent._readings = self.agent._live._readings = readings
+
 
 class BenchPeers:
     """The peers' probes as the load balancer would see them now: a VM is in rotation while its agent
@@ -158,7 +174,7 @@ class BenchPeers:
         self.confirmed += 1
         return self.now()
 
-    def follow(self, store: Any, cluster: Any, me: str, wanted: bool) -> None:
+    def follow(self, store: Any, members: Any, me: str, wanted: bool) -> None:
         if wanted:
             self.probing.add(me)
 
@@ -182,17 +198,13 @@ class Bench:
         # A dry run's probe is served by no listener (``coordinator.runtime``), and its actions never move it.
         probe = ProbeState(serving=False) if dry_run else ProbeState()
         actions: list[Any] = [ProbeAction(probe), *extra]
-        if dry_run:  # as ``coordinator run --dry-run`` wires it
-            actions = [DryRunAction(action) for action in actions]
-        agent_store = DryRunStore(store) if dry_run else store
-        agent = Agent(vm=name, imds=DryRunImds(imds) if dry_run else imds,
-                      store=agent_store, actions=actions,
+        agent = Agent(vm=name, imds=imds, store=store, actions=actions,
                       policy=policy if policy is not None else self.policy,
                       metrics=Metrics(CollectorRegistry()), clock=self.clock,
-                      executor=InlineExecutor(),  # type: ignore[arg-type]
-                      state_file=DryRunStateFile(state) if dry_run else StateFile(state), peers=self.peers,
+                      jobs=InlineExecutor(),  # type: ignore[arg-type]
+                      state_file=StateFile(state), peers=self.peers,
                       readings=readings(imds) if readings is not None else None,
-                      on_plan=agent_store.narrate if isinstance(agent_store, DryRunStore) else None)
+                      dry_run=dry_run)  # as ``coordinator run --dry-run`` wires it
         vm = Vm(name, agent, probe, store, imds, state, old.history if old else [])
         self.vms[name] = vm
         return vm
@@ -352,12 +364,12 @@ def test_a_vm_whose_withdrawal_fails_stays_out_while_zookeeper_shows_its_ack(tmp
     bench.group.schedule(E, ["vm0", "vmx"])
     bench.run(20)
     vm0 = bench.vms["vm0"]
-    vm0.agent._store = WithdrawTimesOut(vm0.store)  # type: ignore[assignment]
+    vm0.rewire(store=WithdrawTimesOut(vm0.store))
     bench.group.remove(E)
     bench.run(20)
     assert "vm0" in bench.cluster.events[E].acks
     assert not any(serving for _, serving in vm0.history[-20:])
-    vm0.agent._store = vm0.store  # type: ignore[assignment]
+    vm0.rewire(store=vm0.store)
     bench.run(20)
     assert vm0.probe.serving
 
@@ -672,11 +684,11 @@ def test_no_post_once_the_session_may_have_lapsed(tmp_path: Path) -> None:
     bench = Bench(tmp_path)
     vm0 = bench.add("vm0")
     bench.add("vm1")
-    vm0.agent._store = PausesAfterTheCheck(vm0.store, bench.clock, pause=POLICY.session_timeout)  # type: ignore[assignment]
+    vm0.rewire(store=PausesAfterTheCheck(vm0.store, bench.clock, pause=POLICY.session_timeout))
     bench.group.schedule(E, ["vm0"])
     bench.run(40)
     assert bench.group.posts == []
-    vm0.agent._store = vm0.store  # type: ignore[assignment]
+    vm0.rewire(store=vm0.store)
     bench.run(5)
     assert bench.group.approved(E)
 

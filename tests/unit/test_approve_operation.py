@@ -1,5 +1,6 @@
-"""``plan_approvals.send_approvals``: the store's last check per event, one POST of what it confirmed,
-and the fence asked before every attempt with what is true at that moment."""
+"""The ``Approve`` operation, as the live executor carries it out (``coordinator.execute``): the store's last
+check per event, one POST of what it confirmed, and the fence asked before every attempt with what is true
+at that moment."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from coordinator.decide import Plan, Policy, Snapshot
+from coordinator.decide import Policy, Snapshot
 from coordinator.errors import ImdsFenced, ImdsUnavailable
+from coordinator.execute import LiveExecutor
+from coordinator.executor import JobExecutor
 from coordinator.metrics import Metrics
-from coordinator.plan_approvals import send_approvals
-from coordinator.snapshot import ApprovalIntent
+from coordinator.operations import ApprovalIntent, Approve
+from coordinator.poller import ReadEachCycle
+from coordinator.state import StateFile
 from coordinator.telemetry import Telemetry
 from tests.fakezk_group import FakeGroup
 from tests.unit.test_policy import NOW, A, B, doc, ev, rec
@@ -28,6 +32,9 @@ class Clock:
 
     def monotonic(self) -> float:
         return self.mono
+
+    def now(self) -> float:
+        return NOW
 
 
 @dataclass
@@ -68,11 +75,16 @@ class Group:
 
     def send(self, imds: Imds, *keys: str, peers_confirmed_at: float | None = None,
              policy: Policy = POLICY) -> frozenset[str]:
-        plan = Plan(approve=tuple(ApprovalIntent(key, key, ("vm0",), as_leader=False) for key in keys))
+        op = Approve(tuple(ApprovalIntent(key, key, ("vm0",), as_leader=False) for key in keys), NOW,
+                     peers_confirmed_at)
         telemetry = Telemetry(self.metrics, "vm0", policy, started=0.0, live_after=30.0)
-        return send_approvals(self.store, imds.approve, "vm0", self.snap, plan, policy=policy, metrics=self.metrics,
-                              telemetry=telemetry, mono=self.clock.monotonic, now=lambda: NOW,
-                              peers_confirmed_at=peers_confirmed_at)
+        executor = LiveExecutor(vm="vm0", store=self.store, imds=imds, actions=(), jobs=JobExecutor(),
+                                state_file=StateFile(None), policy=policy, metrics=self.metrics, telemetry=telemetry,
+                                clock=self.clock, readings=ReadEachCycle(lambda: doc(), self.clock.monotonic),
+                                peers=None, wake=lambda: None)
+        done = executor.carry(op, self.snap)
+        assert done.ok
+        return done.posted
 
     def count(self, outcome: str) -> float:
         value = self.metrics.registry.get_sample_value("coordinator_approvals_total", {"outcome": outcome})
