@@ -256,19 +256,12 @@ class Agent:
         if snap.cluster is not None and not snap.cluster.part.holds(needed):
             self._part = needed  # an event names this VM now, or it leads: that part, before deciding
             snap = self._observe_group(started, None, snap.document, join=False)
-        plan = decide(snap, local, self._policy)
-        if plan.approve and self._peers is not None and self._policy.peer_fresh is not None:
-            # About to approve: what the budget counted as serving is asked again, now, and the
-            # decision taken again on that (the last probing round may be a second old).
+        if local.confirm_peers and self._peers is not None:
+            # The last cycle would have approved: what the budget counts as serving is asked again, now,
+            # and this cycle decides on those answers (``decide.approval.confirmed_peers``).
             snap = replace(snap, peers_confirmed_at=self._clock.monotonic())
             snap = replace(snap, peers=self._peers.confirm())
-            confirmed = decide(snap, local, self._policy)
-            for intent in plan.approve:
-                if intent not in confirmed.approve:
-                    reasons = "; ".join(confirmed.reasons(intent.key)) or "no longer approvable"
-                    log.info("approval held (vm=%s event=%s): peers probed again: %s", self.vm, intent.event_id,
-                             reasons, extra={"event_id": intent.event_id})
-            plan = confirmed
+        plan = decide(snap, local, self._policy)
         decided = self._clock.monotonic()
         with log_context(phase=(plan.next_phase or local.phase).value):  # what this plan makes of the VM
             self._local = self._act(snap, plan)

@@ -44,6 +44,7 @@ from coordinator.operations import (
     Archive,
     ClearAbsent,
     ClearOut,
+    ConfirmPeers,
     Done,
     ForgetAdmission,
     MarkAbsent,
@@ -164,6 +165,8 @@ class LiveExecutor:
             self._start_drain(op)
         elif isinstance(op, StartRecover):
             self._start_recover(op)
+        elif isinstance(op, ConfirmPeers):
+            self._wake()  # the next cycle asks the peers again before it decides
         elif isinstance(op, ProbePeers):
             if self._peers is not None:
                 # An approver new to the role waits for the first round (its peers count as unconfirmed until

@@ -24,9 +24,9 @@ from coordinator.store.base import EventRecord
 
 __all__ = [
     "DONE", "FAILED", "Acknowledge", "Admit", "AdmitDrain", "ApprovalIntent", "Approve", "Archive", "ClearAbsent",
-    "ClearOut", "Done", "ForgetAdmission", "MarkAbsent", "MarkDone", "MarkOtherOut", "MarkOut", "Operation",
-    "ProbePeers", "PublishEvent", "Purge", "ReadImdsNow", "Reopen", "SaveState", "StartDrain", "StartRecover",
-    "WithdrawAck",
+    "ClearOut", "ConfirmPeers", "Done", "ForgetAdmission", "MarkAbsent", "MarkDone", "MarkOtherOut", "MarkOut",
+    "Operation", "ProbePeers", "PublishEvent", "Purge", "ReadImdsNow", "Reopen", "SaveState", "StartDrain",
+    "StartRecover", "WithdrawAck",
 ]
 
 
@@ -96,6 +96,14 @@ class StartRecover(_Operation):
     recover (a VM that was serving when its agent stopped)."""
 
     every_action: bool
+
+
+@dataclass(frozen=True)
+class ConfirmPeers(_Operation):
+    """Run the next cycle at once: an approval waits for the peers' probes to be asked again, which that
+    cycle does before it decides (``decide.approval.confirmed_peers``)."""
+
+    changes: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)
@@ -241,6 +249,6 @@ class Approve(_Write):
     peers_confirmed_at: float | None = field(default=None, compare=False)
 
 
-Operation = (ReadImdsNow | SaveState | StartDrain | StartRecover | ProbePeers | MarkOut | PublishEvent | Reopen
-             | Admit | AdmitDrain | ForgetAdmission | Acknowledge | WithdrawAck | MarkDone | MarkAbsent | ClearAbsent
-             | MarkOtherOut | ClearOut | Archive | Purge | Approve)
+Operation = (ReadImdsNow | SaveState | StartDrain | StartRecover | ConfirmPeers | ProbePeers | MarkOut
+             | PublishEvent | Reopen | Admit | AdmitDrain | ForgetAdmission | Acknowledge | WithdrawAck | MarkDone
+             | MarkAbsent | ClearAbsent | MarkOtherOut | ClearOut | Archive | Purge | Approve)

@@ -64,6 +64,8 @@ class LocalState:
     asked: frozenset[str] = frozenset()  # records published by peers for which IMDS was read early
     last_purge: float = float("-inf")  # monotonic time the leader last purged old done records
     saved: PersistedState | None = None  # what the state file holds, as this process last read or wrote it
+    # An approval waits for peers asked again: the next cycle asks them before it decides (``confirmed_peers``)
+    confirm_peers: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,8 @@ class Snapshot:
     # Event key -> the wall time this process first saw it Started (``evidence.note_started``): the done mark
     # carries it into the group's history.
     started_seen: Mapping[str, float] = field(default_factory=dict)
-    # When this cycle asked the peers' probes again right before approving (None: it did not).
+    # When this cycle asked the peers' probes again, before deciding (None: it did not). ``peers`` then holds
+    # those answers.
     peers_confirmed_at: float | None = None
 
     @property

@@ -855,6 +855,13 @@ MUTATIONS = [
         'tests/unit/test_archive.py::test_which_records_the_leader_moves_to_the_history',
     ),
     (
+        'an-approval-waits-for-its-peers-asked-again',
+        'coordinator/decide/approval.py',
+        '    if snap.peers_confirmed_at is not None and snap.peers_confirmed_at >= snap.cycle_started:\n',
+        '    if True:\n',
+        'test_an_approval_asks_the_peers_again_instead_of_trusting_the_last_round',
+    ),
+    (
         'a-failed-store-operation-stops-the-rest',
         'coordinator/execute.py',
         '        if op.in_store and store_failed:\n',

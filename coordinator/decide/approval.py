@@ -15,7 +15,8 @@ from coordinator.models import EventType
 from coordinator.snapshot import ApprovalIntent, LocalState, Policy, Snapshot, is_gone, pause_holds, window_holds
 from coordinator.store.base import ClusterView, ConnectionState, EventRecord, Part
 
-__all__ = ["Approvals", "absent_drained", "approval_blockers", "fresh_for_approval", "still_posted", "weigh_approvals"]
+__all__ = ["Approvals", "absent_drained", "approval_blockers", "confirmed_peers", "fresh_for_approval", "still_posted",
+           "weigh_approvals"]
 
 
 @dataclass
@@ -237,6 +238,23 @@ def absent_drained(
         else:
             go.append(intent)
     return tuple(go), held
+
+
+def confirmed_peers(
+    approve: tuple[ApprovalIntent, ...], snap: Snapshot, policy: Policy
+) -> tuple[tuple[ApprovalIntent, ...], bool]:
+    """When peers are probed, the budget counts a peer as serving on its probe's answers
+    (``budget.unconfirmed_peers``), and an approval counts it so only on answers asked for in the cycle that
+    approves, before it decided: the last background round may be a second old, and a peer killed since
+    would count as serving (found by the chaos oracle: the approver approved while the load balancer had
+    taken the just-killed leader out). A cycle whose peers were not asked again approves nothing: the next
+    cycle, run at once, asks them before it decides (``LocalState.confirm_peers``), and approves on what they
+    answer. Returns the approvals that may go ahead, and whether the next cycle asks the peers again."""
+    if not approve or snap.peers is None or policy.peer_fresh is None:
+        return approve, False
+    if snap.peers_confirmed_at is not None and snap.peers_confirmed_at >= snap.cycle_started:
+        return approve, False
+    return (), True
 
 
 def still_posted(posted: frozenset[str], listed: set[str], snap: Snapshot, policy: Policy) -> frozenset[str]:

@@ -7,7 +7,14 @@ from dataclasses import dataclass, field, replace
 
 from coordinator.blockers import Blocker, Hold
 from coordinator.config.policy import ApproverMode
-from coordinator.decide.approval import Approvals, absent_drained, fresh_for_approval, still_posted, weigh_approvals
+from coordinator.decide.approval import (
+    Approvals,
+    absent_drained,
+    confirmed_peers,
+    fresh_for_approval,
+    still_posted,
+    weigh_approvals,
+)
 from coordinator.decide.budget import weigh_budget
 from coordinator.decide.drain import acks_due, drain_step, events_holding, out_mark_change
 from coordinator.decide.events import ParsedEvent, first_live, parse_events
@@ -108,11 +115,12 @@ def decide(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
         blocked = {**blocked, **{key: (why,) for key in held}}
     approve, settling = absent_drained(approve, approvable_since, group.approvals.unseen_drains, snap)
     blocked = {**blocked, **settling}
+    approve, confirm_peers = confirmed_peers(approve, snap, policy)
     purge_before = purge_cutoff(snap, snap.cluster, policy)
     own = local_plan(snap, local, next_phase=next_phase, start_drain=start_drain, start_recover=start_recover,
                      holding=tuple(holding), posted=posted, approvable_since=approvable_since,
                      approving=snap.me in group.approvals.approvers.values() if doc is not None else None,
-                     purge_due=purge_before is not None)
+                     purge_due=purge_before is not None, confirm_peers=confirm_peers)
 
     plan = Plan(
         next_phase=next_phase,

@@ -37,10 +37,11 @@ class LocalPlan:
 def local_plan(
     snap: Snapshot, local: LocalState, *, next_phase: Phase | None, start_drain: bool, start_recover: bool,
     holding: tuple[str, ...], posted: frozenset[str], approvable_since: dict[str, float], approving: bool | None,
-    purge_due: bool,
+    purge_due: bool, confirm_peers: bool = False,
 ) -> LocalPlan:
     """``approving``: whether this VM approves an event of a fresh document (None without one: as the last
-    fresh document said). ``purge_due``: the leader's view shows records past their retention."""
+    fresh document said). ``purge_due``: the leader's view shows records past their retention.
+    ``confirm_peers``: an approval waits for the peers to be asked again, by the next cycle."""
     approving = local.approving if approving is None else approving
     after = local
     if next_phase is not None:
@@ -52,7 +53,8 @@ def local_plan(
     # Drained for an event means drained until it is gone: remembered across cycles, whatever the budget or
     # ZooKeeper say later.
     after = replace(after, draining_for=frozenset(holding), posted=posted, approvable_since=approvable_since,
-                    approving=approving, asked=asked, last_purge=snap.mono if purge else local.last_purge)
+                    approving=approving, asked=asked, last_purge=snap.mono if purge else local.last_purge,
+                    confirm_peers=confirm_peers)
     # Write-ahead: on disk before the first drain action runs, so that a crash in between never leaves
     # "serving" behind for a VM that began to drain.
     save_first = PersistedState(Phase.DRAINING.value, frozenset(holding), snap.now) if start_drain else None

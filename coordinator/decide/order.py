@@ -12,7 +12,8 @@
    it (``execute.carry_out``: once a store operation fails, the rest of them, the approval included, wait
    for the next cycle).
 5. The state file, as the cycle leaves this VM.
-6. The peers' probes, followed or stopped, for the next cycle.
+6. The peers' probes, followed or stopped, for the next cycle; and, when an approval waits for its peers to be
+   asked again, the next cycle at once (it asks them before it decides).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from coordinator.operations import (
     Archive,
     ClearAbsent,
     ClearOut,
+    ConfirmPeers,
     ForgetAdmission,
     MarkAbsent,
     MarkDone,
@@ -87,4 +89,6 @@ def in_order(plan: Plan, snap: Snapshot) -> tuple[Operation, ...]:
         ops.append(SaveState(plan.save))
     if cluster is not None and plan.probe_peers is not None:
         ops.append(ProbePeers(cluster.members, plan.probe_peers))
+    if plan.local.confirm_peers:
+        ops.append(ConfirmPeers())
     return tuple(ops)

@@ -5,10 +5,11 @@ state (``decide.local.reported``)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from coordinator.decide import LocalState, Phase, Plan, Snapshot, in_order, reported
+from coordinator.decide import LocalState, Phase, Plan, Policy, Snapshot, in_order, reported
 from coordinator.execute import carry_out
 from coordinator.models import parse_document
 from coordinator.operations import (
@@ -34,6 +35,7 @@ from coordinator.operations import (
 )
 from coordinator.state import PersistedState
 from coordinator.store.base import ClusterView, ConnectionState
+from tests.unit.test_safety_regressions import POLICY, Bench
 
 NOW = 1_700_000_000.0
 MONO = 500.0
@@ -156,3 +158,29 @@ BEFORE = LocalState(phase=Phase.DRAINING, job_running=True, saved=DRAINING, post
 ])
 def test_each_result_is_folded_into_the_local_state(op: Operation, done: Done, after: LocalState) -> None:
     assert reported(BEFORE, op, done) == after
+
+
+def test_each_cycle_decides_once_and_an_approval_rests_on_peers_asked_again_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vm0 would approve E: that cycle approves nothing and runs the next one at once, which asks the peers
+    again before it decides, and approves on their answers. Every cycle calls ``decide`` once."""
+    from coordinator import agent as agent_module
+
+    calls: list[bool] = []
+    real = agent_module.decide
+
+    def counted(snap: Snapshot, local: LocalState, policy: Policy) -> Plan:
+        calls.append(snap.peers_confirmed_at is not None)
+        return real(snap, local, policy)
+
+    monkeypatch.setattr(agent_module, "decide", counted)
+    bench = Bench(tmp_path, replace(POLICY, peer_fresh=3.0), probe_peers=True)
+    for name in ("vm0", "vm1", "vm2"):
+        bench.add(name)
+    bench.group.schedule(E, ["vm0"])
+    bench.run(30, until=lambda: bool(bench.group.posts))
+    assert [ids for vm, ids, _ in bench.group.posts] == [(E,)]
+    cycles = sum(vm.agent.status()["cycles"] for vm in bench.vms.values())
+    assert len(calls) == cycles  # once a cycle, for every agent
+    assert bench.peers is not None and bench.peers.confirmed == 1  # asked again once, by the approver

@@ -437,8 +437,9 @@ def test_a_record_published_since_the_leaders_last_poll_is_not_taken_for_one_gon
 
 
 def test_peers_asked_again_do_not_release_an_approval_held_for_a_fresh_read(tmp_path: Path) -> None:
-    """Right before approving, the agent asks its peers again and decides again; that second decision
-    must hold back, as the first did, an event that became approvable after the reading was sent."""
+    """Before approving, the agent asks its peers again and decides on their answers in the next cycle; that
+    cycle must hold back, as the one before it did, an event that became approvable after the reading was
+    sent."""
     bench = Bench(tmp_path, replace(POLICY, max_events=None, peer_fresh=3.0), probe_peers=True)
     held: list[HeldReadings] = []
 
@@ -473,5 +474,8 @@ def test_peers_asked_again_do_not_release_an_approval_held_for_a_fresh_read(tmp_
     assert "vm2" in bench.cluster.events[E2].acks
     vm0.refresh()  # the read vm0 asked for, sent before E2 was ever approvable at vm0
     bench.clock.advance(0.01)
-    bench.vms["vm0"].agent.cycle()  # the cycle that reading wakes
+    bench.vms["vm0"].agent.cycle()  # the cycle that reading wakes: it would approve, and asks the peers first
+    assert bench.group.posts == []
+    bench.clock.advance(0.01)
+    bench.vms["vm0"].agent.cycle()  # run at once: it asks the peers again, then decides on their answers
     assert [ids for _, ids, _ in bench.group.posts] == [(E,)]  # E2 waits for a read of its own
