@@ -43,7 +43,7 @@ from coordinator.errors import (
     InvalidName,
     StoreError,
 )
-from coordinator.evidence import Evidence, after_connection, after_reading, after_view, holding_also, note_started
+from coordinator.evidence import Evidence, Restart, observed
 from coordinator.execute import Clock, Executor, Imds, LiveExecutor, Peers, SystemClock, carry_out
 from coordinator.executor import JobExecutor
 from coordinator.logsetup import log_context
@@ -141,8 +141,8 @@ class Agent:
         # An unreadable file: maybe drained for anything, so everything naming this VM in the first
         # fresh document holds it, and a drain by hand until a view of the group says there is none. A
         # missing one: the VM's own /out node, if ZooKeeper has one, says what it was out for.
-        self._assume_worst = state_file.unreadable
-        self._restore_from_store = saved is None and not state_file.unreadable
+        self._restart = Restart(assume_worst=state_file.unreadable,
+                                from_store=saved is None and not state_file.unreadable)
         held = frozenset(e.upper() for e in saved.draining_for) if saved else frozenset()
         # After a restart: still drained for what it was drained for, and a full recovery (every action's
         # recover) unless it was serving when it stopped.
@@ -350,37 +350,19 @@ class Agent:
 
     def _track(self, reading: Reading | None, cluster: ClusterView | None, connection: ConnectionState,
                mono: float) -> None:
-        """Feed this cycle's observations to the evidence (``coordinator.evidence``): a new fresh reading
-        (counted once, timed by its request and its answer), the view, the connection. The first of
-        each also restores what a restart could not read from its state file."""
-        evidence = after_view(self._evidence, cluster, mono)
-        if reading is not None and reading.document is not None:
-            document = reading.document
-            if self._assume_worst:
-                self._assume_worst = False
-                naming = {e.event_id for e in document.events if e.names(self.vm)}
-                evidence = self._hold_also(evidence, naming, "the state file was unreadable", mono)
-            records = set(cluster.records) if cluster is not None else None
-            evidence = after_reading(evidence, document, me=self.vm, sent=reading.sent, answered=reading.at,
-                                     draining_for=self._local.draining_for, records=records,
-                                     gone_after=self._policy.gone_after)
-            arrived = self._clock.now() - max(0.0, mono - reading.at)  # the answer's arrival, on the wall clock
-            evidence = replace(evidence, started_seen=note_started(evidence.started_seen, document, records, arrived))
-        if cluster is not None and self._restore_from_store:
-            self._restore_from_store = False
-            mark = cluster.out.get(self.vm)
-            if mark is not None and mark.events:
-                evidence = self._hold_also(evidence, set(mark.events), "its /out node says so and the state file "
-                                           "is missing", mono)
-        self._evidence = after_connection(evidence, connection, mono)
-
-    def _hold_also(self, evidence: Evidence, event_ids: set[str], why: str, mono: float) -> Evidence:
-        if not event_ids:
-            return evidence
-        log.warning("staying drained for %s until gone: %s (vm=%s)", ",".join(sorted(event_ids)), why, self.vm)
-        keys = frozenset(eid.upper() for eid in event_ids)
-        self._local = replace(self._local, draining_for=self._local.draining_for | keys)
-        return holding_also(evidence, keys, mono)
+        """Feed this cycle's observations to the evidence (``evidence.observed``, pure); what a restart could
+        not read from its state file holds this VM from the first observation that says it."""
+        document = reading.document if reading is not None else None
+        sent, answered = (reading.sent, reading.at) if reading is not None else (mono, mono)
+        arrived = self._clock.now() - max(0.0, mono - answered)  # the answer's arrival, on the wall clock
+        self._evidence, self._restart, held, why = observed(
+            self._evidence, self._restart, self._local.draining_for, me=self.vm, document=document, sent=sent,
+            answered=answered, arrived=arrived, cluster=cluster, connection=connection, mono=mono,
+            gone_after=self._policy.gone_after)
+        for line in why:
+            log.warning("%s (vm=%s)", line, self.vm)
+        if held:
+            self._local = replace(self._local, draining_for=self._local.draining_for | held)
 
     def _job_status(self, local: LocalState) -> LocalState:
         live = self._live

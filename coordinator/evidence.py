@@ -21,8 +21,8 @@ from coordinator.models import Document
 from coordinator.snapshot import Sighting, is_gone, sight
 from coordinator.store.base import ClusterView, ConnectionState, Part
 
-__all__ = ["STARTED_KEPT", "Evidence", "after_connection", "after_reading", "after_view", "holding_also",
-           "note_started"]
+__all__ = ["STARTED_KEPT", "Evidence", "Restart", "after_connection", "after_reading", "after_view", "holding_also",
+           "note_started", "observed"]
 
 #: The most events whose first Started sighting an agent keeps: far more than a group has at once.
 STARTED_KEPT = 256
@@ -41,6 +41,55 @@ class Evidence:
     done_seen: Mapping[str, float] = field(default_factory=dict)
     # event key -> the *wall* time this process first saw it Started (``note_started``), for the done mark
     started_seen: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Restart:
+    """What a restart could not read from its state file, taken from the first observation that can say it.
+    ``assume_worst``: the file was unreadable, so maybe drained for anything: every event naming this VM in the
+    first fresh document holds it. ``from_store``: the file was missing: the events this VM's own ``/out`` node
+    names, in the first view of the group, hold it."""
+
+    assume_worst: bool = False
+    from_store: bool = False
+
+
+def observed(
+    evidence: Evidence, restart: Restart, draining_for: frozenset[str], *, me: str, document: Document | None,
+    sent: float, answered: float, arrived: float, cluster: ClusterView | None, connection: ConnectionState,
+    mono: float, gone_after: float,
+) -> tuple[Evidence, Restart, frozenset[str], tuple[str, ...]]:
+    """One cycle's observations fed to the evidence, in order: the view, a new fresh reading (``document``,
+    None if none: counted once, timed by its request ``sent`` and its answer ``answered``, on the monotonic
+    clock, and ``arrived`` on the wall clock), the connection. The first of each also restores what the restart
+    could not read (``restart``). Returns the evidence, what is left to restore, the events that hold this VM
+    from now on besides ``draining_for``, and why, in words, for each restoration made."""
+    evidence = after_view(evidence, cluster, mono)
+    held: frozenset[str] = frozenset()
+    why: list[str] = []
+
+    def hold(event_ids: set[str], reason: str) -> None:
+        nonlocal evidence, held
+        if event_ids:
+            keys = frozenset(eid.upper() for eid in event_ids)
+            why.append(f"staying drained for {','.join(sorted(event_ids))} until gone: {reason}")
+            held |= keys
+            evidence = holding_also(evidence, keys, mono)
+
+    if document is not None:
+        if restart.assume_worst:
+            restart = replace(restart, assume_worst=False)
+            hold({e.event_id for e in document.events if e.names(me)}, "the state file was unreadable")
+        records = set(cluster.records) if cluster is not None else None
+        evidence = after_reading(evidence, document, me=me, sent=sent, answered=answered,
+                                 draining_for=draining_for | held, records=records, gone_after=gone_after)
+        evidence = replace(evidence, started_seen=note_started(evidence.started_seen, document, records, arrived))
+    if cluster is not None and restart.from_store:
+        restart = replace(restart, from_store=False)
+        mark = cluster.out.get(me)
+        if mark is not None:
+            hold(set(mark.events), "its /out node says so and the state file is missing")
+    return after_connection(evidence, connection, mono), restart, held, tuple(why)
 
 
 def after_reading(

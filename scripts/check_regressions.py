@@ -82,8 +82,8 @@ MUTATIONS = [
     (
         'assume-worst',
         'coordinator/agent.py',
-        '        self._assume_worst = state_file.unreadable\n',
-        '        self._assume_worst = False\n',
+        '        self._restart = Restart(assume_worst=state_file.unreadable,\n',
+        '        self._restart = Restart(assume_worst=False,\n',
         'test_unreadable_state_file_holds_every_event_naming_the_vm',
     ),
     (
