@@ -27,6 +27,7 @@ class QuietThreadingHTTPServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
         if isinstance(exc, HUNG_UP):
-            log.debug("client %s went away: %r", client_address, exc)
+            # In words, not as an error: at the simulator's DEBUG level this line is on its stderr.
+            log.debug("client %s went away (%s)", client_address, exc)
             return
         log.warning("HTTP request from %s failed: %r", client_address, exc)
