@@ -1,4 +1,5 @@
-"""``coordinator imds-sim``: run the IMDS simulator until SIGTERM or SIGINT.
+"""``azure-sim`` (also ``python -m azuresim`` and the agent's ``coordinator imds-sim``): run the IMDS simulator
+until SIGTERM or SIGINT.
 
 Exit status: 0 after a clean shutdown, 1 if a port cannot be bound, 2 for invalid arguments.
 """
