@@ -5,7 +5,8 @@
 #   docker run -v /etc/coordinator:/etc/coordinator:ro -v coordinator-state:/var/lib/coordinator \
 #       -p 8090:8090 coordinator
 #
-# The build stage installs the package into a virtualenv; the final stage copies only that virtualenv
+# The build stage installs the agent's package and the simulator's (sim/, a package of its own: the agent's
+# wheel holds only what runs on a VM) into a virtualenv; the final stage copies only that virtualenv
 # (no compiler, no pip cache, no pip). The agent runs as an unprivileged user whose only writable path is
 # the state volume.
 
@@ -13,8 +14,10 @@ FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY coordinator ./coordinator
+COPY sim/pyproject.toml sim/README.md ./sim/
+COPY sim/azuresim ./sim/azuresim
 RUN python -m venv /opt/coordinator \
-    && /opt/coordinator/bin/pip install --no-cache-dir --disable-pip-version-check . \
+    && /opt/coordinator/bin/pip install --no-cache-dir --disable-pip-version-check . ./sim \
     && /opt/coordinator/bin/pip uninstall -y --disable-pip-version-check pip setuptools
 
 FROM python:3.11-slim

@@ -10,7 +10,7 @@ test:
 demo:
 	bash scripts/demo.sh
 lint:
-	.venv/bin/ruff check coordinator tests bench scripts stubs
+	.venv/bin/ruff check coordinator tests bench scripts stubs sim
 	.venv/bin/mypy
 # The long chaos run (about a minute per run): seeds 1-200, each judged by the oracle, each in the delivery layout
 # its seed draws (one unit, named-only delivery, two placement groups); see docs/reliability.md.

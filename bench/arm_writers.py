@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from azuresim.client import SimControl
 from bench.simulator import start_simulator
 from coordinator.actions.base import ActionContext
 from coordinator.config import AzureLbActionConfig, Settings
 from coordinator.runtime import build_azure_lb
-from coordinator.sim.client import SimControl
 
 __all__ = ["SETUPS", "WritersSetup", "bench_arm_writers", "render_arm_writers", "run_writers"]
 

@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from azuresim.client import SimControl  # noqa: E402
 from bench.group import wait_for  # noqa: E402
 from bench.scale import ZK_ROOT, _members, _serving  # noqa: E402
 from bench.simulator import start_simulator  # noqa: E402
-from coordinator.sim.client import SimControl  # noqa: E402
 from coordinator.testbed.processes import stop_process  # noqa: E402
 from coordinator.testbed.zookeeper import LocalZooKeeper  # noqa: E402
 

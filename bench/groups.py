@@ -66,10 +66,10 @@ import httpx
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from azuresim.client import SimControl, SimControlError
 from bench.group import percentiles
 from coordinator.config.drain import DrainConfig
 from coordinator.config.policy import PolicyConfig
-from coordinator.sim.client import SimControl, SimControlError
 from coordinator.testbed.chaos.result import read_agent_log
 from coordinator.testbed.cluster import AgentProcess, LocalCluster
 from coordinator.testbed.oracle import (

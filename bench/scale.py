@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from azuresim.client import SimControl  # noqa: E402
 from bench.group import wait_for  # noqa: E402
 from bench.simulator import start_simulator  # noqa: E402
 from coordinator.actions import ProbeAction, ProbeState  # noqa: E402
@@ -42,7 +43,6 @@ from coordinator.decide import Policy  # noqa: E402
 from coordinator.imds import ImdsClient  # noqa: E402
 from coordinator.metrics import Metrics  # noqa: E402
 from coordinator.poller import ImdsPoller  # noqa: E402
-from coordinator.sim.client import SimControl  # noqa: E402
 from coordinator.state import StateFile  # noqa: E402
 from coordinator.store.zookeeper import ZooKeeperStore  # noqa: E402
 from coordinator.testbed.processes import stop_process  # noqa: E402

@@ -1,6 +1,6 @@
 """The IMDS simulator as a process of a benchmark.
 
-``start_simulator`` runs ``python -m coordinator.sim`` for the named VMs on free loopback ports, its
+``start_simulator`` runs ``python -m azuresim`` for the named VMs on free loopback ports, its
 output in a log file of the bench's work directory, and waits for the ready file the simulator writes
 once it listens: the control URL, each VM's IMDS URL and, when ``--arm`` is among the extra arguments,
 the ARM endpoint. A simulator that exits or does not get ready in time is killed and named with its log.
@@ -28,7 +28,7 @@ def start_simulator(workdir: Path, vms: Sequence[str], extra: Sequence[str] = ()
     ready = workdir / f"{name}.ready.json"
     log_path = workdir / f"{name}.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    command = [sys.executable, "-m", "coordinator.sim", "--vms", ",".join(vms), "--base-port", "0",
+    command = [sys.executable, "-m", "azuresim", "--vms", ",".join(vms), "--base-port", "0",
                "--control", "127.0.0.1:0", "--ready-file", str(ready), *extra]
     with log_path.open("ab") as log:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,

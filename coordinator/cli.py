@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from coordinator import __version__
 
@@ -357,14 +357,33 @@ def _cmd_service(args: argparse.Namespace) -> int:
     return command(args)
 
 
+#: The simulator is a package of its own (``sim/`` of the repository), not part of the agent's wheel: the
+#: commands that run it say what to install when it is missing.
+SIMULATOR_MISSING = ("the Azure simulator (package azure-scheduled-events-sim, module azuresim) is not "
+                     "installed: pip install ./sim (from a checkout of the repository)")
+
+
+def _simulator_missing(command: str, exc: ModuleNotFoundError) -> NoReturn:
+    if exc.name is None or exc.name.partition(".")[0] != "azuresim":
+        raise exc
+    print(f"coordinator {command}: error: {SIMULATOR_MISSING}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _cmd_imds_sim(args: argparse.Namespace) -> int:
-    from coordinator.sim.cli import run
+    try:
+        from azuresim.cli import run
+    except ModuleNotFoundError as exc:
+        _simulator_missing("imds-sim", exc)
 
     return run(args)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from coordinator.testbed.demo import run
+    try:
+        from coordinator.testbed.demo import run
+    except ModuleNotFoundError as exc:
+        _simulator_missing("demo", exc)
 
     return run(args)
 
@@ -430,13 +449,19 @@ def _service_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _sim_arguments(parser: argparse.ArgumentParser) -> None:
-    from coordinator.sim.cli import add_arguments
+    try:
+        from azuresim.cli import add_arguments
+    except ModuleNotFoundError as exc:
+        _simulator_missing("imds-sim", exc)
 
     add_arguments(parser)
 
 
 def _demo_arguments(parser: argparse.ArgumentParser) -> None:
-    from coordinator.testbed.demo import add_arguments
+    try:
+        from coordinator.testbed.demo import add_arguments
+    except ModuleNotFoundError as exc:
+        _simulator_missing("demo", exc)
 
     add_arguments(parser)
 

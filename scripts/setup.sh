@@ -3,12 +3,13 @@
 #
 #   bash scripts/setup.sh          everything (what `make test` and `make bench` run first)
 #   bash scripts/setup.sh --demo   only what `make demo` needs: Java, ZooKeeper, HAProxy, python3-venv, and
-#                                  the project without its test and benchmark extras in .venv
+#                                  the project without its test and benchmark extras, and the simulator, in .venv
 #
 # Everything is: Java, with a JDK (the ceiling benchmark compiles its load generator), ZooKeeper (with Netty,
 # for TLS), HAProxy and socat, openssl, curl, Prometheus (promtool and the server) and Alertmanager,
 # systemd-analyze and shellcheck (to check the systemd kit), a virtualenv (.venv) holding the project with
-# its test and benchmark dependencies, and the docker-compose binary (to validate docker-compose.yml).
+# its test and benchmark dependencies and the Azure simulator's package (sim/, editable), and the
+# docker-compose binary (to validate docker-compose.yml).
 # Safe to run again: it installs only what is missing. It starts nothing itself: the demo and the tests
 # start their own servers and stop them. Where systemd runs, Debian's packages start the services they
 # ship. ZooKeeper is not one. HAProxy, Prometheus and Alertmanager are
@@ -62,21 +63,21 @@ if [ ! -x .venv/bin/python ]; then
     echo "setup: creating .venv"
     "$PYTHON" -m venv .venv
 fi
-# One stamp per pyproject.toml: .installed-HASH once the extras are in, .installed-demo-HASH for the project
-# alone. The full install stands for both.
-hash=$(sha1sum pyproject.toml | cut -c1-12)
+# One stamp per pair of pyproject.toml files (the agent's and the simulator's): .installed-HASH once the
+# extras are in, .installed-demo-HASH for the two packages alone. The full install stands for both.
+hash=$(cat pyproject.toml sim/pyproject.toml | sha1sum | cut -c1-12)
 if $demo; then
     if [ ! -f ".venv/.installed-$hash" ] && [ ! -f ".venv/.installed-demo-$hash" ]; then
-        echo "setup: installing the project into .venv"
-        .venv/bin/pip install -q --disable-pip-version-check -e .
+        echo "setup: installing the project and the simulator (sim/) into .venv"
+        .venv/bin/pip install -q --disable-pip-version-check -e . -e ./sim
         rm -f .venv/.installed-* && touch ".venv/.installed-demo-$hash"
     fi
     echo "setup: ready for the demo (java: $(command -v java), zookeeper: /usr/share/java/zookeeper.jar, haproxy: $(command -v haproxy))"
     exit 0
 fi
 if [ ! -f ".venv/.installed-$hash" ]; then
-    echo "setup: installing the project and its test and benchmark dependencies into .venv"
-    .venv/bin/pip install -q --disable-pip-version-check -e '.[test,bench]'
+    echo "setup: installing the project, its test and benchmark dependencies and the simulator (sim/) into .venv"
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[test,bench]' -e ./sim
     rm -f .venv/.installed-* && touch ".venv/.installed-$hash"
 fi
 # The real Compose v2 binary, only to validate docker-compose.yml (no container engine is needed):

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "test: ruff"
-.venv/bin/ruff check coordinator tests bench scripts stubs
+.venv/bin/ruff check coordinator tests bench scripts stubs sim
 echo "test: mypy --strict"
 .venv/bin/mypy
 echo "test: every safety fix is caught by its regression test when undone"

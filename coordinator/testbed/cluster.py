@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import yaml
 
-from coordinator.sim.client import SimControl
+from azuresim.client import SimControl
 from coordinator.testbed.haproxy import BackendTarget, LocalHAProxy
 from coordinator.testbed.processes import free_port, stop_process
 from coordinator.testbed.waiting import wait_until
@@ -191,7 +191,7 @@ class LocalCluster:
         ready.unlink(missing_ok=True)
         log = open(self.workdir / "imds-sim.log", "ab")  # noqa: SIM115 - owned by the child
         self.sim_proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.sim", "--vms", ",".join(self.vms), "--base-port", "0",
+            [sys.executable, "-m", "azuresim", "--vms", ",".join(self.vms), "--base-port", "0",
              "--control", "127.0.0.1:0", "--ready-file", str(ready), "--started-for", str(self._started_for),
              *self._admin_state_args(), *self._sim_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

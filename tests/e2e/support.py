@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coordinator.sim.client import SimControl
+from azuresim.client import SimControl
 from coordinator.testbed.cluster import LocalCluster
 from tests.e2e.observer import Observer
 

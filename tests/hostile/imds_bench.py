@@ -24,6 +24,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from azuresim import SimulatedGroup, SimulatorServer, VmInfo
 from coordinator.actions.probe import ProbeAction, ProbeState
 from coordinator.agent import Agent
 from coordinator.decide import Phase, Policy
@@ -32,7 +33,6 @@ from coordinator.imds import ImdsClient
 from coordinator.metrics import Metrics
 from coordinator.models import Document, format_not_before
 from coordinator.names import normalize_event_id, normalize_vm_name
-from coordinator.sim import SimulatedGroup, SimulatorServer, VmInfo
 from coordinator.state import StateFile
 from tests.doubles import Clock, InlineExecutor
 from tests.fakezk_group import lone_store

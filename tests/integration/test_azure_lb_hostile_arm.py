@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
+from azuresim import SimControl
 from coordinator.actions import ActionContext
 from coordinator.actions.azure_lb import ArmClient, ArmError, AzureLbAction, ManagedIdentity
-from coordinator.sim import SimControl
 from tests.plugins.simulator import RunningSimulator, SimulatorFactory
 
 SUB = "00000000-0000-0000-0000-000000000001"

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
+from azuresim.replay import parse_replay
 from coordinator.models import EventType
-from coordinator.sim.replay import parse_replay
 from coordinator.testbed.cluster import LocalCluster
 from tests.e2e.observer import Observer
 

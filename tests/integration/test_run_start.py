@@ -23,7 +23,7 @@ from coordinator import __version__
 
 # Loaded only by other subcommands, by ``--dry-run``, or by an action kind the configuration names.
 NOT_LOADED_BY_RUN = (
-    "coordinator.sim",
+    "azuresim",
     "coordinator.testbed",
     "coordinator.groupstatus",
     "coordinator.winservice",

@@ -1,4 +1,4 @@
-"""The IMDS simulator over real HTTP on loopback, run as a subprocess (``python -m coordinator.sim``).
+"""The IMDS simulator over real HTTP on loopback, run as a subprocess (``python -m azuresim``).
 
 Each test starts its own simulator on free ports (``imds_sim`` fixture) and waits on conditions with
 deadlines, never for a fixed time.
@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
+from azuresim import SimControlError
 from coordinator.models import parse_not_before
-from coordinator.sim import SimControlError
 from tests.plugins.simulator import RunningSimulator, SimulatorFactory
 
 API = "2020-07-01"
@@ -99,7 +99,7 @@ def test_default_simulator_of_the_factory(imds_sim: SimulatorFactory, http: http
 def assert_refused(args: list[str], message: str) -> None:
     """The simulator's command line, given ``args``, exits with status 2 and says ``message``."""
     result = subprocess.run(
-        [sys.executable, "-m", "coordinator.sim", "--control", "127.0.0.1:0", *args],
+        [sys.executable, "-m", "azuresim", "--control", "127.0.0.1:0", *args],
         capture_output=True,
         text=True,
         timeout=20,

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.sim.client import SimControlError
+from azuresim.client import SimControlError
 from tests.plugins.simulator import ARM_POOL, RunningSimulator, SimulatorFactory, two_vms_with_arm
 
 POOL = ARM_POOL

@@ -1,7 +1,7 @@
 """IMDS simulator fixtures.
 
 ``imds_sim`` is a factory: ``sim = imds_sim(vms=("vm0", "vm1"), approval_delay=0.5)`` starts
-``python -m coordinator.sim`` as a subprocess on free loopback ports, waits for its ready file and
+``python -m azuresim`` as a subprocess on free loopback ports, waits for its ready file and
 returns a ``RunningSimulator`` (``control``, ``urls``, ``pid``, ``url(vm)``, ``stderr()``). Each call
 starts a separate simulator. For the common case the factory also acts as a default simulator:
 ``imds_sim.control``, ``imds_sim.urls`` and ``imds_sim.pid`` start one with vm0, vm1, vm2 on first use.
@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from coordinator.sim import SimControl, SimulatedGroup, SimulatorServer, VmInfo
-from coordinator.sim.clock import Clock
+from azuresim import SimControl, SimulatedGroup, SimulatorServer, VmInfo
+from azuresim.clock import Clock
 
 __all__ = ["ARM_POOL", "RunningSimulator", "SimulatorFactory", "two_vms_with_arm"]
 
@@ -185,7 +185,7 @@ class SimulatorFactory:
         command = [
             sys.executable,
             "-m",
-            "coordinator.sim",
+            "azuresim",
             "--base-port",
             "0",
             "--control",

@@ -18,14 +18,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from azuresim import SimulatedGroup
+from azuresim.azure.model import AzureModel
+from azuresim.cli import add_arguments
+from azuresim.layout import vm_infos
+from azuresim.schema import ArmSettingsRequest, AzureFaultRequest, ThrottlingRequest
 from coordinator.config import Settings
 from coordinator.config.actions import AzureLbActionConfig
 from coordinator.config.advice import drain_warnings
-from coordinator.sim import SimulatedGroup
-from coordinator.sim.azure.model import AzureModel
-from coordinator.sim.cli import add_arguments
-from coordinator.sim.layout import vm_infos
-from coordinator.sim.schema import ArmSettingsRequest, AzureFaultRequest, ThrottlingRequest
 from coordinator.testbed.chaos import cli, processes
 from coordinator.testbed.chaos.faults import FaultSteps, arm_fault_count_kind
 from coordinator.testbed.chaos.planning import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from coordinator.sim.catalogue import MINIMUM_NOTICE
+from azuresim.catalogue import MINIMUM_NOTICE
 from coordinator.testbed.demo import DEMO_TIME_SCALE, add_arguments, verdict
 from coordinator.testbed.story import EventOutcome, StoryConfig, StoryOutcome
 

@@ -62,7 +62,7 @@ def test_the_option_names_are_the_checks_run() -> None:
 
 
 def test_the_notices_weighed_are_the_ones_the_simulator_documents() -> None:
-    from coordinator.sim.catalogue import MINIMUM_NOTICE, TERMINATE_NOTICE_RANGE
+    from azuresim.catalogue import MINIMUM_NOTICE, TERMINATE_NOTICE_RANGE
 
     assert dict(NOTICES) == dict(MINIMUM_NOTICE)
     assert NOTICES["Terminate"] == TERMINATE_NOTICE_RANGE[0]

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.actions.haproxy import HAProxyRuntime
-from coordinator.errors import ActionError
-from coordinator.sim.azure import AzureModel, EffectiveChange
-from coordinator.sim.lb_haproxy import HAProxyDataPlane, commands_for
+from azuresim.azure import AzureModel, EffectiveChange
+from azuresim.haproxy_runtime import HAProxyRuntime, HAProxyUnreachable
+from azuresim.lb_haproxy import HAProxyDataPlane, commands_for
 
 POOL = ("/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/loadBalancers/lb/"
         "backendAddressPools/pool")
@@ -115,7 +114,7 @@ def change(after: str, address: str = "vm0") -> EffectiveChange:
 
 
 def test_data_plane_applies_changes_and_counts_what_haproxy_refused_or_could_not_hear() -> None:
-    runtime = FakeRuntime(["", "No such server.\n", ActionError("unreachable")])
+    runtime = FakeRuntime(["", "No such server.\n", HAProxyUnreachable("unreachable")])
     plane = HAProxyDataPlane(runtime, "be_app")
     assert plane(change("Down")) is True
     assert plane(change("None", "vm9")) is False

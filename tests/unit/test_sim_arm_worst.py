@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from coordinator.sim.azure import AzureModel, EffectiveChange
-from coordinator.sim.errors import InvalidRequest
-from coordinator.sim.schema import ArmSettingsRequest, AzureFaultRequest, ThrottlingRequest, parse
+from azuresim.azure import AzureModel, EffectiveChange
+from azuresim.errors import InvalidRequest
+from azuresim.schema import ArmSettingsRequest, AzureFaultRequest, ThrottlingRequest, parse
 
 SUB = "/subscriptions/s/resourceGroups/rg"
 LB = f"{SUB}/providers/Microsoft.Network/loadBalancers/lb"

@@ -1,4 +1,4 @@
-"""The simulated Resource Graph (``coordinator.sim.graph``) without sockets, on a fake clock: the rows an
+"""The simulated Resource Graph (``azuresim.graph``) without sockets, on a fake clock: the rows an
 event's life writes, what the query accepts and refuses, paging, the per-caller quota, and who may query."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from azuresim.azure import AzureModel
+from azuresim.catalogue import VmInfo
+from azuresim.graph import ResourceGraph
+from azuresim.group import SimulatedGroup
 from coordinator.azure_graph import scheduled_events_query
-from coordinator.sim.azure import AzureModel
-from coordinator.sim.catalogue import VmInfo
-from coordinator.sim.graph import ResourceGraph
-from coordinator.sim.group import SimulatedGroup
 
 SUB = "00000000-0000-0000-0000-000000000000"
 QUERY = scheduled_events_query(24)

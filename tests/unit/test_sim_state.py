@@ -20,9 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.errors import MalformedDocument
-from coordinator.models import format_not_before, parse_document
-from coordinator.sim import (
+from azuresim import (
     MINIMUM_NOTICE,
     InvalidRequest,
     RateLimiter,
@@ -31,10 +29,12 @@ from coordinator.sim import (
     UnknownVm,
     VmInfo,
 )
-from coordinator.sim.catalogue import DEFAULT_DESCRIPTIONS, DEFAULT_IMPACT_SECONDS, WRONG_TYPE_FIELDS
-from coordinator.sim.clock import ScaledClock
-from coordinator.sim.faults import mutate_document
-from coordinator.sim.replay import parse_replay
+from azuresim.catalogue import DEFAULT_DESCRIPTIONS, DEFAULT_IMPACT_SECONDS, WRONG_TYPE_FIELDS
+from azuresim.clock import ScaledClock
+from azuresim.faults import mutate_document
+from azuresim.replay import parse_replay
+from coordinator.errors import MalformedDocument
+from coordinator.models import format_not_before, parse_document
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "imds-scenarios"
 T0 = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT

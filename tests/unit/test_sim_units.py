@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
+from azuresim import InvalidRequest, SimulatedGroup, VmInfo
+from azuresim.cli import add_arguments
+from azuresim.layout import vm_infos
 from coordinator.models import parse_document
-from coordinator.sim import InvalidRequest, SimulatedGroup, VmInfo
-from coordinator.sim.cli import add_arguments
-from coordinator.sim.layout import vm_infos
 from tests.unit.test_sim_state import FakeClock
 
 

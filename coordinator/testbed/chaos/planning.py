@@ -71,7 +71,7 @@ WRONG_TYPE_FIELDS = ("DocumentIncarnation", "Events", "EventId", "Resources", "N
 LINK_FAULTS = ("zk_link_cut", "zk_link_delay", "zk_link_oneway")
 LINK_DELAYS_MS = (100, 300, 800, 1500)  # each way: the last two make a round trip near or past kazoo's read timeout
 # The ARM faults an ``--admin-state`` plan draws from: each the body of one ``POST /arm/faults`` of the simulator's
-# control API (``coordinator/sim/azure/faults.py``), queued when its step fires and cleared (``DELETE
+# control API (``sim/azuresim/azure/faults.py``), queued when its step fires and cleared (``DELETE
 # /arm/faults``) at the end of the step's window, whether or not it was met. A ``count`` answers that many
 # requests; ``None`` every request of the window (the kinds that hit a write wait for a PUT that applies).
 # The testbed's agents give ARM 2 s per request and 10 s per drain or recovery (``AdminStateDrain``): a late

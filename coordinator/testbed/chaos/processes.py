@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from coordinator.sim.client import SimControl
+from azuresim.client import SimControl
 from coordinator.testbed.chaos.observers import Sampler
 from coordinator.testbed.chaos.result import read_agent_log
 from coordinator.testbed.chaos.state import Abort, RunState
