@@ -28,6 +28,7 @@ from coordinator.store.zk_security import NodeAcls, digest_identity, node_acls, 
 from coordinator.store.zk_session import ClientOptions, TlsOptions, client_arguments
 from coordinator.store.zookeeper import ZooKeeperStore
 from coordinator.testbed.zookeeper import LocalZooKeeper
+from tests.integration.test_zookeeper_watched_view import eventually
 
 AGENT = ("coordinator", "agent-secret")
 OPERATOR = ("operator", "operator-secret")
@@ -185,8 +186,10 @@ def test_operators_drain_and_undrain_by_hand_the_agents_admit_and_readers_cannot
         drain(address(READER), "vm-a", "disk swap")
     _, created = drain(address(OPERATOR), "vm-a", "disk swap")
     assert created
-    # The agent admits it (a rewrite of the operator's node): the node's ACL lets it.
-    asked = store.read_view("vm-a").drains["vm-a"].asked
+    # The agent admits it (a rewrite of the operator's node): the node's ACL lets it. Its view is kept by
+    # watches: the operator's node reaches it a round trip later.
+    asked = eventually(store, "vm-a", lambda view: "vm-a" in view.drains, "the drain in the agent's view"
+                       ).drains["vm-a"].asked
     assert store.admit_drain("vm-a", asked, "vm-a", 1.0) is WriteResult.DONE
     assert store.read_view("vm-a").drains["vm-a"].admitted_by == "vm-a"
     reader = client(zk_hosts, READER)
@@ -209,7 +212,7 @@ def test_operators_drain_and_undrain_by_hand_the_agents_admit_and_readers_cannot
         operator.stop()
         operator.close()
     assert undrain(address(OPERATOR), "vm-a") is True
-    assert store.read_view("vm-a").drains == {}
+    eventually(store, "vm-a", lambda view: view.drains == {}, "the undrain in the agent's view")
 
 
 def test_a_pause_node_the_agents_cannot_read_still_pauses_and_the_rest_is_read(
