@@ -15,11 +15,11 @@ lint:
 # The long chaos run (about a minute per run): seeds 1-200, each judged by the oracle, each in the delivery layout
 # its seed draws (one unit, named-only delivery, two placement groups); see docs/reliability.md.
 chaos:
-	.venv/bin/python -m coordinator.testbed.chaos --runs 200 --seed 1 --layout mixed --json docs/chaos-results.json --resume --workdir chaos-runs
+	.venv/bin/python -m tests.chaos --runs 200 --seed 1 --layout mixed --json docs/chaos-results.json --resume --workdir chaos-runs
 # The same with the agents draining through the load balancer's admin state and ARM at its worst in the
 # plan (about a minute per run): seeds 1-50; see docs/reliability.md.
 chaos-admin:
-	.venv/bin/python -m coordinator.testbed.chaos --runs 50 --seed 1 --admin-state --json docs/chaos-admin-results.json --resume --workdir chaos-runs-admin
+	.venv/bin/python -m tests.chaos --runs 50 --seed 1 --admin-state --json docs/chaos-admin-results.json --resume --workdir chaos-runs-admin
 # The benchmarks (about 40 minutes on 2 cores): bench/results.json and docs/benchmarks.md are rewritten.
 bench:
 	bash scripts/setup.sh

@@ -39,7 +39,7 @@ What is observed, from outside the agents only:
   the server per delivery, ``LocalZooKeeper(trace_deliveries=True)``);
 - ``/status`` of every agent every 5 s (the oracle's stall check), ``/proc`` for CPU and memory.
 
-The oracle (``coordinator.testbed.oracle.check``) judges S1-S5 and liveness (L1, L2) from that record,
+The oracle (``tests.oracle.check``) judges S1-S5 and liveness (L1, L2) from that record,
 as it does for a chaos run, told the agents' timings (``oracle_settings``).
 """
 
@@ -70,9 +70,10 @@ from azuresim.client import SimControl, SimControlError
 from bench.group import percentiles
 from coordinator.config.drain import DrainConfig
 from coordinator.config.policy import PolicyConfig
-from coordinator.testbed.chaos.result import read_agent_log
 from coordinator.testbed.cluster import AgentProcess, LocalCluster
-from coordinator.testbed.oracle import (
+from coordinator.testbed.zookeeper import ConnectionStats, LocalZooKeeper
+from tests.chaos.result import read_agent_log
+from tests.oracle import (
     HarnessRecord,
     LogLine,
     NodeSighting,
@@ -84,8 +85,7 @@ from coordinator.testbed.oracle import (
     check,
     dump,
 )
-from coordinator.testbed.oracle.history import GROUP_KINDS, from_txn_log
-from coordinator.testbed.zookeeper import ConnectionStats, LocalZooKeeper
+from tests.oracle.history import GROUP_KINDS, from_txn_log
 
 __all__ = ["HUNG_PROBE_TIMEOUT", "GroupConfig", "Step", "agent_extra_config", "build_story", "choose_hung", "hung_key",
            "oracle_settings", "percentiles", "render_hung", "run_group"]
@@ -1251,7 +1251,7 @@ class GroupRun:
         verdict = check(observations)
         if not verdict.ok or self.config.hung:
             # Kept beside the verdict (with --groups-keep) so that the run can be judged again, by
-            # ``coordinator.testbed.oracle.load`` and ``check``.
+            # ``tests.oracle.load`` and ``check``.
             with contextlib.suppress(OSError):
                 (self.workdir / "observations.json").write_text(dump(observations))
         return verdict
@@ -1555,7 +1555,7 @@ every peer every second while an event is known, N probes each, which on one 2-c
 
 How each figure is taken, from outside the agents:
 - Started early or at NotBefore: the simulator's log. Events that waited for NotBefore: {waited or 'none'}.
-- The oracle (`coordinator.testbed.oracle.check`, S1-S5) reads the simulator's log, the ack and member
+- The oracle (`tests.oracle.check`, S1-S5) reads the simulator's log, the ack and member
   nodes as an observer session saw them, every agent's probe (every 2 s, every 100 ms while an event
   names the VM), `/status` every 5 s and the agents' logs. No HAProxy: the probes are the rotation.
 - Detection: the event's creation in the simulator's log -> the later of the named VMs' first failed

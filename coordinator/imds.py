@@ -40,8 +40,8 @@ from typing import Any, Final, Self, TypeVar
 import httpx
 
 from coordinator.errors import ImdsBadRequest, ImdsFenced, ImdsUnavailable, MalformedDocument
-from coordinator.imds_compute import _BODY_LIMIT, InstanceCompute, parse_instance_compute
-from coordinator.imds_retry import _RETRYABLE, OUTCOMES, _Cooldown, _outcome_for_status, _retry_after
+from coordinator.imds_compute import BODY_LIMIT, InstanceCompute, parse_instance_compute
+from coordinator.imds_retry import OUTCOMES, RETRYABLE, Cooldown, outcome_for_status, retry_after_of
 from coordinator.models import Document, parse_document
 from coordinator.support.ratelimit import RateLimiter
 
@@ -163,7 +163,7 @@ class ImdsClient:
         self._limiter = RateLimiter.per_second(max_requests_per_second, clock=clock)
         self._lock = threading.Lock()
         self._warm = False
-        self._cooldowns: dict[str, _Cooldown] = {}
+        self._cooldowns: dict[str, Cooldown] = {}
         # An explicit transport also keeps httpx from mounting proxies found in the environment; both
         # that and trust_env=False are needed to be sure IMDS is never reached through a proxy. IMDS
         # speaks plain HTTP: no certificate store is loaded for it (about 3 MiB per process), while an
@@ -314,14 +314,14 @@ class ImdsClient:
             else:
                 self._timed(method, sent)
                 status = response.status_code
-                outcome = _outcome_for_status(status)
+                outcome = outcome_for_status(status)
                 if outcome == "ok":
                     self._succeeded(cooldown_key, scheduled_events)
                     try:
                         if unreadable is not None:
                             raise MalformedDocument(
                                 f"IMDS answer to {label} not read: {unreadable}",
-                                content=content[:_BODY_LIMIT].decode("utf-8", "replace"),
+                                content=content[:BODY_LIMIT].decode("utf-8", "replace"),
                             )
                         result = parse(content)
                     except MalformedDocument:
@@ -330,8 +330,8 @@ class ImdsClient:
                     self._report(method, "ok")
                     return result
                 self._report(method, outcome)
-                body = content[:_BODY_LIMIT].decode("utf-8", "replace")
-                if 400 <= status < 500 and outcome not in _RETRYABLE:
+                body = content[:BODY_LIMIT].decode("utf-8", "replace")
+                if 400 <= status < 500 and outcome not in RETRYABLE:
                     cooldown = self._arm_cooldown(cooldown_key, status, body)
                     logger.error(
                         "IMDS answered %d to %s: this is a bug in the request, not retried for %.0f s; "
@@ -344,14 +344,14 @@ class ImdsClient:
                     raise ImdsBadRequest(
                         f"IMDS answered {status} to {label}: {body}", status=status, body=body
                     )
-                if outcome not in _RETRYABLE:
+                if outcome not in RETRYABLE:
                     where = response.headers.get("Location")
                     raise ImdsUnavailable(
                         f"IMDS answered unexpected status {status} to {label}"
                         + (f" (redirect to {where!r}, not followed)" if where else ""),
                         outcome=outcome,
                     )
-                retry_after = _retry_after(response)
+                retry_after = retry_after_of(response)
                 detail = f"HTTP {status}"
             if attempt == max_attempts:
                 break
@@ -468,7 +468,7 @@ class ImdsClient:
                 if previous is None
                 else min(self._cooldown_max, max(self._cooldown_initial, previous.delay * 2))
             )
-            self._cooldowns[cooldown_key] = _Cooldown(
+            self._cooldowns[cooldown_key] = Cooldown(
                 until=now + delay, delay=delay, status=status, body=body
             )
             return delay

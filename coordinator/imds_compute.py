@@ -12,12 +12,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from coordinator.errors import MalformedDocument
 
 __all__ = [
+    "BODY_LIMIT",
     "InstanceCompute",
     "parse_instance_compute",
 ]
 
 # How much of a body an error carries as its ``content`` (here and in the IMDS client's errors).
-_BODY_LIMIT: Final = 2000
+BODY_LIMIT: Final = 2000
 
 
 def _text(value: object) -> str:
@@ -83,14 +84,14 @@ def parse_instance_compute(raw: bytes | str | object) -> InstanceCompute:
             data = json.loads(content)
         except (ValueError, RecursionError) as exc:
             raise MalformedDocument(
-                f"compute metadata is not JSON: {exc}", content=content[:_BODY_LIMIT]
+                f"compute metadata is not JSON: {exc}", content=content[:BODY_LIMIT]
             ) from None
     else:
         data = content
     if not isinstance(data, dict):
         raise MalformedDocument(
             f"compute metadata is not a JSON object but {type(data).__name__}",
-            content=repr(data)[:_BODY_LIMIT],
+            content=repr(data)[:BODY_LIMIT],
         )
     try:
         return InstanceCompute.model_validate(data)
@@ -99,5 +100,5 @@ def parse_instance_compute(raw: bytes | str | object) -> InstanceCompute:
             f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors()[:5]
         )
         raise MalformedDocument(
-            f"invalid compute metadata: {problems}", content=repr(data)[:_BODY_LIMIT]
+            f"invalid compute metadata: {problems}", content=repr(data)[:BODY_LIMIT]
         ) from None

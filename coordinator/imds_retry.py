@@ -10,7 +10,7 @@ from typing import Final
 
 import httpx
 
-__all__ = ["OUTCOMES"]
+__all__ = ["OUTCOMES", "RETRYABLE", "Cooldown", "outcome_for_status", "retry_after_of"]
 
 #: Every value ``on_request`` can receive as its outcome (pre-declare metric label values with it).
 OUTCOMES: Final[tuple[str, ...]] = (
@@ -26,11 +26,11 @@ OUTCOMES: Final[tuple[str, ...]] = (
     "other",
 )
 
-_RETRYABLE: Final = frozenset({"gone", "rate_limited", "server_error", "timeout", "connection_error"})
+RETRYABLE: Final = frozenset({"gone", "rate_limited", "server_error", "timeout", "connection_error"})
 
 
 @dataclass
-class _Cooldown:
+class Cooldown:
     """One operation's cool-down after a 4xx: calls are refused until ``until``; ``delay`` is its length
     (the next 4xx doubles it); ``status`` and ``body`` are the answer that armed it."""
 
@@ -40,7 +40,7 @@ class _Cooldown:
     body: str
 
 
-def _outcome_for_status(status: int) -> str:
+def outcome_for_status(status: int) -> str:
     if status == 200:
         return "ok"
     if status == 400:
@@ -56,7 +56,7 @@ def _outcome_for_status(status: int) -> str:
     return "other"
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def retry_after_of(response: httpx.Response) -> float | None:
     """``Retry-After`` in seconds, or None if absent or in HTTP-date form (no wall clock here)."""
     value = response.headers.get("Retry-After")
     if value is None:

@@ -18,7 +18,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from coordinator.testbed.chaos.ledger import Ledger, LedgerError
+# The chaos harness and its oracle are test tools (tests/), run from the repository.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.chaos.ledger import Ledger, LedgerError
 
 
 def join(paths: Sequence[Path]) -> Ledger:

@@ -5,7 +5,7 @@
     .venv/bin/python scripts/chaos_rejudge.py /tmp/chaos-20-abc123   # one run's directory
     .venv/bin/python scripts/chaos_rejudge.py chaos-runs --write docs/chaos-results.json
 
-The oracle is a pure function of a run's observations (`coordinator.testbed.oracle.check`), and every
+The oracle is a pure function of a run's observations (`tests.oracle.check`), and every
 run keeps them in its directory (`make chaos` keeps every run's under `chaos-runs/`). A change to the
 oracle can so be checked against runs already made: this prints, per run, the verdict written when it
 ran (`verdict.txt`, its first line) and the verdict now, and says which runs changed. Exit status 1 if
@@ -16,7 +16,7 @@ misses by cause) and the load's failed requests as the oracle counts them now (t
 
 Where the run kept its ZooKeeper data (`DIR/zookeeper`, or `zookeeper/` beside a group benchmark's
 `group-N/`), the node history is taken from ZooKeeper's transaction log, the observer's first sightings
-kept (`coordinator.testbed.oracle.history`); `--observer-only` judges by the observer's sightings alone.
+kept (`tests.oracle.history`); `--observer-only` judges by the observer's sightings alone.
 A record written already from the log is judged as it is.
 
 With `--write FILE` (the file `make chaos` wrote), each run of FILE whose directory was judged gets the
@@ -35,10 +35,13 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from coordinator.testbed.chaos.ledger import code_identity
-from coordinator.testbed.oracle import Observations, check, load
-from coordinator.testbed.oracle.history import TXN_LOG, from_txn_log
-from coordinator.testbed.zookeeper.txnlog import server_logs
+# The chaos harness and its oracle are test tools (tests/), run from the repository.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.chaos.ledger import code_identity
+from tests.oracle import Observations, check, load
+from tests.oracle.history import TXN_LOG, from_txn_log
+from tests.oracle.txnlog import server_logs
 
 
 def _runs(paths: Sequence[Path]) -> list[Path]:

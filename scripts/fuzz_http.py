@@ -5,7 +5,7 @@
 
 Prints ``inputs tried: N, server crashes: K, unanswered health checks: K`` and exits 1 if either count
 is not zero, after showing the first inputs that did it. The generator is in
-``coordinator/testbed/httpfuzz.py``; the test suite runs the same with a few hundred inputs.
+``tests/tools/httpfuzz.py``; the test suite runs the same with a few hundred inputs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from coordinator.testbed.httpfuzz import run
+from tests.tools.httpfuzz import run
 
 
 def main() -> int:

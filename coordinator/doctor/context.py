@@ -20,7 +20,7 @@ import httpx
 
 from coordinator.config import Settings
 from coordinator.doctor.outcome import Verdict
-from coordinator.imds_retry import _retry_after
+from coordinator.imds_retry import retry_after_of
 
 if TYPE_CHECKING:
     from coordinator.groupstatus.read import GroupReader
@@ -123,7 +123,7 @@ class RecordingTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         sent = time.time()
         response = self._inner.handle_request(request)
-        self.retry_after = _retry_after(response)
+        self.retry_after = retry_after_of(response)
         if request.url.path.endswith("/scheduledevents"):
             self.last = ImdsSeen(True, response.headers.get("Date"), sent, time.time())
         return response

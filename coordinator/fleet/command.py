@@ -27,7 +27,7 @@ from coordinator.fleet.model import FleetStatus
 from coordinator.fleet.options import MIN_WATCH_INTERVAL
 from coordinator.fleet.read import LISTER, Groups
 from coordinator.fleet.render import render, render_error
-from coordinator.groupstatus.command import _console, _sigterm_as_ctrl_c, _wait, frames, quiet_logging
+from coordinator.groupstatus.command import frames, quiet_logging, sigterm_as_ctrl_c, status_console, wait_or_stop
 from coordinator.groupstatus.options import group_settings
 from coordinator.groupstatus.read import GroupStatusError
 
@@ -118,21 +118,21 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(fleet.to_json())
     else:
-        _console().print(render(fleet))
+        status_console().print(render(fleet))
     return 0
 
 
 def _watch(build: Callable[[], FleetStatus], graph: ResourceGraphClient, interval: float, *, as_json: bool) -> int:
     """Read and show every ``interval`` seconds (later when Resource Graph's quota is used up) until Ctrl-C or
     SIGTERM; on a terminal redrawn in place, elsewhere one frame after the other, each headed by its time."""
-    console = _console()
+    console = status_console()
     last: FleetStatus | None = None
     in_place = not as_json and console.is_terminal
     live, show = frames(console, in_place)
     never = threading.Event()
 
     try:
-        with _sigterm_as_ctrl_c(), live if in_place else contextlib.nullcontext():
+        with sigterm_as_ctrl_c(), live if in_place else contextlib.nullcontext():
             while True:
                 began = time.monotonic()
                 try:
@@ -148,6 +148,6 @@ def _watch(build: Callable[[], FleetStatus], graph: ResourceGraphClient, interva
                         print(fleet.model_dump_json(), flush=True)
                     else:
                         show(render(fleet))
-                _wait(never, began + max(interval, graph.quota_wait()))
+                wait_or_stop(never, began + max(interval, graph.quota_wait()))
     except KeyboardInterrupt:
         return 0

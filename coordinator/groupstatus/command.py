@@ -33,7 +33,7 @@ from coordinator.groupstatus.options import group_settings, history_refusal
 from coordinator.groupstatus.read import GroupRead, GroupReader, GroupStatusError
 from coordinator.groupstatus.render import render, render_error, render_history
 
-__all__ = ["frames", "quiet_logging", "run"]
+__all__ = ["frames", "quiet_logging", "run", "sigterm_as_ctrl_c", "status_console", "wait_or_stop"]
 
 _MIN_GAP = 0.5  # under --watch, at most two reads a second however many watches fire
 # The longest the main thread blocks in one wait under --watch. Python runs a signal's handler (Ctrl-C's
@@ -42,7 +42,7 @@ _MIN_GAP = 0.5  # under --watch, at most two reads a second however many watches
 _SIGNAL_CHECK = 0.2
 
 
-def _console() -> Console:
+def status_console() -> Console:
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=160)  # piped or redirected: wide enough for the tables, never 80 columns
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             return _run(args, settings)
         # Under --watch, SIGTERM ends the command as Ctrl-C does from its start to its end: a supervisor or
         # ``timeout`` may stop it while it connects or closes, not only between two frames.
-        with _sigterm_as_ctrl_c():
+        with sigterm_as_ctrl_c():
             try:
                 return _run(args, settings)
             except KeyboardInterrupt:
@@ -114,7 +114,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(status.to_json())
     else:
-        _console().print(render(status))
+        status_console().print(render(status))
     return 0
 
 
@@ -130,7 +130,7 @@ def _history(reader: GroupReader, policy: Policy, source: str, *, as_json: bool)
     if as_json:
         print(history.to_json())
     else:
-        _console().print(render_history(history))
+        status_console().print(render_history(history))
     return 0
 
 
@@ -144,7 +144,7 @@ def _close(reader: GroupReader, timeout: float = 5.0) -> None:
     closing.join(timeout)
 
 
-def _wait(event: threading.Event, until: float) -> None:
+def wait_or_stop(event: threading.Event, until: float) -> None:
     """Until ``event`` is set or the monotonic time ``until``, in slices of ``_SIGNAL_CHECK`` seconds."""
     while not event.is_set():
         left = until - time.monotonic()
@@ -154,7 +154,7 @@ def _wait(event: threading.Event, until: float) -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_as_ctrl_c() -> Iterator[None]:
+def sigterm_as_ctrl_c() -> Iterator[None]:
     """Within the block, SIGTERM (a supervisor stopping the command, ``timeout``, ``kill``) raises
     ``KeyboardInterrupt`` as Ctrl-C does, so that --watch ends the same way: the last table left on the
     terminal, or printed when the output is not one, and exit status 0. Python runs signal handlers on the
@@ -195,13 +195,13 @@ def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], inter
     read is a frame of its own, headed by the time it was read, written as it is read."""
     changed = threading.Event()
     reader.set_wakeup(changed.set)
-    console = _console()
+    console = status_console()
     last: GroupStatus | None = None
     in_place = not as_json and console.is_terminal
     live, show = frames(console, in_place)
 
     try:
-        with _sigterm_as_ctrl_c(), live if in_place else contextlib.nullcontext():
+        with sigterm_as_ctrl_c(), live if in_place else contextlib.nullcontext():
             while True:
                 began = time.monotonic()
                 changed.clear()
@@ -218,8 +218,8 @@ def _watch(reader: GroupReader, build: Callable[[GroupRead], GroupStatus], inter
                         print(status.model_dump_json(), flush=True)
                     else:
                         show(render(status))
-                _wait(changed, began + interval)
-                _wait(threading.Event(), began + _MIN_GAP)
+                wait_or_stop(changed, began + interval)
+                wait_or_stop(threading.Event(), began + _MIN_GAP)
     except KeyboardInterrupt:
         return 0
 

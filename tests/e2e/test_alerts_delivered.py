@@ -29,9 +29,9 @@ import yaml
 
 from coordinator.support.quiethttp import QuietThreadingHTTPServer
 from coordinator.testbed.cluster import LocalCluster
-from coordinator.testbed.monitoring import LocalAlertmanager, LocalPrometheus, Scraped
 from coordinator.testbed.zookeeper import LocalZooKeeper
 from tests.e2e.support import ClusterFactory, sim
+from tests.tools.monitoring import LocalAlertmanager, LocalPrometheus, Scraped
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"

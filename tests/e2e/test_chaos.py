@@ -1,4 +1,4 @@
-"""Seeded chaos on real processes (``coordinator.testbed.chaos``), judged by the independent oracle.
+"""Seeded chaos on real processes (``tests.chaos``), judged by the independent oracle.
 
 Three fixed seeds, short runs (about a minute each): a three-server ZooKeeper ensemble started by the run
 with the tickTime its seed draws (500 ms for seed 3, 2000 ms for 28, 3000 ms for 22: at 3000 ms the
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.testbed.chaos import ChaosConfig, plan, run_chaos
-from coordinator.testbed.chaos.planning import LINK_FAULTS, delivery_layout, session_lapse_seconds, tick_time_ms
 from coordinator.testbed.zookeeper import find_classpath
+from tests.chaos import ChaosConfig, plan, run_chaos
+from tests.chaos.planning import LINK_FAULTS, delivery_layout, session_lapse_seconds, tick_time_ms
 
 pytestmark = [pytest.mark.e2e, pytest.mark.zookeeper]
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
-from coordinator.testbed.chaos.observers import ZooKeeperRecorder
 from coordinator.testbed.waiting import wait_until
 from coordinator.testbed.zookeeper import LocalZooKeeper
+from tests.chaos.observers import ZooKeeperRecorder
 
 
 def test_the_recorder_marks_the_time_it_could_read_nothing(zk_server_factory: Callable[[], LocalZooKeeper]) -> None:

@@ -26,8 +26,8 @@ from coordinator.httpserver import (
     admin_exposure_warning,
 )
 from coordinator.metrics import Metrics
-from coordinator.testbed import httpfuzz
 from coordinator.testbed.waiting import wait_until
+from tests.tools import httpfuzz
 
 FUZZ_EXAMPLES = int(os.environ.get("HTTP_FUZZ_EXAMPLES", "300"))  # about 10 s; scripts/fuzz_http.py for more
 FUZZ_SEED = os.environ.get("HTTP_FUZZ_SEED")

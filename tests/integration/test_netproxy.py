@@ -1,4 +1,4 @@
-"""The link proxy (``coordinator.testbed.netproxy``) against real sockets on loopback, and one real
+"""The link proxy (``tests.chaos.netproxy``) against real sockets on loopback, and one real
 ZooKeeper session through it.
 
 An upstream server on 127.0.0.1 records every connection it accepts and every byte it receives, and can
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient, KazooState
 
-from coordinator.testbed.netproxy import LinkProxy, LinkState, ZooKeeperLink
+from tests.chaos.netproxy import LinkProxy, LinkState, ZooKeeperLink
 from tests.plugins.zookeeper import wait_until
 
 

@@ -1,4 +1,4 @@
-"""The transaction log reader (``coordinator.testbed.zookeeper.txnlog``) on the log of a real ZooKeeper: the
+"""The transaction log reader (``tests.oracle.txnlog``) on the log of a real ZooKeeper: the
 creations and deletions a client made, a multi, an ephemeral node deleted by its client's close and one by
 its session's expiry, each at the server's time in milliseconds (a node's ctime); and the oracle's node
 history from that log (``oracle.history.from_txn_log``)."""
@@ -13,10 +13,10 @@ import time
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
-from coordinator.testbed.oracle import NodeSighting, Observations, OracleSettings
-from coordinator.testbed.oracle.history import KINDS, from_txn_log
 from coordinator.testbed.zookeeper import LocalZooKeeper
-from coordinator.testbed.zookeeper.txnlog import read_history
+from tests.oracle import NodeSighting, Observations, OracleSettings
+from tests.oracle.history import KINDS, from_txn_log
+from tests.oracle.txnlog import read_history
 from tests.plugins.zookeeper import wait_until
 
 EVENT = "0A0B0C0D-1111-2222-3333-444455556666"

@@ -27,7 +27,7 @@ from bench.groups import (
 from bench.run import groups_config
 from coordinator.config.settings import Settings
 from coordinator.testbed.cluster import LocalCluster
-from coordinator.testbed.oracle import (
+from tests.oracle import (
     HarnessRecord,
     NodeSighting,
     Observations,
@@ -35,8 +35,8 @@ from coordinator.testbed.oracle import (
     ProcessRecord,
     check,
 )
-from coordinator.testbed.oracle.context import Context
-from coordinator.testbed.oracle.faults import Leaders, faults, on_path
+from tests.oracle.context import Context
+from tests.oracle.faults import Leaders, faults, on_path
 
 E1 = "11111111-1111-1111-1111-111111111111"
 E2 = "22222222-2222-2222-2222-222222222222"

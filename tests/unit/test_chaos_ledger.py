@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from coordinator.testbed.chaos import cli
-from coordinator.testbed.chaos.ledger import Ledger, LedgerError, code_identity
-from coordinator.testbed.chaos.result import RunResult
+from tests.chaos import cli
+from tests.chaos.ledger import Ledger, LedgerError, code_identity
+from tests.chaos.result import RunResult
 
 CONFIG = {"vms": ["vm0", "vm1", "vm2"], "duration": 30.0}
 
@@ -154,7 +154,7 @@ def test_the_reported_table_counts_what_the_file_holds(tmp_path: Path) -> None:
 def test_the_command_stops_after_three_runs_in_a_row_that_could_not_start_and_keeps_paths_absolute(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from coordinator.testbed.chaos import cli
+    from tests.chaos import cli
 
     played: list[tuple[int, Path | None]] = []
 

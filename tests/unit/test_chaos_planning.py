@@ -1,5 +1,5 @@
 """The chaos plan's link faults, tickTime and ARM faults, drawn from the seed alone
-(``coordinator.testbed.chaos.planning``); the plans without ``--admin-state`` as they always were; the
+(``tests.chaos.planning``); the plans without ``--admin-state`` as they always were; the
 group of an ``--admin-state`` run: its agents drain without an HAProxy action of their own, know HAProxy's
 probe lag, and the harness plays ARM faults and stretches as the plan says; and the delivery layouts: drawn
 from a stream of their own, every event of the story naming VMs of one unit, passed to the simulator and the
@@ -26,9 +26,17 @@ from azuresim.schema import ArmSettingsRequest, AzureFaultRequest, ThrottlingReq
 from coordinator.config import Settings
 from coordinator.config.actions import AzureLbActionConfig
 from coordinator.config.advice import drain_warnings
-from coordinator.testbed.chaos import cli, processes
-from coordinator.testbed.chaos.faults import FaultSteps, arm_fault_count_kind
-from coordinator.testbed.chaos.planning import (
+from coordinator.testbed.cluster import (
+    HAPROXY_CHECK_FALL,
+    HAPROXY_CHECK_INTERVAL_SECONDS,
+    PROBE_LAG_SECONDS,
+    AdminStateDrain,
+    LocalCluster,
+)
+from coordinator.testbed.haproxy import LocalHAProxy
+from tests.chaos import cli, processes
+from tests.chaos.faults import FaultSteps, arm_fault_count_kind
+from tests.chaos.planning import (
     ARM_FAULT_SECONDS,
     ARM_FAULTS,
     ARM_STRETCH_SECONDS,
@@ -46,16 +54,8 @@ from coordinator.testbed.chaos.planning import (
     session_lapse_seconds,
     tick_time_ms,
 )
-from coordinator.testbed.chaos.result import RunResult
-from coordinator.testbed.chaos.state import Abort
-from coordinator.testbed.cluster import (
-    HAPROXY_CHECK_FALL,
-    HAPROXY_CHECK_INTERVAL_SECONDS,
-    PROBE_LAG_SECONDS,
-    AdminStateDrain,
-    LocalCluster,
-)
-from coordinator.testbed.haproxy import LocalHAProxy
+from tests.chaos.result import RunResult
+from tests.chaos.state import Abort
 
 SEEDS = range(1, 61)
 

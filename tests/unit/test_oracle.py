@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.testbed.oracle import (
+from tests.oracle import (
     HarnessRecord,
     LogLine,
     NodeSighting,
@@ -642,7 +642,7 @@ def test_kept_runs_are_judged_again_by_the_oracle_as_it_is_now(tmp_path: Path) -
 
 
 def test_runs_judged_again_are_written_beside_their_verdicts_and_counted_by_the_summary(tmp_path: Path) -> None:
-    from coordinator.testbed.chaos.ledger import code_identity
+    from tests.chaos.ledger import code_identity
 
     clean, broken = Run(), Run()
     drained_freeze(clean)
@@ -666,7 +666,7 @@ def rejudge_kept_runs(tmp_path: Path, runs: Sequence[Run]) -> tuple[Path, subpro
     """Keep ``runs`` as a long run keeps them (seeds 1, 2, ...: each run's observations, and a results file
     whose verdicts all said "no violation" when they ran), then run ``scripts/chaos_rejudge.py --write`` on
     them: the results file and what the script did."""
-    from coordinator.testbed.chaos.ledger import Ledger
+    from tests.chaos.ledger import Ledger
 
     ledger = Ledger({"vms": list(VMS)}, {"digest": "measured", "commit": "c0ffee1"})
     part = ledger.start_part(ledger.code)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from coordinator.testbed.oracle import check, dump, load
-from coordinator.testbed.oracle.records import AdminStateSample
+from tests.oracle import check, dump, load
+from tests.oracle.records import AdminStateSample
 from tests.unit.test_oracle import DOWN, DRAIN, E1, E2, T0, UP, VMS, Run, drained_freeze, invariants
 from tests.unit.test_oracle_liveness import group, liveness
 

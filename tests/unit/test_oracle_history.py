@@ -1,4 +1,4 @@
-"""The oracle's node history from ZooKeeper's transaction log (``coordinator.testbed.oracle.history``): the
+"""The oracle's node history from ZooKeeper's transaction log (``tests.oracle.history``): the
 log's creations and deletions replace an observer's late or missing sightings, on hand-made runs and on
 logs written in ZooKeeper's format (``tests.unit.test_txnlog``)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from coordinator.testbed.oracle import NodeSighting, check, dump, load
-from coordinator.testbed.oracle.history import (
+from tests.oracle import NodeSighting, check, dump, load
+from tests.oracle.history import (
     GROUP_KINDS,
     KINDS,
     TXN_LOG,
@@ -16,7 +16,7 @@ from coordinator.testbed.oracle.history import (
     node_kind,
     recorded_kinds,
 )
-from coordinator.testbed.zookeeper.txnlog import read_history
+from tests.oracle.txnlog import read_history
 from tests.unit.test_oracle import E1, T0, Run, drained_freeze, invariants
 from tests.unit.test_txnlog import close_session, create, create_session, delete, record, write_log
 

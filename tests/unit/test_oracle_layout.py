@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from coordinator.testbed.oracle import OracleSettings, Verdict, dump, load
+from tests.oracle import OracleSettings, Verdict, dump, load
 from tests.unit.test_oracle import E1, E2, T0, VMS, Run, drained_freeze
 from tests.unit.test_oracle_liveness import OWNERS, PIDS, agent_down, group, liveness
 

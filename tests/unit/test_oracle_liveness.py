@@ -1,4 +1,4 @@
-"""The chaos oracle's liveness judgement (``coordinator/testbed/oracle/checks_liveness.py``) on hand-made
+"""The chaos oracle's liveness judgement (``tests/oracle/checks_liveness.py``) on hand-made
 timelines: an allowable event approved in time, one that waited for its NotBefore for nothing (the run
 fails), ones whose wait a fault explains (named), ones the policy held (no miss), and records left open.
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.testbed.oracle import OracleSettings, Verdict, dump, load
+from tests.oracle import OracleSettings, Verdict, dump, load
 from tests.unit.test_oracle import DOWN, DRAIN, E1, E2, T0, UP, VMS, Run, rejudge_kept_runs
 
 PIDS = {"vm0": 100, "vm1": 101, "vm2": 102}

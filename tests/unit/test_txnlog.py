@@ -1,4 +1,4 @@
-"""The reader of ZooKeeper's transaction logs (``coordinator.testbed.zookeeper.txnlog``), on logs this test
+"""The reader of ZooKeeper's transaction logs (``tests.oracle.txnlog``), on logs this test
 writes in ZooKeeper's own binary format: file header, then (Adler-32, length, TxnHeader + body + digest,
 ``B``) records, then the zero padding of a preallocated file."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.testbed.zookeeper.txnlog import (
+from tests.oracle.txnlog import (
     CONTAINER_OWNER,
     NodeChange,
     TxnLogError,

@@ -15,8 +15,8 @@ those are put on the class path explicitly. Install with ``apt-get install zooke
 
 The modules: ``config`` (class path, TLS, peers, ``zoo.cfg``), ``admin`` (four-letter words, ``cons``),
 ``server`` (``LocalZooKeeper``, one server process) and ``ensemble`` (``LocalEnsemble``); import their
-names from here. ``txnlog`` reads the servers' transaction logs (which nodes existed when, at the
-servers' own times; pure Python): import it as ``coordinator.testbed.zookeeper.txnlog``.
+names from here. The reader of the servers' transaction logs, which the chaos oracle uses, is a test
+tool: ``tests.oracle.txnlog``.
 """
 
 from __future__ import annotations

@@ -18,6 +18,11 @@ from coordinator.testbed.certs import Pki
 
 __all__ = [
     "DEFAULT_JAR_DIR",
+    "FOUR_LETTER_WORDS",
+    "JVM_OPTIONS",
+    "LOG4J_DELIVERIES",
+    "LOG4J_PROPERTIES",
+    "MAIN_CLASS",
     "QuorumPeer",
     "ServerTls",
     "find_classpath",
@@ -44,10 +49,10 @@ _CLASSPATH_JARS = (
     "slf4j-log4j12.jar",
     "log4j-1.2.jar",
 )
-_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
-_JVM_OPTIONS = ("-Xmx256m", "-XX:-UsePerfData", "-XX:+UseSerialGC")
-_FOUR_LETTER_WORDS = "ruok,srvr,stat,mntr,cons"
-_LOG4J_PROPERTIES = """\
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+JVM_OPTIONS = ("-Xmx256m", "-XX:-UsePerfData", "-XX:+UseSerialGC")
+FOUR_LETTER_WORDS = "ruok,srvr,stat,mntr,cons"
+LOG4J_PROPERTIES = """\
 log4j.rootLogger=INFO, FILE
 log4j.appender.FILE=org.apache.log4j.FileAppender
 log4j.appender.FILE.File={log_file}
@@ -57,7 +62,7 @@ log4j.appender.FILE.layout.ConversionPattern=%d{{ISO8601}} %-5p [%t:%C{{1}}@%L] 
 """
 # With ``trace_deliveries``: the server's own line for every watch event it delivers to a session (a trace
 # line of NIOServerCnxn, shown once the trace mask has EVENT_DELIVERY set), alone in a file of its own.
-_LOG4J_DELIVERIES = """\
+LOG4J_DELIVERIES = """\
 log4j.logger.org.apache.zookeeper.server.NIOServerCnxn=TRACE, DELIVERIES
 log4j.additivity.org.apache.zookeeper.server.NIOServerCnxn=false
 log4j.appender.DELIVERIES=org.apache.log4j.FileAppender
@@ -170,7 +175,7 @@ def render_zoo_cfg(
         f"minSessionTimeout={2 * tick_time_ms}",
         f"maxSessionTimeout={max_session_timeout_ms}",
         "admin.enableServer=false",
-        f"4lw.commands.whitelist={_FOUR_LETTER_WORDS}",
+        f"4lw.commands.whitelist={FOUR_LETTER_WORDS}",
     ]
     if peers:
         lines.extend(f"server.{p.server_id}=127.0.0.1:{p.quorum_port}:{p.election_port}" for p in peers)

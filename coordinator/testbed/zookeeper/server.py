@@ -24,12 +24,12 @@ from typing import Self
 from coordinator.testbed.processes import free_port
 from coordinator.testbed.zookeeper.admin import ConnectionStats, connection_stats, four_letter_word
 from coordinator.testbed.zookeeper.config import (
-    _FOUR_LETTER_WORDS,
-    _JVM_OPTIONS,
-    _LOG4J_DELIVERIES,
-    _LOG4J_PROPERTIES,
-    _MAIN_CLASS,
     DEFAULT_JAR_DIR,
+    FOUR_LETTER_WORDS,
+    JVM_OPTIONS,
+    LOG4J_DELIVERIES,
+    LOG4J_PROPERTIES,
+    MAIN_CLASS,
     QuorumPeer,
     ServerTls,
     find_classpath,
@@ -41,7 +41,7 @@ __all__ = ["LocalZooKeeper"]
 # The launcher's log lines keep the package's logger name, whichever of its modules writes them.
 log = logging.getLogger("coordinator.testbed.zookeeper")
 
-# With ``trace_deliveries`` (``_LOG4J_DELIVERIES``): the trace mask that turns the server's delivery lines
+# With ``trace_deliveries`` (``LOG4J_DELIVERIES``): the trace mask that turns the server's delivery lines
 # on, and what such a line looks like.
 _EVENT_DELIVERY_TRACE_MASK = 1 << 6  # org.apache.zookeeper.server.ZooTrace
 # "Deliver event WatchedEvent state:SyncConnected type:NodeChildrenChanged path:/x to 0x1000... through ..."
@@ -217,21 +217,21 @@ class LocalZooKeeper:
                 max_session_timeout_ms=self.max_session_timeout_ms,
                 peers=self.peers,
                 extra=[*(self.tls.zoo_cfg_lines(self.secure_port) if self.tls is not None else ()),
-                       *([f"4lw.commands.whitelist={_FOUR_LETTER_WORDS},stmk"] if self.trace_deliveries else [])],
+                       *([f"4lw.commands.whitelist={FOUR_LETTER_WORDS},stmk"] if self.trace_deliveries else [])],
             )
         )
         log4j = self.data_dir / "log4j.properties"
-        log4j.write_text(_LOG4J_PROPERTIES.format(log_file=self.log_file)
-                         + (_LOG4J_DELIVERIES.format(deliveries_file=self.deliveries_file)
+        log4j.write_text(LOG4J_PROPERTIES.format(log_file=self.log_file)
+                         + (LOG4J_DELIVERIES.format(deliveries_file=self.deliveries_file)
                             if self.trace_deliveries else ""))
         command = [
             self.java,
-            *_JVM_OPTIONS,
+            *JVM_OPTIONS,
             f"-Dlog4j.configuration=file:{log4j}",
             "-Dzookeeper.jmx.log4j.disable=true",
             "-cp",
             classpath,
-            _MAIN_CLASS,
+            MAIN_CLASS,
             str(self.config_file),
         ]
         with self.log_file.open("ab") as output:

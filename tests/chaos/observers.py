@@ -23,7 +23,7 @@ import httpx
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
-from coordinator.testbed.oracle import NodeSighting, RequestSample
+from tests.oracle import NodeSighting, RequestSample
 
 __all__ = ["LoadGenerator", "Sampler", "ZooKeeperRecorder"]
 
@@ -37,7 +37,7 @@ class ZooKeeperRecorder:
     BLIND_AFTER = 1.0  # seconds between two complete polls beyond which the time between them is blind
 
     def __init__(self, hosts: str, chroot: str, interval: float = 0.1) -> None:
-        quiet = logging.getLogger("coordinator.testbed.chaos.zookeeper")
+        quiet = logging.getLogger("tests.chaos.zookeeper")
         quiet.setLevel(logging.CRITICAL)  # its connection drops are expected: ZooKeeper servers are killed
         quiet.propagate = False
         # Reconnect within half a second of a server coming back (kazoo's default backoff doubles up to an

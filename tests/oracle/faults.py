@@ -18,8 +18,8 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from coordinator.testbed.oracle.context import Context, pause_windows
-from coordinator.testbed.oracle.records import OracleSettings
+from tests.oracle.context import Context, pause_windows
+from tests.oracle.records import OracleSettings
 
 __all__ = ["ARM_FAULT", "Fault", "Leaders", "allowance", "faults", "on_path"]
 

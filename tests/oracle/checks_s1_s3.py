@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from coordinator.testbed.oracle.context import (
+from tests.oracle.context import (
     EARLY_RESULTS,
     Context,
     Series,
@@ -30,7 +30,7 @@ from coordinator.testbed.oracle.context import (
     pause_windows,
     zk_blind_at,
 )
-from coordinator.testbed.oracle.report import Violation, timeline
+from tests.oracle.report import Violation, timeline
 
 __all__ = ["s1", "s2", "s3"]
 

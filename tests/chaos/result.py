@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from coordinator.testbed.chaos.planning import Step
-from coordinator.testbed.oracle import LogLine, Verdict
+from tests.chaos.planning import Step
+from tests.oracle import LogLine, Verdict
 
 __all__ = ["RunResult", "read_agent_log", "short_paths"]
 

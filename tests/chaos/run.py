@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from coordinator.testbed.chaos.faults import FaultSteps
-from coordinator.testbed.chaos.observers import LoadGenerator, ZooKeeperRecorder
-from coordinator.testbed.chaos.planning import ChaosConfig
-from coordinator.testbed.chaos.result import RunResult
-from coordinator.testbed.chaos.state import Abort, Clock
-from coordinator.testbed.oracle import LogLine, Observations, OracleSettings, Verdict, check, dump
-from coordinator.testbed.oracle.history import KINDS, from_txn_log
 from coordinator.testbed.zookeeper import LocalEnsemble
+from tests.chaos.faults import FaultSteps
+from tests.chaos.observers import LoadGenerator, ZooKeeperRecorder
+from tests.chaos.planning import ChaosConfig
+from tests.chaos.result import RunResult
+from tests.chaos.state import Abort, Clock
+from tests.oracle import LogLine, Observations, OracleSettings, Verdict, check, dump
+from tests.oracle.history import KINDS, from_txn_log
 
 __all__ = ["ZK_ROOT", "ChaosRun", "run_chaos"]
 

@@ -1,4 +1,4 @@
-"""The command line: ``python -m coordinator.testbed.chaos --seed N [--runs K] [--duration S] [--json out.json
+"""The command line: ``python -m tests.chaos --seed N [--runs K] [--duration S] [--json out.json
 [--resume]] [--admin-state] [--layout one-unit|named|two-units|mixed] [--tell-unit drawn|yes|no]``.
 
 ``main`` checks that the real components are there (java with ZooKeeper's jars, HAProxy), plays the
@@ -21,9 +21,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
-from coordinator.testbed.chaos.ledger import Ledger, LedgerError, code_identity
-from coordinator.testbed.chaos.planning import LAYOUTS, ChaosConfig
-from coordinator.testbed.chaos.run import run_chaos
+from tests.chaos.ledger import Ledger, LedgerError, code_identity
+from tests.chaos.planning import LAYOUTS, ChaosConfig
+from tests.chaos.run import run_chaos
 
 # Runs in a row that could not be carried out (the group never started) after which the command stops:
 # the cause is the machine or the harness, not the seed, and every further run would fail the same way.
@@ -61,7 +61,7 @@ def _check_prerequisites() -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coordinator.testbed.chaos",
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos",
                                      description="Seeded chaos on real processes, judged by an independent oracle.")
     parser.add_argument("--seed", type=int, required=True, help="the first run's seed")
     parser.add_argument("--runs", type=int, default=1, help="runs with seeds SEED, SEED+1, ... (default: 1)")

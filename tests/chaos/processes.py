@@ -1,7 +1,7 @@
 """Setting up and tearing down the processes of a chaos run, and watching them while it runs.
 
 ``RunProcesses`` starts the ZooKeeper ensemble (unless the run shares one), one link proxy per agent
-between that agent and the ensemble (with link faults; ``coordinator.testbed.netproxy``), and the group:
+between that agent and the ensemble (with link faults; ``tests.chaos.netproxy``), and the group:
 the IMDS simulator (with the run's delivery units and delivery: ``planning.DeliveryLayout.sim_args``),
 HAProxy, and an app server and an agent per VM, each agent's connect string naming its own proxies and,
 where the layout tells them, its configuration its unit and the delivery (``imds.unit``,
@@ -27,13 +27,13 @@ from typing import Any
 import httpx
 
 from azuresim.client import SimControl
-from coordinator.testbed.chaos.observers import Sampler
-from coordinator.testbed.chaos.result import read_agent_log
-from coordinator.testbed.chaos.state import Abort, RunState
 from coordinator.testbed.cluster import AdminStateDrain, LocalCluster
-from coordinator.testbed.netproxy import ZooKeeperLink
-from coordinator.testbed.oracle import LogLine, ProbeSample, ProcessRecord, ServerSample, StatusSample
-from coordinator.testbed.oracle.records import AdminStateSample
+from tests.chaos.netproxy import ZooKeeperLink
+from tests.chaos.observers import Sampler
+from tests.chaos.result import read_agent_log
+from tests.chaos.state import Abort, RunState
+from tests.oracle import LogLine, ProbeSample, ProcessRecord, ServerSample, StatusSample
+from tests.oracle.records import AdminStateSample
 
 __all__ = ["RunProcesses"]
 

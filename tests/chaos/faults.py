@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from coordinator.testbed.chaos.observers import ZooKeeperRecorder
-from coordinator.testbed.chaos.planning import (
+from tests.chaos.observers import ZooKeeperRecorder
+from tests.chaos.planning import (
     ARM_STRETCHES,
     LINK_FAULTS,
     Step,
@@ -36,8 +36,8 @@ from coordinator.testbed.chaos.planning import (
     describe_arm_fault,
     describe_arm_stretch,
 )
-from coordinator.testbed.chaos.processes import RunProcesses
-from coordinator.testbed.chaos.state import Abort
+from tests.chaos.processes import RunProcesses
+from tests.chaos.state import Abort
 
 __all__ = ["FaultSteps", "arm_fault_count_kind"]
 

@@ -58,11 +58,11 @@ timelines). This module holds ``check`` and re-exports what other code uses.
 
 from __future__ import annotations
 
-from coordinator.testbed.oracle.checks_liveness import liveness
-from coordinator.testbed.oracle.checks_s1_s3 import s1, s2, s3
-from coordinator.testbed.oracle.checks_s4_s5 import s4, s5
-from coordinator.testbed.oracle.context import Context
-from coordinator.testbed.oracle.records import (
+from tests.oracle.checks_liveness import liveness
+from tests.oracle.checks_s1_s3 import s1, s2, s3
+from tests.oracle.checks_s4_s5 import s4, s5
+from tests.oracle.context import Context
+from tests.oracle.records import (
     HarnessRecord,
     LogLine,
     NodeSighting,
@@ -76,8 +76,8 @@ from coordinator.testbed.oracle.records import (
     dump,
     load,
 )
-from coordinator.testbed.oracle.report import TimelineEntry, Verdict, Violation
-from coordinator.testbed.oracle.stats import statistics
+from tests.oracle.report import TimelineEntry, Verdict, Violation
+from tests.oracle.stats import statistics
 
 __all__ = [
     "HarnessRecord",

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.testbed.oracle.context import Context, Series
+from tests.oracle.context import Context, Series
 
 __all__ = ["FRAME", "RAISED", "TimelineEntry", "Verdict", "Violation", "timeline"]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.config import PolicyConfig
-from coordinator.testbed.oracle.records import (
+from tests.oracle.records import (
     AdminStateSample,
     Observations,
     OracleSettings,

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from coordinator.testbed.oracle.context import EARLY_RESULTS, Context, approvals, pause_windows
-from coordinator.testbed.oracle.records import LogLine, ServerSample, StatusSample
-from coordinator.testbed.oracle.report import FRAME, RAISED, Violation, timeline
+from tests.oracle.context import EARLY_RESULTS, Context, approvals, pause_windows
+from tests.oracle.records import LogLine, ServerSample, StatusSample
+from tests.oracle.report import FRAME, RAISED, Violation, timeline
 
 __all__ = ["s4", "s5"]
 

@@ -24,12 +24,12 @@ from typing import Any
 
 import httpx
 
-from coordinator.testbed.chaos.planning import ChaosConfig, delivery_layout, granted_session_ms, plan, tick_time_ms
 from coordinator.testbed.cluster import AdminStateDrain, LocalCluster
-from coordinator.testbed.netproxy import ZooKeeperLink
-from coordinator.testbed.oracle import HarnessRecord, ProbeSample, ProcessRecord, ServerSample, StatusSample
-from coordinator.testbed.oracle.records import AdminStateSample
 from coordinator.testbed.zookeeper import LocalEnsemble
+from tests.chaos.netproxy import ZooKeeperLink
+from tests.chaos.planning import ChaosConfig, delivery_layout, granted_session_ms, plan, tick_time_ms
+from tests.oracle import HarnessRecord, ProbeSample, ProcessRecord, ServerSample, StatusSample
+from tests.oracle.records import AdminStateSample
 
 __all__ = ["Abort", "Clock", "RunState"]
 

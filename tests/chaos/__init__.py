@@ -1,10 +1,10 @@
-"""Seeded chaos on real processes, judged by an independent oracle (``coordinator.testbed.oracle``).
+"""Seeded chaos on real processes, judged by an independent oracle (``tests.oracle``).
 
-``python -m coordinator.testbed.chaos --seed N [--runs K] [--duration S] [--json out.json] [--admin-state]``
+``python -m tests.chaos --seed N [--runs K] [--duration S] [--json out.json] [--admin-state]``
 
 One run starts, on loopback: a three-server ZooKeeper ensemble (its tickTime drawn from the seed), the
 IMDS simulator under a time scale (so that Azure's 15-minute notices last about 20 s), one agent per VM,
-each reaching ZooKeeper through link proxies of its own (``coordinator.testbed.netproxy``: the plan cuts,
+each reaching ZooKeeper through link proxies of its own (``tests.chaos.netproxy``: the plan cuts,
 delays or makes lossy one way one agent's link at a time), one app server per VM behind a real HAProxy
 whose health check of each server is that VM's agent probe, and a steady load through HAProxy. It plays
 a story of maintenance events and a schedule of faults, both drawn from
@@ -33,9 +33,9 @@ This module re-exports what other code uses.
 
 from __future__ import annotations
 
-from coordinator.testbed.chaos.cli import main
-from coordinator.testbed.chaos.planning import ChaosConfig, Step, plan
-from coordinator.testbed.chaos.result import RunResult
-from coordinator.testbed.chaos.run import run_chaos
+from tests.chaos.cli import main
+from tests.chaos.planning import ChaosConfig, Step, plan
+from tests.chaos.result import RunResult
+from tests.chaos.run import run_chaos
 
 __all__ = ["ChaosConfig", "RunResult", "Step", "main", "plan", "run_chaos"]

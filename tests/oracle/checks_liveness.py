@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.testbed.oracle.context import Context, SimEvent, pause_windows, recovery_grace
-from coordinator.testbed.oracle.faults import Fault, Leaders, faults, on_path
-from coordinator.testbed.oracle.report import Violation, timeline
+from tests.oracle.context import Context, SimEvent, pause_windows, recovery_grace
+from tests.oracle.faults import Fault, Leaders, faults, on_path
+from tests.oracle.report import Violation, timeline
 
 __all__ = ["STEP", "Liveness", "Miss", "liveness"]
 

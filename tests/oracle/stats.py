@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from coordinator.testbed.oracle.context import Context, approvals, pause_windows, zk_blind_at
-from coordinator.testbed.oracle.records import ServerSample
+from tests.oracle.context import Context, approvals, pause_windows, zk_blind_at
+from tests.oracle.records import ServerSample
 
 __all__ = ["statistics"]
 

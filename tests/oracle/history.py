@@ -3,7 +3,7 @@
 An observer session that polls the nodes sees them late under load, and misses one created and deleted
 between two of its polls: in a 200-agent group on two loaded cores it first saw an ack 8 s after its
 creation and never saw four that stood across an approval, so S1 found approvals "without an ack". The
-transaction log (``coordinator.testbed.zookeeper.txnlog``) has every creation and deletion with the
+transaction log (``tests.oracle.txnlog``) has every creation and deletion with the
 server's time in milliseconds, the same clock as a node's ``ctime``.
 
 ``from_txn_log(observations, data_dir)`` returns the observations with their node history taken from
@@ -30,8 +30,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from coordinator.testbed.oracle.records import NodeSighting, Observations
-from coordinator.testbed.zookeeper.txnlog import History, NodeChange, TxnLogError, read_history, server_logs
+from tests.oracle.records import NodeSighting, Observations
+from tests.oracle.txnlog import History, NodeChange, TxnLogError, read_history, server_logs
 
 __all__ = ["GROUP_KINDS", "KINDS", "TXN_LOG", "from_txn_log", "merge_nodes", "node_kind", "recorded_kinds"]
 
