@@ -237,9 +237,9 @@ MUTATIONS = [
     ),
     (
         'records-seen-without-a-new-reading',
-        'coordinator/agent.py',
-        '        evidence = after_view(self._evidence, cluster, mono)\n',
-        '        evidence = after_view(self._evidence, cluster if reading is not None else None, mono)\n',
+        'coordinator/evidence.py',
+        '    evidence = after_view(evidence, cluster, mono)\n',
+        '    evidence = after_view(evidence, cluster if document is not None else None, mono)\n',
         'tests/unit/test_poller.py::test_a_record_published_since_the_leaders_last_poll_is_not_taken_for_one_gone',
     ),
     (
