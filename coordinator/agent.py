@@ -110,7 +110,6 @@ class Agent:
             store = store if isinstance(store, DryRunStore) else DryRunStore(store)
         self._wake = threading.Event()
         self._store = store
-        self._actions = list(actions)
         self._policy = policy
         self._metrics = metrics
         self._poll_interval = poll_interval
@@ -128,7 +127,7 @@ class Agent:
         self._started = self._clock.monotonic()
         live_after = live_after if live_after is not None else max(30.0, 3 * self._idle_cycle)
         self._telemetry = Telemetry(metrics, vm, policy, started=self._started, live_after=live_after)
-        self._live = LiveExecutor(vm=vm, store=store, imds=imds, actions=self._actions,
+        self._live = LiveExecutor(vm=vm, store=store, imds=imds, actions=actions,
                                   jobs=jobs or JobExecutor(on_done=self.wake), state_file=state_file, policy=policy,
                                   metrics=metrics, telemetry=self._telemetry, clock=self._clock,
                                   readings=self._readings, peers=peers, wake=self.wake)

@@ -116,9 +116,8 @@ class DryRunExecutor:
     def carry(self, op: Operation, snap: Snapshot) -> Done:
         if not op.changes:
             return self._inner.carry(op, snap)
-        words = self.words(op)
-        if words is not None:
-            self._say(*words)
+        for key, message in self.words(op):
+            self._say(key, message)
         if isinstance(op, Acknowledge):
             self._store.would_ack(op.key, self.vm, op.at)
         elif isinstance(op, WithdrawAck):
@@ -127,8 +126,17 @@ class DryRunExecutor:
             return Done(finished_at=snap.mono)  # no action runs: the job is over as soon as it is said
         return DONE
 
-    def words(self, op: Operation) -> tuple[tuple[str, str], str] | None:
-        """What the dry run says of ``op``, under the key it is said once for (None: nothing)."""
+    def words(self, op: Operation) -> list[tuple[tuple[str, str], str]]:
+        """What the dry run says of ``op``, each line under the key it is said once for (an approval: one line
+        an event)."""
+        if isinstance(op, Approve):
+            return [(("approve", intent.event_id), f"would approve event {intent.event_id} "
+                     + (f"(required acks: {', '.join(sorted(intent.required))})" if intent.required
+                        else "(no ack required)")) for intent in op.intents]
+        line = self._line(op)
+        return [] if line is None else [line]
+
+    def _line(self, op: Operation) -> tuple[tuple[str, str], str] | None:
         vm = self.vm
         if isinstance(op, SaveState):
             held = f" for {', '.join(sorted(op.state.draining_for))}" if op.state.draining_for else ""
@@ -172,12 +180,6 @@ class DryRunExecutor:
             return ("archive", ""), f"would move {len(op.keys)} finished event record(s) to the history"
         if isinstance(op, Purge):
             return ("purge", ""), "would purge old finished event records"
-        if isinstance(op, Approve):
-            for intent in op.intents:
-                required = (f"(required acks: {', '.join(sorted(intent.required))})" if intent.required
-                            else "(no ack required)")
-                self._say(("approve", intent.event_id), f"would approve event {intent.event_id} {required}")
-            return None
         return None
 
     def _say(self, key: tuple[str, str], message: str) -> None:
