@@ -303,10 +303,12 @@ class ModelStore:
 
     def reconnect(self) -> None:
         """Reachable again: back to the same session if it lived on, else LOST and a new session (kazoo
-        reconnects by itself; a store whose first start failed starts again on the agent's next cycle)."""
+        reconnects by itself; a store whose first start failed starts again on the agent's next cycle). A
+        store not started yet reaches a server when it starts."""
         self._link.restore()
         self.cut_off = False
         self.suspended_since = None
+        self.unreachable_at_start = self.suspended_at_start = False
 
     def expire_session(self) -> None:
         """The ensemble ends the session: the client, connected, reconnects with a new one."""
@@ -435,11 +437,13 @@ class ModelReadings:
     request was sent; the poller sends the next request then), showing IMDS as it was at one instant in
     between, chosen adversarially: when the request was sent (``"sent"``), or when it was answered
     (``"answered"``; an answer that would come later than ``SLOW_ANSWER`` is the client's timeout).
-    ``""``: answered at once."""
+    ``""``: answered at once. ``shown``: told each document as its answer reaches the agent."""
 
-    def __init__(self, read: Callable[[], Document], monotonic: Callable[[], float]) -> None:
+    def __init__(self, read: Callable[[], Document], monotonic: Callable[[], float],
+                 shown: Callable[[Document], None] = lambda document: None) -> None:
         self._read = read
         self._monotonic = monotonic
+        self._shown = shown
         self.reading = Reading(0, monotonic())
         self.asked = False
         self.slow = ""
@@ -465,9 +469,13 @@ class ModelReadings:
                     error = ImdsUnavailable("model: no answer within the timeout", outcome="timeout")
             self.reading = Reading(seq, answered, document=document, error=error, began=sent)
             seq += 1
+            if document is not None:
+                self._shown(document)
         elif not self.slow:
             document, error = self._answer()
             self.reading = Reading(seq, now, document=document, error=error, began=now)
+            if document is not None:
+                self._shown(document)
         if self.slow:
             if self.slow == "sent":
                 self.pending = (now, *self._answer())

@@ -337,7 +337,11 @@ def _read_error(kind: str) -> ImdsError:
 
 
 class FakeImds:
-    """One agent's IMDS client (the agent's ``Imds`` protocol) over the group model."""
+    """One agent's IMDS client (the agent's ``Imds`` protocol) over the group model.
+
+    ``on_served`` hears which events a read showed. By default when IMDS answers; with ``shown_later``, only
+    when ``shown`` is called with the document, i.e. when the answer reaches the agent. A slow answer
+    shows IMDS as it was when the request was sent, and its agent cannot act on it before it arrives."""
 
     def __init__(
         self,
@@ -346,8 +350,12 @@ class FakeImds:
         on_post: Callable[[FakeImds, list[str]], None],
         on_served: Callable[[list[ModelEvent]], None] = lambda events: None,
         between_attempts: Callable[[str, float], None] = lambda what, backoff: None,
+        *,
+        shown_later: bool = False,
     ) -> None:
         self.group = group
+        self._shown_later = shown_later
+        self._unshown: dict[int, tuple[Document, list[ModelEvent]]] = {}  # by id() of the document
         self.vm = vm
         self._on_post = on_post
         self._on_served = on_served
@@ -364,8 +372,17 @@ class FakeImds:
             raise _read_error(fault)
         events, body = self.group.serve(self.vm)
         document = parse_document(body)
-        self._on_served(events)
+        if self._shown_later:
+            self._unshown[id(document)] = (document, events)  # the document kept: its id() is not reused
+        else:
+            self._on_served(events)
         return document
+
+    def shown(self, document: Document) -> None:
+        """The answer that carried ``document`` reached the agent (``shown_later``)."""
+        entry = self._unshown.pop(id(document), None)
+        if entry is not None and entry[0] is document:
+            self._on_served(entry[1])
 
     def approve(self, event_ids: Sequence[str], *, fence: Callable[[], bool] | None = None) -> None:
         """POST ``StartRequests``. As the real client, ``fence`` is asked right before every attempt is

@@ -68,6 +68,24 @@ sees it: vm1 had been out of rotation for 5 s of its 10 s drain wait (S1). Found
 (default run), once its oracle stopped holding a VM to draining for an event before the event existed.
 Fixed: an event naming VMs absent past the grace is approved only once it has been approvable for their
 drain wait plus ``Policy.absent_notice`` (``decide.approval.absent_drained``).
+
+The oracle took a slow answer for one the agent had read
+--------------------------------------------------------
+A recovery that the agent decided before it was shown its event Started may still put the probe back to
+200 before the drain queued behind it runs: the VM is not drained for the event until that drain is done
+(docs/safety.md, "drained for E now"). The oracle stamped "shown" when IMDS answered. A slow answer shows
+IMDS as it was when the request was sent and reaches the agent a poll later, so a recovery decided in
+between, on the reading before, was held against the agent as an S2 break. The agent was right; the oracle
+now stamps "shown" when the answer arrives.
+
+The oracle kept an agent cut off after every fault had healed
+-------------------------------------------------------------
+Its quiet time (``quiesce``) heals every fault, then expects the leader or a live agent an event named to
+close the event's record once the event has left the group. An agent started again unable to reach any
+ZooKeeper server, healed before its first cycle, was cut off anew by that first cycle's start, and stayed
+so: the heal had ended the count of cycles that brings it back. The record waited for it, and the oracle
+called that a liveness miss. A store healed before it starts now reaches a server when it starts, and an
+agent the process manager starts during the quiet time reaches one at once.
 """
 
 from __future__ import annotations
@@ -548,3 +566,49 @@ def test_an_event_appearing_after_the_absent_grace_waits_for_its_cut_off_vms_to_
         assert not state.violations["S2"], state.violations["S2"]
     finally:
         state.teardown()
+
+
+def test_the_oracle_counts_a_slow_answer_as_shown_when_it_reaches_the_agent() -> None:
+    """Found by the model-based suite, a break of its oracle, not of the agent. vm1, drained for a Freeze,
+    decides to recover once the Freeze is gone, on a reading that shows a Redeploy naming it still
+    Scheduled; its recovery waits behind a slow job. The Redeploy starts just then, and vm1's next request
+    is answered slowly, showing it Started: the answer reaches the agent a poll later, which queues a
+    drain behind the running recovery. The recovery puts the probe back to 200 for a moment, then the drain
+    fails it. The oracle excuses a recovery decided before the agent was shown the event Started, but
+    counted the agent as shown when IMDS answered, before the answer reached it, and called the moment an
+    S2 break. It now counts it when the answer arrives (``FakeImds(shown_later=True)``, ``ModelReadings``)."""
+    from tests.model.harness import ModelReadings
+
+    clock = _Clock()
+    group = ImdsGroup(clock.now)
+    group.add(ModelEvent(serial=group.next_serial(), event_id="E", event_type="Redeploy", source="Platform",
+                         resources=("vm1",), start_at=clock.wall, not_before_raw=None, impact=30, status="Started"))
+    shown: list[list[str]] = []
+    imds = FakeImds(group, "vm1", lambda fake, ids: None, lambda events: shown.append([e.event_id for e in events]),
+                    shown_later=True)
+    readings = ModelReadings(imds.get_document, clock.monotonic, imds.shown)
+    readings.slow = "sent"
+    readings.poll()  # the request is sent, and answered as IMDS is now; the answer is on its way
+    assert shown == []
+    assert readings.latest().document is None
+    clock.mono += 1.0
+    readings.poll()  # it arrives: the agent is shown the event now
+    document = readings.latest().document
+    assert document is not None and [e.event_id for e in document.events] == ["E"]
+    assert shown == [["E"]]
+
+
+def test_the_oracle_lets_a_store_healed_before_it_starts_reach_a_server() -> None:
+    """See "The oracle kept an agent cut off after every fault had healed" above."""
+    from coordinator.store.base import ConnectionState
+    from tests.model.harness import ModelStore
+
+    clock = _Clock()
+    cluster = FakeGroup(lambda: clock.wall, session_timeout=POLICY.session_timeout)
+    store = ModelStore(cluster.store(clock.now), cluster, on_admit=lambda key: None, pause=lambda: None,
+                       now=lambda: clock.wall)
+    store.unreachable_at_start = True  # started again cut off from every server...
+    store.reconnect()  # ...and healed before its first cycle
+    store.start()
+    assert not store.cut_off
+    assert store.inner.connection_state is ConnectionState.CONNECTED

@@ -483,10 +483,10 @@ class CoordinatorModel(RuleBasedStateMachine):
         store.unreachable_at_start = store_down > 0 and unreachable
         slot.partition_cycles = store_down
         imds = FakeImds(self.group, slot.vm, lambda fake, ids: self._on_post(slot, generation, ids),
-                        lambda events: self._on_served(slot, events), self._between_attempts)
+                        lambda events: self._on_served(slot, events), self._between_attempts, shown_later=True)
         actions: list[Action] = [ProbeAction(probe), RecordingAction(slot.truth, executor.checkpoint)]
         slot.probe, slot.executor, slot.store, slot.imds = probe, executor, store, imds
-        slot.readings = ModelReadings(imds.get_document, slot.clock.monotonic)
+        slot.readings = ModelReadings(imds.get_document, slot.clock.monotonic, imds.shown)
         slot.readings.slow = slot.slow
         if slot.out_since is None:
             slot.out_since = self.time.now
@@ -1370,13 +1370,15 @@ class CoordinatorModel(RuleBasedStateMachine):
 
     def _calm(self) -> None:
         """Every fault heals: each running agent's IMDS feed, executor and actions work again, its store
-        reaches the ensemble again with no fault armed, and no operator pause or drain by hand holds anything."""
+        reaches the ensemble again with no fault armed, an agent the process manager starts again meanwhile
+        reaches it at once, and no operator pause or drain by hand holds anything."""
         self.cluster.resume()
         with self.cluster.lock:
             drained = list(self.cluster.hand.drains)
         for vm in drained:
             self.cluster.undrain(vm)
         for slot in self.slots.values():
+            slot.returns_cut_off = False  # else a VM back during the quiet time is cut off for 30 more cycles
             if slot.agent is not None and not slot.dry_run:
                 self._heal_vm(slot)
                 slot.partition_cycles = 0
@@ -1509,10 +1511,11 @@ def _not_a_rule(self: CoordinatorModel) -> None:
 
 @pytest.fixture
 def quiet_agents() -> Iterator[None]:
-    """Agents log every decision; thousands of cycles of it only slow the run and bury the report."""
+    """Agents log every decision; thousands of cycles of it only slow the run and bury the report.
+    ``MODEL_LOG_LEVEL`` (a number: 20 for INFO) lets them through, with pytest's ``--log-file``."""
     logger = logging.getLogger("coordinator")
     level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    logger.setLevel(int(os.environ.get("MODEL_LOG_LEVEL", logging.CRITICAL)))
     try:
         yield
     finally:
