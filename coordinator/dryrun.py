@@ -194,6 +194,10 @@ class DryRunStore:
         self._inner = inner
         self._would_ack: dict[str, tuple[str, float]] = {}  # event key -> (vm, at): shown in read_view
 
+    def executor(self, live: LiveExecutor) -> DryRunExecutor:
+        """The dry run's executor over this store, reading through ``live`` (built on this store too)."""
+        return DryRunExecutor(live, self)
+
     def would_ack(self, key: str, vm: str, at: float) -> None:
         self._would_ack[key] = (vm, at)
 

@@ -82,8 +82,8 @@ MUTATIONS = [
     (
         'assume-worst',
         'coordinator/agent.py',
-        '        self._restart = Restart(assume_worst=state_file.unreadable,\n',
-        '        self._restart = Restart(assume_worst=False,\n',
+        '        restart = Restart(assume_worst=state_file.unreadable, from_store=',
+        '        restart = Restart(assume_worst=False, from_store=',
         'test_unreadable_state_file_holds_every_event_naming_the_vm',
     ),
     (
@@ -210,8 +210,8 @@ MUTATIONS = [
     (
         'peers-asked-again-at-approval',
         'coordinator/agent.py',
-        '            snap = replace(snap, peers=self._peers.confirm())\n',
-        '',
+        '            snap = replace(snap, peers_confirmed_at=asked_at, peers=self._peers.confirm())\n',
+        '            snap = replace(snap, peers_confirmed_at=asked_at)\n',
         'test_an_approval_asks_the_peers_again_instead_of_trusting_the_last_round',
     ),
     (
@@ -259,14 +259,15 @@ MUTATIONS = [
     (
         'fresh-read-kept-after-peers-asked-again',
         'coordinator/agent.py',
-        '            snap = replace(snap, peers=self._peers.confirm())\n',
-        '            snap = replace(snap, peers=self._peers.confirm(), read_sent=float("inf"))\n',
+        '            snap = replace(snap, peers_confirmed_at=asked_at, peers=self._peers.confirm())\n',
+        '            snap = replace(snap, peers_confirmed_at=asked_at, peers=self._peers.confirm(),'
+        ' read_sent=float("inf"))\n',
         'tests/unit/test_poller.py::test_peers_asked_again_do_not_release_an_approval_held_for_a_fresh_read',
     ),
     (
         'no-approval-on-an-old-reading',
         'coordinator/agent.py',
-        '        document = reading.document if age <= self._document_fresh else None\n',
+        '        document = reading.document if age <= self._pace.document_fresh else None\n',
         '        document = reading.document\n',
         'tests/unit/test_poller.py::test_no_approval_rests_on_a_reading_older_than_one_and_a_half_polls',
     ),

@@ -593,7 +593,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         self.hand_committed &= set(drains)
         for slot in self.slots.values():
             if (slot.agent is not None and not slot.dry_run and slot.vm in drains and not slot.serving
-                    and BY_HAND in slot.agent._local.draining_for):
+                    and BY_HAND in slot.agent._state.local.draining_for):
                 self.hand_committed.add(slot.vm)
         for vm, serial in list(self.committed):
             present = self.group.events.get(serial)
@@ -758,7 +758,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         grace = self.policy.absent_grace
         if agent is None or grace is None or slot.vm in self.cluster.member_names:
             return False
-        connected_at = agent._evidence.connected_at  # when it last saw the store CONNECTED (None: never)
+        connected_at = agent._state.evidence.connected_at  # when it last saw the store CONNECTED (None: never)
         wait = self.policy.drain_wait_by_type.get(event.event_type, self.policy.drain_wait)
         due = float("-inf") if connected_at is None else connected_at + max(grace - wait, 0.0)
         due = max(due, self.time.mono - (self.time.now - event.created_at))  # it drains once the event exists
@@ -1289,7 +1289,7 @@ class CoordinatorModel(RuleBasedStateMachine):
         with self.cluster.lock:
             drained = slot.vm in self.cluster.hand.drains
         agent, store = slot.agent, slot.store
-        return drained or (agent is not None and store is not None and BY_HAND in agent._local.draining_for
+        return drained or (agent is not None and store is not None and BY_HAND in agent._state.local.draining_for
                            and store.inner.connection_state is not ConnectionState.CONNECTED)
 
     def _lapses_after(self) -> float:

@@ -205,7 +205,7 @@ def test_an_agent_reads_its_own_part_until_an_event_names_it_and_the_whole_view_
     tmp_path: Path
 ) -> None:
     bench, _, counting = three_vms_reads_of_vm2_counted(tmp_path)
-    assert bench.vms["vm0"].agent._part is LEAD  # the leader, approving nothing
+    assert bench.vms["vm0"].agent._state.part is LEAD  # the leader, approving nothing
     assert counting.reads[-3:] == [OWN, OWN, OWN]  # idle, not leading: its own part only
 
     bench.group.schedule(E, ["vm1"], in_s=100)  # names vm1 only: vm2 stays out of it
