@@ -127,9 +127,13 @@ other runs::
     MODEL_SEED=12345 pytest tests/model                 # random exploration from that seed
     MODEL_SHRINK=1 pytest tests/model                   # shrink a failure (this can take minutes)
     MODEL_SKIP=schedule_odd,flap pytest tests/model     # leave rules out to look past a known break
+    MODEL_LOG_LEVEL=20 pytest tests/model --log-file=model.log   # the agents' own logs, for reading a failure
 
 A failure prints the step sequence (the shortest one found with ``MODEL_SHRINK=1``), as calls on
-``CoordinatorModel``, with the violation.
+``CoordinatorModel``, with the violation. The derandomized run draws its steps from a digest of
+``CoordinatorModel``'s source: any edit of the class draws other sequences, which may find what the last
+ones did not (so run a few ``MODEL_SEED``s after changing it). A ``MODEL_SEED`` draws the same steps
+whatever the source, which is how a failure is replayed on the code before a change.
 """
 
 from __future__ import annotations
