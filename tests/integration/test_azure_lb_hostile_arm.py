@@ -254,7 +254,13 @@ def test_a_drain_whose_write_outlives_the_deadline_falls_back_and_a_later_one_wa
     sim = _start(imds_sim)
     lb = _lb(sim, pools=(WEB,), deadline=1.0, fallback_wait=1.5)
     sim.control.add_azure_fault("arm", "slow_operation", seconds=3.0)
-    _assert_fell_back(lb, lb.drain(), "not_confirmed", "did not report Succeeded")
+    first = lb.drain()
+    # On a loaded machine the last read of the operation may itself run out of the deadline (a read timeout,
+    # told as unreachable): either way ARM did not confirm the write in time, and the drain falls back.
+    if first.told == ["unreachable"]:
+        _assert_fell_back(lb, first, "unreachable", "timed out")
+    else:
+        _assert_fell_back(lb, first, "not_confirmed", "did not report Succeeded")
 
     # An agent that restarted cannot know which writes of its earlier life are still on their way: drained
     # at once, it writes once, and is done when that write applied (after the slow one: a pool's operations

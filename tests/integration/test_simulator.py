@@ -767,7 +767,7 @@ def test_replays_a_yaml_timeline(imds_sim: SimulatorFactory, http: httpx.Client)
     path = REPO_ROOT / "tests" / "fixtures" / "timelines" / "freeze-cancelled-then-hardware-failure.timeline.yaml"
     sim = imds_sim(vms=("vm0", "vm1"), rate_limit=0, extra_args=["--replay", str(path)])
     assert [e["EventId"] for e in get(http, sim.url("vm1")).json()["Events"]] == ["E-FREEZE"]
-    sim.control.wait_for_transition("E-HW", None, timeout=5)
+    sim.control.wait_for_transition("E-HW", None, timeout=10)
     transitions = [(e["event_id"], e["from"], e["to"], e["reason"]) for e in sim.control.log(kind="transition")]
     assert transitions == [
         ("E-FREEZE", None, "Scheduled", "scheduled"),

@@ -69,7 +69,8 @@ def test_member_node_vanishes_after_server_side_expiry_and_join_recreates_it(
     assert a.session_id not in (None, old_session)
     assert a.join("vm-a", {"version": "0.1.0"}) is WriteResult.DONE
     assert a.join("vm-a", {}) is WriteResult.EXISTS
-    assert b.read_view("vm-b").members == {"vm-a", "vm-b"}
+    # b's view is served from its watched cache: the new node shows once the watch event has arrived.
+    wait_until(lambda: b.read_view("vm-b").members == {"vm-a", "vm-b"}, message="vm-a's new member node")
 
 
 def test_member_node_disappears_on_stop(zk_hosts: str, zk_chroot: str, make_store: StoreMaker) -> None:
