@@ -38,6 +38,9 @@ from coordinator.models import format_not_before, parse_document
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "fixtures" / "imds-scenarios"
 T0 = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT
+# Fake PIDs for the fake signal sender. Linux never hands out a PID above 2**22 (the ceiling of
+# pid_max), so none of these can be this process's own, which the simulator refuses to register.
+PID_A, PID_B, PID_C, PID_D, PID_E, PID_F, PID_G, PID_H = ((1 << 22) + n for n in range(1, 9))
 
 
 class FakeClock:
@@ -788,8 +791,8 @@ def test_served_formats_match_real_documents(group: SimulatedGroup) -> None:
 
 def impact_group(clock: FakeClock, signals: FakeSignals, **options: Any) -> SimulatedGroup:
     group = SimulatedGroup(["vm0", "vm1", "vm2"], clock=clock, signal_sender=signals, **options)
-    group.register_pids("vm0", [1001, 1002])
-    group.register_pids("vm1", [1003])
+    group.register_pids("vm0", [PID_A, PID_B])
+    group.register_pids("vm1", [PID_C])
     return group
 
 
@@ -800,23 +803,23 @@ def test_freeze_pauses_the_registered_pids_of_the_named_vms_for_its_duration(
     eid = group.schedule("Freeze", ["vm0"], duration_in_seconds=5, started_for=30)["event_id"]
     assert signals.sent == []  # nothing happens while Scheduled
     group.approve("vm0", [eid])
-    assert signals.sent == [(1001, "SIGSTOP"), (1002, "SIGSTOP")]  # vm1's PID is not touched
+    assert signals.sent == [(PID_A, "SIGSTOP"), (PID_B, "SIGSTOP")]  # vm1's PID is not touched
     [impact] = group.log(kind="impact")
     assert (impact["impact"], impact["seconds"], impact["vms"], impact["reason"]) == ("freeze", 5.0, ["vm0"], "started")
     clock.advance(4.9)
     group.tick()
     assert len(signals.sent) == 2
-    assert set(group.paused()) == {1001, 1002}
+    assert set(group.paused()) == {PID_A, PID_B}
     clock.advance(0.1)
     group.tick()
-    assert signals.sent[2:] == [(1001, "SIGCONT"), (1002, "SIGCONT")]
+    assert signals.sent[2:] == [(PID_A, "SIGCONT"), (PID_B, "SIGCONT")]
     assert group.paused() == {}
     entries = group.log(kind="signal")
     assert [(e["vm"], e["pid"], e["signal"], e["reason"], e["result"]) for e in entries] == [
-        ("vm0", 1001, "SIGSTOP", "freeze", "sent"),
-        ("vm0", 1002, "SIGSTOP", "freeze", "sent"),
-        ("vm0", 1001, "SIGCONT", "impact_over", "sent"),
-        ("vm0", 1002, "SIGCONT", "impact_over", "sent"),
+        ("vm0", PID_A, "SIGSTOP", "freeze", "sent"),
+        ("vm0", PID_B, "SIGSTOP", "freeze", "sent"),
+        ("vm0", PID_A, "SIGCONT", "impact_over", "sent"),
+        ("vm0", PID_B, "SIGCONT", "impact_over", "sent"),
     ]
     assert statuses(group) == {eid: "Started"}  # the pause ended; the event is still there
 
@@ -825,36 +828,36 @@ def test_freeze_impact_is_scaled_with_the_clock(signals: FakeSignals) -> None:
     real = FakeClock(0.0)
     group = SimulatedGroup(["vm0"], clock=ScaledClock(10, start=T0, monotonic=real), time_scale=10,
                            signal_sender=signals)
-    group.register_pids("vm0", [4242])
+    group.register_pids("vm0", [PID_D])
     group.schedule("Freeze", ["vm0"], duration_in_seconds=30, status="Started")
     real.advance(2.9)
     group.tick()
-    assert signals.sent == [(4242, "SIGSTOP")]
+    assert signals.sent == [(PID_D, "SIGSTOP")]
     real.advance(0.1)
     group.tick()
-    assert signals.sent == [(4242, "SIGSTOP"), (4242, "SIGCONT")]
+    assert signals.sent == [(PID_D, "SIGSTOP"), (PID_D, "SIGCONT")]
 
 
 def test_reboot_kills_the_registered_pids_and_forgets_them(clock: FakeClock, signals: FakeSignals) -> None:
     group = impact_group(clock, signals)
     eid = group.schedule("Reboot", ["vm1", "vm9"])["event_id"]
     group.approve("vm1", [eid])
-    assert signals.sent == [(1003, "SIGKILL")]
+    assert signals.sent == [(PID_C, "SIGKILL")]
     assert group.pids("vm1") == []  # a killed PID may be reused: never signalled again
-    assert group.pids("vm0") == [1001, 1002]
+    assert group.pids("vm0") == [PID_A, PID_B]
 
 
 @pytest.mark.parametrize("event_type", ["Redeploy", "Preempt", "Terminate"])
 def test_other_disruptive_types_kill_too(clock: FakeClock, signals: FakeSignals, event_type: str) -> None:
     group = impact_group(clock, signals)
     group.schedule(event_type, ["vm1"], status="Started")
-    assert signals.sent == [(1003, "SIGKILL")]
+    assert signals.sent == [(PID_C, "SIGKILL")]
 
 
 def test_hardware_failure_hits_at_once(clock: FakeClock, signals: FakeSignals) -> None:
     group = impact_group(clock, signals)
     group.schedule("Reboot", ["vm0"], status="Started")
-    assert signals.sent == [(1001, "SIGKILL"), (1002, "SIGKILL")]
+    assert signals.sent == [(PID_A, "SIGKILL"), (PID_B, "SIGKILL")]
     assert group.log(kind="impact")[0]["reason"] == "started"
 
 
@@ -864,11 +867,11 @@ def test_reboot_that_turns_out_to_be_a_freeze(clock: FakeClock, signals: FakeSig
     group.approve("vm1", [eid])
     [served] = group.document("vm1")["Events"]
     assert (served["EventType"], served["EventStatus"]) == ("Reboot", "Started")
-    assert signals.sent == [(1003, "SIGSTOP")]
+    assert signals.sent == [(PID_C, "SIGSTOP")]
     clock.advance(3)
     group.tick()
-    assert signals.sent == [(1003, "SIGSTOP"), (1003, "SIGCONT")]
-    assert group.pids("vm1") == [1003]
+    assert signals.sent == [(PID_C, "SIGSTOP"), (PID_C, "SIGCONT")]
+    assert group.pids("vm1") == [PID_C]
 
 
 def test_freeze_of_zero_seconds_and_impact_none_signal_nothing(clock: FakeClock, signals: FakeSignals) -> None:
@@ -885,7 +888,7 @@ def test_unknown_duration_freezes_for_the_typical_impact(clock: FakeClock, signa
     assert event["impact_seconds"] == DEFAULT_IMPACT_SECONDS == 7
     clock.advance(7)
     group.tick()
-    assert signals.sent == [(1003, "SIGSTOP"), (1003, "SIGCONT")]
+    assert signals.sent == [(PID_C, "SIGSTOP"), (PID_C, "SIGCONT")]
 
 
 def test_second_impact_while_started_keeps_the_event_and_may_pause_again(
@@ -901,12 +904,12 @@ def test_second_impact_while_started_keeps_the_event_and_may_pause_again(
     incarnation = group.incarnation
     logged = group.impact(eid)  # logged only
     assert (logged["reason"], logged["impact"]) == ("second", "none")
-    assert signals.sent == [(1003, "SIGSTOP"), (1003, "SIGCONT")]
+    assert signals.sent == [(PID_C, "SIGSTOP"), (PID_C, "SIGCONT")]
     group.impact(eid, seconds=1, pause=True)
-    assert signals.sent[-1] == (1003, "SIGSTOP")
+    assert signals.sent[-1] == (PID_C, "SIGSTOP")
     clock.advance(1)
     group.tick()
-    assert signals.sent[-1] == (1003, "SIGCONT")
+    assert signals.sent[-1] == (PID_C, "SIGCONT")
     assert statuses(group) == {eid: "Started"}
     assert group.incarnation == incarnation  # the Events array did not change
     with pytest.raises(UnknownEvent):
@@ -920,20 +923,20 @@ def test_overlapping_pauses_continue_once_at_the_later_end(clock: FakeClock, sig
     group.impact(a, seconds=10, pause=True)
     clock.advance(5)
     group.tick()
-    assert signals.sent == [(1003, "SIGSTOP")]
+    assert signals.sent == [(PID_C, "SIGSTOP")]
     clock.advance(6)
     group.tick()
-    assert signals.sent == [(1003, "SIGSTOP"), (1003, "SIGCONT")]
+    assert signals.sent == [(PID_C, "SIGSTOP"), (PID_C, "SIGCONT")]
 
 
 def test_a_vanished_process_is_reported_and_forgotten(clock: FakeClock, signals: FakeSignals) -> None:
     group = impact_group(clock, signals)
-    signals.dead.add(1002)
+    signals.dead.add(PID_B)
     group.schedule("Freeze", ["vm0"], duration_in_seconds=5, status="Started")
     results = {(e["pid"], e["result"]) for e in group.log(kind="signal")}
-    assert results == {(1001, "sent"), (1002, "no such process")}
-    assert group.pids("vm0") == [1001]
-    assert set(group.paused()) == {1001}
+    assert results == {(PID_A, "sent"), (PID_B, "no such process")}
+    assert group.pids("vm0") == [PID_A]
+    assert set(group.paused()) == {PID_A}
 
 
 def test_release_paused_continues_everything_it_paused(clock: FakeClock, signals: FakeSignals) -> None:
@@ -952,11 +955,11 @@ def test_only_plausible_foreign_pids_can_be_registered(group: SimulatedGroup, pi
 
 
 def test_registering_replaces_the_pids_of_a_vm(group: SimulatedGroup) -> None:
-    group.register_pids("vm0", [1234, 1234, 5678])
-    assert group.register_pids("VM0", [999]) == {"vm": "vm0", "pids": [999]}
-    assert [e["pids"] for e in group.log(kind="pids")] == [[1234, 5678], [999]]
+    group.register_pids("vm0", [PID_F, PID_F, PID_G])
+    assert group.register_pids("VM0", [PID_H]) == {"vm": "vm0", "pids": [PID_H]}
+    assert [e["pids"] for e in group.log(kind="pids")] == [[PID_F, PID_G], [PID_H]]
     with pytest.raises(UnknownVm):
-        group.register_pids("vm9", [1234])
+        group.register_pids("vm9", [PID_F])
 
 
 # -- Terminate batch rule --------------------------------------------------------------------------
@@ -1268,7 +1271,7 @@ def test_replay_advances_on_its_own_every_interval(group: SimulatedGroup, clock:
 
 def test_timeline_runs_control_operations_when_due(clock: FakeClock, signals: FakeSignals) -> None:
     group = SimulatedGroup(["vm0", "vm1"], clock=clock, signal_sender=signals)
-    group.register_pids("vm1", [3333])
+    group.register_pids("vm1", [PID_E])
     steps = [
         {"at": 0, "schedule": {"event_type": "Freeze", "resources": ["vm0"], "event_id": "E1"}},
         {"at": 5, "schedule": {"event_type": "Reboot", "resources": ["vm1"], "event_id": "E2", "status": "Started",
@@ -1307,11 +1310,11 @@ def test_a_started_event_stays_until_its_freeze_of_unknown_length_is_over(
     clock.advance(5)
     group.tick()
     assert statuses(group) == {eid: "Started"}  # still frozen: the event is still there
-    assert signals.sent == [(1003, "SIGSTOP")]
+    assert signals.sent == [(PID_C, "SIGSTOP")]
     clock.advance(DEFAULT_IMPACT_SECONDS - 5)
     group.tick()
     assert statuses(group) == {}
-    assert signals.sent == [(1003, "SIGSTOP"), (1003, "SIGCONT")]
+    assert signals.sent == [(PID_C, "SIGSTOP"), (PID_C, "SIGCONT")]
 
 
 def test_a_second_pause_keeps_the_event_started_until_it_ends(clock: FakeClock, signals: FakeSignals) -> None:
@@ -1325,13 +1328,13 @@ def test_a_second_pause_keeps_the_event_started_until_it_ends(clock: FakeClock, 
     clock.advance(5)
     group.tick()
     assert statuses(group) == {}
-    assert signals.sent[-1] == (1003, "SIGCONT")
+    assert signals.sent[-1] == (PID_C, "SIGCONT")
 
 
 def test_killed_vms_are_back_before_their_event_leaves_the_document(clock: FakeClock, signals: FakeSignals) -> None:
     group = impact_group(clock, signals, started_for=5)
     eid = group.schedule("Reboot", ["vm1"], status="Started", impact_seconds=60)["event_id"]
-    assert signals.sent == [(1003, "SIGKILL")]
+    assert signals.sent == [(PID_C, "SIGKILL")]
     assert group.event(eid)["impact_until"] == T0 + 60
     clock.advance(30)
     group.tick()
